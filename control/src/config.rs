@@ -1,0 +1,231 @@
+//! Command line (every flag also an `INFERA_*` environment variable) → validated [`Config`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight, WorkerRecord};
+
+use crate::router::Settings;
+use crate::telemetry::{LogFormat, TelemetryConfig};
+use crate::workers_file::{self, WorkersFileError};
+
+/// infera-control: the central demand ledger and scoring service.
+#[derive(Parser, Debug)]
+#[command(name = "infera-control", version, about, long_about = None)]
+pub struct Args {
+    #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    #[command(flatten)]
+    decode: DecodeArgs,
+    #[command(flatten)]
+    prefill: PrefillArgs,
+    #[command(flatten)]
+    leases: LeaseArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    telemetry: TelemetryArgs,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Listen")]
+struct ListenArgs {
+    /// gRPC address (Router, Admin, health, reflection). Port 0 picks a free port.
+    #[arg(long, env = "INFERA_CONTROL_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Prometheus `/metrics` address. Port 0 picks a free port.
+    #[arg(long, env = "INFERA_CONTROL_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    metrics_listen: SocketAddr,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Registry")]
+struct RegistryArgs {
+    /// Static workers file (TOML, `[[workers]]` entries): the embedded default registry.
+    #[arg(long, env = "INFERA_CONTROL_WORKERS")]
+    workers: PathBuf,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Decode selection")]
+struct DecodeArgs {
+    /// off: the legacy policy selects; shadow: the legacy policy selects and the cost
+    /// suggestion is recorded; on: the lowest cost wins. The ledger books in every mode.
+    #[arg(long, env = "INFERA_DECODE_INPUT_DEMAND", value_enum, default_value_t = DecodeInputDemand::Off)]
+    decode_input_demand: DecodeInputDemand,
+    /// W: tokens charged per request a decode target holds,
+    /// cost = booked input tokens + request tokens + W × held requests. 0 = token-only demand;
+    /// W > 0 needs --decode-input-demand shadow or on.
+    #[arg(long, env = "INFERA_DECODE_REQUEST_WEIGHT", default_value = "0")]
+    decode_request_weight: RequestWeight,
+    /// The legacy decode policy (selects in off and shadow modes).
+    #[arg(long, env = "INFERA_DECODE_POLICY", value_enum, default_value_t = DecodePolicy::RoundRobin)]
+    decode_policy: DecodePolicy,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Prefill selection")]
+struct PrefillArgs {
+    /// A session keeps its previous prefill target unless that target's load exceeds the
+    /// least-loaded one's by more than this many tokens.
+    #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
+    prefill_session_slack_tokens: u64,
+    /// Milliseconds of inactivity after which a session forgets its prefill target.
+    #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000)]
+    session_ttl_ms: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Leases")]
+struct LeaseArgs {
+    /// Lease TTL for proxies that ask for none (a proxy's own request is clamped to 100 ms – 300 s).
+    #[arg(long, env = "INFERA_LEASE_TTL_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..=300_000))]
+    lease_ttl_ms: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Admin")]
+struct AdminArgs {
+    /// Bearer token every Admin call must carry (`authorization: Bearer <token>`). Unset = open.
+    #[arg(long, env = "INFERA_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Seed for tie-breaks and the random legacy policies (tests); unset = from the OS.
+    #[arg(long, env = "INFERA_CONTROL_SEED")]
+    seed: Option<u64>,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Telemetry")]
+struct TelemetryArgs {
+    /// Log filter (tracing directives); `decode_demand=debug` logs every decision term by term.
+    #[arg(long, env = "INFERA_LOG", default_value = "info")]
+    log: String,
+    /// Log format.
+    #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// OTLP gRPC endpoint for traces, e.g. http://127.0.0.1:4317. Unset = no export.
+    #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// gRPC address.
+    pub listen: SocketAddr,
+    /// `/metrics` address.
+    pub metrics_listen: SocketAddr,
+    /// The workers to route to.
+    pub workers: Vec<WorkerRecord>,
+    /// Routing settings at start.
+    pub settings: Settings,
+    /// Admin bearer token.
+    pub admin_token: Option<String>,
+    /// RNG seed.
+    pub seed: Option<u64>,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+}
+
+/// A configuration that cannot start (exit 64).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The workers file.
+    #[error(transparent)]
+    Workers(#[from] WorkersFileError),
+    /// W > 0 without demand.
+    #[error(
+        "--decode-request-weight {weight} needs --decode-input-demand shadow or on (got {mode}); \
+         W only takes part in the demand cost"
+    )]
+    WeightNeedsDemand {
+        /// W.
+        weight: RequestWeight,
+        /// The mode.
+        mode: DecodeInputDemand,
+    },
+}
+
+impl TryFrom<Args> for Config {
+    type Error = ConfigError;
+
+    fn try_from(a: Args) -> Result<Self, ConfigError> {
+        let settings = Settings {
+            mode: a.decode.decode_input_demand,
+            weight: a.decode.decode_request_weight,
+            policy: a.decode.decode_policy,
+            session_slack_tokens: a.prefill.prefill_session_slack_tokens,
+            session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
+            lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
+        };
+        if settings.validate().is_err() {
+            return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
+        }
+        Ok(Self {
+            listen: a.listen.listen,
+            metrics_listen: a.listen.metrics_listen,
+            workers: workers_file::load(&a.registry.workers)?,
+            settings,
+            admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
+            seed: a.admin.seed,
+            telemetry: TelemetryConfig {
+                log_filter: a.telemetry.log,
+                log_format: a.telemetry.log_format,
+                otlp_endpoint: a.telemetry.otlp_endpoint,
+                service_name: "infera-control",
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn verify_cli() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_an_env_var() {
+        for arg in Args::command().get_arguments() {
+            if ["help", "version"].contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
+            assert!(env.to_str().unwrap().starts_with("INFERA_"), "{env:?}");
+        }
+    }
+
+    #[test]
+    fn modes_and_weights_parse() {
+        let a = Args::try_parse_from([
+            "infera-control",
+            "--workers",
+            "w.toml",
+            "--decode-input-demand",
+            "shadow",
+            "--decode-request-weight",
+            "180000",
+            "--decode-policy",
+            "power-of-two",
+        ])
+        .unwrap();
+        assert_eq!(a.decode.decode_input_demand, DecodeInputDemand::Shadow);
+        assert_eq!(a.decode.decode_request_weight.get(), 180_000.0);
+        assert_eq!(a.decode.decode_policy, DecodePolicy::PowerOfTwo);
+        for bad in [["--decode-request-weight", "-1"], ["--decode-request-weight", "NaN"], ["--decode-input-demand", "maybe"]] {
+            let mut argv = vec!["infera-control", "--workers", "w.toml"];
+            argv.extend(bad);
+            assert!(Args::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
+    }
+}

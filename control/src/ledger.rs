@@ -1,0 +1,284 @@
+//! The demand ledger: who holds what, per target. Pure and synchronous; time is passed in.
+//!
+//! A pick books a [`Reservation`] of `input_tokens` on one target under one proxy lease. The
+//! target's [`Load`] is the sum over its live reservations: booked input tokens and held
+//! requests. A reservation ends exactly once — by `release` (EOF, cancellation, failure,
+//! target removal) or by the expiry of its lease — and a second release of the same id is a
+//! no-op that reports [`Released::Already`]. Ids carry the issuing epoch and a sequence, so
+//! "released before" and "never issued here" are told apart without keeping tombstones.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use infera_proto::types::{LeaseId, PickKind, RequestId, ReservationId};
+
+use crate::error::ControlError;
+use crate::view::TargetKey;
+
+#[cfg(test)]
+mod tests;
+
+/// What a target holds right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Sum of the input tokens of the live reservations on the target.
+    pub booked_input_tokens: u64,
+    /// Number of live reservations on the target.
+    pub held_requests: u64,
+}
+
+/// One booking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Its id.
+    pub id: ReservationId,
+    /// The lease it belongs to.
+    pub lease: LeaseId,
+    /// Prefill or decode leg.
+    pub kind: PickKind,
+    /// Where it is booked.
+    pub target: TargetKey,
+    /// The request it was booked for.
+    pub request_id: RequestId,
+    /// Input tokens charged to the target.
+    pub input_tokens: u64,
+    /// Wall-clock time of the booking (for operators).
+    pub booked_at: SystemTime,
+}
+
+/// The outcome of a release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// This call ended the reservation; the target's load after it.
+    Now(Reservation, Load),
+    /// An earlier release (or lease expiry) ended it; nothing changed.
+    Already,
+}
+
+/// A proxy's lease.
+#[derive(Clone, Debug)]
+pub struct LeaseState {
+    /// Who holds it (the proxy's name).
+    pub holder: String,
+    /// Time to live, renewed by each keep-alive.
+    pub ttl: Duration,
+    /// When it expires unless renewed.
+    pub expires_at: Instant,
+    reservations: HashSet<u64>,
+}
+
+/// A lease that expired, with the reservations its expiry released.
+#[derive(Debug)]
+pub struct Expired {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Its holder.
+    pub holder: String,
+    /// The reservations it still held, each with its target's load after the release.
+    pub released: Vec<(Reservation, Load)>,
+}
+
+/// The ledger.
+#[derive(Debug)]
+pub struct Ledger {
+    epoch: u32,
+    last_reservation: u64,
+    last_lease: u64,
+    loads: Vec<Load>,
+    reservations: HashMap<u64, Reservation>,
+    leases: HashMap<u64, LeaseState>,
+}
+
+impl Ledger {
+    /// An empty ledger whose ids carry `epoch`.
+    pub fn new(epoch: u32) -> Self {
+        Self {
+            epoch,
+            last_reservation: 0,
+            last_lease: 0,
+            loads: Vec::new(),
+            reservations: HashMap::new(),
+            leases: HashMap::new(),
+        }
+    }
+
+    /// The epoch stamped into this ledger's ids.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// A target's load (zero for a target never booked).
+    pub fn load(&self, target: TargetKey) -> Load {
+        self.loads.get(target.index()).copied().unwrap_or_default()
+    }
+
+    /// Opens a lease that expires `ttl` after `now` unless renewed.
+    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> LeaseId {
+        self.last_lease += 1;
+        let state = LeaseState { holder, ttl, expires_at: now + ttl, reservations: HashSet::new() };
+        self.leases.insert(self.last_lease, state);
+        LeaseId { epoch: self.epoch, seq: self.last_lease }
+    }
+
+    /// Renews a live lease; an unknown or already expired one is `UnknownLease`.
+    pub fn keep_alive(&mut self, lease: LeaseId, now: Instant) -> Result<Duration, ControlError> {
+        let state = self.live_lease(lease, now)?;
+        state.expires_at = now + state.ttl;
+        Ok(state.ttl)
+    }
+
+    /// Ends a lease at once, releasing everything it holds.
+    pub fn close_lease(
+        &mut self,
+        lease: LeaseId,
+        now: Instant,
+    ) -> Result<Vec<(Reservation, Load)>, ControlError> {
+        self.live_lease(lease, now)?;
+        let state = self.leases.remove(&lease.seq).expect("checked live above");
+        Ok(self.release_all(state.reservations))
+    }
+
+    /// Books `input_tokens` on `target` under `lease`. Returns the new reservation's id and
+    /// the target's load after the booking.
+    pub fn book(
+        &mut self,
+        lease: LeaseId,
+        booking: Booking,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<(ReservationId, Load), ControlError> {
+        let seq = self.last_reservation + 1;
+        self.live_lease(lease, now)?.reservations.insert(seq);
+        self.last_reservation = seq;
+        let id = ReservationId { epoch: self.epoch, seq };
+        let i = booking.target.index();
+        if self.loads.len() <= i {
+            self.loads.resize(i + 1, Load::default());
+        }
+        let load = &mut self.loads[i];
+        load.booked_input_tokens += booking.input_tokens;
+        load.held_requests += 1;
+        let load = *load;
+        let reservation = Reservation {
+            id,
+            lease,
+            kind: booking.kind,
+            target: booking.target,
+            request_id: booking.request_id,
+            input_tokens: booking.input_tokens,
+            booked_at: wall,
+        };
+        self.reservations.insert(id.seq, reservation);
+        Ok((id, load))
+    }
+
+    /// Ends a reservation. Idempotent: a reservation ended before gives [`Released::Already`];
+    /// an id this ledger never issued is `UnknownReservation`.
+    pub fn release(&mut self, id: ReservationId) -> Result<Released, ControlError> {
+        if id.epoch != self.epoch || id.seq > self.last_reservation {
+            return Err(ControlError::UnknownReservation(id));
+        }
+        let Some(reservation) = self.reservations.remove(&id.seq) else {
+            return Ok(Released::Already);
+        };
+        if let Some(lease) = self.leases.get_mut(&reservation.lease.seq) {
+            lease.reservations.remove(&id.seq);
+        }
+        let load = self.unbook(&reservation);
+        Ok(Released::Now(reservation, load))
+    }
+
+    /// Removes every lease whose deadline has passed and releases what they held.
+    pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
+        let due: Vec<u64> =
+            self.leases.iter().filter(|(_, s)| s.expires_at <= now).map(|(seq, _)| *seq).collect();
+        due.into_iter()
+            .map(|seq| {
+                let state = self.leases.remove(&seq).expect("collected from the map");
+                Expired {
+                    lease: LeaseId { epoch: self.epoch, seq },
+                    holder: state.holder,
+                    released: self.release_all(state.reservations),
+                }
+            })
+            .collect()
+    }
+
+    /// Live reservations, in booking order.
+    pub fn reservations(&self) -> Vec<&Reservation> {
+        let mut all: Vec<&Reservation> = self.reservations.values().collect();
+        all.sort_by_key(|r| r.id.seq);
+        all
+    }
+
+    /// A live lease's state, if any.
+    pub fn lease(&self, lease: LeaseId) -> Option<&LeaseState> {
+        (lease.epoch == self.epoch).then(|| self.leases.get(&lease.seq)).flatten()
+    }
+
+    /// Number of open leases.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// The sum of all loads: zero exactly when nothing is held.
+    pub fn total(&self) -> Load {
+        self.loads.iter().fold(Load::default(), |acc, l| Load {
+            booked_input_tokens: acc.booked_input_tokens + l.booked_input_tokens,
+            held_requests: acc.held_requests + l.held_requests,
+        })
+    }
+
+    /// Whether a lease is live at `now`. A lease past its deadline is dead even before the
+    /// reaper (`expire`) has released its reservations.
+    pub fn check_lease(&self, lease: LeaseId, now: Instant) -> Result<(), ControlError> {
+        match self.lease(lease) {
+            Some(state) if state.expires_at > now => Ok(()),
+            _ => Err(ControlError::UnknownLease(lease)),
+        }
+    }
+
+    fn live_lease(&mut self, lease: LeaseId, now: Instant) -> Result<&mut LeaseState, ControlError> {
+        self.check_lease(lease, now)?;
+        Ok(self.leases.get_mut(&lease.seq).expect("checked live above"))
+    }
+
+    fn release_all(&mut self, seqs: HashSet<u64>) -> Vec<(Reservation, Load)> {
+        let mut seqs: Vec<u64> = seqs.into_iter().collect();
+        seqs.sort_unstable();
+        let mut released = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(r) = self.reservations.remove(&seq) {
+                let load = self.unbook(&r);
+                released.push((r, load));
+            }
+        }
+        released
+    }
+
+    fn unbook(&mut self, r: &Reservation) -> Load {
+        let load = &mut self.loads[r.target.index()];
+        // A reservation only ever subtracts what its own booking added, so these cannot
+        // underflow; checked arithmetic turns a broken invariant into a loud failure.
+        load.booked_input_tokens = load
+            .booked_input_tokens
+            .checked_sub(r.input_tokens)
+            .expect("ledger invariant: booked tokens never go negative");
+        load.held_requests =
+            load.held_requests.checked_sub(1).expect("ledger invariant: held requests never go negative");
+        *load
+    }
+}
+
+/// What a pick books.
+#[derive(Clone, Debug)]
+pub struct Booking {
+    /// Prefill or decode leg.
+    pub kind: PickKind,
+    /// Where.
+    pub target: TargetKey,
+    /// For whom.
+    pub request_id: RequestId,
+    /// How many input tokens.
+    pub input_tokens: u64,
+}

@@ -1,0 +1,171 @@
+//! Ledger invariants over random interleavings of leases, bookings, releases and expiry.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use infera_proto::types::{PickKind, RequestId, ReservationId};
+use proptest::prelude::*;
+
+use super::*;
+use crate::view::TargetKey;
+
+const TARGETS: u32 = 6;
+
+#[derive(Clone, Debug)]
+enum Op {
+    OpenLease { ttl_ms: u64 },
+    Book { lease: usize, target: u32, tokens: u64 },
+    Release { reservation: usize },
+    KeepAlive { lease: usize },
+    CloseLease { lease: usize },
+    Advance { ms: u64 },
+    Expire,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (50u64..2_000).prop_map(|ttl_ms| Op::OpenLease { ttl_ms }),
+        6 => (any::<usize>(), 0..TARGETS, 0u64..200_000).prop_map(|(lease, target, tokens)| Op::Book { lease, target, tokens }),
+        5 => any::<usize>().prop_map(|reservation| Op::Release { reservation }),
+        2 => any::<usize>().prop_map(|lease| Op::KeepAlive { lease }),
+        1 => any::<usize>().prop_map(|lease| Op::CloseLease { lease }),
+        2 => (0u64..500).prop_map(|ms| Op::Advance { ms }),
+        1 => Just(Op::Expire),
+    ]
+}
+
+fn booking(target: u32, tokens: u64) -> Booking {
+    Booking {
+        kind: PickKind::Decode,
+        target: TargetKey::from_index(target),
+        request_id: RequestId::new("req"),
+        input_tokens: tokens,
+    }
+}
+
+/// The loads implied by the live reservations, recomputed from scratch.
+fn recomputed(ledger: &Ledger) -> HashMap<u32, Load> {
+    let mut loads: HashMap<u32, Load> = HashMap::new();
+    for r in ledger.reservations() {
+        let l = loads.entry(r.target.index() as u32).or_default();
+        l.booked_input_tokens += r.input_tokens;
+        l.held_requests += 1;
+    }
+    loads
+}
+
+fn check_consistent(ledger: &Ledger) {
+    let expected = recomputed(ledger);
+    for t in 0..TARGETS {
+        let got = ledger.load(TargetKey::from_index(t));
+        assert_eq!(got, expected.get(&t).copied().unwrap_or_default(), "target {t}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn loads_always_equal_live_reservations_and_end_at_zero(ops in prop::collection::vec(op(), 1..200)) {
+        let base = Instant::now();
+        let mut now = base;
+        let mut ledger = Ledger::new(7);
+        let mut leases = Vec::new();
+        let mut issued: Vec<ReservationId> = Vec::new();
+        let mut ended: std::collections::HashSet<ReservationId> = Default::default();
+
+        for op in ops {
+            match op {
+                Op::OpenLease { ttl_ms } => leases.push(ledger.open_lease("p".into(), Duration::from_millis(ttl_ms), now)),
+                Op::Book { lease, target, tokens } if !leases.is_empty() => {
+                    let lease = leases[lease % leases.len()];
+                    let live = ledger.lease(lease).is_some_and(|s| s.expires_at > now);
+                    match ledger.book(lease, booking(target, tokens), now, SystemTime::UNIX_EPOCH) {
+                        Ok((id, _)) => { prop_assert!(live); issued.push(id); }
+                        Err(ControlError::UnknownLease(_)) => prop_assert!(!live),
+                        Err(e) => prop_assert!(false, "unexpected {e}"),
+                    }
+                }
+                Op::Release { reservation } if !issued.is_empty() => {
+                    let id = issued[reservation % issued.len()];
+                    let before = ledger.total();
+                    match ledger.release(id).unwrap() {
+                        Released::Now(r, _) => {
+                            prop_assert!(ended.insert(id), "released twice: {id}");
+                            prop_assert_eq!(ledger.total().held_requests + 1, before.held_requests);
+                            prop_assert_eq!(ledger.total().booked_input_tokens + r.input_tokens, before.booked_input_tokens);
+                        }
+                        Released::Already => {
+                            prop_assert!(ended.contains(&id));
+                            prop_assert_eq!(ledger.total(), before);
+                        }
+                    }
+                }
+                Op::KeepAlive { lease } if !leases.is_empty() => {
+                    let _ = ledger.keep_alive(leases[lease % leases.len()], now);
+                }
+                Op::CloseLease { lease } if !leases.is_empty() => {
+                    if let Ok(released) = ledger.close_lease(leases[lease % leases.len()], now) {
+                        for (r, _) in released { prop_assert!(ended.insert(r.id)); }
+                    }
+                }
+                Op::Advance { ms } => now += Duration::from_millis(ms),
+                Op::Expire => {
+                    for e in ledger.expire(now) {
+                        for (r, _) in e.released { prop_assert!(ended.insert(r.id)); }
+                    }
+                }
+                _ => {}
+            }
+            check_consistent(&ledger);
+        }
+
+        // Every lease ends (as a dead proxy's would): everything must be back to exactly zero.
+        for e in ledger.expire(now + Duration::from_secs(3600)) {
+            for (r, _) in e.released { prop_assert!(ended.insert(r.id)); }
+        }
+        prop_assert_eq!(ledger.total(), Load::default());
+        prop_assert!(ledger.reservations().is_empty());
+        prop_assert_eq!(ended.len(), issued.len());
+        for id in issued {
+            prop_assert_eq!(ledger.release(id).unwrap(), Released::Already);
+        }
+    }
+}
+
+#[test]
+fn unknown_ids_are_not_found_and_change_nothing() {
+    let now = Instant::now();
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_secs(10), now);
+    let (id, _) = ledger.book(lease, booking(0, 100), now, SystemTime::UNIX_EPOCH).unwrap();
+    let never = ReservationId { epoch: 1, seq: id.seq + 1 };
+    let other_epoch = ReservationId { epoch: 2, seq: id.seq };
+    assert!(matches!(ledger.release(never), Err(ControlError::UnknownReservation(_))));
+    assert!(matches!(ledger.release(other_epoch), Err(ControlError::UnknownReservation(_))));
+    assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1 });
+}
+
+#[test]
+fn expired_leases_cannot_book_or_renew() {
+    let now = Instant::now();
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
+    let later = now + Duration::from_millis(100);
+    assert!(ledger.keep_alive(lease, later).is_err());
+    assert!(ledger.book(lease, booking(0, 1), later, SystemTime::UNIX_EPOCH).is_err());
+}
+
+#[test]
+fn keep_alive_extends_the_deadline() {
+    let now = Instant::now();
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
+    ledger.book(lease, booking(2, 5), now, SystemTime::UNIX_EPOCH).unwrap();
+    ledger.keep_alive(lease, now + Duration::from_millis(90)).unwrap();
+    assert!(ledger.expire(now + Duration::from_millis(150)).is_empty());
+    let expired = ledger.expire(now + Duration::from_millis(190));
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].released.len(), 1);
+    assert_eq!(ledger.total(), Load::default());
+}

@@ -1,0 +1,119 @@
+//! infera-control: the central demand ledger and scoring service.
+//!
+//! Module map, in the order a pick flows through it:
+//!
+//! - [`config`]: flags and env → validated [`Config`].
+//! - [`service`]: gRPC edge (Router for proxies, Admin for operators, health, reflection);
+//!   wire ⇄ domain at the edge, errors mapped once in [`error`].
+//! - [`state`]: the shell — one lock around the core, clock, metrics, decision fan-out.
+//! - [`router`]: one pick as a pipeline over the pure core:
+//!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
+//! - [`affinity`]: session → prefill target.
+//! - [`decisions`]: decision events for `WatchDecisions`.
+//! - [`workers_file`]: the static registry.
+//! - [`metrics`], [`telemetry`]: Prometheus, logs, OTLP traces.
+
+pub mod affinity;
+pub mod config;
+pub mod decisions;
+pub mod error;
+pub mod ledger;
+pub mod metrics;
+pub mod router;
+pub mod scoring;
+pub mod service;
+pub mod state;
+pub mod telemetry;
+pub mod view;
+pub mod workers_file;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rand::{SeedableRng, rngs::SmallRng};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use config::{Args, Config, ConfigError};
+
+use crate::metrics::ControlMetrics;
+use crate::router::RoutingState;
+use crate::state::ControlState;
+use crate::view::View;
+
+/// How often overdue leases are looked for. Expiry happens at most this late.
+const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+/// How often idle sessions are forgotten.
+const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The sockets control serves on, bound by the caller (tests bind port 0 and keep them).
+#[derive(Debug)]
+pub struct Listeners {
+    /// gRPC.
+    pub grpc: TcpListener,
+    /// Prometheus `/metrics`.
+    pub metrics: TcpListener,
+}
+
+/// Runs control until `shutdown` resolves.
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let rng = match config.seed {
+        Some(seed) => SmallRng::seed_from_u64(seed),
+        None => SmallRng::from_os_rng(),
+    };
+    let epoch: u32 = rand::random();
+    let core = RoutingState::new(View::new(config.workers), config.settings, epoch, rng)?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let state = ControlState::new(core, ControlMetrics::register(&mut registry));
+    let routes = service::routes(state.clone(), config.admin_token).await?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.changed().await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(());
+    });
+
+    let reaper = tokio::spawn(reap(state, stopped()));
+    let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
+    let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
+        if let Ok(stream) = &conn {
+            // Picks are small unary calls: never wait for Nagle.
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    });
+    tonic::transport::Server::builder()
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, stopped())
+        .await?;
+    reaper.await?;
+    metrics.await?;
+    Ok(())
+}
+
+/// Releases what expired leases held, and forgets idle sessions, until stopped.
+async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
+    let mut leases = tokio::time::interval(LEASE_CHECK_INTERVAL);
+    let mut sessions = tokio::time::interval(SESSION_SWEEP_INTERVAL);
+    leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = leases.tick() => { state.tick(); }
+            _ = sessions.tick() => state.sweep_sessions(),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Prometheus metrics of the control service, registered once and passed down, and the
+//! `/metrics` HTTP endpoint (OpenMetrics text).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use infera_proto::types::{PickKind, ReleaseReason, Role};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::router::LoadChange;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabels {
+    target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PickLabels {
+    kind: &'static str,
+    mode: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReleaseLabels {
+    kind: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgreementLabels {
+    agreement: &'static str,
+}
+
+/// The control service's metrics.
+#[derive(Debug)]
+pub struct ControlMetrics {
+    decode_requests: Family<TargetLabels, Gauge>,
+    decode_tokens: Family<TargetLabels, Gauge>,
+    prefill_requests: Family<TargetLabels, Gauge>,
+    prefill_tokens: Family<TargetLabels, Gauge>,
+    picks: Family<PickLabels, Counter>,
+    pick_seconds: Family<KindLabels, Histogram>,
+    releases: Family<ReleaseLabels, Counter>,
+    repeated_releases: Counter,
+    lease_expiries: Counter,
+    leases: Gauge,
+    shadow: Family<AgreementLabels, Counter>,
+}
+
+impl ControlMetrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            decode_requests: Family::default(),
+            decode_tokens: Family::default(),
+            prefill_requests: Family::default(),
+            prefill_tokens: Family::default(),
+            picks: Family::default(),
+            pick_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(5e-6, 2.0, 20))
+            }),
+            releases: Family::default(),
+            repeated_releases: Counter::default(),
+            lease_expiries: Counter::default(),
+            leases: Gauge::default(),
+            shadow: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("infera_router");
+        r.register("decode_demand_requests", "Requests held per decode target", m.decode_requests.clone());
+        r.register("decode_demand_tokens", "Input tokens booked per decode target", m.decode_tokens.clone());
+        r.register("prefill_demand_requests", "Requests held per prefill target", m.prefill_requests.clone());
+        r.register("prefill_demand_tokens", "Input tokens booked per prefill target", m.prefill_tokens.clone());
+        r.register("picks", "Picks by kind, demand mode and outcome", m.picks.clone());
+        r.register("pick_duration_seconds", "Time to pick and book, inside control", m.pick_seconds.clone());
+        r.register("releases", "Reservations ended, by kind and reason", m.releases.clone());
+        r.register("repeated_releases", "Releases of reservations that had already ended", m.repeated_releases.clone());
+        r.register("lease_expiries", "Proxy leases that expired", m.lease_expiries.clone());
+        r.register("leases", "Open proxy leases", m.leases.clone());
+        r.register(
+            "decode_shadow_decisions",
+            "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
+            m.shadow.clone(),
+        );
+        m
+    }
+
+    /// A target's load changed.
+    pub fn load(&self, change: &LoadChange) {
+        let labels = TargetLabels { target: change.target.to_string() };
+        let (requests, tokens) = match change.role {
+            Role::Prefill => (&self.prefill_requests, &self.prefill_tokens),
+            Role::Decode | Role::Mixed => (&self.decode_requests, &self.decode_tokens),
+        };
+        requests.get_or_create(&labels).set(to_i64(change.load.held_requests));
+        tokens.get_or_create(&labels).set(to_i64(change.load.booked_input_tokens));
+    }
+
+    /// A pick ended with `outcome` after `seconds`.
+    pub fn pick(&self, kind: PickKind, mode: &'static str, outcome: &'static str, seconds: f64) {
+        self.picks.get_or_create(&PickLabels { kind: kind.as_str(), mode, outcome }).inc();
+        self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
+    }
+
+    /// A shadow decode pick agreed (or not) with the cost.
+    pub fn shadow(&self, agree: bool) {
+        let agreement = if agree { "agree" } else { "disagree" };
+        self.shadow.get_or_create(&AgreementLabels { agreement }).inc();
+    }
+
+    /// A reservation ended.
+    pub fn release(&self, kind: PickKind, reason: ReleaseReason) {
+        self.releases.get_or_create(&ReleaseLabels { kind: kind.as_str(), reason: reason.as_str() }).inc();
+    }
+
+    /// A release named a reservation that had already ended.
+    pub fn repeated_release(&self) {
+        self.repeated_releases.inc();
+    }
+
+    /// A lease expired.
+    pub fn lease_expired(&self) {
+        self.lease_expiries.inc();
+    }
+
+    /// The number of open leases.
+    pub fn leases(&self, n: usize) {
+        self.leases.set(to_i64(n as u64));
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _peer): (_, SocketAddr) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    continue;
+                }
+            },
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let registry = registry.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &registry)) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+    let reply = |status, ctype: &'static str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
+        r
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    text,
+                ),
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
+            }
+        }
+        (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics\n".into()),
+    }
+}

@@ -1,0 +1,398 @@
+//! One pick, as a short pipeline over the pure core:
+//!
+//! ```text
+//! lease live? → candidates (view: pool of model × role, minus drained; ledger: loads)
+//!             → choose (scoring: legacy policy / lowest cost / session affinity)
+//!             → book (ledger) → Picked (+ decision event when someone watches)
+//! ```
+//!
+//! [`RoutingState`] is synchronous and owns no tasks or sockets; time and randomness come in
+//! as arguments, so tests drive it deterministically. The gRPC shell holds it behind one
+//! mutex: choosing and booking happen under the same lock, so no two concurrent picks see
+//! the same stale load.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use infera_proto::types::{
+    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, PickKind, PickRequest, RequestWeight,
+    ReservationId, Role, Target, WorkerId, WorkerRecord,
+};
+use rand::Rng;
+
+use crate::affinity::Sessions;
+use crate::decisions::{CandidateTerms, Decision};
+use crate::error::ControlError;
+use crate::ledger::{Booking, Ledger, Load, Released, Reservation};
+use crate::scoring::{self, Candidate};
+use crate::view::{PoolCursor, Slot, TargetKey, View};
+
+#[cfg(test)]
+mod tests;
+
+/// The routing settings in force; operators change W and the mode at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Decode selection mode.
+    pub mode: DecodeInputDemand,
+    /// W, tokens per held request.
+    pub weight: RequestWeight,
+    /// The legacy decode policy.
+    pub policy: DecodePolicy,
+    /// How much more a session's prefill target may cost than the cheapest and still keep it.
+    pub session_slack_tokens: u64,
+    /// Idle time after which a session forgets its prefill target.
+    pub session_ttl: Duration,
+    /// Lease TTL when the proxy asks for none.
+    pub lease_ttl: Duration,
+}
+
+impl Settings {
+    /// Shortest and longest lease TTL a proxy may ask for.
+    pub const LEASE_TTL_RANGE: (Duration, Duration) =
+        (Duration::from_millis(100), Duration::from_secs(300));
+
+    /// W > 0 needs a mode that scores.
+    pub fn validate(&self) -> Result<(), ControlError> {
+        if !self.weight.is_zero() && !self.mode.scores() {
+            return Err(ControlError::WeightNeedsDemand { weight: self.weight, mode: self.mode });
+        }
+        Ok(())
+    }
+}
+
+/// A target's load after a booking or release, for the per-target gauges.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadChange {
+    /// The target.
+    pub target: Target,
+    /// Its worker's role.
+    pub role: Role,
+    /// Its load now.
+    pub load: Load,
+}
+
+/// A successful pick.
+#[derive(Clone, Debug)]
+pub struct Picked {
+    /// The booking.
+    pub reservation: ReservationId,
+    /// Where.
+    pub worker: Arc<WorkerRecord>,
+    /// The chosen target's terms before the booking.
+    pub chosen: CandidateTerms,
+    /// The mode in force.
+    pub mode: DecodeInputDemand,
+    /// Shadow mode: whether the legacy choice is also a lowest-cost one.
+    pub agree: Option<bool>,
+    /// The target's load after the booking.
+    pub change: LoadChange,
+    /// The full decision, when asked for.
+    pub decision: Option<Decision>,
+}
+
+/// A reservation as operators list it.
+#[derive(Clone, Debug)]
+pub struct ReservationRow {
+    /// The reservation.
+    pub reservation: Reservation,
+    /// Its target's name.
+    pub target: Target,
+    /// Its lease's holder ("" once the lease is gone).
+    pub holder: String,
+}
+
+/// An ended reservation and the load it left behind.
+pub type Ended = (Reservation, LoadChange);
+
+struct Choice {
+    index: usize,
+    suggested: Option<usize>,
+    agree: Option<bool>,
+    affinity: Option<TargetKey>,
+}
+
+/// The pure routing core.
+#[derive(Debug)]
+pub struct RoutingState<R> {
+    view: View,
+    ledger: Ledger,
+    sessions: Sessions,
+    settings: Settings,
+    rng: R,
+    scratch: Vec<Candidate>,
+}
+
+impl<R: Rng> RoutingState<R> {
+    /// A core over `view`; ids carry `epoch`; `rng` breaks ties and drives the legacy policies.
+    pub fn new(view: View, settings: Settings, epoch: u32, rng: R) -> Result<Self, ControlError> {
+        settings.validate()?;
+        Ok(Self { view, ledger: Ledger::new(epoch), sessions: Sessions::default(), settings, rng, scratch: Vec::new() })
+    }
+
+    /// Picks and books a target for one request.
+    pub fn pick(
+        &mut self,
+        kind: PickKind,
+        req: &PickRequest,
+        want_decision: bool,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<Picked, ControlError> {
+        self.ledger.check_lease(req.lease, now)?;
+        let ledger = &self.ledger;
+        let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
+        let choice = match kind {
+            PickKind::Decode => choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng),
+            PickKind::Prefill => choose_prefill(&self.settings, &self.sessions, &self.scratch, req, now, &mut self.rng),
+        };
+        let chosen = self.scratch[choice.index];
+        let booking = Booking {
+            kind,
+            target: chosen.key,
+            request_id: req.request_id.clone(),
+            input_tokens: req.input_tokens,
+        };
+        let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
+        if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
+            self.sessions.remember(session.clone(), chosen.key, now);
+        }
+        let decision = want_decision.then(|| self.decision(kind, req, reservation, &choice, wall));
+        let slot = self.view.slot(chosen.key);
+        Ok(Picked {
+            reservation,
+            worker: slot.worker.clone(),
+            chosen: self.terms(kind, &chosen, req.input_tokens, choice.affinity),
+            mode: self.settings.mode,
+            agree: choice.agree,
+            change: self.change(chosen.key, load),
+            decision,
+        })
+    }
+
+    /// Ends a reservation; `None` when it had already ended.
+    pub fn release(&mut self, id: ReservationId) -> Result<Option<(PickKind, LoadChange)>, ControlError> {
+        Ok(match self.ledger.release(id)? {
+            Released::Now(r, load) => Some((r.kind, self.change(r.target, load))),
+            Released::Already => None,
+        })
+    }
+
+    /// Opens a proxy lease; `ttl` zero means the default, others are clamped to the range.
+    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> (LeaseId, Duration) {
+        let (lo, hi) = Settings::LEASE_TTL_RANGE;
+        let ttl = if ttl.is_zero() { self.settings.lease_ttl } else { ttl.clamp(lo, hi) };
+        (self.ledger.open_lease(holder, ttl, now), ttl)
+    }
+
+    /// Renews a lease.
+    pub fn keep_alive(&mut self, lease: LeaseId, now: Instant) -> Result<Duration, ControlError> {
+        self.ledger.keep_alive(lease, now)
+    }
+
+    /// Ends a lease and what it holds.
+    pub fn close_lease(&mut self, lease: LeaseId, now: Instant) -> Result<Vec<Ended>, ControlError> {
+        let released = self.ledger.close_lease(lease, now)?;
+        Ok(self.ended(released))
+    }
+
+    /// Expires overdue leases, releasing what they hold.
+    pub fn tick(&mut self, now: Instant) -> Vec<(LeaseId, String, Vec<Ended>)> {
+        self.ledger
+            .expire(now)
+            .into_iter()
+            .map(|e| (e.lease, e.holder, self.ended(e.released)))
+            .collect()
+    }
+
+    /// Forgets sessions idle for the session TTL.
+    pub fn sweep_sessions(&mut self, now: Instant) {
+        self.sessions.sweep(now, self.settings.session_ttl);
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Sets W; effective from the next pick.
+    pub fn set_weight(&mut self, weight: RequestWeight) -> Result<&Settings, ControlError> {
+        self.update(Settings { weight, ..self.settings.clone() })
+    }
+
+    /// Sets the demand mode; effective from the next pick.
+    pub fn set_mode(&mut self, mode: DecodeInputDemand) -> Result<&Settings, ControlError> {
+        self.update(Settings { mode, ..self.settings.clone() })
+    }
+
+    /// Drains (or resumes) a worker's targets, all ranks or one. Returns the targets touched.
+    pub fn set_drained(
+        &mut self,
+        worker: &WorkerId,
+        rank: Option<DpRank>,
+        drained: bool,
+    ) -> Result<Vec<TargetKey>, ControlError> {
+        let keys = self.view.worker_targets(worker, rank)?;
+        self.view.set_drained(&keys, drained);
+        Ok(keys)
+    }
+
+    /// Live targets (filtered) with their loads.
+    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<(Slot, Load)> {
+        self.view
+            .live_targets()
+            .into_iter()
+            .map(|k| (self.view.slot(k), k))
+            .filter(|(s, _)| model.is_none_or(|m| s.worker.model.as_str() == m))
+            .filter(|(s, _)| role.is_none_or(|r| s.worker.role == r))
+            .map(|(s, k)| (s.clone(), self.ledger.load(k)))
+            .collect()
+    }
+
+    /// Some targets' rows, by key.
+    pub fn target_rows(&self, keys: &[TargetKey]) -> Vec<(Slot, Load)> {
+        keys.iter().map(|k| (self.view.slot(*k).clone(), self.ledger.load(*k))).collect()
+    }
+
+    /// Live reservations (filtered), in booking order.
+    pub fn reservations(&self, lease: Option<LeaseId>, worker: Option<&str>) -> Vec<ReservationRow> {
+        self.ledger
+            .reservations()
+            .into_iter()
+            .filter(|r| lease.is_none_or(|l| r.lease == l))
+            .map(|r| (r, self.view.slot(r.target)))
+            .filter(|(_, s)| worker.is_none_or(|w| s.target.worker.as_str() == w))
+            .map(|(r, s)| ReservationRow {
+                reservation: r.clone(),
+                target: s.target.clone(),
+                holder: self.ledger.lease(r.lease).map(|l| l.holder.clone()).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The sum of all loads (zero when nothing is held).
+    pub fn total_load(&self) -> Load {
+        self.ledger.total()
+    }
+
+    /// Open leases.
+    pub fn lease_count(&self) -> usize {
+        self.ledger.lease_count()
+    }
+
+    /// Direct access to the view (worker changes from a registry).
+    pub fn view_mut(&mut self) -> &mut View {
+        &mut self.view
+    }
+
+    fn update(&mut self, next: Settings) -> Result<&Settings, ControlError> {
+        next.validate()?;
+        self.settings = next;
+        Ok(&self.settings)
+    }
+
+    fn terms(&self, kind: PickKind, c: &Candidate, tokens: u64, affinity: Option<TargetKey>) -> CandidateTerms {
+        let cost = match kind {
+            PickKind::Decode => scoring::decode_cost(c.load, tokens, self.settings.weight),
+            PickKind::Prefill => scoring::prefill_cost(c.load, tokens),
+        };
+        CandidateTerms {
+            target: self.view.slot(c.key).target.clone(),
+            load: c.load,
+            cost,
+            session_affinity: affinity == Some(c.key),
+        }
+    }
+
+    fn decision(
+        &self,
+        kind: PickKind,
+        req: &PickRequest,
+        reservation: ReservationId,
+        choice: &Choice,
+        wall: SystemTime,
+    ) -> Decision {
+        let candidates: Vec<CandidateTerms> =
+            self.scratch.iter().map(|c| self.terms(kind, c, req.input_tokens, choice.affinity)).collect();
+        let chosen = candidates[choice.index].clone();
+        let suggested = choice.suggested.map(|i| candidates[i].target.clone());
+        let min = candidates.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
+        Decision {
+            at: wall,
+            kind,
+            request_id: req.request_id.clone(),
+            reservation,
+            model: req.model.clone(),
+            mode: self.settings.mode,
+            policy: self.settings.policy,
+            agree: chosen.cost == min,
+            chosen: chosen.target,
+            suggested,
+            weight: self.settings.weight,
+            request_tokens: req.input_tokens,
+            candidates,
+        }
+    }
+
+    fn change(&self, key: TargetKey, load: Load) -> LoadChange {
+        let slot = self.view.slot(key);
+        LoadChange { target: slot.target.clone(), role: slot.worker.role, load }
+    }
+
+    fn ended(&self, released: Vec<(Reservation, Load)>) -> Vec<Ended> {
+        released
+            .into_iter()
+            .map(|(r, load)| {
+                let change = self.change(r.target, load);
+                (r, change)
+            })
+            .collect()
+    }
+}
+
+/// Decode choice: the legacy policy (off, shadow) or the lowest cost (on, and the shadow
+/// suggestion).
+fn choose_decode(
+    settings: &Settings,
+    candidates: &[Candidate],
+    tokens: u64,
+    pool: PoolCursor<'_>,
+    rng: &mut impl Rng,
+) -> Choice {
+    let cost = |c: &Candidate| scoring::decode_cost(c.load, tokens, settings.weight);
+    let lowest =
+        |rng: &mut _| scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    match settings.mode {
+        DecodeInputDemand::On => {
+            let (i, _) = lowest(rng);
+            Choice { index: i, suggested: Some(i), agree: None, affinity: None }
+        }
+        DecodeInputDemand::Shadow => {
+            let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
+            let (s, min) = lowest(rng);
+            Choice { index: i, suggested: Some(s), agree: Some(cost(&candidates[i]) == min), affinity: None }
+        }
+        DecodeInputDemand::Off => {
+            let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
+            Choice { index: i, suggested: None, agree: None, affinity: None }
+        }
+    }
+}
+
+/// Prefill choice: the least loaded, unless the session's previous target is within the slack.
+fn choose_prefill(
+    settings: &Settings,
+    sessions: &Sessions,
+    candidates: &[Candidate],
+    req: &PickRequest,
+    now: Instant,
+    rng: &mut impl Rng,
+) -> Choice {
+    let cost = |c: &Candidate| scoring::prefill_cost(c.load, req.input_tokens);
+    let (low, min) = scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
+    let sticky = affinity
+        .and_then(|k| candidates.iter().position(|c| c.key == k))
+        .filter(|i| cost(&candidates[*i]) <= min + settings.session_slack_tokens as f64);
+    Choice { index: sticky.unwrap_or(low), suggested: Some(low), agree: None, affinity }
+}

@@ -1,0 +1,100 @@
+//! Scoring and selection: pure functions over the eligible candidates of one pool.
+//!
+//! Decode cost (DESIGN §3), computed for every candidate and logged term by term:
+//!
+//! ```text
+//! cost(target) = booked_input_tokens(target) + request_tokens + W × held_requests(target)
+//! ```
+//!
+//! The incoming request is not in its own held term: `held_requests` is what the target held
+//! before this pick. Prefill cost is the in-flight prefill load, `booked_input_tokens +
+//! request_tokens`; session affinity keeps a session on its previous prefill target unless
+//! that target costs more than the cheapest by the slack.
+
+use infera_proto::types::{DecodePolicy, RequestWeight};
+use rand::Rng;
+
+use crate::ledger::Load;
+use crate::view::TargetKey;
+
+#[cfg(test)]
+mod tests;
+
+/// One eligible candidate of a pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    /// The target.
+    pub key: TargetKey,
+    /// Its position in the pool (for round-robin).
+    pub position: usize,
+    /// What it holds before this pick.
+    pub load: Load,
+}
+
+/// The decode cost of a candidate.
+pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f64 {
+    load.booked_input_tokens as f64 + request_tokens as f64 + weight.get() * load.held_requests as f64
+}
+
+/// The prefill cost of a candidate: the prefill tokens in flight there once this one is added.
+pub fn prefill_cost(load: Load, request_tokens: u64) -> f64 {
+    load.booked_input_tokens as f64 + request_tokens as f64
+}
+
+/// Index (into `costs`) of the lowest cost; ties are broken uniformly at random with one pass
+/// (reservoir sampling over the tied minimum). `None` for no candidates.
+pub fn lowest(costs: impl IntoIterator<Item = f64>, rng: &mut impl Rng) -> Option<(usize, f64)> {
+    let mut best: Option<(usize, f64)> = None;
+    let mut ties = 0u32;
+    for (i, c) in costs.into_iter().enumerate() {
+        match best {
+            Some((_, b)) if c > b => {}
+            Some((_, b)) if c == b => {
+                ties += 1;
+                if rng.random_range(0..ties) == 0 {
+                    best = Some((i, c));
+                }
+            }
+            _ => {
+                best = Some((i, c));
+                ties = 1;
+            }
+        }
+    }
+    best
+}
+
+/// The legacy policy's choice, as an index into `candidates` (which must not be empty).
+/// `cursor` is the pool's round-robin position; `pool_len` the pool's size including targets
+/// that are not eligible now.
+pub fn legacy(
+    policy: DecodePolicy,
+    candidates: &[Candidate],
+    cursor: &mut usize,
+    pool_len: usize,
+    rng: &mut impl Rng,
+) -> usize {
+    debug_assert!(!candidates.is_empty());
+    match policy {
+        DecodePolicy::RoundRobin => {
+            let start = *cursor % pool_len.max(1);
+            let i = candidates.iter().position(|c| c.position >= start).unwrap_or(0);
+            *cursor = candidates[i].position + 1;
+            i
+        }
+        DecodePolicy::Random => rng.random_range(0..candidates.len()),
+        DecodePolicy::PowerOfTwo => {
+            let n = candidates.len();
+            if n == 1 {
+                return 0;
+            }
+            let a = rng.random_range(0..n);
+            let mut b = rng.random_range(0..n - 1);
+            if b >= a {
+                b += 1;
+            }
+            let key = |c: &Candidate| (c.load.held_requests, c.load.booked_input_tokens);
+            if key(&candidates[b]) < key(&candidates[a]) { b } else { a }
+        }
+    }
+}

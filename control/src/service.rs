@@ -1,0 +1,42 @@
+//! The gRPC server: Router (proxies), Admin (operators), health, and reflection v1 + v1alpha
+//! (grpcurl 1.8 speaks only v1alpha).
+
+mod admin;
+mod auth;
+mod router;
+mod wire;
+
+use std::sync::Arc;
+
+use infera_proto::pb::{admin_server::AdminServer, router_server::RouterServer};
+use tonic::service::interceptor::InterceptedService;
+
+use crate::state::ControlState;
+
+pub use auth::AdminAuth;
+
+/// Builds the tonic router with every service control serves.
+pub async fn routes(
+    state: Arc<ControlState>,
+    admin_token: Option<String>,
+) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    health.set_serving::<RouterServer<router::RouterService>>().await;
+    health.set_serving::<AdminServer<admin::AdminService>>().await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(infera_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let admin = InterceptedService::new(
+        AdminServer::new(admin::AdminService::new(state.clone())),
+        AdminAuth::new(admin_token),
+    );
+    let mut routes = tonic::service::Routes::new(health_svc);
+    routes = routes
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(RouterServer::new(router::RouterService::new(state)))
+        .add_service(admin);
+    Ok(routes)
+}

@@ -1,0 +1,122 @@
+//! `infera.control.v1.Admin`: inspect the ledger, change W and the mode, drain, watch.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::{Stream, StreamExt};
+use infera_proto::convert;
+use infera_proto::pb::{self, admin_server::Admin};
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tonic::{Request, Response, Status};
+
+use super::wire;
+use crate::error::ControlError;
+use crate::state::ControlState;
+
+/// The Admin service.
+#[derive(Debug)]
+pub(crate) struct AdminService {
+    state: Arc<ControlState>,
+}
+
+impl AdminService {
+    pub(super) fn new(state: Arc<ControlState>) -> Self {
+        Self { state }
+    }
+
+    fn drain(&self, req: Request<pb::DrainTargetRequest>, drained: bool) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        let (worker, rank) = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
+        let rows = self.state.set_drained(&worker, rank, drained)?;
+        Ok(Response::new(wire::targets(&rows)))
+    }
+}
+
+type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+        Ok(Response::new(wire::config(&self.state.settings())))
+    }
+
+    async fn set_decode_request_weight(
+        &self,
+        req: Request<pb::SetDecodeRequestWeightRequest>,
+    ) -> Result<Response<pb::Config>, Status> {
+        let w = convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
+            .map_err(ControlError::from)?;
+        Ok(Response::new(wire::config(&self.state.set_weight(w)?)))
+    }
+
+    async fn set_decode_input_demand(
+        &self,
+        req: Request<pb::SetDecodeInputDemandRequest>,
+    ) -> Result<Response<pb::Config>, Status> {
+        let mode = convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
+            .map_err(ControlError::from)?;
+        Ok(Response::new(wire::config(&self.state.set_mode(mode)?)))
+    }
+
+    async fn list_targets(
+        &self,
+        req: Request<pb::ListTargetsRequest>,
+    ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        let m = req.into_inner();
+        let role = convert::role_filter("role", m.role).map_err(ControlError::from)?;
+        let model = convert::name_filter(m.model);
+        Ok(Response::new(wire::targets(&self.state.targets(model.as_deref(), role))))
+    }
+
+    async fn list_reservations(
+        &self,
+        req: Request<pb::ListReservationsRequest>,
+    ) -> Result<Response<pb::ListReservationsResponse>, Status> {
+        let m = req.into_inner();
+        let lease = match m.lease_id.as_str() {
+            "" => None,
+            l => Some(convert::lease_id("lease_id", l).map_err(ControlError::from)?),
+        };
+        let worker = convert::name_filter(m.worker_id);
+        let rows = self.state.reservations(lease, worker.as_deref());
+        Ok(Response::new(pb::ListReservationsResponse {
+            reservations: rows.iter().map(wire::reservation).collect(),
+        }))
+    }
+
+    async fn drain_target(
+        &self,
+        req: Request<pb::DrainTargetRequest>,
+    ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        self.drain(req, true)
+    }
+
+    async fn resume_target(
+        &self,
+        req: Request<pb::DrainTargetRequest>,
+    ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        self.drain(req, false)
+    }
+
+    type WatchDecisionsStream = DecisionStream;
+
+    async fn watch_decisions(
+        &self,
+        req: Request<pb::WatchDecisionsRequest>,
+    ) -> Result<Response<Self::WatchDecisionsStream>, Status> {
+        let m = req.into_inner();
+        let kind = convert::kind_filter("kind", m.kind).map_err(ControlError::from)?;
+        let model = convert::name_filter(m.model);
+        let events = BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
+            let keep = match &event {
+                Ok(d) => kind.is_none_or(|k| d.kind == k) && model.as_deref().is_none_or(|m| d.model.as_str() == m),
+                Err(BroadcastStreamRecvError::Lagged(n)) => {
+                    tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
+                    false
+                }
+            };
+            std::future::ready(keep.then(|| event.map(|d| wire::decision(&d)).map_err(|_| Status::internal("lagged"))))
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+}

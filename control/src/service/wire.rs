@@ -1,0 +1,84 @@
+//! Domain → wire for what control sends back (incoming values are converted in
+//! `infera_proto::convert`).
+
+use infera_proto::convert::timestamp;
+use infera_proto::pb;
+use infera_proto::types::RequestWeight;
+
+use crate::decisions::{CandidateTerms, Decision};
+use crate::ledger::Load;
+use crate::router::{ReservationRow, Settings};
+use crate::view::Slot;
+
+pub(super) fn config(s: &Settings) -> pb::Config {
+    pb::Config {
+        decode_input_demand: pb::DecodeInputDemand::from(s.mode) as i32,
+        decode_request_weight: s.weight.get(),
+        decode_policy: pb::DecodePolicy::from(s.policy) as i32,
+        default_lease_ttl_ms: millis(s.lease_ttl),
+        prefill_session_slack_tokens: s.session_slack_tokens,
+        session_ttl_ms: millis(s.session_ttl),
+    }
+}
+
+pub(super) fn millis(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+pub(super) fn target_status((slot, load): &(Slot, Load)) -> pb::TargetStatus {
+    pb::TargetStatus {
+        target: Some((&slot.target).into()),
+        worker: Some(slot.worker.as_ref().into()),
+        drained: slot.drained,
+        booked_input_tokens: load.booked_input_tokens,
+        held_requests: load.held_requests,
+    }
+}
+
+pub(super) fn targets(rows: &[(Slot, Load)]) -> pb::ListTargetsResponse {
+    pb::ListTargetsResponse { targets: rows.iter().map(target_status).collect() }
+}
+
+pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -> pb::CandidateTerms {
+    pb::CandidateTerms {
+        target: Some((&c.target).into()),
+        booked_input_tokens: c.load.booked_input_tokens,
+        held_requests: c.load.held_requests,
+        request_tokens,
+        request_weight: w.get(),
+        cost: c.cost,
+        session_affinity: c.session_affinity,
+    }
+}
+
+pub(super) fn reservation(row: &ReservationRow) -> pb::Reservation {
+    let r = &row.reservation;
+    pb::Reservation {
+        reservation_id: r.id.to_string(),
+        lease_id: r.lease.to_string(),
+        holder: row.holder.clone(),
+        kind: pb::PickKind::from(r.kind) as i32,
+        target: Some((&row.target).into()),
+        request_id: r.request_id.to_string(),
+        input_tokens: r.input_tokens,
+        booked_at: Some(timestamp(r.booked_at)),
+    }
+}
+
+pub(super) fn decision(d: &Decision) -> pb::DecisionEvent {
+    pb::DecisionEvent {
+        at: Some(timestamp(d.at)),
+        kind: pb::PickKind::from(d.kind) as i32,
+        request_id: d.request_id.to_string(),
+        reservation_id: d.reservation.to_string(),
+        model: d.model.to_string(),
+        mode: pb::DecodeInputDemand::from(d.mode) as i32,
+        policy: pb::DecodePolicy::from(d.policy) as i32,
+        chosen: Some((&d.chosen).into()),
+        suggested: d.suggested.as_ref().map(Into::into),
+        agree: d.agree,
+        request_weight: d.weight.get(),
+        request_tokens: d.request_tokens,
+        candidates: d.candidates.iter().map(|c| terms(c, d.request_tokens, d.weight)).collect(),
+    }
+}

@@ -1,0 +1,192 @@
+//! The effectful shell around the pure core: one lock, the clock, metrics and decision fan-out.
+//! Both gRPC services and the lease reaper go through [`ControlState`].
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use infera_proto::types::{
+    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight,
+    ReservationId, Role, WorkerId,
+};
+use rand::rngs::SmallRng;
+
+use crate::decisions::DecisionHub;
+use crate::error::ControlError;
+use crate::ledger::Load;
+use crate::metrics::ControlMetrics;
+use crate::router::{Ended, Picked, ReservationRow, RoutingState, Settings};
+use crate::view::Slot;
+
+/// Shared state of a running control.
+#[derive(Debug)]
+pub struct ControlState {
+    core: Mutex<RoutingState<SmallRng>>,
+    metrics: ControlMetrics,
+    decisions: DecisionHub,
+}
+
+impl ControlState {
+    /// Wraps a core.
+    pub fn new(core: RoutingState<SmallRng>, metrics: ControlMetrics) -> Arc<Self> {
+        Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096) })
+    }
+
+    fn core(&self) -> MutexGuard<'_, RoutingState<SmallRng>> {
+        // The core panics only on a broken ledger invariant; serving on would be worse.
+        self.core.lock().expect("routing state poisoned by an earlier panic")
+    }
+
+    /// Picks and books.
+    pub fn pick(&self, kind: PickKind, req: &PickRequest) -> Result<Picked, ControlError> {
+        let started = Instant::now();
+        let watched = self.decisions.watched() || tracing::enabled!(tracing::Level::DEBUG);
+        let (result, mode) = {
+            let mut core = self.core();
+            let mode = core.settings().mode;
+            (core.pick(kind, req, watched, Instant::now(), SystemTime::now()), mode)
+        };
+        let mode = if kind == PickKind::Decode { mode.as_str() } else { "-" };
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(mut picked) => {
+                self.metrics.pick(kind, mode, "ok", seconds);
+                self.metrics.load(&picked.change);
+                if let Some(agree) = picked.agree {
+                    self.metrics.shadow(agree);
+                }
+                if let Some(d) = picked.decision.take() {
+                    tracing::debug!(
+                        target: "decode_demand",
+                        kind = kind.as_str(),
+                        request_id = %d.request_id,
+                        chosen = %d.chosen,
+                        suggested = ?d.suggested.as_ref().map(ToString::to_string),
+                        weight = d.weight.get(),
+                        candidates = ?d.candidates.iter().map(|c| (c.target.to_string(), c.load.booked_input_tokens, c.load.held_requests, c.cost)).collect::<Vec<_>>(),
+                        "decision"
+                    );
+                    self.decisions.publish(d);
+                }
+                Ok(picked)
+            }
+            Err(e) => {
+                self.metrics.pick(kind, mode, e.outcome(), seconds);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a reservation; `true` when an earlier release had already ended it.
+    pub fn release(&self, id: ReservationId, reason: ReleaseReason) -> Result<bool, ControlError> {
+        let released = self.core().release(id)?;
+        match released {
+            Some((kind, change)) => {
+                self.metrics.release(kind, reason);
+                self.metrics.load(&change);
+                Ok(false)
+            }
+            None => {
+                self.metrics.repeated_release();
+                Ok(true)
+            }
+        }
+    }
+
+    /// Opens a lease.
+    pub fn open_lease(&self, holder: String, ttl: Duration) -> (LeaseId, Duration) {
+        let mut core = self.core();
+        let opened = core.open_lease(holder, ttl, Instant::now());
+        self.metrics.leases(core.lease_count());
+        opened
+    }
+
+    /// Renews a lease.
+    pub fn keep_alive(&self, lease: LeaseId) -> Result<Duration, ControlError> {
+        self.core().keep_alive(lease, Instant::now())
+    }
+
+    /// Closes a lease, releasing what it held as cancelled.
+    pub fn close_lease(&self, lease: LeaseId) -> Result<usize, ControlError> {
+        let (ended, leases) = {
+            let mut core = self.core();
+            (core.close_lease(lease, Instant::now())?, core.lease_count())
+        };
+        self.metrics.leases(leases);
+        self.ended(&ended, ReleaseReason::Cancelled);
+        Ok(ended.len())
+    }
+
+    /// Forgets idle sessions.
+    pub fn sweep_sessions(&self) {
+        self.core().sweep_sessions(Instant::now());
+    }
+
+    /// Expires overdue leases; returns how many expired.
+    pub fn tick(&self) -> usize {
+        let (expired, leases) = {
+            let mut core = self.core();
+            (core.tick(Instant::now()), core.lease_count())
+        };
+        self.metrics.leases(leases);
+        for (lease, holder, ended) in &expired {
+            tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
+            self.metrics.lease_expired();
+            self.ended(ended, ReleaseReason::LeaseExpired);
+        }
+        expired.len()
+    }
+
+    fn ended(&self, ended: &[Ended], reason: ReleaseReason) {
+        for (r, change) in ended {
+            self.metrics.release(r.kind, reason);
+            self.metrics.load(change);
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> Settings {
+        self.core().settings().clone()
+    }
+
+    /// Sets W.
+    pub fn set_weight(&self, w: RequestWeight) -> Result<Settings, ControlError> {
+        let s = self.core().set_weight(w)?.clone();
+        tracing::info!(weight = w.get(), "decode request weight changed");
+        Ok(s)
+    }
+
+    /// Sets the demand mode.
+    pub fn set_mode(&self, mode: DecodeInputDemand) -> Result<Settings, ControlError> {
+        let s = self.core().set_mode(mode)?.clone();
+        tracing::info!(mode = mode.as_str(), "decode input demand changed");
+        Ok(s)
+    }
+
+    /// Drains or resumes; returns the targets touched with their loads.
+    pub fn set_drained(
+        &self,
+        worker: &WorkerId,
+        rank: Option<DpRank>,
+        drained: bool,
+    ) -> Result<Vec<(Slot, Load)>, ControlError> {
+        let mut core = self.core();
+        let keys = core.set_drained(worker, rank, drained)?;
+        tracing::info!(%worker, rank = ?rank.map(|r| r.0), drained, "drain flag changed");
+        Ok(core.target_rows(&keys))
+    }
+
+    /// Live targets with loads.
+    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<(Slot, Load)> {
+        self.core().targets(model, role)
+    }
+
+    /// Live reservations.
+    pub fn reservations(&self, lease: Option<LeaseId>, worker: Option<&str>) -> Vec<ReservationRow> {
+        self.core().reservations(lease, worker)
+    }
+
+    /// The decision fan-out.
+    pub fn decisions(&self) -> &DecisionHub {
+        &self.decisions
+    }
+}

@@ -1,0 +1,223 @@
+//! The worker view: which targets exist, for which model and role, and which are drained.
+//!
+//! Targets are interned to dense [`TargetKey`]s so the ledger and the scoring loop index
+//! arrays instead of hashing names. A key, once given to a `(worker, rank)`, stays with it for
+//! the life of the process (a worker that leaves and comes back gets its old key), so a
+//! reservation booked before a worker left still points at the right place when it ends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
+
+use crate::error::ControlError;
+use crate::ledger::Load;
+use crate::scoring::Candidate;
+
+/// Dense index of a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetKey(u32);
+
+impl TargetKey {
+    /// The array index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// A key from an index (tests and benches that build ledgers without a view).
+    pub fn from_index(i: u32) -> Self {
+        Self(i)
+    }
+}
+
+/// What the view knows about one target.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// The target's name.
+    pub target: Target,
+    /// Its worker's record (shared by the worker's ranks); kept after the worker leaves.
+    pub worker: Arc<WorkerRecord>,
+    /// Registered right now.
+    pub live: bool,
+    /// Takes no new picks.
+    pub drained: bool,
+}
+
+/// Candidate pool of one model and role, with the legacy round-robin cursor.
+#[derive(Clone, Debug, Default)]
+struct Pool {
+    /// Live targets, ordered by name.
+    keys: Vec<TargetKey>,
+    /// Next position for round-robin.
+    cursor: usize,
+}
+
+/// A pool's round-robin position, borrowed for one pick.
+#[derive(Debug)]
+pub struct PoolCursor<'a> {
+    /// Next position for round-robin.
+    pub cursor: &'a mut usize,
+    /// Size of the pool, eligible or not.
+    pub len: usize,
+}
+
+/// The view.
+#[derive(Debug, Default)]
+pub struct View {
+    workers: BTreeMap<WorkerId, Arc<WorkerRecord>>,
+    keys: HashMap<Target, TargetKey>,
+    slots: Vec<Slot>,
+    pools: HashMap<(ModelName, Role), Pool>,
+}
+
+impl View {
+    /// A view of `workers`.
+    pub fn new(workers: impl IntoIterator<Item = WorkerRecord>) -> Self {
+        let mut view = Self::default();
+        for w in workers {
+            view.upsert(w);
+        }
+        view
+    }
+
+    /// Adds or replaces a worker. Drain flags of its surviving ranks are kept.
+    pub fn upsert(&mut self, record: WorkerRecord) {
+        let record = Arc::new(record);
+        if let Some(old) = self.workers.insert(record.id.clone(), record.clone()) {
+            self.retire(&old);
+        }
+        for target in record.targets() {
+            let key = self.intern(&target, &record);
+            let slot = &mut self.slots[key.index()];
+            slot.worker = record.clone();
+            slot.live = true;
+        }
+        self.rebuild_pool(&record.model, record.role);
+    }
+
+    /// Removes a worker; its targets stop taking picks. Returns whether it was known.
+    pub fn remove(&mut self, id: &WorkerId) -> bool {
+        let Some(old) = self.workers.remove(id) else { return false };
+        self.retire(&old);
+        self.rebuild_pool(&old.model, old.role);
+        true
+    }
+
+    /// The live workers, by id.
+    pub fn workers(&self) -> impl Iterator<Item = &Arc<WorkerRecord>> {
+        self.workers.values()
+    }
+
+    /// A target's slot.
+    pub fn slot(&self, key: TargetKey) -> &Slot {
+        &self.slots[key.index()]
+    }
+
+    /// The live targets of a worker (all ranks, or one).
+    pub fn worker_targets(
+        &self,
+        id: &WorkerId,
+        rank: Option<DpRank>,
+    ) -> Result<Vec<TargetKey>, ControlError> {
+        let record = self.workers.get(id).ok_or_else(|| ControlError::UnknownWorker(id.clone()))?;
+        match rank {
+            Some(r) if r.0 >= record.dp_size => Err(ControlError::UnknownTarget(Target::new(id.clone(), r))),
+            Some(r) => Ok(vec![self.keys[&Target::new(id.clone(), r)]]),
+            None => Ok(record.targets().map(|t| self.keys[&t]).collect()),
+        }
+    }
+
+    /// Sets the drain flag of some targets.
+    pub fn set_drained(&mut self, keys: &[TargetKey], drained: bool) {
+        for k in keys {
+            self.slots[k.index()].drained = drained;
+        }
+    }
+
+    /// All live targets, ordered by model, role and name.
+    pub fn live_targets(&self) -> Vec<TargetKey> {
+        let mut keys: Vec<TargetKey> = self.pools.values().flat_map(|p| p.keys.iter().copied()).collect();
+        keys.sort_by(|a, b| {
+            let (sa, sb) = (self.slot(*a), self.slot(*b));
+            (&sa.worker.model, sa.worker.role.as_str(), &sa.target)
+                .cmp(&(&sb.worker.model, sb.worker.role.as_str(), &sb.target))
+        });
+        keys
+    }
+
+    /// Fills `out` with the eligible candidates a pick of `kind` for `model` chooses from, in
+    /// pool order, and returns the pool's round-robin cursor. Decode picks use the model's
+    /// decode workers, or its mixed workers in an aggregated deployment; prefill picks use its
+    /// prefill workers.
+    pub fn candidates(
+        &mut self,
+        model: &ModelName,
+        kind: PickKind,
+        load: impl Fn(TargetKey) -> Load,
+        out: &mut Vec<Candidate>,
+    ) -> Result<PoolCursor<'_>, ControlError> {
+        let role = match kind {
+            PickKind::Prefill => Role::Prefill,
+            PickKind::Decode if self.has_pool(model, Role::Decode) => Role::Decode,
+            PickKind::Decode => Role::Mixed,
+        };
+        if !self.has_pool(model, role) {
+            let known = [Role::Prefill, Role::Decode, Role::Mixed].iter().any(|r| self.has_pool(model, *r));
+            return Err(if known {
+                ControlError::NoPool { model: model.clone(), kind }
+            } else {
+                ControlError::UnknownModel(model.clone())
+            });
+        }
+        let pool = self.pools.get_mut(&(model.clone(), role)).expect("checked above");
+        out.clear();
+        let slots = &self.slots;
+        out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
+            let s = &slots[key.index()];
+            (s.live && !s.drained).then(|| Candidate { key, position, load: load(key) })
+        }));
+        if out.is_empty() {
+            return Err(ControlError::NoEligibleTarget { model: model.clone(), kind });
+        }
+        Ok(PoolCursor { cursor: &mut pool.cursor, len: pool.keys.len() })
+    }
+
+    fn has_pool(&self, model: &ModelName, role: Role) -> bool {
+        self.pools.get(&(model.clone(), role)).is_some_and(|p| !p.keys.is_empty())
+    }
+
+    fn intern(&mut self, target: &Target, record: &Arc<WorkerRecord>) -> TargetKey {
+        if let Some(k) = self.keys.get(target) {
+            return *k;
+        }
+        let key = TargetKey(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
+        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained: false });
+        self.keys.insert(target.clone(), key);
+        key
+    }
+
+    fn retire(&mut self, old: &WorkerRecord) {
+        for t in old.targets() {
+            if let Some(k) = self.keys.get(&t) {
+                self.slots[k.index()].live = false;
+            }
+        }
+        self.rebuild_pool(&old.model, old.role);
+    }
+
+    fn rebuild_pool(&mut self, model: &ModelName, role: Role) {
+        let mut keys: Vec<TargetKey> = self
+            .workers
+            .values()
+            .filter(|w| &w.model == model && w.role == role)
+            .flat_map(|w| w.targets())
+            .map(|t| self.keys[&t])
+            .collect();
+        keys.sort_by(|a, b| self.slots[a.index()].target.cmp(&self.slots[b.index()].target));
+        let pool = self.pools.entry((model.clone(), role)).or_default();
+        pool.keys = keys;
+        if pool.keys.is_empty() {
+            self.pools.remove(&(model.clone(), role));
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The embedded default registry: a static TOML file of workers (`--workers FILE`).
+//!
+//! ```toml
+//! [[workers]]
+//! id = "decode-0"
+//! role = "decode"            # prefill | decode | mixed
+//! url = "http://127.0.0.1:30001"
+//! model = "glm-5.2"
+//! dp_size = 8                # attention-DP ranks (default 1)
+//! bootstrap_port = 8998      # prefill only; SGLang's default when omitted
+//! ```
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use infera_proto::types::{Role, WorkerRecord};
+use serde::Deserialize;
+
+/// SGLang's default `--disaggregation-bootstrap-port`.
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkersFile {
+    #[serde(default)]
+    workers: Vec<WorkerRecord>,
+}
+
+/// A workers file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkersFileError {
+    /// Unreadable.
+    #[error("cannot read workers file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML of the expected shape (the message names line and column).
+    #[error("workers file {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A worker entry with a bad value.
+    #[error("workers file {path}: workers[{index}] (id {id:?}): {problem}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Position of the entry.
+        index: usize,
+        /// Its id.
+        id: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+/// Reads and checks a workers file.
+pub fn load(path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| WorkersFileError::Read { path: path.to_owned(), source })?;
+    parse(&text, path)
+}
+
+/// Parses and checks workers-file text; `path` names it in errors.
+pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+    let file: WorkersFile = toml::from_str(text)
+        .map_err(|e| WorkersFileError::Parse { path: path.to_owned(), source: Box::new(e) })?;
+    let mut seen = HashSet::new();
+    file.workers
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut w)| {
+            let invalid = |problem| WorkersFileError::Invalid {
+                path: path.to_owned(),
+                index,
+                id: w.id.to_string(),
+                problem,
+            };
+            if w.id.as_str().trim().is_empty() {
+                return Err(invalid("id must not be empty"));
+            }
+            if !seen.insert(w.id.clone()) {
+                return Err(invalid("duplicate worker id"));
+            }
+            if w.model.as_str().trim().is_empty() {
+                return Err(invalid("model must not be empty"));
+            }
+            if w.dp_size == 0 {
+                return Err(invalid("dp_size must be at least 1"));
+            }
+            if w.page_size == 0 {
+                return Err(invalid("page_size must be at least 1"));
+            }
+            if !valid_url(&w.url) {
+                return Err(invalid("url must be an absolute http:// or https:// URL with a host"));
+            }
+            match w.role {
+                Role::Prefill => {
+                    w.bootstrap_port.get_or_insert(DEFAULT_BOOTSTRAP_PORT);
+                }
+                Role::Decode | Role::Mixed if w.bootstrap_port.is_some() => {
+                    return Err(invalid("bootstrap_port is for prefill workers only"));
+                }
+                Role::Decode | Role::Mixed => {}
+            }
+            Ok(w)
+        })
+        .collect()
+}
+
+fn valid_url(url: &str) -> bool {
+    url.parse::<http::Uri>().is_ok_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+        parse(text, Path::new("workers.toml"))
+    }
+
+    #[test]
+    fn a_pd_deployment_parses_with_defaults() {
+        let w = parse_str(
+            r#"
+            [[workers]]
+            id = "p0"
+            role = "prefill"
+            url = "http://127.0.0.1:30000"
+            model = "m"
+
+            [[workers]]
+            id = "d0"
+            role = "decode"
+            url = "http://127.0.0.1:30001"
+            model = "m"
+            dp_size = 8
+            labels = { zone = "a" }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(w[0].bootstrap_port, Some(DEFAULT_BOOTSTRAP_PORT));
+        assert_eq!(w[0].dp_size, 1);
+        assert_eq!(w[1].targets().count(), 8);
+        assert_eq!(w[1].labels["zone"], "a");
+    }
+
+    #[test]
+    fn bad_entries_name_the_entry_and_the_problem() {
+        let dup = parse_str(
+            "[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\n\
+             [[workers]]\nid='a'\nrole='decode'\nurl='http://h:2'\nmodel='m'\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(dup.contains("workers[1]") && dup.contains("duplicate"), "{dup}");
+
+        let url = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='h:1'\nmodel='m'\n").unwrap_err();
+        assert!(url.to_string().contains("url"), "{url}");
+
+        let dp = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_size=0\n");
+        assert!(dp.unwrap_err().to_string().contains("dp_size"));
+    }
+
+    #[test]
+    fn unknown_keys_and_roles_are_rejected_with_a_line() {
+        let e = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_sise=2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dp_sise") && e.contains("line 6"), "{e}");
+        let e = parse_str("[[workers]]\nid='a'\nrole='router'\nurl='http://h:1'\nmodel='m'\n").unwrap_err();
+        assert!(e.to_string().contains("router"), "{e}");
+    }
+}

@@ -1,0 +1,276 @@
+//! Wire ⇄ domain conversion, the only place that does it. Every check of a value that arrives
+//! over gRPC happens here: unknown or unspecified enums, empty ids, malformed ids, out-of-range
+//! numbers. Control maps a [`ConvertError`] to `INVALID_ARGUMENT` in one place.
+
+use std::time::SystemTime;
+
+use crate::pb;
+use crate::types::{
+    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_REQUEST_TOKENS,
+    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId,
+    Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
+};
+
+/// A wire value that does not make a domain value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ConvertError {
+    /// The offending field, as named in the `.proto`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: Problem,
+}
+
+/// What is wrong with a field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    /// Required and empty.
+    #[error("must not be empty")]
+    Empty,
+    /// A required message field is absent.
+    #[error("is required")]
+    Missing,
+    /// An enum number this version does not know.
+    #[error("unknown enum value {0}")]
+    UnknownEnum(i32),
+    /// The enum's UNSPECIFIED value where a choice is required.
+    #[error("must be specified")]
+    Unspecified,
+    /// A value callers may not send.
+    #[error("{0}")]
+    NotAllowed(&'static str),
+    /// A malformed id.
+    #[error(transparent)]
+    Id(#[from] IdParseError),
+    /// A weight outside its domain.
+    #[error(transparent)]
+    Weight(#[from] WeightError),
+    /// A number above its maximum.
+    #[error("{value} exceeds the maximum {max}")]
+    TooLarge {
+        /// What was sent.
+        value: u64,
+        /// The largest accepted.
+        max: u64,
+    },
+}
+
+fn err(field: &'static str, problem: impl Into<Problem>) -> ConvertError {
+    ConvertError { field, problem: problem.into() }
+}
+
+fn non_empty(field: &'static str, s: String) -> Result<String, ConvertError> {
+    if s.trim().is_empty() { Err(err(field, Problem::Empty)) } else { Ok(s) }
+}
+
+/// Parses a lease id.
+pub fn lease_id(field: &'static str, s: &str) -> Result<LeaseId, ConvertError> {
+    if s.is_empty() {
+        return Err(err(field, Problem::Empty));
+    }
+    s.parse().map_err(|e| err(field, Problem::Id(e)))
+}
+
+/// Parses a reservation id.
+pub fn reservation_id(field: &'static str, s: &str) -> Result<ReservationId, ConvertError> {
+    if s.is_empty() {
+        return Err(err(field, Problem::Empty));
+    }
+    s.parse().map_err(|e| err(field, Problem::Id(e)))
+}
+
+/// A pick request; both `PickPrefill` and `PickDecode` take it.
+pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
+    if m.input_tokens > MAX_REQUEST_TOKENS {
+        return Err(err(
+            "input_tokens",
+            Problem::TooLarge { value: m.input_tokens, max: MAX_REQUEST_TOKENS },
+        ));
+    }
+    Ok(PickRequest {
+        lease: lease_id("lease_id", &m.lease_id)?,
+        request_id: RequestId::new(non_empty("request_id", m.request_id)?),
+        model: ModelName::new(non_empty("model", m.model)?),
+        input_tokens: m.input_tokens,
+        session: (!m.session_key.is_empty()).then(|| SessionKey::new(m.session_key)),
+    })
+}
+
+/// A release request: the reservation and why it ended. `LEASE_EXPIRED` is control's own.
+pub fn release_request(
+    m: &pb::ReleaseRequest,
+) -> Result<(ReservationId, ReleaseReason), ConvertError> {
+    let id = reservation_id("reservation_id", &m.reservation_id)?;
+    let reason = match pb::ReleaseReason::try_from(m.reason) {
+        Err(_) => return Err(err("reason", Problem::UnknownEnum(m.reason))),
+        Ok(pb::ReleaseReason::Unspecified) => return Err(err("reason", Problem::Unspecified)),
+        Ok(pb::ReleaseReason::Eof) => ReleaseReason::Eof,
+        Ok(pb::ReleaseReason::Cancelled) => ReleaseReason::Cancelled,
+        Ok(pb::ReleaseReason::Failed) => ReleaseReason::Failed,
+        Ok(pb::ReleaseReason::TargetRemoved) => ReleaseReason::TargetRemoved,
+        Ok(pb::ReleaseReason::LeaseExpired) => {
+            return Err(err("reason", Problem::NotAllowed("LEASE_EXPIRED is set by control only")));
+        }
+    };
+    Ok((id, reason))
+}
+
+/// A request weight.
+pub fn request_weight(field: &'static str, w: f64) -> Result<RequestWeight, ConvertError> {
+    RequestWeight::new(w).map_err(|e| err(field, e))
+}
+
+/// A demand mode; UNSPECIFIED is rejected.
+pub fn decode_input_demand(field: &'static str, v: i32) -> Result<DecodeInputDemand, ConvertError> {
+    match pb::DecodeInputDemand::try_from(v) {
+        Err(_) => Err(err(field, Problem::UnknownEnum(v))),
+        Ok(pb::DecodeInputDemand::Unspecified) => Err(err(field, Problem::Unspecified)),
+        Ok(pb::DecodeInputDemand::Off) => Ok(DecodeInputDemand::Off),
+        Ok(pb::DecodeInputDemand::Shadow) => Ok(DecodeInputDemand::Shadow),
+        Ok(pb::DecodeInputDemand::On) => Ok(DecodeInputDemand::On),
+    }
+}
+
+/// An optional role filter: UNSPECIFIED means "any".
+pub fn role_filter(field: &'static str, v: i32) -> Result<Option<Role>, ConvertError> {
+    match pb::Role::try_from(v) {
+        Err(_) => Err(err(field, Problem::UnknownEnum(v))),
+        Ok(pb::Role::Unspecified) => Ok(None),
+        Ok(pb::Role::Prefill) => Ok(Some(Role::Prefill)),
+        Ok(pb::Role::Decode) => Ok(Some(Role::Decode)),
+        Ok(pb::Role::Mixed) => Ok(Some(Role::Mixed)),
+    }
+}
+
+/// An optional pick-kind filter: UNSPECIFIED means "both".
+pub fn kind_filter(field: &'static str, v: i32) -> Result<Option<PickKind>, ConvertError> {
+    match pb::PickKind::try_from(v) {
+        Err(_) => Err(err(field, Problem::UnknownEnum(v))),
+        Ok(pb::PickKind::Unspecified) => Ok(None),
+        Ok(pb::PickKind::Prefill) => Ok(Some(PickKind::Prefill)),
+        Ok(pb::PickKind::Decode) => Ok(Some(PickKind::Decode)),
+    }
+}
+
+/// An optional, non-empty name filter.
+pub fn name_filter(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// A worker id that must be present.
+pub fn worker_id(field: &'static str, s: String) -> Result<WorkerId, ConvertError> {
+    Ok(WorkerId::new(non_empty(field, s)?))
+}
+
+/// A drain/resume selector: a worker and optionally one rank.
+pub fn drain_request(m: pb::DrainTargetRequest) -> Result<(WorkerId, Option<DpRank>), ConvertError> {
+    Ok((worker_id("worker_id", m.worker_id)?, m.dp_rank.map(DpRank)))
+}
+
+// === domain → wire ===
+
+impl From<&Target> for pb::Target {
+    fn from(t: &Target) -> Self {
+        pb::Target { worker_id: t.worker.to_string(), dp_rank: t.rank.0 }
+    }
+}
+
+impl From<Role> for pb::Role {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Prefill => pb::Role::Prefill,
+            Role::Decode => pb::Role::Decode,
+            Role::Mixed => pb::Role::Mixed,
+        }
+    }
+}
+
+impl From<DecodeInputDemand> for pb::DecodeInputDemand {
+    fn from(m: DecodeInputDemand) -> Self {
+        match m {
+            DecodeInputDemand::Off => pb::DecodeInputDemand::Off,
+            DecodeInputDemand::Shadow => pb::DecodeInputDemand::Shadow,
+            DecodeInputDemand::On => pb::DecodeInputDemand::On,
+        }
+    }
+}
+
+impl From<DecodePolicy> for pb::DecodePolicy {
+    fn from(p: DecodePolicy) -> Self {
+        match p {
+            DecodePolicy::RoundRobin => pb::DecodePolicy::RoundRobin,
+            DecodePolicy::Random => pb::DecodePolicy::Random,
+            DecodePolicy::PowerOfTwo => pb::DecodePolicy::PowerOfTwo,
+        }
+    }
+}
+
+impl From<PickKind> for pb::PickKind {
+    fn from(k: PickKind) -> Self {
+        match k {
+            PickKind::Prefill => pb::PickKind::Prefill,
+            PickKind::Decode => pb::PickKind::Decode,
+        }
+    }
+}
+
+impl From<&WorkerRecord> for pb::WorkerEndpoint {
+    fn from(w: &WorkerRecord) -> Self {
+        pb::WorkerEndpoint {
+            worker_id: w.id.to_string(),
+            role: pb::Role::from(w.role) as i32,
+            model: w.model.to_string(),
+            url: w.url.clone(),
+            bootstrap_port: w.bootstrap_port.map_or(0, u32::from),
+            dp_size: w.dp_size,
+            page_size: w.page_size,
+        }
+    }
+}
+
+/// A wall-clock time as a protobuf timestamp.
+pub fn timestamp(t: SystemTime) -> prost_types::Timestamp {
+    prost_types::Timestamp::from(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
+        pb::PickRequest {
+            lease_id: lease.into(),
+            request_id: "req-1".into(),
+            model: model.into(),
+            input_tokens: tokens,
+            session_key: String::new(),
+        }
+    }
+
+    #[test]
+    fn picks_are_checked_field_by_field() {
+        assert_eq!(pick_request(pick("", "m", 1)).unwrap_err().field, "lease_id");
+        assert_eq!(pick_request(pick("l-00000001-1", "", 1)).unwrap_err().field, "model");
+        let huge = pick_request(pick("l-00000001-1", "m", MAX_REQUEST_TOKENS + 1)).unwrap_err();
+        assert_eq!(huge.field, "input_tokens");
+        let ok = pick_request(pick("l-00000001-1", "m", MAX_REQUEST_TOKENS)).unwrap();
+        assert_eq!(ok.input_tokens, MAX_REQUEST_TOKENS);
+        assert_eq!(ok.session, None);
+    }
+
+    #[test]
+    fn release_reasons_are_checked() {
+        let r = |reason| pb::ReleaseRequest { reservation_id: "r-00000001-1".into(), reason };
+        assert!(release_request(&r(pb::ReleaseReason::Eof as i32)).is_ok());
+        assert_eq!(release_request(&r(0)).unwrap_err().problem, Problem::Unspecified);
+        assert_eq!(release_request(&r(99)).unwrap_err().problem, Problem::UnknownEnum(99));
+        assert!(release_request(&r(pb::ReleaseReason::LeaseExpired as i32)).is_err());
+    }
+
+    #[test]
+    fn unknown_modes_are_rejected() {
+        assert!(decode_input_demand("m", 0).is_err());
+        assert!(decode_input_demand("m", 7).is_err());
+        assert_eq!(decode_input_demand("m", 3).unwrap(), DecodeInputDemand::On);
+    }
+}

@@ -1,0 +1,18 @@
+//! infera's wire contract and shared domain types.
+//!
+//! - [`pb`]: the generated gRPC code for `infera.control.v1` (router + admin services).
+//! - [`types`]: the domain types every part shares: ids, roles, targets, modes, worker records.
+//! - [`convert`]: the one place where wire messages become domain values (and back); values are
+//!   checked here, so nothing past this boundary sees an unknown enum or an empty id.
+
+pub mod convert;
+pub mod types;
+
+/// Generated code for package `infera.control.v1`.
+#[allow(missing_docs, unreachable_pub, missing_debug_implementations, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("infera.control.v1");
+}
+
+/// Encoded file descriptor set of `infera.control.v1`, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("infera_control_v1");

@@ -1,0 +1,16 @@
+//! Domain types shared by control, proxy, launcher and sim.
+
+mod ids;
+mod modes;
+mod pick;
+mod worker;
+
+pub use ids::{
+    DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target,
+    WorkerId,
+};
+pub use modes::{
+    DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError,
+};
+pub use pick::{MAX_REQUEST_TOKENS, PickRequest};
+pub use worker::{Role, WorkerRecord};

@@ -1,0 +1,203 @@
+//! Closed sets of routing choices, and the validated request weight.
+
+use std::fmt;
+
+/// How decode targets are selected (`--decode-input-demand`). The ledger books in every mode,
+/// so a switch at run time starts warm; the mode only decides selection.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum DecodeInputDemand {
+    /// The legacy policy selects.
+    #[default]
+    Off,
+    /// The legacy policy selects; the cost suggestion is computed and recorded.
+    Shadow,
+    /// The lowest cost wins.
+    On,
+}
+
+impl DecodeInputDemand {
+    /// Whether the cost (and so a request weight) takes part in this mode at all.
+    pub fn scores(self) -> bool {
+        !matches!(self, Self::Off)
+    }
+
+    /// The flag spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Shadow => "shadow",
+            Self::On => "on",
+        }
+    }
+}
+
+impl fmt::Display for DecodeInputDemand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The legacy decode policy (`--decode-policy`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum DecodePolicy {
+    /// Each model's decode targets in turn.
+    #[default]
+    RoundRobin,
+    /// Uniformly at random.
+    Random,
+    /// Two distinct targets at random; the one holding fewer requests (then fewer tokens) wins.
+    PowerOfTwo,
+}
+
+impl DecodePolicy {
+    /// The flag spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RoundRobin => "round-robin",
+            Self::Random => "random",
+            Self::PowerOfTwo => "power-of-two",
+        }
+    }
+}
+
+impl fmt::Display for DecodePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which pick a reservation belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum PickKind {
+    /// The prefill leg; released when that leg finishes.
+    Prefill,
+    /// The decode leg (or the only leg of an aggregated request).
+    Decode,
+}
+
+impl PickKind {
+    /// A metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+}
+
+/// Why a reservation ended.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ReleaseReason {
+    /// The response (or the prefill leg) reached its end.
+    Eof,
+    /// The client went away.
+    Cancelled,
+    /// An upstream leg failed.
+    Failed,
+    /// The holder's lease expired (control only).
+    LeaseExpired,
+    /// The target left the deployment.
+    TargetRemoved,
+}
+
+impl ReleaseReason {
+    /// Every reason, for metric pre-registration and tests.
+    pub const ALL: [Self; 5] =
+        [Self::Eof, Self::Cancelled, Self::Failed, Self::LeaseExpired, Self::TargetRemoved];
+
+    /// A metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Eof => "eof",
+            Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
+            Self::LeaseExpired => "lease_expired",
+            Self::TargetRemoved => "target_removed",
+        }
+    }
+}
+
+/// Tokens charged per held request in the decode cost (W). Finite, non-negative and at most
+/// [`RequestWeight::MAX`].
+#[derive(Clone, Copy, PartialEq, PartialOrd, Debug, Default)]
+pub struct RequestWeight(f64);
+
+/// A weight outside its domain.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum WeightError {
+    /// NaN or infinite.
+    #[error("decode request weight must be a finite number, got {0}")]
+    NotFinite(f64),
+    /// Below zero.
+    #[error("decode request weight must not be negative, got {0}")]
+    Negative(f64),
+    /// Above the maximum.
+    #[error("decode request weight {0} exceeds the maximum {max}", max = RequestWeight::MAX)]
+    TooLarge(f64),
+}
+
+impl RequestWeight {
+    /// Zero: token-only demand.
+    pub const ZERO: Self = Self(0.0);
+    /// The largest accepted weight (1e12 tokens per request): far above any useful value,
+    /// low enough that costs stay exact integers in an f64.
+    pub const MAX: f64 = 1e12;
+
+    /// Checks a weight.
+    pub fn new(w: f64) -> Result<Self, WeightError> {
+        if !w.is_finite() {
+            Err(WeightError::NotFinite(w))
+        } else if w < 0.0 {
+            Err(WeightError::Negative(w))
+        } else if w > Self::MAX {
+            Err(WeightError::TooLarge(w))
+        } else {
+            // Normalise -0.0 so that "is zero" has one meaning.
+            Ok(Self(w + 0.0))
+        }
+    }
+
+    /// The weight in tokens per held request.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// Whether the held-request term takes part.
+    pub fn is_zero(self) -> bool {
+        self.0 == 0.0
+    }
+}
+
+impl fmt::Display for RequestWeight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for RequestWeight {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let w: f64 = s.trim().parse().map_err(|e| format!("not a number: {e}"))?;
+        Self::new(w).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_outside_the_domain_are_rejected() {
+        assert!(matches!(RequestWeight::new(f64::NAN), Err(WeightError::NotFinite(_))));
+        assert!(matches!(RequestWeight::new(f64::INFINITY), Err(WeightError::NotFinite(_))));
+        assert!(matches!(RequestWeight::new(-1.0), Err(WeightError::Negative(_))));
+        assert!(matches!(RequestWeight::new(1e13), Err(WeightError::TooLarge(_))));
+        assert_eq!(RequestWeight::new(1e6).unwrap().get(), 1e6);
+        assert!(RequestWeight::new(-0.0).unwrap().is_zero());
+        assert_eq!("1000000".parse::<RequestWeight>().unwrap().get(), 1e6);
+        assert!("abc".parse::<RequestWeight>().is_err());
+    }
+}
