@@ -38,7 +38,11 @@ struct ListenArgs {
     #[arg(long, env = "INFERA_CONTROL_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
     /// Prometheus `/metrics` address. Port 0 picks a free port.
-    #[arg(long, env = "INFERA_CONTROL_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    #[arg(
+        long,
+        env = "INFERA_CONTROL_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
     metrics_listen: SocketAddr,
 }
 
@@ -72,7 +76,11 @@ struct DecodeArgs {
 struct PrefillArgs {
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
-    #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
+    #[arg(
+        long,
+        env = "INFERA_PREFILL_SESSION_SLACK_TOKENS",
+        default_value_t = 32_768
+    )]
     prefill_session_slack_tokens: u64,
     /// Milliseconds of inactivity after which a session forgets its prefill target.
     #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000)]
@@ -164,7 +172,10 @@ impl TryFrom<Args> for Config {
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
         };
         if settings.validate().is_err() {
-            return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
+            return Err(ConfigError::WeightNeedsDemand {
+                weight: settings.weight,
+                mode: settings.mode,
+            });
         }
         Ok(Self {
             listen: a.listen.listen,
@@ -200,7 +211,9 @@ mod tests {
             if ["help", "version"].contains(&arg.get_id().as_str()) {
                 continue;
             }
-            let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
+            let env = arg
+                .get_env()
+                .unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
             assert!(env.to_str().unwrap().starts_with("INFERA_"), "{env:?}");
         }
     }
@@ -222,7 +235,11 @@ mod tests {
         assert_eq!(a.decode.decode_input_demand, DecodeInputDemand::Shadow);
         assert_eq!(a.decode.decode_request_weight.get(), 180_000.0);
         assert_eq!(a.decode.decode_policy, DecodePolicy::PowerOfTwo);
-        for bad in [["--decode-request-weight", "-1"], ["--decode-request-weight", "NaN"], ["--decode-input-demand", "maybe"]] {
+        for bad in [
+            ["--decode-request-weight", "-1"],
+            ["--decode-request-weight", "NaN"],
+            ["--decode-input-demand", "maybe"],
+        ] {
             let mut argv = vec!["infera-control", "--workers", "w.toml"];
             argv.extend(bad);
             assert!(Args::try_parse_from(argv).is_err(), "{bad:?} accepted");

@@ -64,7 +64,9 @@ pub struct DecisionHub {
 impl DecisionHub {
     /// A hub keeping up to `capacity` undelivered events per watcher.
     pub fn new(capacity: usize) -> Self {
-        Self { tx: broadcast::channel(capacity).0 }
+        Self {
+            tx: broadcast::channel(capacity).0,
+        }
     }
 
     /// Whether anyone is watching (events are only built then).

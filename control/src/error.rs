@@ -2,8 +2,7 @@
 
 use infera_proto::convert::ConvertError;
 use infera_proto::types::{
-    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Target,
-    WorkerId,
+    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Target, WorkerId,
 };
 use tonic::{Code, Status};
 
@@ -33,7 +32,9 @@ pub enum ControlError {
         kind: PickKind,
     },
     /// A lease this control does not hold (never opened, expired or closed).
-    #[error("unknown lease {0} (expired, closed, or opened by an earlier control instance); open a new one")]
+    #[error(
+        "unknown lease {0} (expired, closed, or opened by an earlier control instance); open a new one"
+    )]
     UnknownLease(LeaseId),
     /// A reservation id this control never issued.
     #[error("unknown reservation {0}")]

@@ -71,9 +71,8 @@ pub async fn run(
     let core = RoutingState::new(View::new(config.workers), config.settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let state = ControlState::new(core, ControlMetrics::register(&mut registry));
-    let routes = service::routes(state.clone(), config.admin_token).await?;
-
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;
     let stopped = move || {
         let mut rx = stop_rx.clone();
         async move {
@@ -86,7 +85,11 @@ pub async fn run(
     });
 
     let reaper = tokio::spawn(reap(state, stopped()));
-    let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
+    let metrics = tokio::spawn(metrics::serve(
+        listeners.metrics,
+        Arc::new(registry),
+        stopped(),
+    ));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
         if let Ok(stream) = &conn {
             // Picks are small unary calls: never wait for Nagle.

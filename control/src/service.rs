@@ -16,20 +16,27 @@ use crate::state::ControlState;
 pub use auth::AdminAuth;
 
 /// Builds the tonic router with every service control serves.
+/// `stop` fires at shutdown; open `WatchDecisions` streams end then, so a graceful shutdown
+/// does not wait on an operator's grpcurl.
 pub async fn routes(
     state: Arc<ControlState>,
     admin_token: Option<String>,
+    stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
     let (health, health_svc) = tonic_health::server::health_reporter();
-    health.set_serving::<RouterServer<router::RouterService>>().await;
-    health.set_serving::<AdminServer<admin::AdminService>>().await;
+    health
+        .set_serving::<RouterServer<router::RouterService>>()
+        .await;
+    health
+        .set_serving::<AdminServer<admin::AdminService>>()
+        .await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(infera_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let admin = InterceptedService::new(
-        AdminServer::new(admin::AdminService::new(state.clone())),
+        AdminServer::new(admin::AdminService::new(state.clone(), stop)),
         AdminAuth::new(admin_token),
     );
     let mut routes = tonic::service::Routes::new(health_svc);

@@ -58,7 +58,9 @@ impl Telemetry {
                     SdkTracerProvider::builder()
                         .with_batch_exporter(exporter)
                         .with_resource(
-                            opentelemetry_sdk::Resource::builder().with_service_name(cfg.service_name).build(),
+                            opentelemetry_sdk::Resource::builder()
+                                .with_service_name(cfg.service_name)
+                                .build(),
                         )
                         .build(),
                 )
@@ -70,10 +72,16 @@ impl Telemetry {
             .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(cfg.service_name)));
         let registry = tracing_subscriber::registry().with(filter).with(otel);
         match cfg.log_format {
-            LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?,
-            LogFormat::Json => {
-                registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).try_init()?
-            }
+            LogFormat::Text => registry
+                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+                .try_init()?,
+            LogFormat::Json => registry
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .json()
+                        .with_writer(std::io::stderr),
+                )
+                .try_init()?,
         }
         Ok(Self { provider })
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt};
 use infera_proto::convert;
 use infera_proto::pb::{self, admin_server::Admin};
+use tokio::sync::watch;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
@@ -18,15 +19,21 @@ use crate::state::ControlState;
 #[derive(Debug)]
 pub(crate) struct AdminService {
     state: Arc<ControlState>,
+    stop: watch::Receiver<()>,
 }
 
 impl AdminService {
-    pub(super) fn new(state: Arc<ControlState>) -> Self {
-        Self { state }
+    pub(super) fn new(state: Arc<ControlState>, stop: watch::Receiver<()>) -> Self {
+        Self { state, stop }
     }
 
-    fn drain(&self, req: Request<pb::DrainTargetRequest>, drained: bool) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        let (worker, rank) = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
+    fn drain(
+        &self,
+        req: Request<pb::DrainTargetRequest>,
+        drained: bool,
+    ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        let (worker, rank) =
+            convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
         let rows = self.state.set_drained(&worker, rank, drained)?;
         Ok(Response::new(wire::targets(&rows)))
     }
@@ -36,7 +43,10 @@ type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+    async fn get_config(
+        &self,
+        _: Request<pb::GetConfigRequest>,
+    ) -> Result<Response<pb::Config>, Status> {
         Ok(Response::new(wire::config(&self.state.settings())))
     }
 
@@ -44,8 +54,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeRequestWeightRequest>,
     ) -> Result<Response<pb::Config>, Status> {
-        let w = convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
-            .map_err(ControlError::from)?;
+        let w =
+            convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
+                .map_err(ControlError::from)?;
         Ok(Response::new(wire::config(&self.state.set_weight(w)?)))
     }
 
@@ -53,8 +64,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeInputDemandRequest>,
     ) -> Result<Response<pb::Config>, Status> {
-        let mode = convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
-            .map_err(ControlError::from)?;
+        let mode =
+            convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
+                .map_err(ControlError::from)?;
         Ok(Response::new(wire::config(&self.state.set_mode(mode)?)))
     }
 
@@ -65,7 +77,9 @@ impl Admin for AdminService {
         let m = req.into_inner();
         let role = convert::role_filter("role", m.role).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
-        Ok(Response::new(wire::targets(&self.state.targets(model.as_deref(), role))))
+        Ok(Response::new(wire::targets(
+            &self.state.targets(model.as_deref(), role),
+        )))
     }
 
     async fn list_reservations(
@@ -107,16 +121,28 @@ impl Admin for AdminService {
         let m = req.into_inner();
         let kind = convert::kind_filter("kind", m.kind).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
-        let events = BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
-            let keep = match &event {
-                Ok(d) => kind.is_none_or(|k| d.kind == k) && model.as_deref().is_none_or(|m| d.model.as_str() == m),
-                Err(BroadcastStreamRecvError::Lagged(n)) => {
-                    tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
-                    false
-                }
-            };
-            std::future::ready(keep.then(|| event.map(|d| wire::decision(&d)).map_err(|_| Status::internal("lagged"))))
-        });
-        Ok(Response::new(Box::pin(events)))
+        let events =
+            BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
+                let keep = match &event {
+                    Ok(d) => {
+                        kind.is_none_or(|k| d.kind == k)
+                            && model.as_deref().is_none_or(|m| d.model.as_str() == m)
+                    }
+                    Err(BroadcastStreamRecvError::Lagged(n)) => {
+                        tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
+                        false
+                    }
+                };
+                std::future::ready(keep.then(|| {
+                    event
+                        .map(|d| wire::decision(&d))
+                        .map_err(|_| Status::internal("lagged"))
+                }))
+            });
+        let mut stop = self.stop.clone();
+        let stopped = async move {
+            let _ = stop.changed().await;
+        };
+        Ok(Response::new(Box::pin(events.take_until(stopped))))
     }
 }

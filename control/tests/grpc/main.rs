@@ -1,0 +1,8 @@
+//! control over real gRPC on loopback: one test binary, one module per area.
+
+mod harness;
+
+mod admin;
+mod bad_input;
+mod leases;
+mod picks;
