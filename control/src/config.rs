@@ -64,7 +64,12 @@ struct DecodeArgs {
     /// W: tokens charged per request a decode target holds,
     /// cost = booked input tokens + request tokens + W × held requests. 0 = token-only demand;
     /// W > 0 needs --decode-input-demand shadow or on.
-    #[arg(long, env = "INFERA_DECODE_REQUEST_WEIGHT", default_value = "0")]
+    #[arg(
+        long,
+        env = "INFERA_DECODE_REQUEST_WEIGHT",
+        default_value = "0",
+        allow_negative_numbers = true
+    )]
     decode_request_weight: RequestWeight,
     /// The legacy decode policy (selects in off and shadow modes).
     #[arg(long, env = "INFERA_DECODE_POLICY", value_enum, default_value_t = DecodePolicy::RoundRobin)]

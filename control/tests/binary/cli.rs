@@ -1,0 +1,99 @@
+//! Start-up validation and the process lifecycle.
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use infera_proto::pb::{self, admin_client::AdminClient};
+
+use crate::process::*;
+
+fn run_to_exit(mut cmd: std::process::Command) -> (i32, String) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait(&mut child, Duration::from_secs(20));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap(), err)
+}
+
+#[test]
+fn weight_without_demand_exits_64_by_flag_and_by_env() {
+    let workers = workers_file(WORKERS);
+    let mut by_flag = command(&workers);
+    by_flag.args(["--decode-request-weight", "1000000"]);
+    let (code, err) = run_to_exit(by_flag);
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("--decode-request-weight") && err.contains("shadow or on"),
+        "{err}"
+    );
+
+    let mut by_env = command(&workers);
+    by_env
+        .env("INFERA_DECODE_REQUEST_WEIGHT", "5")
+        .env("INFERA_DECODE_INPUT_DEMAND", "off");
+    let (code, err) = run_to_exit(by_env);
+    assert_eq!(code, 64, "{err}");
+}
+
+#[test]
+fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
+    let workers = workers_file(WORKERS);
+    for (flag, value) in [
+        ("--decode-request-weight", "-3"),
+        ("--decode-request-weight", "nan"),
+        ("--decode-input-demand", "yes"),
+    ] {
+        let mut cmd = command(&workers);
+        cmd.args([flag, value]);
+        let (code, err) = run_to_exit(cmd);
+        assert_eq!(code, 64, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{err}");
+    }
+    let bad = workers_file(
+        "[[workers]]\nid = 'd'\nrole = 'decode'\nurl = 'http://h:1'\nmodel = 'm'\ndp_sise = 4\n",
+    );
+    let (code, err) = run_to_exit(command(&bad));
+    assert_eq!(code, 64);
+    assert!(err.contains("dp_sise") && err.contains("line 6"), "{err}");
+}
+
+#[test]
+fn env_vars_configure_it_and_sigterm_stops_it_cleanly() {
+    let workers = workers_file(WORKERS);
+    let mut cmd = command(&workers);
+    cmd.env("INFERA_DECODE_INPUT_DEMAND", "on")
+        .env("INFERA_DECODE_REQUEST_WEIGHT", "180000");
+    let mut control = Running::spawn(cmd);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cfg = rt.block_on(async {
+        let mut admin = AdminClient::connect(control.url()).await.unwrap();
+        admin
+            .get_config(pb::GetConfigRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
+    assert_eq!(cfg.decode_request_weight, 180_000.0);
+
+    let mut http = std::net::TcpStream::connect(control.metrics).unwrap();
+    std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    assert!(text.contains("application/openmetrics-text"), "{text}");
+    assert!(text.contains("# TYPE infera_router_leases gauge"), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"));
+
+    let status = control.terminate();
+    assert_eq!(status.code(), Some(0));
+}

@@ -1,0 +1,104 @@
+//! Spawning the binary on port 0 and waiting for its "listening" line.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub(crate) const WORKERS: &str = "[[workers]]\nid = 'p'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\n\
+     [[workers]]\nid = 'd'\nrole = 'decode'\nurl = 'http://127.0.0.1:30001'\nmodel = 'm'\ndp_size = 4\n";
+
+/// A workers file that lives as long as the value.
+pub(crate) fn workers_file(text: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), text).unwrap();
+    f
+}
+
+pub(crate) fn command(workers: &tempfile::NamedTempFile) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_infera-control"));
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--workers",
+    ])
+    .arg(workers.path())
+    .env_remove("INFERA_DECODE_INPUT_DEMAND")
+    .env_remove("INFERA_DECODE_REQUEST_WEIGHT")
+    .env_remove("INFERA_ADMIN_TOKEN")
+    .stdin(Stdio::null());
+    cmd
+}
+
+/// A running control process; killed on drop.
+pub(crate) struct Running {
+    pub(crate) child: Child,
+    pub(crate) grpc: SocketAddr,
+    pub(crate) metrics: SocketAddr,
+}
+
+impl Running {
+    /// Spawns and waits for `infera-control listening grpc=… metrics=…` on stdout.
+    pub(crate) fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = |key: &str| -> SocketAddr {
+            let rest = line
+                .split(key)
+                .nth(1)
+                .unwrap_or_else(|| panic!("no {key} in {line:?}"));
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let (grpc, metrics) = (addr("grpc="), addr("metrics="));
+        Self {
+            child,
+            grpc,
+            metrics,
+        }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// SIGTERM, then the exit status (bounded wait).
+    pub(crate) fn terminate(&mut self) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        wait(&mut self.child, Duration::from_secs(20))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for a child to exit, failing the test after `limit`.
+pub(crate) fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < end,
+            "process did not exit within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
