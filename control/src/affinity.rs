@@ -17,10 +17,7 @@ pub struct Sessions {
 impl Sessions {
     /// The session's target if it was used within `ttl`.
     pub fn get(&self, session: &SessionKey, now: Instant, ttl: Duration) -> Option<TargetKey> {
-        self.map
-            .get(session)
-            .filter(|(_, at)| now.duration_since(*at) < ttl)
-            .map(|(k, _)| *k)
+        self.map.get(session).filter(|(_, at)| now.duration_since(*at) < ttl).map(|(k, _)| *k)
     }
 
     /// Records the session's target.

@@ -38,11 +38,7 @@ struct ListenArgs {
     #[arg(long, env = "INFERA_CONTROL_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
     /// Prometheus `/metrics` address. Port 0 picks a free port.
-    #[arg(
-        long,
-        env = "INFERA_CONTROL_METRICS_LISTEN",
-        default_value = "127.0.0.1:9464"
-    )]
+    #[arg(long, env = "INFERA_CONTROL_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     metrics_listen: SocketAddr,
 }
 
@@ -64,12 +60,7 @@ struct DecodeArgs {
     /// W: tokens charged per request a decode target holds,
     /// cost = booked input tokens + request tokens + W × held requests. 0 = token-only demand;
     /// W > 0 needs --decode-input-demand shadow or on.
-    #[arg(
-        long,
-        env = "INFERA_DECODE_REQUEST_WEIGHT",
-        default_value = "0",
-        allow_negative_numbers = true
-    )]
+    #[arg(long, env = "INFERA_DECODE_REQUEST_WEIGHT", default_value = "0", allow_negative_numbers = true)]
     decode_request_weight: RequestWeight,
     /// The legacy decode policy (selects in off and shadow modes).
     #[arg(long, env = "INFERA_DECODE_POLICY", value_enum, default_value_t = DecodePolicy::RoundRobin)]
@@ -81,11 +72,7 @@ struct DecodeArgs {
 struct PrefillArgs {
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
-    #[arg(
-        long,
-        env = "INFERA_PREFILL_SESSION_SLACK_TOKENS",
-        default_value_t = 32_768
-    )]
+    #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
     prefill_session_slack_tokens: u64,
     /// Milliseconds of inactivity after which a session forgets its prefill target.
     #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000)]
@@ -177,10 +164,7 @@ impl TryFrom<Args> for Config {
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
         };
         if settings.validate().is_err() {
-            return Err(ConfigError::WeightNeedsDemand {
-                weight: settings.weight,
-                mode: settings.mode,
-            });
+            return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
         }
         Ok(Self {
             listen: a.listen.listen,
@@ -216,9 +200,7 @@ mod tests {
             if ["help", "version"].contains(&arg.get_id().as_str()) {
                 continue;
             }
-            let env = arg
-                .get_env()
-                .unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
+            let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
             assert!(env.to_str().unwrap().starts_with("INFERA_"), "{env:?}");
         }
     }

@@ -4,8 +4,7 @@
 use std::time::SystemTime;
 
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, ModelName, PickKind, RequestId, RequestWeight, ReservationId,
-    Target,
+    DecodeInputDemand, DecodePolicy, ModelName, PickKind, RequestId, RequestWeight, ReservationId, Target,
 };
 use tokio::sync::broadcast;
 
@@ -64,9 +63,7 @@ pub struct DecisionHub {
 impl DecisionHub {
     /// A hub keeping up to `capacity` undelivered events per watcher.
     pub fn new(capacity: usize) -> Self {
-        Self {
-            tx: broadcast::channel(capacity).0,
-        }
+        Self { tx: broadcast::channel(capacity).0 }
     }
 
     /// Whether anyone is watching (events are only built then).

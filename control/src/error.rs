@@ -32,9 +32,7 @@ pub enum ControlError {
         kind: PickKind,
     },
     /// A lease this control does not hold (never opened, expired or closed).
-    #[error(
-        "unknown lease {0} (expired, closed, or opened by an earlier control instance); open a new one"
-    )]
+    #[error("unknown lease {0} (expired, closed, or opened by an earlier control instance); open a new one")]
     UnknownLease(LeaseId),
     /// A reservation id this control never issued.
     #[error("unknown reservation {0}")]

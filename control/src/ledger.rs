@@ -115,17 +115,9 @@ impl Ledger {
     /// Opens a lease that expires `ttl` after `now` unless renewed.
     pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> LeaseId {
         self.last_lease += 1;
-        let state = LeaseState {
-            holder,
-            ttl,
-            expires_at: now + ttl,
-            reservations: HashSet::new(),
-        };
+        let state = LeaseState { holder, ttl, expires_at: now + ttl, reservations: HashSet::new() };
         self.leases.insert(self.last_lease, state);
-        LeaseId {
-            epoch: self.epoch,
-            seq: self.last_lease,
-        }
+        LeaseId { epoch: self.epoch, seq: self.last_lease }
     }
 
     /// Renews a live lease; an unknown or already expired one is `UnknownLease`.
@@ -158,10 +150,7 @@ impl Ledger {
         let seq = self.last_reservation + 1;
         self.live_lease(lease, now)?.reservations.insert(seq);
         self.last_reservation = seq;
-        let id = ReservationId {
-            epoch: self.epoch,
-            seq,
-        };
+        let id = ReservationId { epoch: self.epoch, seq };
         let i = booking.target.index();
         if self.loads.len() <= i {
             self.loads.resize(i + 1, Load::default());
@@ -201,20 +190,13 @@ impl Ledger {
 
     /// Removes every lease whose deadline has passed and releases what they held.
     pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
-        let due: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, s)| s.expires_at <= now)
-            .map(|(seq, _)| *seq)
-            .collect();
+        let due: Vec<u64> =
+            self.leases.iter().filter(|(_, s)| s.expires_at <= now).map(|(seq, _)| *seq).collect();
         due.into_iter()
             .map(|seq| {
                 let state = self.leases.remove(&seq).expect("collected from the map");
                 Expired {
-                    lease: LeaseId {
-                        epoch: self.epoch,
-                        seq,
-                    },
+                    lease: LeaseId { epoch: self.epoch, seq },
                     holder: state.holder,
                     released: self.release_all(state.reservations),
                 }
@@ -231,9 +213,7 @@ impl Ledger {
 
     /// A live lease's state, if any.
     pub fn lease(&self, lease: LeaseId) -> Option<&LeaseState> {
-        (lease.epoch == self.epoch)
-            .then(|| self.leases.get(&lease.seq))
-            .flatten()
+        (lease.epoch == self.epoch).then(|| self.leases.get(&lease.seq)).flatten()
     }
 
     /// Number of open leases.
@@ -258,11 +238,7 @@ impl Ledger {
         }
     }
 
-    fn live_lease(
-        &mut self,
-        lease: LeaseId,
-        now: Instant,
-    ) -> Result<&mut LeaseState, ControlError> {
+    fn live_lease(&mut self, lease: LeaseId, now: Instant) -> Result<&mut LeaseState, ControlError> {
         self.check_lease(lease, now)?;
         Ok(self.leases.get_mut(&lease.seq).expect("checked live above"))
     }
@@ -288,10 +264,8 @@ impl Ledger {
             .booked_input_tokens
             .checked_sub(r.input_tokens)
             .expect("ledger invariant: booked tokens never go negative");
-        load.held_requests = load
-            .held_requests
-            .checked_sub(1)
-            .expect("ledger invariant: held requests never go negative");
+        load.held_requests =
+            load.held_requests.checked_sub(1).expect("ledger invariant: held requests never go negative");
         *load
     }
 }

@@ -85,11 +85,7 @@ pub async fn run(
     });
 
     let reaper = tokio::spawn(reap(state, stopped()));
-    let metrics = tokio::spawn(metrics::serve(
-        listeners.metrics,
-        Arc::new(registry),
-        stopped(),
-    ));
+    let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
         if let Ok(stream) = &conn {
             // Picks are small unary calls: never wait for Nagle.

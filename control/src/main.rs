@@ -15,11 +15,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
     let config = match Config::try_from(args) {
@@ -29,10 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("infera-control: cannot start the runtime: {e}");
@@ -53,11 +46,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let grpc = TcpListener::bind(config.listen).await?;
     let metrics = TcpListener::bind(config.metrics_listen).await?;
     // One line on stdout that scripts and tests wait for (ports may have been 0).
-    println!(
-        "infera-control listening grpc={} metrics={}",
-        grpc.local_addr()?,
-        metrics.local_addr()?
-    );
+    println!("infera-control listening grpc={} metrics={}", grpc.local_addr()?, metrics.local_addr()?);
     tracing::info!(
         grpc = %grpc.local_addr()?,
         metrics = %metrics.local_addr()?,

@@ -74,9 +74,7 @@ impl ControlMetrics {
             prefill_requests: Family::default(),
             prefill_tokens: Family::default(),
             picks: Family::default(),
-            pick_seconds: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(5e-6, 2.0, 20))
-            }),
+            pick_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(5e-6, 2.0, 20))),
             releases: Family::default(),
             repeated_releases: Counter::default(),
             lease_expiries: Counter::default(),
@@ -84,51 +82,23 @@ impl ControlMetrics {
             shadow: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("infera_router");
-        r.register(
-            "decode_demand_requests",
-            "Requests held per decode target",
-            m.decode_requests.clone(),
-        );
-        r.register(
-            "decode_demand_tokens",
-            "Input tokens booked per decode target",
-            m.decode_tokens.clone(),
-        );
-        r.register(
-            "prefill_demand_requests",
-            "Requests held per prefill target",
-            m.prefill_requests.clone(),
-        );
+        r.register("decode_demand_requests", "Requests held per decode target", m.decode_requests.clone());
+        r.register("decode_demand_tokens", "Input tokens booked per decode target", m.decode_tokens.clone());
+        r.register("prefill_demand_requests", "Requests held per prefill target", m.prefill_requests.clone());
         r.register(
             "prefill_demand_tokens",
             "Input tokens booked per prefill target",
             m.prefill_tokens.clone(),
         );
-        r.register(
-            "picks",
-            "Picks by kind, demand mode and outcome",
-            m.picks.clone(),
-        );
-        r.register(
-            "pick_duration_seconds",
-            "Time to pick and book, inside control",
-            m.pick_seconds.clone(),
-        );
-        r.register(
-            "releases",
-            "Reservations ended, by kind and reason",
-            m.releases.clone(),
-        );
+        r.register("picks", "Picks by kind, demand mode and outcome", m.picks.clone());
+        r.register("pick_duration_seconds", "Time to pick and book, inside control", m.pick_seconds.clone());
+        r.register("releases", "Reservations ended, by kind and reason", m.releases.clone());
         r.register(
             "repeated_releases",
             "Releases of reservations that had already ended",
             m.repeated_releases.clone(),
         );
-        r.register(
-            "lease_expiries",
-            "Proxy leases that expired",
-            m.lease_expiries.clone(),
-        );
+        r.register("lease_expiries", "Proxy leases that expired", m.lease_expiries.clone());
         r.register("leases", "Open proxy leases", m.leases.clone());
         r.register(
             "decode_shadow_decisions",
@@ -140,53 +110,30 @@ impl ControlMetrics {
 
     /// A target's load changed.
     pub fn load(&self, change: &LoadChange) {
-        let labels = TargetLabels {
-            target: change.target.to_string(),
-        };
+        let labels = TargetLabels { target: change.target.to_string() };
         let (requests, tokens) = match change.role {
             Role::Prefill => (&self.prefill_requests, &self.prefill_tokens),
             Role::Decode | Role::Mixed => (&self.decode_requests, &self.decode_tokens),
         };
-        requests
-            .get_or_create(&labels)
-            .set(to_i64(change.load.held_requests));
-        tokens
-            .get_or_create(&labels)
-            .set(to_i64(change.load.booked_input_tokens));
+        requests.get_or_create(&labels).set(to_i64(change.load.held_requests));
+        tokens.get_or_create(&labels).set(to_i64(change.load.booked_input_tokens));
     }
 
     /// A pick ended with `outcome` after `seconds`.
     pub fn pick(&self, kind: PickKind, mode: &'static str, outcome: &'static str, seconds: f64) {
-        self.picks
-            .get_or_create(&PickLabels {
-                kind: kind.as_str(),
-                mode,
-                outcome,
-            })
-            .inc();
-        self.pick_seconds
-            .get_or_create(&KindLabels {
-                kind: kind.as_str(),
-            })
-            .observe(seconds);
+        self.picks.get_or_create(&PickLabels { kind: kind.as_str(), mode, outcome }).inc();
+        self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
     }
 
     /// A shadow decode pick agreed (or not) with the cost.
     pub fn shadow(&self, agree: bool) {
         let agreement = if agree { "agree" } else { "disagree" };
-        self.shadow
-            .get_or_create(&AgreementLabels { agreement })
-            .inc();
+        self.shadow.get_or_create(&AgreementLabels { agreement }).inc();
     }
 
     /// A reservation ended.
     pub fn release(&self, kind: PickKind, reason: ReleaseReason) {
-        self.releases
-            .get_or_create(&ReleaseLabels {
-                kind: kind.as_str(),
-                reason: reason.as_str(),
-            })
-            .inc();
+        self.releases.get_or_create(&ReleaseLabels { kind: kind.as_str(), reason: reason.as_str() }).inc();
     }
 
     /// A release named a reservation that had already ended.
@@ -244,33 +191,20 @@ fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>
     let reply = |status, ctype: &'static str, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static(ctype),
-        );
+        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
         r
     };
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let mut text = String::new();
             match prometheus_client::encoding::text::encode(&mut text, registry) {
-                Ok(()) => reply(
-                    StatusCode::OK,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    text,
-                ),
-                Err(e) => reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain",
-                    e.to_string(),
-                ),
+                Ok(()) => {
+                    reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text)
+                }
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e.to_string()),
             }
         }
         (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found; try /metrics\n".into(),
-        ),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics\n".into()),
     }
 }

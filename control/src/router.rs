@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, PickKind, PickRequest, RequestWeight,
-    ReservationId, Role, Target, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId,
+    Role, Target, WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
@@ -49,16 +49,12 @@ pub struct Settings {
 
 impl Settings {
     /// Shortest and longest lease TTL a proxy may ask for.
-    pub const LEASE_TTL_RANGE: (Duration, Duration) =
-        (Duration::from_millis(100), Duration::from_secs(300));
+    pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(300));
 
     /// W > 0 needs a mode that scores.
     pub fn validate(&self) -> Result<(), ControlError> {
         if !self.weight.is_zero() && !self.mode.scores() {
-            return Err(ControlError::WeightNeedsDemand {
-                weight: self.weight,
-                mode: self.mode,
-            });
+            return Err(ControlError::WeightNeedsDemand { weight: self.weight, mode: self.mode });
         }
         Ok(())
     }
@@ -86,6 +82,8 @@ pub struct Picked {
     pub chosen: CandidateTerms,
     /// The mode in force.
     pub mode: DecodeInputDemand,
+    /// W in force (decode picks; zero for prefill picks).
+    pub weight: RequestWeight,
     /// Shadow mode: whether the legacy choice is also a lowest-cost one.
     pub agree: Option<bool>,
     /// The target's load after the booking.
@@ -151,25 +149,14 @@ impl<R: Rng> RoutingState<R> {
     ) -> Result<Picked, ControlError> {
         self.ledger.check_lease(req.lease, now)?;
         let ledger = &self.ledger;
-        let pool = self
-            .view
-            .candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
+        let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
         let choice = match kind {
-            PickKind::Decode => choose_decode(
-                &self.settings,
-                &self.scratch,
-                req.input_tokens,
-                pool,
-                &mut self.rng,
-            ),
-            PickKind::Prefill => choose_prefill(
-                &self.settings,
-                &self.sessions,
-                &self.scratch,
-                req,
-                now,
-                &mut self.rng,
-            ),
+            PickKind::Decode => {
+                choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng)
+            }
+            PickKind::Prefill => {
+                choose_prefill(&self.settings, &self.sessions, &self.scratch, req, now, &mut self.rng)
+            }
         };
         let chosen = self.scratch[choice.index];
         let booking = Booking {
@@ -189,6 +176,7 @@ impl<R: Rng> RoutingState<R> {
             worker: slot.worker.clone(),
             chosen: self.terms(kind, &chosen, req.input_tokens, choice.affinity),
             mode: self.settings.mode,
+            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
             agree: choice.agree,
             change: self.change(chosen.key, load),
             decision,
@@ -196,10 +184,7 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Ends a reservation; `None` when it had already ended.
-    pub fn release(
-        &mut self,
-        id: ReservationId,
-    ) -> Result<Option<(PickKind, LoadChange)>, ControlError> {
+    pub fn release(&mut self, id: ReservationId) -> Result<Option<(PickKind, LoadChange)>, ControlError> {
         Ok(match self.ledger.release(id)? {
             Released::Now(r, load) => Some((r.kind, self.change(r.target, load))),
             Released::Already => None,
@@ -207,18 +192,9 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Opens a proxy lease; `ttl` zero means the default, others are clamped to the range.
-    pub fn open_lease(
-        &mut self,
-        holder: String,
-        ttl: Duration,
-        now: Instant,
-    ) -> (LeaseId, Duration) {
+    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> (LeaseId, Duration) {
         let (lo, hi) = Settings::LEASE_TTL_RANGE;
-        let ttl = if ttl.is_zero() {
-            self.settings.lease_ttl
-        } else {
-            ttl.clamp(lo, hi)
-        };
+        let ttl = if ttl.is_zero() { self.settings.lease_ttl } else { ttl.clamp(lo, hi) };
         (self.ledger.open_lease(holder, ttl, now), ttl)
     }
 
@@ -228,22 +204,14 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Ends a lease and what it holds.
-    pub fn close_lease(
-        &mut self,
-        lease: LeaseId,
-        now: Instant,
-    ) -> Result<Vec<Ended>, ControlError> {
+    pub fn close_lease(&mut self, lease: LeaseId, now: Instant) -> Result<Vec<Ended>, ControlError> {
         let released = self.ledger.close_lease(lease, now)?;
         Ok(self.ended(released))
     }
 
     /// Expires overdue leases, releasing what they hold.
     pub fn tick(&mut self, now: Instant) -> Vec<(LeaseId, String, Vec<Ended>)> {
-        self.ledger
-            .expire(now)
-            .into_iter()
-            .map(|e| (e.lease, e.holder, self.ended(e.released)))
-            .collect()
+        self.ledger.expire(now).into_iter().map(|e| (e.lease, e.holder, self.ended(e.released))).collect()
     }
 
     /// Forgets sessions idle for the session TTL.
@@ -258,18 +226,12 @@ impl<R: Rng> RoutingState<R> {
 
     /// Sets W; effective from the next pick.
     pub fn set_weight(&mut self, weight: RequestWeight) -> Result<&Settings, ControlError> {
-        self.update(Settings {
-            weight,
-            ..self.settings.clone()
-        })
+        self.update(Settings { weight, ..self.settings.clone() })
     }
 
     /// Sets the demand mode; effective from the next pick.
     pub fn set_mode(&mut self, mode: DecodeInputDemand) -> Result<&Settings, ControlError> {
-        self.update(Settings {
-            mode,
-            ..self.settings.clone()
-        })
+        self.update(Settings { mode, ..self.settings.clone() })
     }
 
     /// Drains (or resumes) a worker's targets, all ranks or one. Returns the targets touched.
@@ -298,17 +260,11 @@ impl<R: Rng> RoutingState<R> {
 
     /// Some targets' rows, by key.
     pub fn target_rows(&self, keys: &[TargetKey]) -> Vec<(Slot, Load)> {
-        keys.iter()
-            .map(|k| (self.view.slot(*k).clone(), self.ledger.load(*k)))
-            .collect()
+        keys.iter().map(|k| (self.view.slot(*k).clone(), self.ledger.load(*k))).collect()
     }
 
     /// Live reservations (filtered), in booking order.
-    pub fn reservations(
-        &self,
-        lease: Option<LeaseId>,
-        worker: Option<&str>,
-    ) -> Vec<ReservationRow> {
+    pub fn reservations(&self, lease: Option<LeaseId>, worker: Option<&str>) -> Vec<ReservationRow> {
         self.ledger
             .reservations()
             .into_iter()
@@ -318,11 +274,7 @@ impl<R: Rng> RoutingState<R> {
             .map(|(r, s)| ReservationRow {
                 reservation: r.clone(),
                 target: s.target.clone(),
-                holder: self
-                    .ledger
-                    .lease(r.lease)
-                    .map(|l| l.holder.clone())
-                    .unwrap_or_default(),
+                holder: self.ledger.lease(r.lease).map(|l| l.holder.clone()).unwrap_or_default(),
             })
             .collect()
     }
@@ -375,17 +327,11 @@ impl<R: Rng> RoutingState<R> {
         choice: &Choice,
         wall: SystemTime,
     ) -> Decision {
-        let candidates: Vec<CandidateTerms> = self
-            .scratch
-            .iter()
-            .map(|c| self.terms(kind, c, req.input_tokens, choice.affinity))
-            .collect();
+        let candidates: Vec<CandidateTerms> =
+            self.scratch.iter().map(|c| self.terms(kind, c, req.input_tokens, choice.affinity)).collect();
         let chosen = candidates[choice.index].clone();
         let suggested = choice.suggested.map(|i| candidates[i].target.clone());
-        let min = candidates
-            .iter()
-            .map(|c| c.cost)
-            .fold(f64::INFINITY, f64::min);
+        let min = candidates.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
         Decision {
             at: wall,
             kind,
@@ -405,11 +351,7 @@ impl<R: Rng> RoutingState<R> {
 
     fn change(&self, key: TargetKey, load: Load) -> LoadChange {
         let slot = self.view.slot(key);
-        LoadChange {
-            target: slot.target.clone(),
-            role: slot.worker.role,
-            load,
-        }
+        LoadChange { target: slot.target.clone(), role: slot.worker.role, load }
     }
 
     fn ended(&self, released: Vec<(Reservation, Load)>) -> Vec<Ended> {
@@ -433,37 +375,21 @@ fn choose_decode(
     rng: &mut impl Rng,
 ) -> Choice {
     let cost = |c: &Candidate| scoring::decode_cost(c.load, tokens, settings.weight);
-    let lowest = |rng: &mut _| {
-        scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty")
-    };
+    let lowest =
+        |rng: &mut _| scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
     match settings.mode {
         DecodeInputDemand::On => {
             let (i, _) = lowest(rng);
-            Choice {
-                index: i,
-                suggested: Some(i),
-                agree: None,
-                affinity: None,
-            }
+            Choice { index: i, suggested: Some(i), agree: None, affinity: None }
         }
         DecodeInputDemand::Shadow => {
             let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
             let (s, min) = lowest(rng);
-            Choice {
-                index: i,
-                suggested: Some(s),
-                agree: Some(cost(&candidates[i]) == min),
-                affinity: None,
-            }
+            Choice { index: i, suggested: Some(s), agree: Some(cost(&candidates[i]) == min), affinity: None }
         }
         DecodeInputDemand::Off => {
             let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
-            Choice {
-                index: i,
-                suggested: None,
-                agree: None,
-                affinity: None,
-            }
+            Choice { index: i, suggested: None, agree: None, affinity: None }
         }
     }
 }
@@ -478,19 +404,10 @@ fn choose_prefill(
     rng: &mut impl Rng,
 ) -> Choice {
     let cost = |c: &Candidate| scoring::prefill_cost(c.load, req.input_tokens);
-    let (low, min) =
-        scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
-    let affinity = req
-        .session
-        .as_ref()
-        .and_then(|s| sessions.get(s, now, settings.session_ttl));
+    let (low, min) = scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
     let sticky = affinity
         .and_then(|k| candidates.iter().position(|c| c.key == k))
         .filter(|i| cost(&candidates[*i]) <= min + settings.session_slack_tokens as f64);
-    Choice {
-        index: sticky.unwrap_or(low),
-        suggested: Some(low),
-        agree: None,
-        affinity,
-    }
+    Choice { index: sticky.unwrap_or(low), suggested: Some(low), agree: None, affinity }
 }

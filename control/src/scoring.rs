@@ -33,9 +33,7 @@ pub struct Candidate {
 
 /// The decode cost of a candidate.
 pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f64 {
-    load.booked_input_tokens as f64
-        + request_tokens as f64
-        + weight.get() * load.held_requests as f64
+    load.booked_input_tokens as f64 + request_tokens as f64 + weight.get() * load.held_requests as f64
 }
 
 /// The prefill cost of a candidate: the prefill tokens in flight there once this one is added.
@@ -80,10 +78,7 @@ pub fn legacy(
     match policy {
         DecodePolicy::RoundRobin => {
             let start = *cursor % pool_len.max(1);
-            let i = candidates
-                .iter()
-                .position(|c| c.position >= start)
-                .unwrap_or(0);
+            let i = candidates.iter().position(|c| c.position >= start).unwrap_or(0);
             *cursor = candidates[i].position + 1;
             i
         }
@@ -99,11 +94,7 @@ pub fn legacy(
                 b += 1;
             }
             let key = |c: &Candidate| (c.load.held_requests, c.load.booked_input_tokens);
-            if key(&candidates[b]) < key(&candidates[a]) {
-                b
-            } else {
-                a
-            }
+            if key(&candidates[b]) < key(&candidates[a]) { b } else { a }
         }
     }
 }

@@ -24,12 +24,8 @@ pub async fn routes(
     stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
     let (health, health_svc) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RouterServer<router::RouterService>>()
-        .await;
-    health
-        .set_serving::<AdminServer<admin::AdminService>>()
-        .await;
+    health.set_serving::<RouterServer<router::RouterService>>().await;
+    health.set_serving::<AdminServer<admin::AdminService>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(infera_proto::FILE_DESCRIPTOR_SET)

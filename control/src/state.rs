@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight,
-    ReservationId, Role, WorkerId,
+    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
+    Role, WorkerId,
 };
 use rand::rngs::SmallRng;
 
@@ -28,18 +28,12 @@ pub struct ControlState {
 impl ControlState {
     /// Wraps a core.
     pub fn new(core: RoutingState<SmallRng>, metrics: ControlMetrics) -> Arc<Self> {
-        Arc::new(Self {
-            core: Mutex::new(core),
-            metrics,
-            decisions: DecisionHub::new(4096),
-        })
+        Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096) })
     }
 
     fn core(&self) -> MutexGuard<'_, RoutingState<SmallRng>> {
         // The core panics only on a broken ledger invariant; serving on would be worse.
-        self.core
-            .lock()
-            .expect("routing state poisoned by an earlier panic")
+        self.core.lock().expect("routing state poisoned by an earlier panic")
     }
 
     /// Picks and books.
@@ -49,16 +43,9 @@ impl ControlState {
         let (result, mode) = {
             let mut core = self.core();
             let mode = core.settings().mode;
-            (
-                core.pick(kind, req, watched, Instant::now(), SystemTime::now()),
-                mode,
-            )
+            (core.pick(kind, req, watched, Instant::now(), SystemTime::now()), mode)
         };
-        let mode = if kind == PickKind::Decode {
-            mode.as_str()
-        } else {
-            "-"
-        };
+        let mode = if kind == PickKind::Decode { mode.as_str() } else { "-" };
         let seconds = started.elapsed().as_secs_f64();
         match result {
             Ok(mut picked) => {
@@ -91,11 +78,7 @@ impl ControlState {
 
     /// Counts a pick that failed before reaching the core (bad input).
     pub fn pick_rejected(&self, kind: PickKind, e: &ControlError) {
-        let mode = if kind == PickKind::Decode {
-            self.core().settings().mode.as_str()
-        } else {
-            "-"
-        };
+        let mode = if kind == PickKind::Decode { self.core().settings().mode.as_str() } else { "-" };
         self.metrics.pick(kind, mode, e.outcome(), 0.0);
     }
 
@@ -204,11 +187,7 @@ impl ControlState {
     }
 
     /// Live reservations.
-    pub fn reservations(
-        &self,
-        lease: Option<LeaseId>,
-        worker: Option<&str>,
-    ) -> Vec<ReservationRow> {
+    pub fn reservations(&self, lease: Option<LeaseId>, worker: Option<&str>) -> Vec<ReservationRow> {
         self.core().reservations(lease, worker)
     }
 

@@ -67,20 +67,15 @@ impl Telemetry {
             }
             None => None,
         };
-        let otel = provider
-            .as_ref()
-            .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(cfg.service_name)));
+        let otel =
+            provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(cfg.service_name)));
         let registry = tracing_subscriber::registry().with(filter).with(otel);
         match cfg.log_format {
-            LogFormat::Text => registry
-                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-                .try_init()?,
+            LogFormat::Text => {
+                registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?
+            }
             LogFormat::Json => registry
-                .with(
-                    tracing_subscriber::fmt::layer()
-                        .json()
-                        .with_writer(std::io::stderr),
-                )
+                .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
                 .try_init()?,
         }
         Ok(Self { provider })

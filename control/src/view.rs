@@ -121,14 +121,9 @@ impl View {
         id: &WorkerId,
         rank: Option<DpRank>,
     ) -> Result<Vec<TargetKey>, ControlError> {
-        let record = self
-            .workers
-            .get(id)
-            .ok_or_else(|| ControlError::UnknownWorker(id.clone()))?;
+        let record = self.workers.get(id).ok_or_else(|| ControlError::UnknownWorker(id.clone()))?;
         match rank {
-            Some(r) if r.0 >= record.dp_size => {
-                Err(ControlError::UnknownTarget(Target::new(id.clone(), r)))
-            }
+            Some(r) if r.0 >= record.dp_size => Err(ControlError::UnknownTarget(Target::new(id.clone(), r))),
             Some(r) => Ok(vec![self.keys[&Target::new(id.clone(), r)]]),
             None => Ok(record.targets().map(|t| self.keys[&t]).collect()),
         }
@@ -143,11 +138,7 @@ impl View {
 
     /// All live targets, ordered by model, role and name.
     pub fn live_targets(&self) -> Vec<TargetKey> {
-        let mut keys: Vec<TargetKey> = self
-            .pools
-            .values()
-            .flat_map(|p| p.keys.iter().copied())
-            .collect();
+        let mut keys: Vec<TargetKey> = self.pools.values().flat_map(|p| p.keys.iter().copied()).collect();
         keys.sort_by(|a, b| {
             let (sa, sb) = (self.slot(*a), self.slot(*b));
             (&sa.worker.model, sa.worker.role.as_str(), &sa.target).cmp(&(
@@ -176,48 +167,28 @@ impl View {
             PickKind::Decode => Role::Mixed,
         };
         if !self.has_pool(model, role) {
-            let known = [Role::Prefill, Role::Decode, Role::Mixed]
-                .iter()
-                .any(|r| self.has_pool(model, *r));
+            let known = [Role::Prefill, Role::Decode, Role::Mixed].iter().any(|r| self.has_pool(model, *r));
             return Err(if known {
-                ControlError::NoPool {
-                    model: model.clone(),
-                    kind,
-                }
+                ControlError::NoPool { model: model.clone(), kind }
             } else {
                 ControlError::UnknownModel(model.clone())
             });
         }
-        let pool = self
-            .pools
-            .get_mut(&(model.clone(), role))
-            .expect("checked above");
+        let pool = self.pools.get_mut(&(model.clone(), role)).expect("checked above");
         out.clear();
         let slots = &self.slots;
         out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
             let s = &slots[key.index()];
-            (s.live && !s.drained).then(|| Candidate {
-                key,
-                position,
-                load: load(key),
-            })
+            (s.live && !s.drained).then(|| Candidate { key, position, load: load(key) })
         }));
         if out.is_empty() {
-            return Err(ControlError::NoEligibleTarget {
-                model: model.clone(),
-                kind,
-            });
+            return Err(ControlError::NoEligibleTarget { model: model.clone(), kind });
         }
-        Ok(PoolCursor {
-            cursor: &mut pool.cursor,
-            len: pool.keys.len(),
-        })
+        Ok(PoolCursor { cursor: &mut pool.cursor, len: pool.keys.len() })
     }
 
     fn has_pool(&self, model: &ModelName, role: Role) -> bool {
-        self.pools
-            .get(&(model.clone(), role))
-            .is_some_and(|p| !p.keys.is_empty())
+        self.pools.get(&(model.clone(), role)).is_some_and(|p| !p.keys.is_empty())
     }
 
     fn intern(&mut self, target: &Target, record: &Arc<WorkerRecord>) -> TargetKey {
@@ -225,12 +196,7 @@ impl View {
             return *k;
         }
         let key = TargetKey(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
-        self.slots.push(Slot {
-            target: target.clone(),
-            worker: record.clone(),
-            live: false,
-            drained: false,
-        });
+        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained: false });
         self.keys.insert(target.clone(), key);
         key
     }
@@ -252,11 +218,7 @@ impl View {
             .flat_map(|w| w.targets())
             .map(|t| self.keys[&t])
             .collect();
-        keys.sort_by(|a, b| {
-            self.slots[a.index()]
-                .target
-                .cmp(&self.slots[b.index()].target)
-        });
+        keys.sort_by(|a, b| self.slots[a.index()].target.cmp(&self.slots[b.index()].target));
         let pool = self.pools.entry((model.clone(), role)).or_default();
         pool.keys = keys;
         if pool.keys.is_empty() {

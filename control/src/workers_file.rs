@@ -63,19 +63,15 @@ pub enum WorkersFileError {
 
 /// Reads and checks a workers file.
 pub fn load(path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| WorkersFileError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| WorkersFileError::Read { path: path.to_owned(), source })?;
     parse(&text, path)
 }
 
 /// Parses and checks workers-file text; `path` names it in errors.
 pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
-    let file: WorkersFile = toml::from_str(text).map_err(|e| WorkersFileError::Parse {
-        path: path.to_owned(),
-        source: Box::new(e),
-    })?;
+    let file: WorkersFile = toml::from_str(text)
+        .map_err(|e| WorkersFileError::Parse { path: path.to_owned(), source: Box::new(e) })?;
     let mut seen = HashSet::new();
     file.workers
         .into_iter()
@@ -103,9 +99,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileEr
                 return Err(invalid("page_size must be at least 1"));
             }
             if !valid_url(&w.url) {
-                return Err(invalid(
-                    "url must be an absolute http:// or https:// URL with a host",
-                ));
+                return Err(invalid("url must be an absolute http:// or https:// URL with a host"));
             }
             match w.role {
                 Role::Prefill => {
@@ -169,31 +163,22 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(
-            dup.contains("workers[1]") && dup.contains("duplicate"),
-            "{dup}"
-        );
+        assert!(dup.contains("workers[1]") && dup.contains("duplicate"), "{dup}");
 
-        let url =
-            parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='h:1'\nmodel='m'\n").unwrap_err();
+        let url = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='h:1'\nmodel='m'\n").unwrap_err();
         assert!(url.to_string().contains("url"), "{url}");
 
-        let dp = parse_str(
-            "[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_size=0\n",
-        );
+        let dp = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_size=0\n");
         assert!(dp.unwrap_err().to_string().contains("dp_size"));
     }
 
     #[test]
     fn unknown_keys_and_roles_are_rejected_with_a_line() {
-        let e = parse_str(
-            "[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_sise=2\n",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = parse_str("[[workers]]\nid='a'\nrole='decode'\nurl='http://h:1'\nmodel='m'\ndp_sise=2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dp_sise") && e.contains("line 6"), "{e}");
-        let e = parse_str("[[workers]]\nid='a'\nrole='router'\nurl='http://h:1'\nmodel='m'\n")
-            .unwrap_err();
+        let e = parse_str("[[workers]]\nid='a'\nrole='router'\nurl='http://h:1'\nmodel='m'\n").unwrap_err();
         assert!(e.to_string().contains("router"), "{e}");
     }
 }

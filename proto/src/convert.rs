@@ -6,9 +6,9 @@ use std::time::SystemTime;
 
 use crate::pb;
 use crate::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_REQUEST_TOKENS, ModelName,
-    PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId, Role,
-    SessionKey, Target, WeightError, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_REQUEST_TOKENS, ModelName, PickKind,
+    PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey, Target,
+    WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -56,18 +56,11 @@ pub enum Problem {
 }
 
 fn err(field: &'static str, problem: impl Into<Problem>) -> ConvertError {
-    ConvertError {
-        field,
-        problem: problem.into(),
-    }
+    ConvertError { field, problem: problem.into() }
 }
 
 fn non_empty(field: &'static str, s: String) -> Result<String, ConvertError> {
-    if s.trim().is_empty() {
-        Err(err(field, Problem::Empty))
-    } else {
-        Ok(s)
-    }
+    if s.trim().is_empty() { Err(err(field, Problem::Empty)) } else { Ok(s) }
 }
 
 /// Parses a lease id.
@@ -91,10 +84,7 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
     if m.input_tokens > MAX_REQUEST_TOKENS {
         return Err(err(
             "input_tokens",
-            Problem::TooLarge {
-                value: m.input_tokens,
-                max: MAX_REQUEST_TOKENS,
-            },
+            Problem::TooLarge { value: m.input_tokens, max: MAX_REQUEST_TOKENS },
         ));
     }
     Ok(PickRequest {
@@ -107,9 +97,7 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
 }
 
 /// A release request: the reservation and why it ended. `LEASE_EXPIRED` is control's own.
-pub fn release_request(
-    m: &pb::ReleaseRequest,
-) -> Result<(ReservationId, ReleaseReason), ConvertError> {
+pub fn release_request(m: &pb::ReleaseRequest) -> Result<(ReservationId, ReleaseReason), ConvertError> {
     let id = reservation_id("reservation_id", &m.reservation_id)?;
     let reason = match pb::ReleaseReason::try_from(m.reason) {
         Err(_) => return Err(err("reason", Problem::UnknownEnum(m.reason))),
@@ -119,10 +107,7 @@ pub fn release_request(
         Ok(pb::ReleaseReason::Failed) => ReleaseReason::Failed,
         Ok(pb::ReleaseReason::TargetRemoved) => ReleaseReason::TargetRemoved,
         Ok(pb::ReleaseReason::LeaseExpired) => {
-            return Err(err(
-                "reason",
-                Problem::NotAllowed("LEASE_EXPIRED is set by control only"),
-            ));
+            return Err(err("reason", Problem::NotAllowed("LEASE_EXPIRED is set by control only")));
         }
     };
     Ok((id, reason))
@@ -176,9 +161,7 @@ pub fn worker_id(field: &'static str, s: String) -> Result<WorkerId, ConvertErro
 }
 
 /// A drain/resume selector: a worker and optionally one rank.
-pub fn drain_request(
-    m: pb::DrainTargetRequest,
-) -> Result<(WorkerId, Option<DpRank>), ConvertError> {
+pub fn drain_request(m: pb::DrainTargetRequest) -> Result<(WorkerId, Option<DpRank>), ConvertError> {
     Ok((worker_id("worker_id", m.worker_id)?, m.dp_rank.map(DpRank)))
 }
 
@@ -186,10 +169,7 @@ pub fn drain_request(
 
 impl From<&Target> for pb::Target {
     fn from(t: &Target) -> Self {
-        pb::Target {
-            worker_id: t.worker.to_string(),
-            dp_rank: t.rank.0,
-        }
+        pb::Target { worker_id: t.worker.to_string(), dp_rank: t.rank.0 }
     }
 }
 
@@ -267,14 +247,8 @@ mod tests {
 
     #[test]
     fn picks_are_checked_field_by_field() {
-        assert_eq!(
-            pick_request(pick("", "m", 1)).unwrap_err().field,
-            "lease_id"
-        );
-        assert_eq!(
-            pick_request(pick("l-00000001-1", "", 1)).unwrap_err().field,
-            "model"
-        );
+        assert_eq!(pick_request(pick("", "m", 1)).unwrap_err().field, "lease_id");
+        assert_eq!(pick_request(pick("l-00000001-1", "", 1)).unwrap_err().field, "model");
         let huge = pick_request(pick("l-00000001-1", "m", MAX_REQUEST_TOKENS + 1)).unwrap_err();
         assert_eq!(huge.field, "input_tokens");
         let ok = pick_request(pick("l-00000001-1", "m", MAX_REQUEST_TOKENS)).unwrap();
@@ -284,19 +258,10 @@ mod tests {
 
     #[test]
     fn release_reasons_are_checked() {
-        let r = |reason| pb::ReleaseRequest {
-            reservation_id: "r-00000001-1".into(),
-            reason,
-        };
+        let r = |reason| pb::ReleaseRequest { reservation_id: "r-00000001-1".into(), reason };
         assert!(release_request(&r(pb::ReleaseReason::Eof as i32)).is_ok());
-        assert_eq!(
-            release_request(&r(0)).unwrap_err().problem,
-            Problem::Unspecified
-        );
-        assert_eq!(
-            release_request(&r(99)).unwrap_err().problem,
-            Problem::UnknownEnum(99)
-        );
+        assert_eq!(release_request(&r(0)).unwrap_err().problem, Problem::Unspecified);
+        assert_eq!(release_request(&r(99)).unwrap_err().problem, Problem::UnknownEnum(99));
         assert!(release_request(&r(pb::ReleaseReason::LeaseExpired as i32)).is_err());
     }
 

@@ -9,12 +9,7 @@ pub mod convert;
 pub mod types;
 
 /// Generated code for package `infera.control.v1`.
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    missing_debug_implementations,
-    clippy::all
-)]
+#[allow(missing_docs, unreachable_pub, missing_debug_implementations, clippy::all)]
 pub mod pb {
     tonic::include_proto!("infera.control.v1");
 }

@@ -6,11 +6,8 @@ mod pick;
 mod worker;
 
 pub use ids::{
-    DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target,
-    WorkerId,
+    DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
-pub use modes::{
-    DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError,
-};
+pub use modes::{DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError};
 pub use pick::{MAX_REQUEST_TOKENS, PickRequest};
 pub use worker::{Role, WorkerRecord};

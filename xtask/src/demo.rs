@@ -36,22 +36,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     status(build)?;
     let workers = root.join("examples/local/workers.toml");
     let mut child = Command::new(root.join("target/debug/infera-control"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--seed",
-            "1",
-        ])
-        .args([
-            "--decode-input-demand",
-            "shadow",
-            "--decode-policy",
-            "round-robin",
-            "--log",
-            "warn",
-        ])
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--seed", "1"])
+        .args(["--decode-input-demand", "shadow", "--decode-policy", "round-robin", "--log", "warn"])
         .arg("--workers")
         .arg(&workers)
         .stdin(Stdio::null())
@@ -60,24 +46,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         .context("starting infera-control")?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    let field = |k: &str| {
-        line.split(k)
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .map(str::to_owned)
-    };
+    let field = |k: &str| line.split(k).nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned);
     let (Some(grpc), Some(metrics)) = (field("grpc="), field("metrics=")) else {
         bail!("infera-control did not start: {line:?}");
     };
-    let control = Control {
-        child,
-        grpc,
-        metrics,
-    };
-    let grpcurl = Grpcurl {
-        bin: setup::grpcurl(root),
-        addr: control.grpc.clone(),
-    };
+    let control = Control { child, grpc, metrics };
+    let grpcurl = Grpcurl { bin: setup::grpcurl(root), addr: control.grpc.clone() };
 
     println!(
         "== infera-control on {} (metrics http://{}/metrics), workers from {}",
@@ -87,41 +61,26 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     );
     println!("$ grpcurl -plaintext {} list", control.grpc);
     print!("{}", grpcurl.raw(&["list"])?);
-    println!(
-        "$ grpcurl -plaintext {} infera.control.v1.Admin/GetConfig",
-        control.grpc
-    );
+    println!("$ grpcurl -plaintext {} infera.control.v1.Admin/GetConfig", control.grpc);
     println!("{}", grpcurl.call("Admin/GetConfig", json!({}))?);
 
-    let workload = format!(
-        "{} requests of {} tokens, then {} of {} tokens",
-        LONG.0, LONG.1, SHORT.0, SHORT.1
-    );
+    let workload =
+        format!("{} requests of {} tokens, then {} of {} tokens", LONG.0, LONG.1, SHORT.0, SHORT.1);
     println!("\n== one proxy books the same workload three times: {workload}");
     phase(&grpcurl, "shadow, legacy round-robin selects", &[])?;
     println!("   shadow decisions: {}", shadow_counts(&control.metrics)?);
     phase(
         &grpcurl,
         "on, W = 0 (token-only demand)",
-        &[(
-            "Admin/SetDecodeInputDemand",
-            json!({"decode_input_demand": "DECODE_INPUT_DEMAND_ON"}),
-        )],
+        &[("Admin/SetDecodeInputDemand", json!({"decode_input_demand": "DECODE_INPUT_DEMAND_ON"}))],
     )?;
     phase(
         &grpcurl,
         "on, W = 1,000,000",
-        &[(
-            "Admin/SetDecodeRequestWeight",
-            json!({"decode_request_weight": 1_000_000}),
-        )],
+        &[("Admin/SetDecodeRequestWeight", json!({"decode_request_weight": 1_000_000}))],
     )?;
-    println!(
-        "\nToken-only demand sends every short request to the ranks without a long one; W balances the"
-    );
-    println!(
-        "request count, which is what sets the step time of the busiest rank under DP attention."
-    );
+    println!("\nToken-only demand sends every short request to the ranks without a long one; W balances the");
+    println!("request count, which is what sets the step time of the busiest rank under DP attention.");
     Ok(())
 }
 
@@ -131,10 +90,7 @@ fn phase(g: &Grpcurl, title: &str, changes: &[(&str, Value)]) -> anyhow::Result<
     for (method, body) in changes {
         g.call(method, body.clone())?;
     }
-    let lease = g.call(
-        "Router/OpenLease",
-        json!({"holder": "demo-proxy", "ttl_ms": 60_000}),
-    )?;
+    let lease = g.call("Router/OpenLease", json!({"holder": "demo-proxy", "ttl_ms": 60_000}))?;
     let lease_id = lease["leaseId"].as_str().context("leaseId")?.to_owned();
     let mut n = 0;
     for (count, tokens) in [LONG, SHORT] {
@@ -144,10 +100,7 @@ fn phase(g: &Grpcurl, title: &str, changes: &[(&str, Value)]) -> anyhow::Result<
             g.call("Router/PickDecode", req)?;
         }
     }
-    let targets = g.call(
-        "Admin/ListTargets",
-        json!({"model": MODEL, "role": "ROLE_DECODE"}),
-    )?;
+    let targets = g.call("Admin/ListTargets", json!({"model": MODEL, "role": "ROLE_DECODE"}))?;
     let rows: Vec<(u64, u64)> = targets["targets"]
         .as_array()
         .context("targets")?
@@ -155,28 +108,10 @@ fn phase(g: &Grpcurl, title: &str, changes: &[(&str, Value)]) -> anyhow::Result<
         .map(|t| (num(&t["heldRequests"]), num(&t["bookedInputTokens"])))
         .collect();
     println!("\n-- {title}");
-    println!(
-        "   rank       {}",
-        (0..rows.len())
-            .map(|r| format!("{r:>7}"))
-            .collect::<String>()
-    );
-    println!(
-        "   requests   {}",
-        rows.iter()
-            .map(|r| format!("{:>7}", r.0))
-            .collect::<String>()
-    );
-    println!(
-        "   k tokens   {}",
-        rows.iter()
-            .map(|r| format!("{:>7}", r.1 / 1000))
-            .collect::<String>()
-    );
-    println!(
-        "   busiest rank holds {} requests",
-        rows.iter().map(|r| r.0).max().unwrap_or(0)
-    );
+    println!("   rank       {}", (0..rows.len()).map(|r| format!("{r:>7}")).collect::<String>());
+    println!("   requests   {}", rows.iter().map(|r| format!("{:>7}", r.0)).collect::<String>());
+    println!("   k tokens   {}", rows.iter().map(|r| format!("{:>7}", r.1 / 1000)).collect::<String>());
+    println!("   busiest rank holds {} requests", rows.iter().map(|r| r.0).max().unwrap_or(0));
     let closed = g.call("Router/CloseLease", json!({"lease_id": lease_id}))?;
     let after = g.call("Admin/ListReservations", json!({}))?;
     if after.get("reservations").is_some() {
@@ -218,11 +153,7 @@ struct Grpcurl {
 
 impl Grpcurl {
     fn raw(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(&self.bin)
-            .arg("-plaintext")
-            .arg(&self.addr)
-            .args(args)
-            .output()?;
+        let out = Command::new(&self.bin).arg("-plaintext").arg(&self.addr).args(args).output()?;
         if !out.status.success() {
             bail!("grpcurl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -231,19 +162,10 @@ impl Grpcurl {
 
     fn call(&self, method: &str, body: Value) -> anyhow::Result<Value> {
         let out = Command::new(&self.bin)
-            .args([
-                "-plaintext",
-                "-d",
-                &body.to_string(),
-                &self.addr,
-                &format!("infera.control.v1.{method}"),
-            ])
+            .args(["-plaintext", "-d", &body.to_string(), &self.addr, &format!("infera.control.v1.{method}")])
             .output()?;
         if !out.status.success() {
-            bail!(
-                "grpcurl {method} {body}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("grpcurl {method} {body}: {}", String::from_utf8_lossy(&out.stderr));
         }
         Ok(serde_json::from_slice(&out.stdout)?)
     }

@@ -33,17 +33,8 @@ fn main() -> anyhow::Result<()> {
         }
         "bench" => {
             let mut cmd = cargo(&root);
-            cmd.args([
-                "run",
-                "--release",
-                "--locked",
-                "-q",
-                "-p",
-                "infera-bench",
-                "--",
-                "control",
-            ])
-            .args(&rest);
+            cmd.args(["run", "--release", "--locked", "-q", "-p", "infera-bench", "--", "control"])
+                .args(&rest);
             status(cmd)
         }
         _ => {
@@ -55,10 +46,7 @@ fn main() -> anyhow::Result<()> {
 
 /// The workspace root (xtask lives one level below it).
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is inside the workspace")
-        .to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_owned()
 }
 
 fn cargo(root: &Path) -> Command {
@@ -69,9 +57,7 @@ fn cargo(root: &Path) -> Command {
 
 /// Runs a command, failing with its exit status.
 fn status(mut cmd: Command) -> anyhow::Result<()> {
-    let st = cmd
-        .status()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let st = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
     if !st.success() {
         bail!("{:?} failed: {st}", cmd.get_program());
     }

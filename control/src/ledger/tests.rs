@@ -13,26 +13,12 @@ const TARGETS: u32 = 6;
 
 #[derive(Clone, Debug)]
 enum Op {
-    OpenLease {
-        ttl_ms: u64,
-    },
-    Book {
-        lease: usize,
-        target: u32,
-        tokens: u64,
-    },
-    Release {
-        reservation: usize,
-    },
-    KeepAlive {
-        lease: usize,
-    },
-    CloseLease {
-        lease: usize,
-    },
-    Advance {
-        ms: u64,
-    },
+    OpenLease { ttl_ms: u64 },
+    Book { lease: usize, target: u32, tokens: u64 },
+    Release { reservation: usize },
+    KeepAlive { lease: usize },
+    CloseLease { lease: usize },
+    Advance { ms: u64 },
     Expire,
 }
 
@@ -72,11 +58,7 @@ fn check_consistent(ledger: &Ledger) {
     let expected = recomputed(ledger);
     for t in 0..TARGETS {
         let got = ledger.load(TargetKey::from_index(t));
-        assert_eq!(
-            got,
-            expected.get(&t).copied().unwrap_or_default(),
-            "target {t}"
-        );
+        assert_eq!(got, expected.get(&t).copied().unwrap_or_default(), "target {t}");
     }
 }
 
@@ -156,32 +138,12 @@ fn unknown_ids_are_not_found_and_change_nothing() {
     let now = Instant::now();
     let mut ledger = Ledger::new(1);
     let lease = ledger.open_lease("p".into(), Duration::from_secs(10), now);
-    let (id, _) = ledger
-        .book(lease, booking(0, 100), now, SystemTime::UNIX_EPOCH)
-        .unwrap();
-    let never = ReservationId {
-        epoch: 1,
-        seq: id.seq + 1,
-    };
-    let other_epoch = ReservationId {
-        epoch: 2,
-        seq: id.seq,
-    };
-    assert!(matches!(
-        ledger.release(never),
-        Err(ControlError::UnknownReservation(_))
-    ));
-    assert!(matches!(
-        ledger.release(other_epoch),
-        Err(ControlError::UnknownReservation(_))
-    ));
-    assert_eq!(
-        ledger.total(),
-        Load {
-            booked_input_tokens: 100,
-            held_requests: 1
-        }
-    );
+    let (id, _) = ledger.book(lease, booking(0, 100), now, SystemTime::UNIX_EPOCH).unwrap();
+    let never = ReservationId { epoch: 1, seq: id.seq + 1 };
+    let other_epoch = ReservationId { epoch: 2, seq: id.seq };
+    assert!(matches!(ledger.release(never), Err(ControlError::UnknownReservation(_))));
+    assert!(matches!(ledger.release(other_epoch), Err(ControlError::UnknownReservation(_))));
+    assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1 });
 }
 
 #[test]
@@ -191,11 +153,7 @@ fn expired_leases_cannot_book_or_renew() {
     let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
     let later = now + Duration::from_millis(100);
     assert!(ledger.keep_alive(lease, later).is_err());
-    assert!(
-        ledger
-            .book(lease, booking(0, 1), later, SystemTime::UNIX_EPOCH)
-            .is_err()
-    );
+    assert!(ledger.book(lease, booking(0, 1), later, SystemTime::UNIX_EPOCH).is_err());
 }
 
 #[test]
@@ -203,12 +161,8 @@ fn keep_alive_extends_the_deadline() {
     let now = Instant::now();
     let mut ledger = Ledger::new(1);
     let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
-    ledger
-        .book(lease, booking(2, 5), now, SystemTime::UNIX_EPOCH)
-        .unwrap();
-    ledger
-        .keep_alive(lease, now + Duration::from_millis(90))
-        .unwrap();
+    ledger.book(lease, booking(2, 5), now, SystemTime::UNIX_EPOCH).unwrap();
+    ledger.keep_alive(lease, now + Duration::from_millis(90)).unwrap();
     assert!(ledger.expire(now + Duration::from_millis(150)).is_empty());
     let expired = ledger.expire(now + Duration::from_millis(190));
     assert_eq!(expired.len(), 1);

@@ -45,8 +45,7 @@ struct Fixture {
 impl Fixture {
     fn new(workers: Vec<WorkerRecord>, s: Settings) -> Self {
         let now = Instant::now();
-        let mut core =
-            RoutingState::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
+        let mut core = RoutingState::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
         let (lease, _) = core.open_lease("test".into(), Duration::ZERO, now);
         Self { core, lease, now }
     }
@@ -63,8 +62,7 @@ impl Fixture {
 
     fn pick(&mut self, kind: PickKind, model: &str, tokens: u64) -> Result<Picked, ControlError> {
         let req = self.req(model, tokens, None);
-        self.core
-            .pick(kind, &req, true, self.now, SystemTime::now())
+        self.core.pick(kind, &req, true, self.now, SystemTime::now())
     }
 
     fn decode(&mut self, tokens: u64) -> Picked {
@@ -86,21 +84,9 @@ fn on_mode_with_weight_balances_requests_not_just_tokens() {
             settings(DecodeInputDemand::On, w, DecodePolicy::RoundRobin),
         );
         let long = rank(&f.decode(100_000));
-        (0..6)
-            .map(|_| {
-                if rank(&f.decode(10_000)) == long {
-                    'L'
-                } else {
-                    'O'
-                }
-            })
-            .collect::<String>()
+        (0..6).map(|_| if rank(&f.decode(10_000)) == long { 'L' } else { 'O' }).collect::<String>()
     };
-    assert_eq!(
-        shorts(0.0),
-        "OOOOOO",
-        "token-only demand piles short requests on the other rank"
-    );
+    assert_eq!(shorts(0.0), "OOOOOO", "token-only demand piles short requests on the other rank");
     // W = 50,000, request 10,000: L costs 100k + 10k + 50k·1 = 160k; O with k shorts costs
     // 10k·k + 10k + 50k·k. O wins for k = 0, 1, 2 (10k, 70k, 130k), L at k = 3 (190k > 160k),
     // then O (190k < 220k), then L (250k > 220k).
@@ -115,21 +101,9 @@ fn the_pick_reports_the_terms_before_booking() {
     );
     f.decode(300);
     let p = f.decode(200);
-    assert_eq!(
-        p.chosen.load,
-        Load {
-            booked_input_tokens: 300,
-            held_requests: 1
-        }
-    );
+    assert_eq!(p.chosen.load, Load { booked_input_tokens: 300, held_requests: 1 });
     assert_eq!(p.chosen.cost, 300.0 + 200.0 + 1_000.0);
-    assert_eq!(
-        p.change.load,
-        Load {
-            booked_input_tokens: 500,
-            held_requests: 2
-        }
-    );
+    assert_eq!(p.change.load, Load { booked_input_tokens: 500, held_requests: 2 });
 }
 
 #[test]
@@ -140,11 +114,7 @@ fn shadow_keeps_the_legacy_pick_and_records_the_suggestion() {
     );
     let picks: Vec<Picked> = (0..8).map(|_| f.decode(1_000)).collect();
     let ranks: Vec<u32> = picks.iter().map(rank).collect();
-    assert_eq!(
-        ranks,
-        [0, 1, 2, 3, 0, 1, 2, 3],
-        "round-robin selects in shadow mode"
-    );
+    assert_eq!(ranks, [0, 1, 2, 3, 0, 1, 2, 3], "round-robin selects in shadow mode");
     // Empty rank 3: the cost now points there, round-robin goes on with rank 0.
     for p in picks.iter().filter(|p| rank(p) == 3) {
         f.core.release(p.reservation).unwrap();
@@ -157,20 +127,8 @@ fn shadow_keeps_the_legacy_pick_and_records_the_suggestion() {
     assert_eq!(d.weight.get(), 1e6);
     assert_eq!(d.suggested.unwrap().rank, DpRank(3));
     assert_eq!(d.candidates.len(), 4);
-    let terms: Vec<(u64, f64)> = d
-        .candidates
-        .iter()
-        .map(|c| (c.load.held_requests, c.cost))
-        .collect();
-    assert_eq!(
-        terms,
-        [
-            (2, 2_003_000.0),
-            (2, 2_003_000.0),
-            (2, 2_003_000.0),
-            (0, 1_000.0)
-        ]
-    );
+    let terms: Vec<(u64, f64)> = d.candidates.iter().map(|c| (c.load.held_requests, c.cost)).collect();
+    assert_eq!(terms, [(2, 2_003_000.0), (2, 2_003_000.0), (2, 2_003_000.0), (0, 1_000.0)]);
     // The ledger booked the legacy choice.
     assert_eq!(p.change.load.held_requests, 3);
 }
@@ -209,24 +167,16 @@ fn drained_targets_are_never_picked_and_all_drained_is_unavailable() {
         vec![worker("d", Role::Decode, "m", 3)],
         settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin),
     );
-    f.core
-        .set_drained(&WorkerId::new("d"), Some(DpRank(1)), true)
-        .unwrap();
+    f.core.set_drained(&WorkerId::new("d"), Some(DpRank(1)), true).unwrap();
     for _ in 0..30 {
         assert_ne!(rank(&f.decode(10)), 1);
     }
     f.core.set_drained(&WorkerId::new("d"), None, true).unwrap();
-    assert!(matches!(
-        f.pick(PickKind::Decode, "m", 1),
-        Err(ControlError::NoEligibleTarget { .. })
-    ));
-    f.core
-        .set_drained(&WorkerId::new("d"), Some(DpRank(2)), false)
-        .unwrap();
+    assert!(matches!(f.pick(PickKind::Decode, "m", 1), Err(ControlError::NoEligibleTarget { .. })));
+    f.core.set_drained(&WorkerId::new("d"), Some(DpRank(2)), false).unwrap();
     assert_eq!(rank(&f.decode(1)), 2);
     assert!(matches!(
-        f.core
-            .set_drained(&WorkerId::new("d"), Some(DpRank(3)), true),
+        f.core.set_drained(&WorkerId::new("d"), Some(DpRank(3)), true),
         Err(ControlError::UnknownTarget(_))
     ));
 }
@@ -238,42 +188,12 @@ fn pools_are_per_model_and_role() {
         worker("d", Role::Decode, "pd", 2),
         worker("x", Role::Mixed, "agg", 2),
     ];
-    let mut f = Fixture::new(
-        workers,
-        settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin),
-    );
-    assert_eq!(
-        f.pick(PickKind::Prefill, "pd", 1)
-            .unwrap()
-            .worker
-            .id
-            .as_str(),
-        "p"
-    );
-    assert_eq!(
-        f.pick(PickKind::Decode, "pd", 1)
-            .unwrap()
-            .worker
-            .id
-            .as_str(),
-        "d"
-    );
-    assert_eq!(
-        f.pick(PickKind::Decode, "agg", 1)
-            .unwrap()
-            .worker
-            .id
-            .as_str(),
-        "x"
-    );
-    assert!(matches!(
-        f.pick(PickKind::Prefill, "agg", 1),
-        Err(ControlError::NoPool { .. })
-    ));
-    assert!(matches!(
-        f.pick(PickKind::Decode, "nope", 1),
-        Err(ControlError::UnknownModel(_))
-    ));
+    let mut f = Fixture::new(workers, settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin));
+    assert_eq!(f.pick(PickKind::Prefill, "pd", 1).unwrap().worker.id.as_str(), "p");
+    assert_eq!(f.pick(PickKind::Decode, "pd", 1).unwrap().worker.id.as_str(), "d");
+    assert_eq!(f.pick(PickKind::Decode, "agg", 1).unwrap().worker.id.as_str(), "x");
+    assert!(matches!(f.pick(PickKind::Prefill, "agg", 1), Err(ControlError::NoPool { .. })));
+    assert!(matches!(f.pick(PickKind::Decode, "nope", 1), Err(ControlError::UnknownModel(_))));
 }
 
 #[test]
@@ -284,9 +204,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     );
     let pick = |f: &mut Fixture, tokens, session| {
         let req = f.req("m", tokens, Some(session));
-        f.core
-            .pick(PickKind::Prefill, &req, true, f.now, SystemTime::now())
-            .unwrap()
+        f.core.pick(PickKind::Prefill, &req, true, f.now, SystemTime::now()).unwrap()
     };
     let home = rank(&pick(&mut f, 100, "s1"));
     // Home costs 200 against 100 elsewhere: within the 1,000-token slack, the session stays.
@@ -316,22 +234,12 @@ fn weight_needs_a_scoring_mode_both_ways() {
         RoutingState::new(View::default(), s, 1, SmallRng::seed_from_u64(0)),
         Err(ControlError::WeightNeedsDemand { .. })
     ));
-    let mut f = Fixture::new(
-        vec![],
-        settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin),
-    );
+    let mut f = Fixture::new(vec![], settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin));
     assert!(f.core.set_weight(RequestWeight::new(1.0).unwrap()).is_err());
     f.core.set_mode(DecodeInputDemand::Shadow).unwrap();
     f.core.set_weight(RequestWeight::new(1.0).unwrap()).unwrap();
-    assert!(
-        f.core.set_mode(DecodeInputDemand::Off).is_err(),
-        "turning the mode off under W > 0"
-    );
-    assert_eq!(
-        f.core.settings().mode,
-        DecodeInputDemand::Shadow,
-        "a rejected change changes nothing"
-    );
+    assert!(f.core.set_mode(DecodeInputDemand::Off).is_err(), "turning the mode off under W > 0");
+    assert_eq!(f.core.settings().mode, DecodeInputDemand::Shadow, "a rejected change changes nothing");
     f.core.set_weight(RequestWeight::ZERO).unwrap();
     f.core.set_mode(DecodeInputDemand::Off).unwrap();
 }

@@ -7,24 +7,15 @@ fn cand(position: usize, tokens: u64, held: u64) -> Candidate {
     Candidate {
         key: TargetKey::from_index(position as u32),
         position,
-        load: Load {
-            booked_input_tokens: tokens,
-            held_requests: held,
-        },
+        load: Load { booked_input_tokens: tokens, held_requests: held },
     }
 }
 
 #[test]
 fn cost_adds_weight_times_held_requests() {
-    let load = Load {
-        booked_input_tokens: 1_000,
-        held_requests: 3,
-    };
+    let load = Load { booked_input_tokens: 1_000, held_requests: 3 };
     assert_eq!(decode_cost(load, 500, RequestWeight::ZERO), 1_500.0);
-    assert_eq!(
-        decode_cost(load, 500, RequestWeight::new(1e6).unwrap()),
-        3_001_500.0
-    );
+    assert_eq!(decode_cost(load, 500, RequestWeight::new(1e6).unwrap()), 3_001_500.0);
 }
 
 #[test]
@@ -34,20 +25,10 @@ fn weight_prefers_fewer_requests_over_fewer_tokens() {
     let mut rng = SmallRng::seed_from_u64(1);
     let pick = |w: f64, rng: &mut SmallRng| {
         let w = RequestWeight::new(w).unwrap();
-        lowest(cands.iter().map(|c| decode_cost(c.load, 1_000, w)), rng)
-            .unwrap()
-            .0
+        lowest(cands.iter().map(|c| decode_cost(c.load, 1_000, w)), rng).unwrap().0
     };
-    assert_eq!(
-        pick(0.0, &mut rng),
-        1,
-        "token-only demand picks the rank with fewer tokens"
-    );
-    assert_eq!(
-        pick(1e6, &mut rng),
-        0,
-        "W = 1M picks the rank with fewer requests"
-    );
+    assert_eq!(pick(0.0, &mut rng), 1, "token-only demand picks the rank with fewer tokens");
+    assert_eq!(pick(1e6, &mut rng), 0, "W = 1M picks the rank with fewer requests");
 }
 
 #[test]
@@ -60,18 +41,12 @@ fn ties_broken_by_seed_and_uniformly() {
     }
     assert_eq!(counts[0] + counts[3], 0, "never a costlier candidate");
     for i in [1, 2, 4] {
-        assert!(
-            (800..1_200).contains(&counts[i]),
-            "tie {i} chosen {} times of 3000",
-            counts[i]
-        );
+        assert!((800..1_200).contains(&counts[i]), "tie {i} chosen {} times of 3000", counts[i]);
     }
     // The same seed gives the same sequence.
     let seq = |seed| {
         let mut rng = SmallRng::seed_from_u64(seed);
-        (0..20)
-            .map(|_| lowest(costs, &mut rng).unwrap().0)
-            .collect::<Vec<_>>()
+        (0..20).map(|_| lowest(costs, &mut rng).unwrap().0).collect::<Vec<_>>()
     };
     assert_eq!(seq(7), seq(7));
     assert_eq!(lowest(std::iter::empty(), &mut rng), None);
@@ -96,10 +71,7 @@ fn power_of_two_never_picks_the_most_loaded_of_three() {
     let mut cursor = 0;
     for _ in 0..200 {
         let i = legacy(DecodePolicy::PowerOfTwo, &cands, &mut cursor, 3, &mut rng);
-        assert_ne!(
-            i, 0,
-            "the target holding 9 requests loses every pair it is in"
-        );
+        assert_ne!(i, 0, "the target holding 9 requests loses every pair it is in");
     }
 }
 

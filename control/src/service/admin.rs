@@ -32,8 +32,7 @@ impl AdminService {
         req: Request<pb::DrainTargetRequest>,
         drained: bool,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        let (worker, rank) =
-            convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
+        let (worker, rank) = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
         let rows = self.state.set_drained(&worker, rank, drained)?;
         Ok(Response::new(wire::targets(&rows)))
     }
@@ -43,10 +42,7 @@ type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn get_config(
-        &self,
-        _: Request<pb::GetConfigRequest>,
-    ) -> Result<Response<pb::Config>, Status> {
+    async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
         Ok(Response::new(wire::config(&self.state.settings())))
     }
 
@@ -54,9 +50,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeRequestWeightRequest>,
     ) -> Result<Response<pb::Config>, Status> {
-        let w =
-            convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
-                .map_err(ControlError::from)?;
+        let w = convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
+            .map_err(ControlError::from)?;
         Ok(Response::new(wire::config(&self.state.set_weight(w)?)))
     }
 
@@ -64,9 +59,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeInputDemandRequest>,
     ) -> Result<Response<pb::Config>, Status> {
-        let mode =
-            convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
-                .map_err(ControlError::from)?;
+        let mode = convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
+            .map_err(ControlError::from)?;
         Ok(Response::new(wire::config(&self.state.set_mode(mode)?)))
     }
 
@@ -77,9 +71,7 @@ impl Admin for AdminService {
         let m = req.into_inner();
         let role = convert::role_filter("role", m.role).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
-        Ok(Response::new(wire::targets(
-            &self.state.targets(model.as_deref(), role),
-        )))
+        Ok(Response::new(wire::targets(&self.state.targets(model.as_deref(), role))))
     }
 
     async fn list_reservations(
@@ -121,24 +113,20 @@ impl Admin for AdminService {
         let m = req.into_inner();
         let kind = convert::kind_filter("kind", m.kind).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
-        let events =
-            BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
-                let keep = match &event {
-                    Ok(d) => {
-                        kind.is_none_or(|k| d.kind == k)
-                            && model.as_deref().is_none_or(|m| d.model.as_str() == m)
-                    }
-                    Err(BroadcastStreamRecvError::Lagged(n)) => {
-                        tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
-                        false
-                    }
-                };
-                std::future::ready(keep.then(|| {
-                    event
-                        .map(|d| wire::decision(&d))
-                        .map_err(|_| Status::internal("lagged"))
-                }))
-            });
+        let events = BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
+            let keep = match &event {
+                Ok(d) => {
+                    kind.is_none_or(|k| d.kind == k) && model.as_deref().is_none_or(|m| d.model.as_str() == m)
+                }
+                Err(BroadcastStreamRecvError::Lagged(n)) => {
+                    tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
+                    false
+                }
+            };
+            std::future::ready(
+                keep.then(|| event.map(|d| wire::decision(&d)).map_err(|_| Status::internal("lagged"))),
+            )
+        });
         let mut stop = self.stop.clone();
         let stopped = async move {
             let _ = stop.changed().await;

@@ -12,18 +12,14 @@ pub struct AdminAuth {
 
 impl std::fmt::Debug for AdminAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminAuth")
-            .field("enabled", &self.expected.is_some())
-            .finish()
+        f.debug_struct("AdminAuth").field("enabled", &self.expected.is_some()).finish()
     }
 }
 
 impl AdminAuth {
     /// Checks against `token`; `None` admits every call.
     pub fn new(token: Option<String>) -> Self {
-        Self {
-            expected: token.map(|t| format!("Bearer {t}").into_bytes()),
-        }
+        Self { expected: token.map(|t| format!("Bearer {t}").into_bytes()) }
     }
 }
 
@@ -32,16 +28,8 @@ impl Interceptor for AdminAuth {
         let Some(expected) = &self.expected else {
             return Ok(req);
         };
-        let given = req
-            .metadata()
-            .get("authorization")
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        if constant_time_eq(given, expected) {
-            Ok(req)
-        } else {
-            Err(ControlError::Unauthenticated.into())
-        }
+        let given = req.metadata().get("authorization").map(|v| v.as_bytes()).unwrap_or_default();
+        if constant_time_eq(given, expected) { Ok(req) } else { Err(ControlError::Unauthenticated.into()) }
     }
 }
 
@@ -57,8 +45,7 @@ mod tests {
     fn call(auth: &mut AdminAuth, header: Option<&str>) -> Result<(), tonic::Code> {
         let mut req = Request::new(());
         if let Some(h) = header {
-            req.metadata_mut()
-                .insert("authorization", h.parse().unwrap());
+            req.metadata_mut().insert("authorization", h.parse().unwrap());
         }
         auth.call(req).map(|_| ()).map_err(|s| s.code())
     }
@@ -69,13 +56,7 @@ mod tests {
         let mut auth = AdminAuth::new(Some("s3cret".into()));
         assert_eq!(call(&mut auth, Some("Bearer s3cret")), Ok(()));
         assert_eq!(call(&mut auth, None), Err(tonic::Code::Unauthenticated));
-        assert_eq!(
-            call(&mut auth, Some("Bearer s3cre")),
-            Err(tonic::Code::Unauthenticated)
-        );
-        assert_eq!(
-            call(&mut auth, Some("s3cret")),
-            Err(tonic::Code::Unauthenticated)
-        );
+        assert_eq!(call(&mut auth, Some("Bearer s3cre")), Err(tonic::Code::Unauthenticated));
+        assert_eq!(call(&mut auth, Some("s3cret")), Err(tonic::Code::Unauthenticated));
     }
 }

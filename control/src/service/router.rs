@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use infera_proto::convert;
 use infera_proto::pb::{self, router_server::Router};
-use infera_proto::types::{PickKind, RequestWeight};
+use infera_proto::types::PickKind;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -30,14 +30,7 @@ impl RouterService {
         kind: PickKind,
         req: Request<pb::PickRequest>,
     ) -> Result<Response<pb::PickResponse>, Status> {
-        let span = rpc_span(
-            if kind == PickKind::Decode {
-                "PickDecode"
-            } else {
-                "PickPrefill"
-            },
-            &req,
-        );
+        let span = rpc_span(if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" }, &req);
         let state = self.state.clone();
         async move {
             let pick = convert::pick_request(req.into_inner()).map_err(|e| {
@@ -47,16 +40,11 @@ impl RouterService {
             })?;
             tracing::Span::current().record("request_id", pick.request_id.as_str());
             let picked = state.pick(kind, &pick)?;
-            let weight = if kind == PickKind::Decode {
-                state.settings().weight
-            } else {
-                RequestWeight::ZERO
-            };
             Ok(Response::new(pb::PickResponse {
                 reservation_id: picked.reservation.to_string(),
                 target: Some((&picked.chosen.target).into()),
                 worker: Some(picked.worker.as_ref().into()),
-                cost: Some(wire::terms(&picked.chosen, pick.input_tokens, weight)),
+                cost: Some(wire::terms(&picked.chosen, pick.input_tokens, picked.weight)),
                 mode: pb::DecodeInputDemand::from(picked.mode) as i32,
             }))
         }
@@ -67,45 +55,28 @@ impl RouterService {
 
 #[tonic::async_trait]
 impl Router for RouterService {
-    async fn open_lease(
-        &self,
-        req: Request<pb::OpenLeaseRequest>,
-    ) -> Result<Response<pb::Lease>, Status> {
+    async fn open_lease(&self, req: Request<pb::OpenLeaseRequest>) -> Result<Response<pb::Lease>, Status> {
         let m = req.into_inner();
-        let (lease, ttl) = self
-            .state
-            .open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()));
+        let (lease, ttl) = self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()));
         tracing::info!(%lease, holder = %m.holder, ttl_ms = ttl.as_millis() as u64, "lease opened");
-        Ok(Response::new(pb::Lease {
-            lease_id: lease.to_string(),
-            ttl_ms: wire::millis(ttl),
-        }))
+        Ok(Response::new(pb::Lease { lease_id: lease.to_string(), ttl_ms: wire::millis(ttl) }))
     }
 
-    async fn keep_alive(
-        &self,
-        req: Request<pb::KeepAliveRequest>,
-    ) -> Result<Response<pb::Lease>, Status> {
+    async fn keep_alive(&self, req: Request<pb::KeepAliveRequest>) -> Result<Response<pb::Lease>, Status> {
         let m = req.into_inner();
         let lease = convert::lease_id("lease_id", &m.lease_id).map_err(ControlError::from)?;
         let ttl = self.state.keep_alive(lease)?;
-        Ok(Response::new(pb::Lease {
-            lease_id: m.lease_id,
-            ttl_ms: wire::millis(ttl),
-        }))
+        Ok(Response::new(pb::Lease { lease_id: m.lease_id, ttl_ms: wire::millis(ttl) }))
     }
 
     async fn close_lease(
         &self,
         req: Request<pb::CloseLeaseRequest>,
     ) -> Result<Response<pb::CloseLeaseResponse>, Status> {
-        let lease =
-            convert::lease_id("lease_id", &req.get_ref().lease_id).map_err(ControlError::from)?;
+        let lease = convert::lease_id("lease_id", &req.get_ref().lease_id).map_err(ControlError::from)?;
         let released = self.state.close_lease(lease)?;
         tracing::info!(%lease, released, "lease closed");
-        Ok(Response::new(pb::CloseLeaseResponse {
-            released_reservations: released as u32,
-        }))
+        Ok(Response::new(pb::CloseLeaseResponse { released_reservations: released as u32 }))
     }
 
     async fn pick_prefill(
@@ -115,10 +86,7 @@ impl Router for RouterService {
         self.pick(PickKind::Prefill, req).await
     }
 
-    async fn pick_decode(
-        &self,
-        req: Request<pb::PickRequest>,
-    ) -> Result<Response<pb::PickResponse>, Status> {
+    async fn pick_decode(&self, req: Request<pb::PickRequest>) -> Result<Response<pb::PickResponse>, Status> {
         self.pick(PickKind::Decode, req).await
     }
 
@@ -140,8 +108,6 @@ impl Router for RouterService {
         let m = req.into_inner();
         let role = convert::role_filter("role", m.role).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
-        Ok(Response::new(wire::targets(
-            &self.state.targets(model.as_deref(), role),
-        )))
+        Ok(Response::new(wire::targets(&self.state.targets(model.as_deref(), role))))
     }
 }

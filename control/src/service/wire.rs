@@ -36,16 +36,10 @@ pub(super) fn target_status((slot, load): &(Slot, Load)) -> pb::TargetStatus {
 }
 
 pub(super) fn targets(rows: &[(Slot, Load)]) -> pb::ListTargetsResponse {
-    pb::ListTargetsResponse {
-        targets: rows.iter().map(target_status).collect(),
-    }
+    pb::ListTargetsResponse { targets: rows.iter().map(target_status).collect() }
 }
 
-pub(super) fn terms(
-    c: &CandidateTerms,
-    request_tokens: u64,
-    w: RequestWeight,
-) -> pb::CandidateTerms {
+pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -> pb::CandidateTerms {
     pb::CandidateTerms {
         target: Some((&c.target).into()),
         booked_input_tokens: c.load.booked_input_tokens,
@@ -85,10 +79,6 @@ pub(super) fn decision(d: &Decision) -> pb::DecisionEvent {
         agree: d.agree,
         request_weight: d.weight.get(),
         request_tokens: d.request_tokens,
-        candidates: d
-            .candidates
-            .iter()
-            .map(|c| terms(c, d.request_tokens, d.weight))
-            .collect(),
+        candidates: d.candidates.iter().map(|c| terms(c, d.request_tokens, d.weight)).collect(),
     }
 }

@@ -9,19 +9,10 @@ use infera_proto::pb::{self, admin_client::AdminClient};
 use crate::process::*;
 
 fn run_to_exit(mut cmd: std::process::Command) -> (i32, String) {
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let status = wait(&mut child, Duration::from_secs(20));
     let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     (status.code().unwrap(), err)
 }
 
@@ -32,15 +23,10 @@ fn weight_without_demand_exits_64_by_flag_and_by_env() {
     by_flag.args(["--decode-request-weight", "1000000"]);
     let (code, err) = run_to_exit(by_flag);
     assert_eq!(code, 64, "{err}");
-    assert!(
-        err.contains("--decode-request-weight") && err.contains("shadow or on"),
-        "{err}"
-    );
+    assert!(err.contains("--decode-request-weight") && err.contains("shadow or on"), "{err}");
 
     let mut by_env = command(&workers);
-    by_env
-        .env("INFERA_DECODE_REQUEST_WEIGHT", "5")
-        .env("INFERA_DECODE_INPUT_DEMAND", "off");
+    by_env.env("INFERA_DECODE_REQUEST_WEIGHT", "5").env("INFERA_DECODE_INPUT_DEMAND", "off");
     let (code, err) = run_to_exit(by_env);
     assert_eq!(code, 64, "{err}");
 }
@@ -71,17 +57,12 @@ fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
 fn env_vars_configure_it_and_sigterm_stops_it_cleanly() {
     let workers = workers_file(WORKERS);
     let mut cmd = command(&workers);
-    cmd.env("INFERA_DECODE_INPUT_DEMAND", "on")
-        .env("INFERA_DECODE_REQUEST_WEIGHT", "180000");
+    cmd.env("INFERA_DECODE_INPUT_DEMAND", "on").env("INFERA_DECODE_REQUEST_WEIGHT", "180000");
     let mut control = Running::spawn(cmd);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cfg = rt.block_on(async {
         let mut admin = AdminClient::connect(control.url()).await.unwrap();
-        admin
-            .get_config(pb::GetConfigRequest {})
-            .await
-            .unwrap()
-            .into_inner()
+        admin.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner()
     });
     assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
     assert_eq!(cfg.decode_request_weight, 180_000.0);

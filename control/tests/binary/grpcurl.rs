@@ -12,11 +12,7 @@ fn grpcurl_path() -> PathBuf {
     let path = std::env::var_os("INFERA_GRPCURL")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/grpcurl"));
-    assert!(
-        path.exists(),
-        "grpcurl not found at {} — run `cargo xtask setup` first",
-        path.display()
-    );
+    assert!(path.exists(), "grpcurl not found at {} — run `cargo xtask setup` first", path.display());
     path
 }
 
@@ -35,11 +31,7 @@ fn grpcurl(addr: &str, args: &[&str]) -> (bool, String, String) {
         .args(&args[verb..])
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
 fn ok_json(addr: &str, args: &[&str]) -> Value {
@@ -64,41 +56,24 @@ fn operators_inspect_and_change_control_with_grpcurl() {
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
     ] {
-        assert!(
-            list.lines().any(|l| l == service),
-            "{service} missing from {list}"
-        );
+        assert!(list.lines().any(|l| l == service), "{service} missing from {list}");
     }
     let (ok, describe, err) = grpcurl(&addr, &["describe", "infera.control.v1.Admin"]);
     assert!(ok, "{err}");
     assert!(describe.contains("rpc SetDecodeRequestWeight ( .infera.control.v1.SetDecodeRequestWeightRequest ) returns ( .infera.control.v1.Config )"), "{describe}");
     assert!(describe.contains("rpc WatchDecisions ( .infera.control.v1.WatchDecisionsRequest ) returns ( stream .infera.control.v1.DecisionEvent )"));
 
-    let health = ok_json(
-        &addr,
-        &[
-            "-d",
-            r#"{"service":"infera.control.v1.Router"}"#,
-            "grpc.health.v1.Health/Check",
-        ],
-    );
+    let health =
+        ok_json(&addr, &["-d", r#"{"service":"infera.control.v1.Router"}"#, "grpc.health.v1.Health/Check"]);
     assert_eq!(health["status"], "SERVING");
 
     let cfg = ok_json(&addr, &["infera.control.v1.Admin/GetConfig"]);
     assert_eq!(cfg["decodeInputDemand"], "DECODE_INPUT_DEMAND_SHADOW");
-    assert_eq!(
-        cfg.get("decodeRequestWeight"),
-        None,
-        "0 is the default and omitted"
-    );
+    assert_eq!(cfg.get("decodeRequestWeight"), None, "0 is the default and omitted");
 
     let set = ok_json(
         &addr,
-        &[
-            "-d",
-            r#"{"decode_request_weight": 180000}"#,
-            "infera.control.v1.Admin/SetDecodeRequestWeight",
-        ],
+        &["-d", r#"{"decode_request_weight": 180000}"#, "infera.control.v1.Admin/SetDecodeRequestWeight"],
     );
     assert_eq!(set["decodeRequestWeight"], 180000.0);
     let cfg = ok_json(&addr, &["infera.control.v1.Admin/GetConfig"]);
@@ -107,54 +82,29 @@ fn operators_inspect_and_change_control_with_grpcurl() {
     // A wrong value comes back as a clear error, and nothing changes.
     let (ok, _, err) = grpcurl(
         &addr,
-        &[
-            "-d",
-            r#"{"decode_request_weight": -1}"#,
-            "infera.control.v1.Admin/SetDecodeRequestWeight",
-        ],
+        &["-d", r#"{"decode_request_weight": -1}"#, "infera.control.v1.Admin/SetDecodeRequestWeight"],
     );
     assert!(!ok);
-    assert!(
-        err.contains("InvalidArgument") && err.contains("must not be negative"),
-        "{err}"
-    );
+    assert!(err.contains("InvalidArgument") && err.contains("must not be negative"), "{err}");
 
     // Book one decode request by hand and see it in the ledger.
     let lease = ok_json(
         &addr,
-        &[
-            "-d",
-            r#"{"holder":"grpcurl","ttl_ms":60000}"#,
-            "infera.control.v1.Router/OpenLease",
-        ],
+        &["-d", r#"{"holder":"grpcurl","ttl_ms":60000}"#, "infera.control.v1.Router/OpenLease"],
     );
     let lease_id = lease["leaseId"].as_str().unwrap();
-    let body = format!(
-        r#"{{"lease_id":"{lease_id}","request_id":"by-hand","model":"m","input_tokens":4096}}"#
-    );
+    let body =
+        format!(r#"{{"lease_id":"{lease_id}","request_id":"by-hand","model":"m","input_tokens":4096}}"#);
     let picked = ok_json(&addr, &["-d", &body, "infera.control.v1.Router/PickDecode"]);
     let target = &picked["target"];
     assert_eq!(target["workerId"], "d");
 
-    let targets = ok_json(
-        &addr,
-        &[
-            "-d",
-            r#"{"role":"ROLE_DECODE"}"#,
-            "infera.control.v1.Admin/ListTargets",
-        ],
-    );
+    let targets = ok_json(&addr, &["-d", r#"{"role":"ROLE_DECODE"}"#, "infera.control.v1.Admin/ListTargets"]);
     let rows = targets["targets"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
-    let booked: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r.get("heldRequests").is_some())
-        .collect();
+    let booked: Vec<&Value> = rows.iter().filter(|r| r.get("heldRequests").is_some()).collect();
     assert_eq!(booked.len(), 1, "{targets}");
-    assert_eq!(
-        booked[0]["heldRequests"], "1",
-        "uint64 is a JSON string in proto3 JSON"
-    );
+    assert_eq!(booked[0]["heldRequests"], "1", "uint64 is a JSON string in proto3 JSON");
     assert_eq!(booked[0]["bookedInputTokens"], "4096");
     assert_eq!(booked[0]["target"], *target);
 
@@ -173,14 +123,7 @@ fn grpcurl_needs_the_admin_token_when_one_is_set() {
     let (ok, _, err) = grpcurl(&addr, &["infera.control.v1.Admin/GetConfig"]);
     assert!(!ok);
     assert!(err.contains("Unauthenticated"), "{err}");
-    let cfg = ok_json(
-        &addr,
-        &[
-            "-H",
-            "authorization: Bearer op-token",
-            "infera.control.v1.Admin/GetConfig",
-        ],
-    );
+    let cfg = ok_json(&addr, &["-H", "authorization: Bearer op-token", "infera.control.v1.Admin/GetConfig"]);
     assert_eq!(cfg["decodeInputDemand"], "DECODE_INPUT_DEMAND_OFF");
     // Reflection and the Router stay open.
     let (ok, _, err) = grpcurl(&addr, &["list"]);

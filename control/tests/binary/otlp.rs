@@ -26,26 +26,16 @@ impl TraceService for Collector {
         let mut spans = self.0.lock().unwrap();
         for rs in &r.get_ref().resource_spans {
             for ss in &rs.scope_spans {
-                spans.extend(
-                    ss.spans
-                        .iter()
-                        .map(|s| (s.name.clone(), s.trace_id.clone())),
-                );
+                spans.extend(ss.spans.iter().map(|s| (s.name.clone(), s.trace_id.clone())));
             }
         }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
+        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
     }
 }
 
 #[test]
 fn rpc_spans_reach_the_collector_under_the_callers_trace() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let collector = Collector::default();
     let endpoint = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -68,10 +58,7 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
     rt.block_on(async {
         let mut router = RouterClient::connect(control.url()).await.unwrap();
         let lease = router
-            .open_lease(pb::OpenLeaseRequest {
-                holder: "otlp-test".into(),
-                ttl_ms: 0,
-            })
+            .open_lease(pb::OpenLeaseRequest { holder: "otlp-test".into(), ttl_ms: 0 })
             .await
             .unwrap()
             .into_inner()
@@ -83,31 +70,23 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             input_tokens: 10,
             session_key: String::new(),
         });
-        req.metadata_mut().insert(
-            "traceparent",
-            format!("00-{trace_id}-00f067aa0ba902b7-01")
-                .parse()
-                .unwrap(),
-        );
+        req.metadata_mut()
+            .insert("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap());
         router.pick_decode(req).await.unwrap();
     });
 
     // Shutdown flushes the batch exporter.
     assert_eq!(control.terminate().code(), Some(0));
     let end = Instant::now() + Duration::from_secs(10);
-    let expected = (0..16)
-        .map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap())
-        .collect::<Vec<_>>();
+    let expected =
+        (0..16).map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<_>>();
     loop {
         let spans = collector.0.lock().unwrap().clone();
         if let Some((_, tid)) = spans.iter().find(|(name, _)| name == "PickDecode") {
             assert_eq!(*tid, expected, "the span continues the caller's trace");
             break;
         }
-        assert!(
-            Instant::now() < end,
-            "no PickDecode span exported; got {spans:?}"
-        );
+        assert!(Instant::now() < end, "no PickDecode span exported; got {spans:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

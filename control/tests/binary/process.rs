@@ -17,18 +17,12 @@ pub(crate) fn workers_file(text: &str) -> tempfile::NamedTempFile {
 
 pub(crate) fn command(workers: &tempfile::NamedTempFile) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_infera-control"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--workers",
-    ])
-    .arg(workers.path())
-    .env_remove("INFERA_DECODE_INPUT_DEMAND")
-    .env_remove("INFERA_DECODE_REQUEST_WEIGHT")
-    .env_remove("INFERA_ADMIN_TOKEN")
-    .stdin(Stdio::null());
+    cmd.args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--workers"])
+        .arg(workers.path())
+        .env_remove("INFERA_DECODE_INPUT_DEMAND")
+        .env_remove("INFERA_DECODE_REQUEST_WEIGHT")
+        .env_remove("INFERA_ADMIN_TOKEN")
+        .stdin(Stdio::null());
     cmd
 }
 
@@ -42,28 +36,15 @@ pub(crate) struct Running {
 impl Running {
     /// Spawns and waits for `infera-control listening grpc=… metrics=…` on stdout.
     pub(crate) fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr = |key: &str| -> SocketAddr {
-            let rest = line
-                .split(key)
-                .nth(1)
-                .unwrap_or_else(|| panic!("no {key} in {line:?}"));
+            let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("no {key} in {line:?}"));
             rest.split_whitespace().next().unwrap().parse().unwrap()
         };
         let (grpc, metrics) = (addr("grpc="), addr("metrics="));
-        Self {
-            child,
-            grpc,
-            metrics,
-        }
+        Self { child, grpc, metrics }
     }
 
     pub(crate) fn url(&self) -> String {
@@ -72,10 +53,7 @@ impl Running {
 
     /// SIGTERM, then the exit status (bounded wait).
     pub(crate) fn terminate(&mut self) -> ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        let ok = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         assert!(ok.success());
         wait(&mut self.child, Duration::from_secs(20))
     }
@@ -95,10 +73,7 @@ pub(crate) fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        assert!(
-            Instant::now() < end,
-            "process did not exit within {limit:?}"
-        );
+        assert!(Instant::now() < end, "process did not exit within {limit:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -7,82 +7,43 @@ use crate::harness::*;
 
 async fn snapshot(control: &Control) -> (pb::Config, Vec<(u64, u64)>, usize) {
     let mut admin = control.admin().await;
-    let cfg = admin
-        .get_config(pb::GetConfigRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let res = admin
-        .list_reservations(pb::ListReservationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let cfg = admin.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    let res = admin.list_reservations(pb::ListReservationsRequest::default()).await.unwrap().into_inner();
     (cfg, held(control, "d").await, res.reservations.len())
 }
 
 #[tokio::test]
 async fn bad_values_are_invalid_arguments_and_change_nothing() {
-    let control = Control::start(
-        &pd_workers(2),
-        &[
-            "--decode-input-demand",
-            "shadow",
-            "--decode-request-weight",
-            "5",
-        ],
-    )
-    .await;
+    let control =
+        Control::start(&pd_workers(2), &["--decode-input-demand", "shadow", "--decode-request-weight", "5"])
+            .await;
     let lease = control.lease(0).await;
     let mut router = control.router().await;
     let mut admin = control.admin().await;
-    let held_one = router
-        .pick_decode(pick(&lease, "m", 40))
-        .await
-        .unwrap()
-        .into_inner();
+    let held_one = router.pick_decode(pick(&lease, "m", 40)).await.unwrap().into_inner();
     let before = snapshot(&control).await;
 
     for w in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e13] {
         let err = admin
-            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
-                decode_request_weight: w,
-            })
+            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: w })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "W = {w}: {err:?}");
-        assert!(
-            err.message().contains("decode_request_weight"),
-            "{}",
-            err.message()
-        );
+        assert!(err.message().contains("decode_request_weight"), "{}", err.message());
     }
     for mode in [0, 4, -1] {
         let err = admin
-            .set_decode_input_demand(pb::SetDecodeInputDemandRequest {
-                decode_input_demand: mode,
-            })
+            .set_decode_input_demand(pb::SetDecodeInputDemandRequest { decode_input_demand: mode })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "mode {mode}");
     }
 
     let bad_picks = [
-        (
-            pb::PickRequest {
-                lease_id: String::new(),
-                ..pick(&lease, "m", 1)
-            },
-            "lease_id",
-        ),
+        (pb::PickRequest { lease_id: String::new(), ..pick(&lease, "m", 1) }, "lease_id"),
         (pick("not-a-lease", "m", 1), "lease_id"),
         (pick(&lease, "", 1), "model"),
-        (
-            pb::PickRequest {
-                request_id: String::new(),
-                ..pick(&lease, "m", 1)
-            },
-            "request_id",
-        ),
+        (pb::PickRequest { request_id: String::new(), ..pick(&lease, "m", 1) }, "request_id"),
         (pick(&lease, "m", (1 << 28) + 1), "input_tokens"),
         (pick(&lease, "m", u64::MAX), "input_tokens"),
     ];
@@ -104,10 +65,7 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         release("r-1", ReleaseReason::Eof),
         release("l-00000001-1", ReleaseReason::Eof),
         release(&held_one.reservation_id, ReleaseReason::Unspecified),
-        pb::ReleaseRequest {
-            reservation_id: held_one.reservation_id.clone(),
-            reason: 42,
-        },
+        pb::ReleaseRequest { reservation_id: held_one.reservation_id.clone(), reason: 42 },
         release(&held_one.reservation_id, ReleaseReason::LeaseExpired),
     ];
     for req in bad_releases {
@@ -116,45 +74,24 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
     }
 
     for role in [4, 99] {
-        let err = admin
-            .list_targets(pb::ListTargetsRequest {
-                model: String::new(),
-                role,
-            })
-            .await
-            .unwrap_err();
+        let err =
+            admin.list_targets(pb::ListTargetsRequest { model: String::new(), role }).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument);
     }
     let err = admin
-        .list_reservations(pb::ListReservationsRequest {
-            lease_id: "x".into(),
-            worker_id: String::new(),
-        })
+        .list_reservations(pb::ListReservationsRequest { lease_id: "x".into(), worker_id: String::new() })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     let err = admin
-        .drain_target(pb::DrainTargetRequest {
-            worker_id: " ".into(),
-            dp_rank: None,
-        })
+        .drain_target(pb::DrainTargetRequest { worker_id: " ".into(), dp_rank: None })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    let err = admin
-        .watch_decisions(pb::WatchDecisionsRequest {
-            kind: 9,
-            model: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let err =
+        admin.watch_decisions(pb::WatchDecisionsRequest { kind: 9, model: String::new() }).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    let err = router
-        .keep_alive(pb::KeepAliveRequest {
-            lease_id: "l-zz".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = router.keep_alive(pb::KeepAliveRequest { lease_id: "l-zz".into() }).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
     assert_eq!(snapshot(&control).await, before, "nothing changed");
@@ -167,10 +104,7 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         Some(6.0),
         "invalid picks are counted"
     );
-    router
-        .release(release(&held_one.reservation_id, ReleaseReason::Eof))
-        .await
-        .unwrap();
+    router.release(release(&held_one.reservation_id, ReleaseReason::Eof)).await.unwrap();
     assert_eq!(held(&control, "d").await, vec![(0, 0); 2]);
     control.stop().await;
 }

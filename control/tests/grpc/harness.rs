@@ -33,13 +33,7 @@ impl Control {
     pub(crate) async fn start(workers: &str, flags: &[&str]) -> Self {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), workers).unwrap();
-        let mut argv = vec![
-            "infera-control",
-            "--workers",
-            file.path().to_str().unwrap(),
-            "--seed",
-            "7",
-        ];
+        let mut argv = vec!["infera-control", "--workers", file.path().to_str().unwrap(), "--seed", "7"];
         argv.extend_from_slice(flags);
         let config = Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -49,29 +43,15 @@ impl Control {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(infera_control::run(
-            Listeners { grpc, metrics },
-            config,
-            shutdown,
-        ));
-        Self {
-            addr,
-            metrics_addr,
-            stop: Some(stop),
-            task: Some(task),
-            _workers: file,
-        }
+        let task = tokio::spawn(infera_control::run(Listeners { grpc, metrics }, config, shutdown));
+        Self { addr, metrics_addr, stop: Some(stop), task: Some(task), _workers: file }
     }
 
     /// A channel on its own connection.
     pub(crate) async fn channel(&self) -> Channel {
         // The listener is bound and accepting is queued by the kernel: connecting succeeds
         // without waiting for the server task to be scheduled.
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
+        Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap()
     }
 
     pub(crate) async fn router(&self) -> RouterClient<Channel> {
@@ -84,33 +64,17 @@ impl Control {
 
     /// Opens a lease with `ttl_ms` (0 = default) and returns its id.
     pub(crate) async fn lease(&self, ttl_ms: u32) -> String {
-        let req = pb::OpenLeaseRequest {
-            holder: "test-proxy".into(),
-            ttl_ms,
-        };
-        self.router()
-            .await
-            .open_lease(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .lease_id
+        let req = pb::OpenLeaseRequest { holder: "test-proxy".into(), ttl_ms };
+        self.router().await.open_lease(req).await.unwrap().into_inner().lease_id
     }
 
     /// The OpenMetrics text.
     pub(crate) async fn metrics(&self) -> String {
-        let mut s = tokio::net::TcpStream::connect(self.metrics_addr)
-            .await
-            .unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
+        let mut s = tokio::net::TcpStream::connect(self.metrics_addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
-        assert!(
-            out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200"),
-            "{out}"
-        );
+        assert!(out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200"), "{out}");
         out
     }
 
@@ -140,10 +104,7 @@ pub(crate) fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
 }
 
 pub(crate) fn release(id: &str, reason: pb::ReleaseReason) -> pb::ReleaseRequest {
-    pb::ReleaseRequest {
-        reservation_id: id.into(),
-        reason: reason as i32,
-    }
+    pb::ReleaseRequest { reservation_id: id.into(), reason: reason as i32 }
 }
 
 pub(crate) fn target_of(resp: &pb::PickResponse) -> (String, u32) {
@@ -153,13 +114,8 @@ pub(crate) fn target_of(resp: &pb::PickResponse) -> (String, u32) {
 
 /// Held requests per rank of worker `worker`, from Admin.ListTargets.
 pub(crate) async fn held(control: &Control, worker: &str) -> Vec<(u64, u64)> {
-    let rows = control
-        .admin()
-        .await
-        .list_targets(pb::ListTargetsRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let rows =
+        control.admin().await.list_targets(pb::ListTargetsRequest::default()).await.unwrap().into_inner();
     rows.targets
         .iter()
         .filter(|t| t.target.as_ref().unwrap().worker_id == worker)
@@ -186,9 +142,6 @@ where
 /// The value of one sample line in OpenMetrics text, e.g. `infera_router_leases 1`.
 pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-        })
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
         .map(|v| v.trim().parse().unwrap())
 }

@@ -12,12 +12,7 @@ use crate::harness::*;
 async fn concurrent_picks_from_many_clients_never_overbook() {
     let control = Control::start(
         &pd_workers(8),
-        &[
-            "--decode-input-demand",
-            "on",
-            "--decode-request-weight",
-            "1000000000",
-        ],
+        &["--decode-input-demand", "on", "--decode-request-weight", "1000000000"],
     )
     .await;
     let lease = control.lease(0).await;
@@ -28,11 +23,7 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
         for _ in 0..100 {
             let (mut client, lease) = (client.clone(), lease.clone());
             tasks.push(tokio::spawn(async move {
-                client
-                    .pick_decode(pick(&lease, "m", 1_000))
-                    .await
-                    .unwrap()
-                    .into_inner()
+                client.pick_decode(pick(&lease, "m", 1_000)).await.unwrap().into_inner()
             }));
         }
     }
@@ -48,25 +39,10 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
     assert!(per_rank.values().all(|n| *n == 100), "{per_rank:?}");
     assert_eq!(held(&control, "d").await, vec![(100, 100_000); 8]);
     let metrics = control.metrics().await;
+    assert_eq!(sample(&metrics, "infera_router_decode_demand_requests{target=\"d/5\"}"), Some(100.0));
+    assert_eq!(sample(&metrics, "infera_router_decode_demand_tokens{target=\"d/5\"}"), Some(100_000.0));
     assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_decode_demand_requests{target=\"d/5\"}"
-        ),
-        Some(100.0)
-    );
-    assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_decode_demand_tokens{target=\"d/5\"}"
-        ),
-        Some(100_000.0)
-    );
-    assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_picks_total{kind=\"decode\",mode=\"on\",outcome=\"ok\"}"
-        ),
+        sample(&metrics, "infera_router_picks_total{kind=\"decode\",mode=\"on\",outcome=\"ok\"}"),
         Some(800.0)
     );
 
@@ -77,11 +53,7 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
         .map(|p| {
             let (mut client, id) = (client.clone(), p.reservation_id.clone());
             tokio::spawn(async move {
-                client
-                    .release(release(&id, ReleaseReason::Eof))
-                    .await
-                    .unwrap()
-                    .into_inner()
+                client.release(release(&id, ReleaseReason::Eof)).await.unwrap().into_inner()
             })
         })
         .collect();
@@ -90,20 +62,8 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
     }
     assert_eq!(held(&control, "d").await, vec![(0, 0); 8]);
     let metrics = control.metrics().await;
-    assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_decode_demand_requests{target=\"d/5\"}"
-        ),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_releases_total{kind=\"decode\",reason=\"eof\"}"
-        ),
-        Some(800.0)
-    );
+    assert_eq!(sample(&metrics, "infera_router_decode_demand_requests{target=\"d/5\"}"), Some(0.0));
+    assert_eq!(sample(&metrics, "infera_router_releases_total{kind=\"decode\",reason=\"eof\"}"), Some(800.0));
     control.stop().await;
 }
 
@@ -111,31 +71,16 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
 /// to the long one ('L' same rank, 'O' the other).
 async fn shorts_after_a_long_one(control: &Control, lease: &str) -> String {
     let mut router = control.router().await;
-    let long = router
-        .pick_decode(pick(lease, "m", 100_000))
-        .await
-        .unwrap()
-        .into_inner();
+    let long = router.pick_decode(pick(lease, "m", 100_000)).await.unwrap().into_inner();
     let mut out = String::new();
     let mut ids = vec![long.reservation_id.clone()];
     for _ in 0..6 {
-        let p = router
-            .pick_decode(pick(lease, "m", 10_000))
-            .await
-            .unwrap()
-            .into_inner();
-        out.push(if target_of(&p) == target_of(&long) {
-            'L'
-        } else {
-            'O'
-        });
+        let p = router.pick_decode(pick(lease, "m", 10_000)).await.unwrap().into_inner();
+        out.push(if target_of(&p) == target_of(&long) { 'L' } else { 'O' });
         ids.push(p.reservation_id);
     }
     for id in ids {
-        router
-            .release(release(&id, ReleaseReason::Eof))
-            .await
-            .unwrap();
+        router.release(release(&id, ReleaseReason::Eof)).await.unwrap();
     }
     out
 }
@@ -144,17 +89,11 @@ async fn shorts_after_a_long_one(control: &Control, lease: &str) -> String {
 async fn weight_changes_the_cost_ordering_on_a_crafted_ledger() {
     let control = Control::start(&pd_workers(2), &["--decode-input-demand", "on"]).await;
     let lease = control.lease(0).await;
-    assert_eq!(
-        shorts_after_a_long_one(&control, &lease).await,
-        "OOOOOO",
-        "W = 0: token-only demand"
-    );
+    assert_eq!(shorts_after_a_long_one(&control, &lease).await, "OOOOOO", "W = 0: token-only demand");
 
     let mut admin = control.admin().await;
     let cfg = admin
-        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
-            decode_request_weight: 50_000.0,
-        })
+        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: 50_000.0 })
         .await
         .unwrap()
         .into_inner();
@@ -164,30 +103,11 @@ async fn weight_changes_the_cost_ordering_on_a_crafted_ledger() {
 
     // The response carries the chosen target's terms before the booking.
     let mut router = control.router().await;
-    let a = router
-        .pick_decode(pick(&lease, "m", 700))
-        .await
-        .unwrap()
-        .into_inner();
-    let b = router
-        .pick_decode(pick(&lease, "m", 300))
-        .await
-        .unwrap()
-        .into_inner();
-    let c = router
-        .pick_decode(pick(&lease, "m", 200))
-        .await
-        .unwrap()
-        .into_inner();
+    let a = router.pick_decode(pick(&lease, "m", 700)).await.unwrap().into_inner();
+    let b = router.pick_decode(pick(&lease, "m", 300)).await.unwrap().into_inner();
+    let c = router.pick_decode(pick(&lease, "m", 200)).await.unwrap().into_inner();
     let cost = c.cost.clone().unwrap();
-    assert_eq!(
-        (
-            cost.held_requests,
-            cost.booked_input_tokens,
-            cost.request_tokens
-        ),
-        (1, 300, 200)
-    );
+    assert_eq!((cost.held_requests, cost.booked_input_tokens, cost.request_tokens), (1, 300, 200));
     assert_eq!(cost.request_weight, 50_000.0);
     assert_eq!(cost.cost, 300.0 + 200.0 + 50_000.0);
     assert_eq!(target_of(&c), target_of(&b));
@@ -212,39 +132,20 @@ async fn shadow_keeps_the_legacy_pick_and_streams_the_weighted_suggestion() {
     let lease = control.lease(0).await;
     let mut admin = control.admin().await;
     let mut events = admin
-        .watch_decisions(pb::WatchDecisionsRequest {
-            kind: pb::PickKind::Decode as i32,
-            model: "m".into(),
-        })
+        .watch_decisions(pb::WatchDecisionsRequest { kind: pb::PickKind::Decode as i32, model: "m".into() })
         .await
         .unwrap()
         .into_inner();
     let mut router = control.router().await;
     let mut picks = Vec::new();
     for _ in 0..8 {
-        picks.push(
-            router
-                .pick_decode(pick(&lease, "m", 1_000))
-                .await
-                .unwrap()
-                .into_inner(),
-        );
+        picks.push(router.pick_decode(pick(&lease, "m", 1_000)).await.unwrap().into_inner());
     }
-    assert_eq!(
-        picks.iter().map(|p| target_of(p).1).collect::<Vec<_>>(),
-        [0, 1, 2, 3, 0, 1, 2, 3]
-    );
+    assert_eq!(picks.iter().map(|p| target_of(p).1).collect::<Vec<_>>(), [0, 1, 2, 3, 0, 1, 2, 3]);
     for p in picks.iter().filter(|p| target_of(p).1 == 3) {
-        router
-            .release(release(&p.reservation_id, ReleaseReason::Eof))
-            .await
-            .unwrap();
+        router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
     }
-    let p = router
-        .pick_decode(pick(&lease, "m", 1_000))
-        .await
-        .unwrap()
-        .into_inner();
+    let p = router.pick_decode(pick(&lease, "m", 1_000)).await.unwrap().into_inner();
     assert_eq!(target_of(&p).1, 0, "round-robin still selects");
     assert_eq!(p.mode, pb::DecodeInputDemand::Shadow as i32);
 
@@ -258,33 +159,16 @@ async fn shadow_keeps_the_legacy_pick_and_streams_the_weighted_suggestion() {
     assert_eq!(e.suggested.as_ref().unwrap().dp_rank, 3);
     assert!(!e.agree);
     assert_eq!(e.request_weight, 1e6);
-    let terms: Vec<(u32, u64, f64)> = e
-        .candidates
-        .iter()
-        .map(|c| (c.target.as_ref().unwrap().dp_rank, c.held_requests, c.cost))
-        .collect();
-    assert_eq!(
-        terms,
-        [
-            (0, 2, 2_003_000.0),
-            (1, 2, 2_003_000.0),
-            (2, 2, 2_003_000.0),
-            (3, 0, 1_000.0)
-        ]
-    );
+    let terms: Vec<(u32, u64, f64)> =
+        e.candidates.iter().map(|c| (c.target.as_ref().unwrap().dp_rank, c.held_requests, c.cost)).collect();
+    assert_eq!(terms, [(0, 2, 2_003_000.0), (1, 2, 2_003_000.0), (2, 2, 2_003_000.0), (3, 0, 1_000.0)]);
     let metrics = control.metrics().await;
     assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_decode_shadow_decisions_total{agreement=\"disagree\"}"
-        ),
+        sample(&metrics, "infera_router_decode_shadow_decisions_total{agreement=\"disagree\"}"),
         Some(1.0)
     );
     assert_eq!(
-        sample(
-            &metrics,
-            "infera_router_decode_shadow_decisions_total{agreement=\"agree\"}"
-        ),
+        sample(&metrics, "infera_router_decode_shadow_decisions_total{agreement=\"agree\"}"),
         Some(8.0)
     );
     control.stop().await;
@@ -296,10 +180,7 @@ async fn drained_targets_take_no_picks_until_resumed() {
     let lease = control.lease(0).await;
     let mut admin = control.admin().await;
     let drained = admin
-        .drain_target(pb::DrainTargetRequest {
-            worker_id: "d".into(),
-            dp_rank: Some(1),
-        })
+        .drain_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: Some(1) })
         .await
         .unwrap()
         .into_inner();
@@ -307,41 +188,17 @@ async fn drained_targets_take_no_picks_until_resumed() {
     assert!(drained.targets[0].drained);
     let mut router = control.router().await;
     for _ in 0..12 {
-        let p = router
-            .pick_decode(pick(&lease, "m", 10))
-            .await
-            .unwrap()
-            .into_inner();
+        let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
         assert_ne!(target_of(&p).1, 1);
     }
-    admin
-        .drain_target(pb::DrainTargetRequest {
-            worker_id: "d".into(),
-            dp_rank: None,
-        })
-        .await
-        .unwrap();
+    admin.drain_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: None }).await.unwrap();
     let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    admin
-        .resume_target(pb::DrainTargetRequest {
-            worker_id: "d".into(),
-            dp_rank: Some(1),
-        })
-        .await
-        .unwrap();
-    let p = router
-        .pick_decode(pick(&lease, "m", 10))
-        .await
-        .unwrap()
-        .into_inner();
+    admin.resume_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: Some(1) }).await.unwrap();
+    let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
     assert_eq!(target_of(&p).1, 1);
-    let unknown = admin
-        .drain_target(pb::DrainTargetRequest {
-            worker_id: "nope".into(),
-            dp_rank: None,
-        })
-        .await;
+    let unknown =
+        admin.drain_target(pb::DrainTargetRequest { worker_id: "nope".into(), dp_rank: None }).await;
     assert_eq!(unknown.unwrap_err().code(), Code::NotFound);
     control.stop().await;
 }
@@ -351,44 +208,18 @@ async fn release_is_idempotent_and_unknown_ids_are_not_found() {
     let control = Control::start(&pd_workers(2), &[]).await;
     let lease = control.lease(0).await;
     let mut router = control.router().await;
-    let keep = router
-        .pick_decode(pick(&lease, "m", 5))
-        .await
-        .unwrap()
-        .into_inner();
-    let p = router
-        .pick_prefill(pick(&lease, "m", 7))
-        .await
-        .unwrap()
-        .into_inner();
+    let keep = router.pick_decode(pick(&lease, "m", 5)).await.unwrap().into_inner();
+    let p = router.pick_prefill(pick(&lease, "m", 7)).await.unwrap().into_inner();
     assert_eq!(p.worker.as_ref().unwrap().bootstrap_port, 8998);
-    let first = router
-        .release(release(&p.reservation_id, ReleaseReason::Eof))
-        .await
-        .unwrap()
-        .into_inner();
-    let second = router
-        .release(release(&p.reservation_id, ReleaseReason::Failed))
-        .await
-        .unwrap()
-        .into_inner();
+    let first = router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap().into_inner();
+    let second =
+        router.release(release(&p.reservation_id, ReleaseReason::Failed)).await.unwrap().into_inner();
     assert!(!first.already_released);
     assert!(second.already_released);
     // Never issued by this control (a later sequence; another epoch).
-    let (epoch, seq) = p
-        .reservation_id
-        .strip_prefix("r-")
-        .unwrap()
-        .split_once('-')
-        .unwrap();
-    for id in [
-        format!("r-{epoch}-{}", seq.parse::<u64>().unwrap() + 100),
-        "r-00000000-1".to_string(),
-    ] {
-        let err = router
-            .release(release(&id, ReleaseReason::Eof))
-            .await
-            .unwrap_err();
+    let (epoch, seq) = p.reservation_id.strip_prefix("r-").unwrap().split_once('-').unwrap();
+    for id in [format!("r-{epoch}-{}", seq.parse::<u64>().unwrap() + 100), "r-00000000-1".to_string()] {
+        let err = router.release(release(&id, ReleaseReason::Eof)).await.unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{id}: {err:?}");
     }
     assert_eq!(
@@ -396,17 +227,11 @@ async fn release_is_idempotent_and_unknown_ids_are_not_found() {
         1,
         "the other reservation is intact"
     );
-    router
-        .release(release(&keep.reservation_id, ReleaseReason::Cancelled))
-        .await
-        .unwrap();
+    router.release(release(&keep.reservation_id, ReleaseReason::Cancelled)).await.unwrap();
     assert_eq!(held(&control, "d").await, vec![(0, 0); 2]);
     assert_eq!(held(&control, "p").await, vec![(0, 0); 2]);
     let metrics = control.metrics().await;
-    assert_eq!(
-        sample(&metrics, "infera_router_repeated_releases_total"),
-        Some(1.0)
-    );
+    assert_eq!(sample(&metrics, "infera_router_repeated_releases_total"), Some(1.0));
     control.stop().await;
 }
 
@@ -415,36 +240,20 @@ async fn picks_are_per_model_and_aggregated_models_pick_from_mixed_workers() {
     let control = Control::start(&pd_workers(2), &[]).await;
     let lease = control.lease(0).await;
     let mut router = control.router().await;
-    let agg = router
-        .pick_decode(pick(&lease, "agg", 5))
-        .await
-        .unwrap()
-        .into_inner();
+    let agg = router.pick_decode(pick(&lease, "agg", 5)).await.unwrap().into_inner();
     assert_eq!(target_of(&agg).0, "x");
     assert_eq!(agg.worker.as_ref().unwrap().role, pb::Role::Mixed as i32);
-    let err = router
-        .pick_prefill(pick(&lease, "agg", 5))
-        .await
-        .unwrap_err();
+    let err = router.pick_prefill(pick(&lease, "agg", 5)).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
-    let err = router
-        .pick_decode(pick(&lease, "unknown-model", 5))
-        .await
-        .unwrap_err();
+    let err = router.pick_decode(pick(&lease, "unknown-model", 5)).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     assert!(err.message().contains("unknown-model"));
     let listed = router
-        .list_targets(pb::ListTargetsRequest {
-            model: "agg".into(),
-            role: 0,
-        })
+        .list_targets(pb::ListTargetsRequest { model: "agg".into(), role: 0 })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(listed.targets.len(), 2);
-    assert_eq!(
-        listed.targets[0].held_requests + listed.targets[1].held_requests,
-        1
-    );
+    assert_eq!(listed.targets[0].held_requests + listed.targets[1].held_requests, 1);
     control.stop().await;
 }

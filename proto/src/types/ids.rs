@@ -150,26 +150,15 @@ mod tests {
 
     #[test]
     fn reservation_ids_round_trip_through_text() {
-        let id = ReservationId {
-            epoch: 0xdead_beef,
-            seq: 42,
-        };
+        let id = ReservationId { epoch: 0xdead_beef, seq: 42 };
         assert_eq!(id.to_string(), "r-deadbeef-42");
         assert_eq!("r-deadbeef-42".parse::<ReservationId>(), Ok(id));
     }
 
     #[test]
     fn malformed_ids_are_rejected() {
-        for bad in [
-            "",
-            "r-",
-            "r-deadbeef",
-            "r-deadbeef-",
-            "r-deadbeef-0",
-            "l-deadbeef-1",
-            "r-xyz-1",
-            "r-1-1",
-        ] {
+        for bad in ["", "r-", "r-deadbeef", "r-deadbeef-", "r-deadbeef-0", "l-deadbeef-1", "r-xyz-1", "r-1-1"]
+        {
             assert!(bad.parse::<ReservationId>().is_err(), "{bad:?} parsed");
         }
         assert!("r-00000001-1".parse::<LeaseId>().is_err());

@@ -104,13 +104,8 @@ pub enum ReleaseReason {
 
 impl ReleaseReason {
     /// Every reason, for metric pre-registration and tests.
-    pub const ALL: [Self; 5] = [
-        Self::Eof,
-        Self::Cancelled,
-        Self::Failed,
-        Self::LeaseExpired,
-        Self::TargetRemoved,
-    ];
+    pub const ALL: [Self; 5] =
+        [Self::Eof, Self::Cancelled, Self::Failed, Self::LeaseExpired, Self::TargetRemoved];
 
     /// A metric label value.
     pub fn as_str(self) -> &'static str {
@@ -196,22 +191,10 @@ mod tests {
 
     #[test]
     fn weights_outside_the_domain_are_rejected() {
-        assert!(matches!(
-            RequestWeight::new(f64::NAN),
-            Err(WeightError::NotFinite(_))
-        ));
-        assert!(matches!(
-            RequestWeight::new(f64::INFINITY),
-            Err(WeightError::NotFinite(_))
-        ));
-        assert!(matches!(
-            RequestWeight::new(-1.0),
-            Err(WeightError::Negative(_))
-        ));
-        assert!(matches!(
-            RequestWeight::new(1e13),
-            Err(WeightError::TooLarge(_))
-        ));
+        assert!(matches!(RequestWeight::new(f64::NAN), Err(WeightError::NotFinite(_))));
+        assert!(matches!(RequestWeight::new(f64::INFINITY), Err(WeightError::NotFinite(_))));
+        assert!(matches!(RequestWeight::new(-1.0), Err(WeightError::Negative(_))));
+        assert!(matches!(RequestWeight::new(1e13), Err(WeightError::TooLarge(_))));
         assert_eq!(RequestWeight::new(1e6).unwrap().get(), 1e6);
         assert!(RequestWeight::new(-0.0).unwrap().is_zero());
         assert_eq!("1000000".parse::<RequestWeight>().unwrap().get(), 1e6);

@@ -1,0 +1,281 @@
+//! Control benchmarks.
+//!
+//! 1. gRPC round trips: `clients` concurrent clients, each on its own connection, loop
+//!    PickDecode + Release against an in-process control for a round; the baseline is a plain
+//!    tonic echo service called twice per round trip (same number of RPCs) by the same number
+//!    of clients. Rounds alternate baseline and control so drift on a shared machine hits both;
+//!    the report gives medians and their ratio.
+//! 2. In-process pick + book on the pure core, for growing target counts, with the ledger kept
+//!    warm (`WARM_PER_TARGET` reservations per target); each pick is released again outside
+//!    the timed section so the load stays steady.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Parser as _;
+use infera_control::router::{RoutingState, Settings};
+use infera_control::view::View;
+use infera_control::{Args as ControlFlags, Config, Listeners};
+use infera_proto::pb::{self, router_client::RouterClient};
+use infera_proto::types::{
+    DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, RequestId, RequestWeight,
+    Role, WorkerId, WorkerRecord,
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
+
+const WARM_PER_TARGET: usize = 4;
+const DECODE_RANKS: u32 = 8;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ControlArgs {
+    /// Concurrent gRPC clients, each on its own connection.
+    #[arg(long, env = "INFERA_BENCH_CLIENTS", default_value_t = 4)]
+    clients: usize,
+    /// Measured rounds per side (they alternate: baseline, control, baseline, …).
+    #[arg(long, env = "INFERA_BENCH_ROUNDS", default_value_t = 5)]
+    rounds: usize,
+    /// Milliseconds per round.
+    #[arg(long, env = "INFERA_BENCH_ROUND_MS", default_value_t = 1_000)]
+    round_ms: u64,
+    /// Target counts for the in-process pick cost.
+    #[arg(long, env = "INFERA_BENCH_TARGETS", value_delimiter = ',', default_value = "8,64,512,4096")]
+    targets: Vec<u32>,
+    /// Timed picks per target count.
+    #[arg(long, env = "INFERA_BENCH_PICKS", default_value_t = 20_000)]
+    picks: usize,
+    /// Seed for token counts and tie-breaks.
+    #[arg(long, env = "INFERA_BENCH_SEED", default_value_t = 1)]
+    seed: u64,
+}
+
+pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (echo_rate, control_rate) = rt.block_on(round_trips(&args))?;
+    drop(rt);
+    println!(
+        "control gRPC round trips: {} clients on loopback, {} alternating rounds of {} ms per side",
+        args.clients, args.rounds, args.round_ms
+    );
+    println!("  baseline  tonic unary echo ×2      {:>9.0} round trips/s (median)", echo_rate);
+    println!("  control   PickDecode + Release     {:>9.0} round trips/s (median)", control_rate);
+    let ratio = control_rate / echo_rate;
+    println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
+
+    println!();
+    println!(
+        "in-process pick + book (mode on, W = 1e6, {WARM_PER_TARGET} warm reservations per target), {} picks each",
+        args.picks
+    );
+    println!(
+        "  {:>7} {:>9} {:>9} {:>9} {:>17} {:>14}",
+        "targets", "p50 µs", "p99 µs", "max µs", "p99 / p99(first)", "targets ratio"
+    );
+    let mut first: Option<(u32, f64)> = None;
+    let mut rows = Vec::new();
+    for &n in &args.targets {
+        let (p50, p99, max) = pick_cost(n, args.picks, args.seed);
+        let (n0, p0) = *first.get_or_insert((n, p99));
+        println!(
+            "  {:>7} {:>9.2} {:>9.2} {:>9.2} {:>17.1} {:>14.1}",
+            n,
+            p50,
+            p99,
+            max,
+            p99 / p0,
+            f64::from(n) / f64::from(n0)
+        );
+        rows.push((n, p99));
+    }
+    if let Some((_, p99)) = rows.iter().find(|(n, _)| *n == 512) {
+        println!("  goal p99 < 20 µs at 512 targets: {} ({p99:.2} µs)", verdict(*p99 < 20.0));
+    }
+    if let (Some((n0, p0)), Some((n1, p1))) = (rows.first(), rows.last()) {
+        let growth = p1 / p0;
+        let linear = f64::from(*n1) / f64::from(*n0);
+        println!(
+            "  goal growth no worse than linear: {} (×{growth:.1} for ×{linear:.0} targets)",
+            verdict(growth <= linear)
+        );
+    }
+    Ok(())
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
+async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
+    let workers = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        workers.path(),
+        format!(
+            "[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={DECODE_RANKS}\n"
+        ),
+    )?;
+    let flags = ControlFlags::try_parse_from([
+        "infera-control",
+        "--workers",
+        workers.path().to_str().expect("utf-8 temp path"),
+        "--decode-input-demand",
+        "on",
+        "--decode-request-weight",
+        "1000000",
+    ])?;
+    let config = Config::try_from(flags)?;
+    let grpc = TcpListener::bind("127.0.0.1:0").await?;
+    let metrics = TcpListener::bind("127.0.0.1:0").await?;
+    let control_addr = grpc.local_addr()?;
+    tokio::spawn(infera_control::run(Listeners { grpc, metrics }, config, std::future::pending()));
+    let echo_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let echo_addr = echo_listener.local_addr()?;
+    echo::spawn(echo_listener);
+
+    let connect = |addr: std::net::SocketAddr| async move {
+        Channel::from_shared(format!("http://{addr}"))
+            .expect("a socket address is a valid URI")
+            .connect()
+            .await
+    };
+    let mut routers = Vec::new();
+    let mut echoes = Vec::new();
+    for _ in 0..args.clients {
+        routers.push(RouterClient::new(connect(control_addr).await?));
+        echoes.push(EchoClient::new(connect(echo_addr).await?));
+    }
+    let lease = routers[0]
+        .clone()
+        .open_lease(pb::OpenLeaseRequest { holder: "bench".into(), ttl_ms: 300_000 })
+        .await?
+        .into_inner()
+        .lease_id;
+
+    let round = Duration::from_millis(args.round_ms);
+    // Warm-up: connections, allocators, the ledger's maps.
+    measure(&echoes, round / 4, echo_round_trip).await?;
+    let pick = move |c| pick_round_trip(c, lease.clone());
+    measure(&routers, round / 4, pick.clone()).await?;
+    let (mut echo_rates, mut control_rates) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        echo_rates.push(measure(&echoes, round, echo_round_trip).await?);
+        control_rates.push(measure(&routers, round, pick.clone()).await?);
+    }
+    Ok((median(echo_rates), median(control_rates)))
+}
+
+async fn echo_round_trip(mut c: EchoClient<Channel>) -> Result<EchoClient<Channel>, tonic::Status> {
+    // Two calls with a payload the size of a pick request, as a round trip is two RPCs.
+    for _ in 0..2 {
+        c.echo(EchoMessage { payload: vec![7; 64] }).await?;
+    }
+    Ok(c)
+}
+
+async fn pick_round_trip(
+    mut c: RouterClient<Channel>,
+    lease: String,
+) -> Result<RouterClient<Channel>, tonic::Status> {
+    let picked = c
+        .pick_decode(pb::PickRequest {
+            lease_id: lease,
+            request_id: "bench-request".into(),
+            model: "m".into(),
+            input_tokens: 4096,
+            session_key: String::new(),
+        })
+        .await?
+        .into_inner();
+    let release =
+        pb::ReleaseRequest { reservation_id: picked.reservation_id, reason: pb::ReleaseReason::Eof as i32 };
+    c.release(release).await?;
+    Ok(c)
+}
+
+/// Round trips per second of `clients` looping `trip` for `round`.
+async fn measure<C, F, Fut>(clients: &[C], round: Duration, trip: F) -> anyhow::Result<f64>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<C, tonic::Status>> + Send,
+{
+    let start = Instant::now();
+    let end = start + round;
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|mut c| {
+            let trip = trip.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    c = trip(c).await?;
+                    n += 1;
+                }
+                Ok::<u64, tonic::Status>(n)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// p50, p99 and max microseconds of one pick + book with `n` decode targets.
+fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
+    let workers = (0..n.div_ceil(DECODE_RANKS)).map(|i| WorkerRecord {
+        id: WorkerId::new(format!("decode-{i}")),
+        role: Role::Decode,
+        url: format!("http://10.0.{}.{}:30000", i / 256, i % 256),
+        model: ModelName::new("m"),
+        bootstrap_port: None,
+        dp_size: DECODE_RANKS.min(n - i * DECODE_RANKS),
+        page_size: 64,
+        sglang_version: None,
+        labels: Default::default(),
+    });
+    let settings = Settings {
+        mode: DecodeInputDemand::On,
+        weight: RequestWeight::new(1e6).expect("valid weight"),
+        policy: DecodePolicy::RoundRobin,
+        session_slack_tokens: 0,
+        session_ttl: Duration::from_secs(600),
+        lease_ttl: Duration::from_secs(300),
+    };
+    let mut core = RoutingState::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
+        .expect("valid settings");
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let request = |rng: &mut SmallRng, lease: LeaseId| PickRequest {
+        lease,
+        request_id: RequestId::new("bench"),
+        model: ModelName::new("m"),
+        input_tokens: rng.random_range(1_000..200_000),
+        session: None,
+    };
+    for _ in 0..n as usize * WARM_PER_TARGET {
+        let req = request(&mut rng, lease);
+        core.pick(PickKind::Decode, &req, false, now, wall).expect("warm-up pick");
+    }
+    let mut samples = Vec::with_capacity(picks);
+    for _ in 0..picks {
+        let req = request(&mut rng, lease);
+        let t0 = Instant::now();
+        let picked = core.pick(PickKind::Decode, &req, false, now, wall).expect("pick");
+        samples.push(t0.elapsed());
+        core.release(picked.reservation).expect("release");
+    }
+    samples.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    (us(samples[picks / 2]), us(samples[picks * 99 / 100]), us(samples[picks - 1]))
+}
