@@ -74,8 +74,10 @@ struct PrefillArgs {
     /// least-loaded one's by more than this many tokens.
     #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
     prefill_session_slack_tokens: u64,
-    /// Milliseconds of inactivity after which a session forgets its prefill target.
-    #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000)]
+    /// Milliseconds of inactivity after which a session forgets its prefill target
+    /// (at most one day; 0 turns session affinity off).
+    #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000,
+          value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     session_ttl_ms: u64,
 }
 
@@ -138,6 +140,15 @@ pub enum ConfigError {
     /// The workers file.
     #[error(transparent)]
     Workers(#[from] WorkersFileError),
+    /// Log filter directives that do not parse.
+    #[error("--log {filter:?}: {source}")]
+    LogFilter {
+        /// The directives.
+        filter: String,
+        /// Why.
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
     /// W > 0 without demand.
     #[error(
         "--decode-request-weight {weight} needs --decode-input-demand shadow or on (got {mode}); \
@@ -165,6 +176,9 @@ impl TryFrom<Args> for Config {
         };
         if settings.validate().is_err() {
             return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
+        }
+        if let Err(source) = tracing_subscriber::EnvFilter::try_new(&a.telemetry.log) {
+            return Err(ConfigError::LogFilter { filter: a.telemetry.log, source });
         }
         Ok(Self {
             listen: a.listen.listen,

@@ -13,10 +13,10 @@ pub enum ControlError {
     #[error("invalid argument: {0}")]
     InvalidArgument(#[from] ConvertError),
     /// No worker serves this model.
-    #[error("unknown model {0:?}")]
+    #[error("unknown model \"{0}\"")]
     UnknownModel(ModelName),
     /// The model has workers, but none for this kind of pick.
-    #[error("model {model:?} has no {} workers{}", pool_name(*.kind), pool_hint(*.kind))]
+    #[error("model \"{model}\" has no {} workers{}", pool_name(*.kind), pool_hint(*.kind))]
     NoPool {
         /// The model.
         model: ModelName,
@@ -24,7 +24,7 @@ pub enum ControlError {
         kind: PickKind,
     },
     /// Every target of the pool is drained.
-    #[error("no eligible {} target for model {model:?}: all are drained", kind.as_str())]
+    #[error("no eligible {} target for model \"{model}\": all are drained", kind.as_str())]
     NoEligibleTarget {
         /// The model.
         model: ModelName,

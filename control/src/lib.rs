@@ -71,6 +71,7 @@ pub async fn run(
     let core = RoutingState::new(View::new(config.workers), config.settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let state = ControlState::new(core, ControlMetrics::register(&mut registry));
+    state.publish_loads();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;
     let stopped = move || {

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 use infera_control::telemetry::Telemetry;
 use infera_control::{Args, Config, Listeners};
@@ -43,8 +44,15 @@ fn main() -> ExitCode {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let telemetry = Telemetry::init(&config.telemetry)?;
-    let grpc = TcpListener::bind(config.listen).await?;
-    let metrics = TcpListener::bind(config.metrics_listen).await?;
+    let grpc = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot bind the gRPC address --listen {}", config.listen))?;
+    let metrics = TcpListener::bind(config.metrics_listen).await.with_context(|| {
+        format!("cannot bind the metrics address --metrics-listen {}", config.metrics_listen)
+    })?;
+    if config.workers.is_empty() {
+        tracing::warn!("the workers file lists no workers: every pick will fail with NOT_FOUND");
+    }
     // One line on stdout that scripts and tests wait for (ports may have been 0).
     println!("infera-control listening grpc={} metrics={}", grpc.local_addr()?, metrics.local_addr()?);
     tracing::info!(

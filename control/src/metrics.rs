@@ -81,6 +81,13 @@ impl ControlMetrics {
             leases: Gauge::default(),
             shadow: Family::default(),
         };
+        // Every release series exists from the start (at 0), so rates work from the first scrape.
+        for kind in [PickKind::Prefill, PickKind::Decode] {
+            for reason in ReleaseReason::ALL {
+                let _created =
+                    m.releases.get_or_create(&ReleaseLabels { kind: kind.as_str(), reason: reason.as_str() });
+            }
+        }
         let r = registry.sub_registry_with_prefix("infera_router");
         r.register("decode_demand_requests", "Requests held per decode target", m.decode_requests.clone());
         r.register("decode_demand_tokens", "Input tokens booked per decode target", m.decode_tokens.clone());

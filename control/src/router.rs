@@ -343,7 +343,7 @@ impl<R: Rng> RoutingState<R> {
             agree: chosen.cost == min,
             chosen: chosen.target,
             suggested,
-            weight: self.settings.weight,
+            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
             request_tokens: req.input_tokens,
             candidates,
         }
@@ -385,7 +385,15 @@ fn choose_decode(
         DecodeInputDemand::Shadow => {
             let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
             let (s, min) = lowest(rng);
-            Choice { index: i, suggested: Some(s), agree: Some(cost(&candidates[i]) == min), affinity: None }
+            // Among tied lowest costs the legacy choice is as good as any: suggest it then, so
+            // "agree" and "suggested == chosen" say the same thing.
+            let agree = cost(&candidates[i]) == min;
+            Choice {
+                index: i,
+                suggested: Some(if agree { i } else { s }),
+                agree: Some(agree),
+                affinity: None,
+            }
         }
         DecodeInputDemand::Off => {
             let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);

@@ -31,6 +31,16 @@ impl ControlState {
         Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096) })
     }
 
+    /// Publishes every live target's load (zero at start), so each target has its gauge
+    /// series from the beginning rather than from its first booking.
+    pub fn publish_loads(&self) {
+        let rows = self.core().targets(None, None);
+        for (slot, load) in rows {
+            let change = crate::router::LoadChange { target: slot.target, role: slot.worker.role, load };
+            self.metrics.load(&change);
+        }
+    }
+
     fn core(&self) -> MutexGuard<'_, RoutingState<SmallRng>> {
         // The core panics only on a broken ledger invariant; serving on would be worse.
         self.core.lock().expect("routing state poisoned by an earlier panic")
@@ -39,7 +49,8 @@ impl ControlState {
     /// Picks and books.
     pub fn pick(&self, kind: PickKind, req: &PickRequest) -> Result<Picked, ControlError> {
         let started = Instant::now();
-        let watched = self.decisions.watched() || tracing::enabled!(tracing::Level::DEBUG);
+        let watched =
+            self.decisions.watched() || tracing::enabled!(target: "decode_demand", tracing::Level::DEBUG);
         let (result, mode) = {
             let mut core = self.core();
             let mode = core.settings().mode;

@@ -141,6 +141,8 @@ fn shadow_agreement_is_reported() {
     );
     let a = f.decode(1_000); // rank 0, empty ledger: tie → agree
     assert_eq!(a.agree, Some(true));
+    let d = a.decision.as_ref().unwrap();
+    assert_eq!(d.suggested.as_ref(), Some(&d.chosen), "a tied legacy choice is the suggestion");
     let b = f.decode(1_000); // rank 1: rank 0 holds 1, rank 1 holds 0 → legacy agrees with cost
     assert_eq!((rank(&b), b.agree), (1, Some(true)));
     f.core.release(a.reservation).unwrap();
@@ -225,6 +227,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     let fresh = pick(&mut f, 100, "s1");
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
+    assert!(d.weight.is_zero(), "the prefill cost has no held-request term");
 }
 
 #[test]

@@ -113,19 +113,19 @@ impl Admin for AdminService {
         let m = req.into_inner();
         let kind = convert::kind_filter("kind", m.kind).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);
+        // A watcher that falls more than the hub's capacity behind skips the oldest events
+        // (logged here) and goes on; picks never wait for watchers.
         let events = BroadcastStream::new(self.state.decisions().subscribe()).filter_map(move |event| {
-            let keep = match &event {
-                Ok(d) => {
-                    kind.is_none_or(|k| d.kind == k) && model.as_deref().is_none_or(|m| d.model.as_str() == m)
-                }
+            let event = match event {
+                Ok(d) => d,
                 Err(BroadcastStreamRecvError::Lagged(n)) => {
                     tracing::warn!(skipped = n, "decision watcher too slow; events skipped");
-                    false
+                    return std::future::ready(None);
                 }
             };
-            std::future::ready(
-                keep.then(|| event.map(|d| wire::decision(&d)).map_err(|_| Status::internal("lagged"))),
-            )
+            let keep = kind.is_none_or(|k| event.kind == k)
+                && model.as_deref().is_none_or(|m| event.model.as_str() == m);
+            std::future::ready(keep.then(|| Ok(wire::decision(&event))))
         });
         let mut stop = self.stop.clone();
         let stopped = async move {

@@ -45,6 +45,12 @@ fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
         assert_eq!(code, 64, "{flag} {value}: {err}");
         assert!(err.contains(flag), "{err}");
     }
+    let mut cmd = command(&workers);
+    cmd.args(["--log", "info,=="]);
+    let (code, err) = run_to_exit(cmd);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--log"), "{err}");
+
     let bad = workers_file(
         "[[workers]]\nid = 'd'\nrole = 'decode'\nurl = 'http://h:1'\nmodel = 'm'\ndp_sise = 4\n",
     );

@@ -14,8 +14,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::process::*;
 
+/// (span name, trace id) of every exported span.
+type Spans = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 #[derive(Clone, Default)]
-struct Collector(Arc<Mutex<Vec<(String, Vec<u8>)>>>);
+struct Collector(Spans);
 
 #[tonic::async_trait]
 impl TraceService for Collector {

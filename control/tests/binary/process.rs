@@ -22,6 +22,7 @@ pub(crate) fn command(workers: &tempfile::NamedTempFile) -> Command {
         .env_remove("INFERA_DECODE_INPUT_DEMAND")
         .env_remove("INFERA_DECODE_REQUEST_WEIGHT")
         .env_remove("INFERA_ADMIN_TOKEN")
+        .env("INFERA_LOG", "warn")
         .stdin(Stdio::null());
     cmd
 }

@@ -16,6 +16,16 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
     )
     .await;
     let lease = control.lease(0).await;
+    let before = control.metrics().await;
+    assert_eq!(
+        sample(&before, "infera_router_decode_demand_requests{target=\"d/7\"}"),
+        Some(0.0),
+        "every target has its series from the start"
+    );
+    assert_eq!(
+        sample(&before, "infera_router_releases_total{kind=\"decode\",reason=\"target_removed\"}"),
+        Some(0.0)
+    );
     // 8 clients on their own connections, 100 picks each, all in flight at once.
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -247,7 +257,7 @@ async fn picks_are_per_model_and_aggregated_models_pick_from_mixed_workers() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     let err = router.pick_decode(pick(&lease, "unknown-model", 5)).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    assert!(err.message().contains("unknown-model"));
+    assert_eq!(err.message(), "unknown model \"unknown-model\"");
     let listed = router
         .list_targets(pb::ListTargetsRequest { model: "agg".into(), role: 0 })
         .await

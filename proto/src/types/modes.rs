@@ -103,7 +103,7 @@ pub enum ReleaseReason {
 }
 
 impl ReleaseReason {
-    /// Every reason, for metric pre-registration and tests.
+    /// Every reason (control pre-registers a metric series for each).
     pub const ALL: [Self; 5] =
         [Self::Eof, Self::Cancelled, Self::Failed, Self::LeaseExpired, Self::TargetRemoved];
 
