@@ -12,7 +12,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser as _;
-use infera_control::router::{RoutingState, Settings};
+use infera_control::router::RoutingState;
+use infera_control::settings::Settings;
 use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
 use infera_proto::pb::{self, router_client::RouterClient};

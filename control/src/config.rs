@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight, WorkerRecord};
 
-use crate::router::Settings;
+use crate::settings::Settings;
 use crate::telemetry::{LogFormat, TelemetryConfig};
 use crate::workers_file::{self, WorkersFileError};
 

@@ -8,6 +8,7 @@
 //! - [`state`]: the shell — one lock around the core, clock, metrics, decision fan-out.
 //! - [`router`]: one pick as a pipeline over the pure core:
 //!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
+//! - [`settings`]: W, the mode and the policies in force.
 //! - [`affinity`]: session → prefill target.
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`workers_file`]: the static registry.
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod router;
 pub mod scoring;
 pub mod service;
+pub mod settings;
 pub mod state;
 pub mod telemetry;
 pub mod view;

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId,
-    Role, Target, WorkerId, WorkerRecord,
+    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId, Role, Target,
+    WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
@@ -24,41 +24,12 @@ use crate::affinity::Sessions;
 use crate::decisions::{CandidateTerms, Decision};
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Load, Released, Reservation};
-use crate::scoring::{self, Candidate};
-use crate::view::{PoolCursor, Slot, TargetKey, View};
+use crate::scoring::{self, Candidate, Choice};
+use crate::settings::Settings;
+use crate::view::{Slot, TargetKey, View};
 
 #[cfg(test)]
 mod tests;
-
-/// The routing settings in force; operators change W and the mode at run time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
-    /// Decode selection mode.
-    pub mode: DecodeInputDemand,
-    /// W, tokens per held request.
-    pub weight: RequestWeight,
-    /// The legacy decode policy.
-    pub policy: DecodePolicy,
-    /// How much more a session's prefill target may cost than the cheapest and still keep it.
-    pub session_slack_tokens: u64,
-    /// Idle time after which a session forgets its prefill target.
-    pub session_ttl: Duration,
-    /// Lease TTL when the proxy asks for none.
-    pub lease_ttl: Duration,
-}
-
-impl Settings {
-    /// Shortest and longest lease TTL a proxy may ask for.
-    pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(300));
-
-    /// W > 0 needs a mode that scores.
-    pub fn validate(&self) -> Result<(), ControlError> {
-        if !self.weight.is_zero() && !self.mode.scores() {
-            return Err(ControlError::WeightNeedsDemand { weight: self.weight, mode: self.mode });
-        }
-        Ok(())
-    }
-}
 
 /// A target's load after a booking or release, for the per-target gauges.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,13 +77,6 @@ pub struct ReservationRow {
 /// An ended reservation and the load it left behind.
 pub type Ended = (Reservation, LoadChange);
 
-struct Choice {
-    index: usize,
-    suggested: Option<usize>,
-    agree: Option<bool>,
-    affinity: Option<TargetKey>,
-}
-
 /// The pure routing core.
 #[derive(Debug)]
 pub struct RoutingState<R> {
@@ -152,11 +116,16 @@ impl<R: Rng> RoutingState<R> {
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
         let choice = match kind {
             PickKind::Decode => {
-                choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng)
+                scoring::choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng)
             }
-            PickKind::Prefill => {
-                choose_prefill(&self.settings, &self.sessions, &self.scratch, req, now, &mut self.rng)
-            }
+            PickKind::Prefill => scoring::choose_prefill(
+                &self.settings,
+                &self.sessions,
+                &self.scratch,
+                req,
+                now,
+                &mut self.rng,
+            ),
         };
         let chosen = self.scratch[choice.index];
         let booking = Booking {
@@ -363,59 +332,4 @@ impl<R: Rng> RoutingState<R> {
             })
             .collect()
     }
-}
-
-/// Decode choice: the legacy policy (off, shadow) or the lowest cost (on, and the shadow
-/// suggestion).
-fn choose_decode(
-    settings: &Settings,
-    candidates: &[Candidate],
-    tokens: u64,
-    pool: PoolCursor<'_>,
-    rng: &mut impl Rng,
-) -> Choice {
-    let cost = |c: &Candidate| scoring::decode_cost(c.load, tokens, settings.weight);
-    let lowest =
-        |rng: &mut _| scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
-    match settings.mode {
-        DecodeInputDemand::On => {
-            let (i, _) = lowest(rng);
-            Choice { index: i, suggested: Some(i), agree: None, affinity: None }
-        }
-        DecodeInputDemand::Shadow => {
-            let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
-            let (s, min) = lowest(rng);
-            // Among tied lowest costs the legacy choice is as good as any: suggest it then, so
-            // "agree" and "suggested == chosen" say the same thing.
-            let agree = cost(&candidates[i]) == min;
-            Choice {
-                index: i,
-                suggested: Some(if agree { i } else { s }),
-                agree: Some(agree),
-                affinity: None,
-            }
-        }
-        DecodeInputDemand::Off => {
-            let i = scoring::legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
-            Choice { index: i, suggested: None, agree: None, affinity: None }
-        }
-    }
-}
-
-/// Prefill choice: the least loaded, unless the session's previous target is within the slack.
-fn choose_prefill(
-    settings: &Settings,
-    sessions: &Sessions,
-    candidates: &[Candidate],
-    req: &PickRequest,
-    now: Instant,
-    rng: &mut impl Rng,
-) -> Choice {
-    let cost = |c: &Candidate| scoring::prefill_cost(c.load, req.input_tokens);
-    let (low, min) = scoring::lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
-    let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
-    let sticky = affinity
-        .and_then(|k| candidates.iter().position(|c| c.key == k))
-        .filter(|i| cost(&candidates[*i]) <= min + settings.session_slack_tokens as f64);
-    Choice { index: sticky.unwrap_or(low), suggested: Some(low), agree: None, affinity }
 }

@@ -17,8 +17,11 @@ use rand::Rng;
 use crate::ledger::Load;
 use crate::view::TargetKey;
 
+mod choose;
 #[cfg(test)]
 mod tests;
+
+pub use choose::{Choice, choose_decode, choose_prefill};
 
 /// One eligible candidate of a pool.
 #[derive(Clone, Copy, Debug, PartialEq)]

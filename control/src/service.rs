@@ -11,6 +11,7 @@ use std::sync::Arc;
 use infera_proto::pb::{admin_server::AdminServer, router_server::RouterServer};
 use tonic::service::interceptor::InterceptedService;
 
+use crate::error::ControlError;
 use crate::state::ControlState;
 
 pub use auth::AdminAuth;
@@ -42,4 +43,14 @@ pub async fn routes(
         .add_service(RouterServer::new(router::RouterService::new(state)))
         .add_service(admin);
     Ok(routes)
+}
+
+/// `ListTargets`, the same for proxies (their fallback list) and operators.
+fn list_targets(
+    state: &ControlState,
+    m: infera_proto::pb::ListTargetsRequest,
+) -> Result<infera_proto::pb::ListTargetsResponse, ControlError> {
+    let role = infera_proto::convert::role_filter("role", m.role)?;
+    let model = infera_proto::convert::name_filter(m.model);
+    Ok(wire::targets(&state.targets(model.as_deref(), role)))
 }

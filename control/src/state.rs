@@ -14,7 +14,8 @@ use crate::decisions::DecisionHub;
 use crate::error::ControlError;
 use crate::ledger::Load;
 use crate::metrics::ControlMetrics;
-use crate::router::{Ended, Picked, ReservationRow, RoutingState, Settings};
+use crate::router::{Ended, Picked, ReservationRow, RoutingState};
+use crate::settings::Settings;
 use crate::view::Slot;
 
 /// Shared state of a running control.

@@ -2,6 +2,7 @@
 //! gRPC. A W3C `traceparent` in a call's metadata becomes the parent of the call's span, so a
 //! proxy's trace continues into control.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -11,7 +12,8 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tonic::metadata::{KeyRef, MetadataMap};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -67,17 +69,27 @@ impl Telemetry {
             }
             None => None,
         };
-        let otel =
-            provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(cfg.service_name)));
-        let registry = tracing_subscriber::registry().with(filter).with(otel);
-        match cfg.log_format {
-            LogFormat::Text => {
-                registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?
-            }
-            LogFormat::Json => registry
-                .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
-                .try_init()?,
-        }
+        // Logs follow --log; exported spans do not: the RPC spans (info) reach the collector
+        // even when the log filter is quieter.
+        let otel = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer(cfg.service_name))
+                .with_filter(LevelFilter::INFO)
+        });
+        let ansi = std::io::stderr().is_terminal();
+        let logs = match cfg.log_format {
+            LogFormat::Text => tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi)
+                .with_filter(filter)
+                .boxed(),
+            LogFormat::Json => tracing_subscriber::fmt::layer()
+                .json()
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+                .boxed(),
+        };
+        tracing_subscriber::registry().with(otel).with(logs).try_init()?;
         Ok(Self { provider })
     }
 

@@ -68,10 +68,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListTargetsRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        let m = req.into_inner();
-        let role = convert::role_filter("role", m.role).map_err(ControlError::from)?;
-        let model = convert::name_filter(m.model);
-        Ok(Response::new(wire::targets(&self.state.targets(model.as_deref(), role))))
+        Ok(Response::new(super::list_targets(&self.state, req.into_inner())?))
     }
 
     async fn list_reservations(

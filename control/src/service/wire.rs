@@ -7,7 +7,8 @@ use infera_proto::types::RequestWeight;
 
 use crate::decisions::{CandidateTerms, Decision};
 use crate::ledger::Load;
-use crate::router::{ReservationRow, Settings};
+use crate::router::ReservationRow;
+use crate::settings::Settings;
 use crate::view::Slot;
 
 pub(super) fn config(s: &Settings) -> pb::Config {

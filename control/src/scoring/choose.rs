@@ -1,0 +1,79 @@
+//! The choice of one pick among the eligible candidates: which candidate, what the cost
+//! suggests, whether they agree, and the session's previous target.
+
+use std::time::Instant;
+
+use infera_proto::types::{DecodeInputDemand, PickRequest};
+use rand::Rng;
+
+use super::{Candidate, decode_cost, legacy, lowest, prefill_cost};
+use crate::affinity::Sessions;
+use crate::settings::Settings;
+use crate::view::{PoolCursor, TargetKey};
+
+/// What a pick chose.
+#[derive(Debug)]
+pub struct Choice {
+    /// Index of the chosen candidate.
+    pub index: usize,
+    /// Index of the cost's suggestion (when a cost was computed).
+    pub suggested: Option<usize>,
+    /// Shadow mode: whether the legacy choice is also a lowest-cost one.
+    pub agree: Option<bool>,
+    /// The session's previous prefill target, if it has one.
+    pub affinity: Option<TargetKey>,
+}
+
+/// Decode choice: the legacy policy (off, shadow) or the lowest cost (on, and the shadow
+/// suggestion).
+pub fn choose_decode(
+    settings: &Settings,
+    candidates: &[Candidate],
+    tokens: u64,
+    pool: PoolCursor<'_>,
+    rng: &mut impl Rng,
+) -> Choice {
+    let cost = |c: &Candidate| decode_cost(c.load, tokens, settings.weight);
+    let lowest = |rng: &mut _| lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    match settings.mode {
+        DecodeInputDemand::On => {
+            let (i, _) = lowest(rng);
+            Choice { index: i, suggested: Some(i), agree: None, affinity: None }
+        }
+        DecodeInputDemand::Shadow => {
+            let i = legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
+            let (s, min) = lowest(rng);
+            // Among tied lowest costs the legacy choice is as good as any: suggest it then, so
+            // "agree" and "suggested == chosen" say the same thing.
+            let agree = cost(&candidates[i]) == min;
+            Choice {
+                index: i,
+                suggested: Some(if agree { i } else { s }),
+                agree: Some(agree),
+                affinity: None,
+            }
+        }
+        DecodeInputDemand::Off => {
+            let i = legacy(settings.policy, candidates, pool.cursor, pool.len, rng);
+            Choice { index: i, suggested: None, agree: None, affinity: None }
+        }
+    }
+}
+
+/// Prefill choice: the least loaded, unless the session's previous target is within the slack.
+pub fn choose_prefill(
+    settings: &Settings,
+    sessions: &Sessions,
+    candidates: &[Candidate],
+    req: &PickRequest,
+    now: Instant,
+    rng: &mut impl Rng,
+) -> Choice {
+    let cost = |c: &Candidate| prefill_cost(c.load, req.input_tokens);
+    let (low, min) = lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
+    let sticky = affinity
+        .and_then(|k| candidates.iter().position(|c| c.key == k))
+        .filter(|i| cost(&candidates[*i]) <= min + settings.session_slack_tokens as f64);
+    Choice { index: sticky.unwrap_or(low), suggested: Some(low), agree: None, affinity }
+}
