@@ -1,3 +1,5 @@
+//! Compiles the `infera.control.v1` protos (tonic + prost) and writes the descriptor set for reflection.
+
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
