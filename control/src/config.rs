@@ -8,8 +8,8 @@ use clap::{Args as ClapArgs, Parser};
 use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight, WorkerRecord};
 
 use crate::settings::Settings;
-use crate::telemetry::{LogFormat, TelemetryConfig};
 use crate::workers_file::{self, WorkersFileError};
+use infera_proto::telemetry::{LogFormat, TelemetryConfig};
 
 /// infera-control: the central demand ledger and scoring service.
 #[derive(Parser, Debug)]

@@ -12,7 +12,7 @@
 //! - [`affinity`]: session → prefill target.
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`workers_file`]: the static registry.
-//! - [`metrics`], [`telemetry`]: Prometheus, logs, OTLP traces.
+//! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
 
 pub mod affinity;
 pub mod config;
@@ -25,7 +25,6 @@ pub mod scoring;
 pub mod service;
 pub mod settings;
 pub mod state;
-pub mod telemetry;
 pub mod view;
 pub mod workers_file;
 

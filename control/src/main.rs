@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use infera_control::telemetry::Telemetry;
 use infera_control::{Args, Config, Listeners};
+use infera_proto::telemetry::Telemetry;
 use tokio::net::TcpListener;
 
 /// `EX_USAGE`: the configuration cannot start.

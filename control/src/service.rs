@@ -54,3 +54,13 @@ fn list_targets(
     let model = infera_proto::convert::name_filter(m.model);
     Ok(wire::targets(&state.targets(model.as_deref(), role)))
 }
+
+/// A span for one RPC, child of the caller's `traceparent` when it sent one.
+fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
+    let span = tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty);
+    infera_proto::telemetry::set_parent(
+        &span,
+        infera_proto::telemetry::context_from_metadata(req.metadata()),
+    );
+    span
+}

@@ -4,8 +4,12 @@
 //! - [`types`]: the domain types every part shares: ids, roles, targets, modes, worker records.
 //! - [`convert`]: the one place where wire messages become domain values (and back); values are
 //!   checked here, so nothing past this boundary sees an unknown enum or an empty id.
+//! - `telemetry` (feature `telemetry`): the tracing/OTLP set-up all binaries share, and W3C
+//!   trace-context propagation across HTTP and gRPC.
 
 pub mod convert;
+#[cfg(feature = "telemetry")]
+pub mod telemetry;
 pub mod types;
 
 /// Generated code for package `infera.control.v1`.

@@ -9,10 +9,10 @@ use infera_proto::types::PickKind;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use super::rpc_span;
 use super::wire;
 use crate::error::ControlError;
 use crate::state::ControlState;
-use crate::telemetry::rpc_span;
 
 /// The Router service.
 #[derive(Debug)]

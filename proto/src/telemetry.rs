@@ -1,11 +1,12 @@
-//! Logs (`tracing`, text or JSON) and, with `--otlp-endpoint`, OpenTelemetry traces over OTLP
-//! gRPC. A W3C `traceparent` in a call's metadata becomes the parent of the call's span, so a
-//! proxy's trace continues into control.
+//! The one tracing set-up every infera binary shares: logs (`tracing`, text or JSON) and, with
+//! `--otlp-endpoint`, OpenTelemetry traces over OTLP gRPC; plus W3C trace-context propagation
+//! across the wire (HTTP headers and gRPC metadata), so one trace runs proxy → control →
+//! workers.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -122,10 +123,62 @@ impl Extractor for MetadataExtractor<'_> {
     }
 }
 
-/// A span for one RPC, child of the caller's `traceparent` when it sent one.
-pub fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> Span {
-    let span = tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty);
-    let parent = TraceContextPropagator::new().extract(&MetadataExtractor(req.metadata()));
+struct HeaderExtractor<'a>(&'a http::HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut http::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::try_from(key), http::HeaderValue::try_from(value)) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+struct MetadataInjector<'a>(&'a mut MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(value),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+/// The trace context a gRPC call carries (empty when it carries none).
+pub fn context_from_metadata(metadata: &MetadataMap) -> opentelemetry::Context {
+    TraceContextPropagator::new().extract(&MetadataExtractor(metadata))
+}
+
+/// The trace context an HTTP request carries (empty when it carries none).
+pub fn context_from_headers(headers: &http::HeaderMap) -> opentelemetry::Context {
+    TraceContextPropagator::new().extract(&HeaderExtractor(headers))
+}
+
+/// Writes `span`'s trace context (`traceparent`, `tracestate`) into HTTP headers.
+pub fn inject_headers(span: &Span, headers: &mut http::HeaderMap) {
+    TraceContextPropagator::new().inject_context(&span.context(), &mut HeaderInjector(headers));
+}
+
+/// Writes `span`'s trace context into gRPC metadata.
+pub fn inject_metadata(span: &Span, metadata: &mut MetadataMap) {
+    TraceContextPropagator::new().inject_context(&span.context(), &mut MetadataInjector(metadata));
+}
+
+/// Makes `parent` the parent of `span` (a no-op for an empty context or without OTLP).
+pub fn set_parent(span: &Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
-    span
 }
