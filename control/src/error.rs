@@ -89,7 +89,8 @@ impl ControlError {
         }
     }
 
-    /// A short label for the `outcome` of pick metrics.
+    /// A short machine-readable reason: the `outcome` label of pick metrics, and the
+    /// `infera-error` metadata of the gRPC status, which callers branch on instead of the text.
     pub fn outcome(&self) -> &'static str {
         match self {
             Self::InvalidArgument(_) => "invalid_argument",
@@ -97,13 +98,19 @@ impl ControlError {
             Self::NoPool { .. } => "no_pool",
             Self::NoEligibleTarget { .. } => "no_eligible_target",
             Self::UnknownLease(_) => "unknown_lease",
-            _ => "error",
+            Self::UnknownReservation(_) => "unknown_reservation",
+            Self::UnknownWorker(_) => "unknown_worker",
+            Self::UnknownTarget(_) => "unknown_target",
+            Self::WeightNeedsDemand { .. } => "weight_needs_demand",
+            Self::Unauthenticated => "unauthenticated",
         }
     }
 }
 
 impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
-        Status::new(e.code(), e.to_string())
+        let mut status = Status::new(e.code(), e.to_string());
+        status.metadata_mut().insert(infera_proto::ERROR_REASON_METADATA, tonic::metadata::MetadataValue::from_static(e.outcome()));
+        status
     }
 }

@@ -18,5 +18,10 @@ pub mod pb {
     tonic::include_proto!("infera.control.v1");
 }
 
+/// gRPC metadata key of control's error statuses carrying a machine-readable reason
+/// (`unknown_model`, `unknown_lease`, `no_pool`, `no_eligible_target`, `invalid_argument`, …), so
+/// callers branch on it rather than on the message text.
+pub const ERROR_REASON_METADATA: &str = "infera-error";
+
 /// Encoded file descriptor set of `infera.control.v1`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("infera_control_v1");
