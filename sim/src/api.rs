@@ -1,0 +1,90 @@
+//! The SGLang HTTP API on `--host:--port`: routes → handlers.
+//!
+//! | route | handler |
+//! |---|---|
+//! | `GET /health`, `/health_generate`, `/ready` | empty 200 (503 once shutting down) |
+//! | `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`, `/v1/models`, `/v1/loads` | `info` |
+//! | `GET\|POST /flush_cache`, `POST /abort_request`, `GET /sim/requests`, `GET\|POST /sim/faults` | `admin` |
+//! | `POST /generate`, `/v1/chat/completions`, `/v1/completions`, `/v1/responses` | `data` |
+
+mod admin;
+mod data;
+mod info;
+pub mod input;
+pub mod render;
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::app::App;
+use crate::server::{self, Body};
+
+/// A data-plane route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /generate` (SGLang native).
+    Generate,
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl Route {
+    /// The path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Generate => "/generate",
+            Route::Chat => "/v1/chat/completions",
+            Route::Completions => "/v1/completions",
+            Route::Responses => "/v1/responses",
+        }
+    }
+
+    /// OpenAI error shapes (and `X-Data-Parallel-Rank`).
+    pub fn is_openai(self) -> bool {
+        self != Route::Generate
+    }
+
+    fn of(path: &str) -> Option<Self> {
+        [Route::Generate, Route::Chat, Route::Completions, Route::Responses]
+            .into_iter()
+            .find(|r| r.path() == path)
+    }
+}
+
+/// Routes one API request.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/health" | "/health_generate" | "/ready") => {
+            server::empty(if app.serving() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE })
+        }
+        (&Method::GET, "/server_info" | "/get_server_info") => {
+            server::json(StatusCode::OK, &info::server_info(&app))
+        }
+        (&Method::GET, "/model_info" | "/get_model_info") => {
+            server::json(StatusCode::OK, &info::model_info(&app))
+        }
+        (&Method::GET, "/v1/models") => server::json(StatusCode::OK, &info::models(&app)),
+        (&Method::GET, "/v1/loads") => info::loads(&app, req.uri().query().unwrap_or("")),
+        (&Method::GET | &Method::POST, "/flush_cache") => admin::flush_cache(&app),
+        (&Method::POST, "/abort_request") => admin::abort_request(&app, req).await,
+        (&Method::GET, "/sim/requests") => admin::requests(&app),
+        (&Method::GET | &Method::POST, "/sim/faults") => admin::faults(&app, req).await,
+        (&Method::POST, _) => match Route::of(&path) {
+            Some(route) => data::handle(app, route, req).await,
+            None => not_found(),
+        },
+        _ => not_found(),
+    }
+}
+
+fn not_found() -> Response<Body> {
+    server::json(StatusCode::NOT_FOUND, &serde_json::json!({ "detail": "Not Found" }))
+}

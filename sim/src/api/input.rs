@@ -1,0 +1,260 @@
+//! Request bodies of the four data-plane routes → one [`GenRequest`]. Prompts become tokens
+//! with [`crate::tokens::tokenize`] (chat messages rendered as `role: content\n`). Batches are
+//! not emulated: a list field must hold exactly one item.
+
+use hyper::HeaderMap;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::Route;
+use crate::tokens;
+
+/// Tokens generated when a request does not say.
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// A data-plane request, whatever its route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    /// `rid`, if the client chose one.
+    pub rid: Option<String>,
+    /// Prompt token ids (at least one).
+    pub prompt: Vec<u32>,
+    /// Tokens to generate.
+    pub max_new_tokens: u32,
+    /// SSE or one JSON body.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `model`, echoed back.
+    pub model: Option<String>,
+    /// PD and DP fields.
+    pub pd: PdFields,
+}
+
+/// The PD and DP-rank fields a router injects.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PdFields {
+    /// `bootstrap_host`.
+    pub bootstrap_host: Option<String>,
+    /// `bootstrap_port` (`null` ⇒ the prefill's own).
+    pub bootstrap_port: Option<u16>,
+    /// `bootstrap_room`.
+    pub bootstrap_room: Option<u64>,
+    /// `routed_dp_rank`, `data_parallel_rank`, or header `X-Data-Parallel-Rank` (OpenAI routes).
+    pub routed_dp_rank: Option<i64>,
+    /// `disagg_prefill_dp_rank`.
+    pub disagg_prefill_dp_rank: Option<i64>,
+}
+
+/// A body that cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The body could not be read.
+    #[error(transparent)]
+    Body(#[from] crate::server::BodyError),
+    /// Not JSON.
+    #[error("invalid JSON body: {0}")]
+    Json(#[source] serde_json::Error),
+    /// Not a JSON object.
+    #[error("the request body must be a JSON object")]
+    NotObject,
+    /// A field of the wrong type.
+    #[error("{key}: {source}")]
+    Field {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A batch (list of several prompts, rooms, …).
+    #[error("{key}: batched requests are not supported by infera-sim (lists must hold one item)")]
+    Batch {
+        /// The key.
+        key: &'static str,
+    },
+    /// No prompt.
+    #[error("{0}")]
+    NoPrompt(&'static str),
+    /// `X-Data-Parallel-Rank` is not an integer.
+    #[error("X-Data-Parallel-Rank: not an integer")]
+    RankHeader,
+}
+
+/// Parses a request body for `route`.
+pub fn parse(route: Route, headers: &HeaderMap, body: &[u8]) -> Result<GenRequest, InputError> {
+    let value: Value = serde_json::from_slice(body).map_err(InputError::Json)?;
+    let Value::Object(_) = &value else { return Err(InputError::NotObject) };
+    let b = &value;
+    let (prompt, max_new_tokens) = match route {
+        Route::Generate => {
+            let prompt = match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
+                (Some(text), _) => tokens::tokenize(&text),
+                (None, Some(ids)) => ids,
+                (None, None) => {
+                    return Err(InputError::NoPrompt("Either text or input_ids should be provided."));
+                }
+            };
+            let sampling = b.get("sampling_params").unwrap_or(&Value::Null);
+            (prompt, field::<u32>(sampling, "max_new_tokens")?)
+        }
+        Route::Chat => {
+            let messages =
+                field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
+            let max = field::<u32>(b, "max_completion_tokens")?.or(field::<u32>(b, "max_tokens")?);
+            (tokens::tokenize(&render_messages(&messages)), max)
+        }
+        Route::Completions => {
+            let prompt = match b.get("prompt") {
+                Some(Value::String(s)) => tokens::tokenize(s),
+                Some(_) => match one::<String>(b, "prompt") {
+                    Ok(Some(s)) => tokens::tokenize(&s),
+                    _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
+                },
+                None => return Err(InputError::NoPrompt("prompt is required")),
+            };
+            (prompt, field::<u32>(b, "max_tokens")?)
+        }
+        Route::Responses => {
+            let mut text =
+                field::<String>(b, "instructions")?.map(|s| format!("system: {s}\n")).unwrap_or_default();
+            match b.get("input") {
+                Some(Value::String(s)) => text.push_str(&format!("user: {s}\n")),
+                Some(Value::Array(items)) => text.push_str(&render_messages(items)),
+                _ => return Err(InputError::NoPrompt("input is required")),
+            }
+            (tokens::tokenize(&text), field::<u32>(b, "max_output_tokens")?)
+        }
+    };
+    let mut pd = PdFields {
+        bootstrap_host: one(b, "bootstrap_host")?,
+        bootstrap_port: one(b, "bootstrap_port")?,
+        bootstrap_room: one(b, "bootstrap_room")?,
+        routed_dp_rank: one::<i64>(b, "routed_dp_rank")?.or(one(b, "data_parallel_rank")?),
+        disagg_prefill_dp_rank: one(b, "disagg_prefill_dp_rank")?,
+    };
+    if route != Route::Generate
+        && let Some(h) = headers.get("x-data-parallel-rank")
+    {
+        let rank = h.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or(InputError::RankHeader)?;
+        pd.routed_dp_rank = Some(rank);
+    }
+    let prompt = if prompt.is_empty() { vec![0] } else { prompt };
+    Ok(GenRequest {
+        rid: one(b, "rid")?,
+        prompt,
+        max_new_tokens: max_new_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        stream: field::<bool>(b, "stream")?.unwrap_or(false),
+        include_usage: b.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
+        model: field(b, "model")?,
+        pd,
+    })
+}
+
+/// `role: content\n` per message; content is a string or a list of text parts.
+fn render_messages(messages: &[Value]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        out.push_str(role);
+        out.push_str(": ");
+        match m.get("content") {
+            Some(Value::String(s)) => out.push_str(s),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    if let Some(t) = part.get("text").and_then(Value::as_str) {
+                        out.push_str(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// An optional field (`null` = absent).
+fn field<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            serde_json::from_value(v.clone()).map(Some).map_err(|source| InputError::Field { key, source })
+        }
+    }
+}
+
+/// An optional field given as a scalar or as a list of exactly one item.
+fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
+    match body.get(key) {
+        Some(Value::Array(items))
+            if !items.is_empty() && serde_json::from_value::<T>(body[key].clone()).is_err() =>
+        {
+            if items.len() > 1 {
+                return Err(InputError::Batch { key });
+            }
+            match &items[0] {
+                Value::Null => Ok(None),
+                v => serde_json::from_value(v.clone())
+                    .map(Some)
+                    .map_err(|source| InputError::Field { key, source }),
+            }
+        }
+        _ => field(body, key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_json(route: Route, body: Value) -> Result<GenRequest, InputError> {
+        parse(route, &HeaderMap::new(), body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn each_route_yields_a_prompt_and_a_length() {
+        let g = parse_json(
+            Route::Generate,
+            serde_json::json!({"text": "abcdefgh", "sampling_params": {"max_new_tokens": 3}, "stream": true}),
+        )
+        .unwrap();
+        assert_eq!((g.prompt.len(), g.max_new_tokens, g.stream), (2, 3, true));
+        let g = parse_json(Route::Generate, serde_json::json!({"input_ids": [[1, 2, 3]]})).unwrap();
+        assert_eq!((g.prompt, g.max_new_tokens), (vec![1, 2, 3], DEFAULT_MAX_TOKENS));
+        let c = parse_json(
+            Route::Chat,
+            serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                               "stream_options": {"include_usage": true}}),
+        )
+        .unwrap();
+        assert_eq!((c.prompt.len(), c.max_new_tokens, c.include_usage), (3, 5, true), "user: hi\\n");
+        let c =
+            parse_json(Route::Completions, serde_json::json!({"prompt": [[5, 6]], "max_tokens": 1})).unwrap();
+        assert_eq!(c.prompt, [5, 6]);
+        let r = parse_json(Route::Responses, serde_json::json!({"input": "hello"})).unwrap();
+        assert_eq!(r.prompt.len(), 3, "user: hello\\n");
+    }
+
+    #[test]
+    fn pd_fields_aliases_and_batches() {
+        let g = parse_json(
+            Route::Generate,
+            serde_json::json!({"text": "x", "bootstrap_host": "10.0.0.5", "bootstrap_port": null,
+                               "bootstrap_room": [5163923463823455142_u64], "data_parallel_rank": 3}),
+        )
+        .unwrap();
+        assert_eq!(g.pd.bootstrap_host.as_deref(), Some("10.0.0.5"));
+        assert_eq!(g.pd.bootstrap_port, None);
+        assert_eq!(g.pd.bootstrap_room, Some(5163923463823455142));
+        assert_eq!(g.pd.routed_dp_rank, Some(3));
+        let batch = parse_json(Route::Generate, serde_json::json!({"text": ["a", "b"]}));
+        assert!(matches!(batch, Err(InputError::Batch { key: "text" })));
+        assert!(matches!(parse_json(Route::Generate, serde_json::json!({})), Err(InputError::NoPrompt(_))));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-data-parallel-rank", "2".parse().unwrap());
+        let body = serde_json::json!({"messages": [], "routed_dp_rank": 1}).to_string();
+        assert_eq!(parse(Route::Chat, &headers, body.as_bytes()).unwrap().pd.routed_dp_rank, Some(2));
+        assert_eq!(parse(Route::Generate, &headers, br#"{"text":"x"}"#).unwrap().pd.routed_dp_rank, None);
+    }
+}

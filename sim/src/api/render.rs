@@ -1,0 +1,196 @@
+//! Flow events → the bytes of one route (reference/sglang.md §1.9): SSE events
+//! (`data: <json>\n\n` … `data: [DONE]\n\n`) or one JSON body. [`Render`] keeps what every
+//! route needs (ids, the text so far); each route's shapes live in its own module.
+
+mod chat;
+mod completions;
+mod generate;
+mod responses;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::Route;
+use crate::error::ApiError;
+use crate::flow::Run;
+use crate::tokens;
+
+/// How the request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// All tokens generated (`length`).
+    Length,
+    /// Aborted.
+    Abort,
+}
+
+/// One render step: the new text, the whole text, and the end if this is the last step.
+#[derive(Debug)]
+pub struct Step<'a> {
+    /// Text added by this step.
+    pub delta: &'a str,
+    /// Token ids so far.
+    pub ids: &'a [u32],
+    /// Text so far.
+    pub text: &'a str,
+    /// Tokens so far.
+    pub tokens: u32,
+    /// Cached prompt tokens.
+    pub cached: u32,
+    /// Set on the last step.
+    pub finish: Option<Finish>,
+}
+
+/// A route's rendering state for one request.
+#[derive(Debug)]
+pub struct Render {
+    /// The route.
+    pub route: Route,
+    /// `meta_info.id`, the OpenAI `id`.
+    pub rid: String,
+    /// `model`.
+    pub model: String,
+    /// `created` (Unix seconds).
+    pub created: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// DP rank used.
+    pub rank: u32,
+    /// PD prefill leg (`finish_reason.length` is 0).
+    pub prefill_leg: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    started: tokio::time::Instant,
+    seed: u64,
+    rid_hash: u64,
+    ids: Vec<u32>,
+    text: String,
+    /// Whether nothing was streamed yet (chat's role chunk goes first).
+    pub first: bool,
+}
+
+impl Render {
+    /// Rendering for `run` on `route`.
+    pub fn new(route: Route, run: &Run, model: String, include_usage: bool, seed: u64, created: u64) -> Self {
+        Self {
+            route,
+            rid_hash: tokens::hash_str(&run.rid),
+            rid: run.rid.clone(),
+            model,
+            created,
+            prompt_tokens: run.prompt_tokens,
+            rank: run.rank,
+            prefill_leg: run.prefill_leg,
+            include_usage,
+            started: run.started,
+            seed,
+            ids: Vec::new(),
+            text: String::new(),
+            first: true,
+        }
+    }
+
+    /// SSE bytes for more tokens.
+    pub fn tokens(&mut self, tokens: u32, cached: u32) -> Bytes {
+        let events = self.step(tokens, cached, None, |r, s| match r.route {
+            Route::Generate => vec![generate::event(r, s)],
+            Route::Chat => chat::chunks(r, s),
+            Route::Completions => completions::chunks(r, s),
+            Route::Responses => responses::events(r, s),
+        });
+        self.first = false;
+        sse(&events, false)
+    }
+
+    /// SSE bytes for the end, then `[DONE]`.
+    pub fn done(&mut self, tokens: u32, cached: u32, finish: Finish) -> Bytes {
+        let events = self.step(tokens, cached, Some(finish), |r, s| match r.route {
+            Route::Generate => vec![generate::event(r, s)],
+            Route::Chat => chat::chunks(r, s),
+            Route::Completions => completions::chunks(r, s),
+            Route::Responses => responses::events(r, s),
+        });
+        sse(&events, true)
+    }
+
+    /// SSE bytes for an error after the stream started, then `[DONE]`.
+    pub fn failed(&self, e: &ApiError) -> Bytes {
+        sse(&[(None, e.stream_event(self.route))], true)
+    }
+
+    /// The whole (non-stream) body.
+    pub fn whole(&mut self, tokens: u32, cached: u32, finish: Finish) -> Value {
+        self.step(tokens, cached, Some(finish), |r, s| match r.route {
+            Route::Generate => generate::event(r, s).1,
+            Route::Chat => chat::body(r, s),
+            Route::Completions => completions::body(r, s),
+            Route::Responses => responses::body(r, s),
+        })
+    }
+
+    fn step<T>(
+        &mut self,
+        tokens: u32,
+        cached: u32,
+        finish: Option<Finish>,
+        f: impl FnOnce(&Self, &Step<'_>) -> T,
+    ) -> T {
+        let before = self.text.len();
+        for i in self.ids.len() as u32..tokens {
+            let (id, word) = tokens::output_token(self.seed, self.rid_hash, i);
+            if i > 0 {
+                self.text.push(' ');
+            }
+            self.ids.push(id);
+            self.text.push_str(word);
+        }
+        let text = std::mem::take(&mut self.text);
+        let step = Step { delta: &text[before..], ids: &self.ids, text: &text, tokens, cached, finish };
+        let out = f(self, &step);
+        self.text = text;
+        out
+    }
+
+    /// Seconds since the request arrived.
+    pub fn e2e_latency(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// OpenAI `usage`.
+    pub fn usage(&self, tokens: u32) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + tokens,
+            "completion_tokens": tokens,
+            "prompt_tokens_details": null,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": null,
+        })
+    }
+}
+
+/// Seconds since the Unix epoch, as a float (`response_sent_to_client_ts`).
+pub fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `(event name, data)` pairs as SSE; `[DONE]` last when `done`.
+fn sse(events: &[(Option<&'static str>, Value)], done: bool) -> Bytes {
+    let mut out = String::new();
+    for (name, data) in events {
+        if let Some(name) = name {
+            out.push_str("event: ");
+            out.push_str(name);
+            out.push('\n');
+        }
+        out.push_str("data: ");
+        out.push_str(&data.to_string());
+        out.push_str("\n\n");
+    }
+    if done {
+        out.push_str("data: [DONE]\n\n");
+    }
+    Bytes::from(out)
+}

@@ -1,0 +1,404 @@
+//! SGLang's command line (the flags the emulator honours; unknown ones are dropped with a
+//! warning, see [`crate::argv`]) plus `--sim-*` flags → validated [`SimConfig`]. Every flag is
+//! also an `INFERA_SIM_*` environment variable.
+
+#[cfg(test)]
+mod tests;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+use crate::faults::Faults;
+use crate::params::{ParamsError, TimingParams};
+use crate::scheduler::QueueOrder;
+
+/// infera-sim: an emulated SGLang engine (`python -m sglang.launch_server` without a GPU).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "infera-sim", version, about, long_about = None)]
+pub struct SimArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    parallel: ParallelArgs,
+    #[command(flatten)]
+    scheduling: SchedulingArgs,
+    #[command(flatten)]
+    sim: SimOnlyArgs,
+    /// SGLang flags this emulator does not know, dropped before parsing.
+    #[arg(skip)]
+    ignored: Vec<String>,
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+#[command(next_help_heading = "SGLang server")]
+struct ServerArgs {
+    /// HTTP host to bind.
+    #[arg(long, env = "INFERA_SIM_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// HTTP port (0 picks a free port).
+    #[arg(long, env = "INFERA_SIM_PORT", default_value_t = 30000)]
+    port: u16,
+    /// The model path (only reported back).
+    #[arg(long, env = "INFERA_SIM_MODEL_PATH")]
+    model_path: String,
+    /// The model name served (default: the model path).
+    #[arg(long, env = "INFERA_SIM_SERVED_MODEL_NAME")]
+    served_model_name: Option<String>,
+    /// PD role.
+    #[arg(long, env = "INFERA_SIM_DISAGGREGATION_MODE", value_enum, default_value_t = DisaggregationMode::Null)]
+    disaggregation_mode: DisaggregationMode,
+    /// The prefill's bootstrap port (0 picks a free port).
+    #[arg(long, env = "INFERA_SIM_DISAGGREGATION_BOOTSTRAP_PORT", default_value_t = 8998)]
+    disaggregation_bootstrap_port: u16,
+    /// KV events config (JSON); accepted, no events are published (`kv_events` stays null).
+    #[arg(long, env = "INFERA_SIM_KV_EVENTS_CONFIG")]
+    kv_events_config: Option<String>,
+    /// Accepted; the emulator always serves its load endpoints.
+    #[arg(long, env = "INFERA_SIM_ENABLE_METRICS")]
+    enable_metrics: bool,
+    /// Context length reported by `/v1/models` (`max_model_len`).
+    #[arg(long, env = "INFERA_SIM_CONTEXT_LENGTH")]
+    context_length: Option<u32>,
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+#[command(next_help_heading = "SGLang parallelism")]
+struct ParallelArgs {
+    /// Data-parallel size (ranks, unless `--attn-dp-size` is given).
+    #[arg(long, env = "INFERA_SIM_DP_SIZE", default_value_t = 1)]
+    dp_size: u32,
+    /// Attention-DP ranks (SGLang 0.5.22+).
+    #[arg(long, env = "INFERA_SIM_ATTN_DP_SIZE")]
+    attn_dp_size: Option<u32>,
+    /// DP attention over `--dp-size` ranks (deprecated in SGLang 0.5.22).
+    #[arg(long, env = "INFERA_SIM_ENABLE_DP_ATTENTION")]
+    enable_dp_attention: bool,
+    /// Tensor-parallel size (only reported back).
+    #[arg(long, env = "INFERA_SIM_TP_SIZE", default_value_t = 1)]
+    tp_size: u32,
+    /// Tokens per KV page (prefix-cache granularity).
+    #[arg(long, env = "INFERA_SIM_PAGE_SIZE", default_value_t = 1)]
+    page_size: u32,
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+#[command(next_help_heading = "SGLang scheduling")]
+struct SchedulingArgs {
+    /// DP rank choice without `routed_dp_rank`: auto (prefill: follow_bootstrap_room; otherwise
+    /// round_robin), follow_bootstrap_room, round_robin; others act as round_robin.
+    #[arg(long, env = "INFERA_SIM_LOAD_BALANCE_METHOD", default_value = "auto")]
+    load_balance_method: String,
+    /// Prefill queue order: fcfs, shortest-prefill-first; others act as fcfs.
+    #[arg(long, env = "INFERA_SIM_SCHEDULE_POLICY", default_value = "fcfs")]
+    schedule_policy: String,
+    /// Most new tokens in one prefill chunk (≤ 0: no chunking).
+    #[arg(
+        long,
+        env = "INFERA_SIM_CHUNKED_PREFILL_SIZE",
+        default_value_t = 8192,
+        allow_negative_numbers = true
+    )]
+    chunked_prefill_size: i64,
+    /// Speculative decoding algorithm (reported back; acceptance comes from the timing params).
+    #[arg(long, env = "INFERA_SIM_SPECULATIVE_ALGORITHM")]
+    speculative_algorithm: Option<String>,
+    /// Reported back.
+    #[arg(long, env = "INFERA_SIM_SPECULATIVE_NUM_STEPS")]
+    speculative_num_steps: Option<u32>,
+    /// Reported back.
+    #[arg(long, env = "INFERA_SIM_SPECULATIVE_EAGLE_TOPK")]
+    speculative_eagle_topk: Option<u32>,
+    /// Reported back.
+    #[arg(long, env = "INFERA_SIM_SPECULATIVE_NUM_DRAFT_TOKENS")]
+    speculative_num_draft_tokens: Option<u32>,
+    /// Reported back.
+    #[arg(long, env = "INFERA_SIM_CUDA_GRAPH_MAX_BS_DECODE")]
+    cuda_graph_max_bs_decode: Option<u32>,
+    /// Reported back (`max_running_requests`).
+    #[arg(long, env = "INFERA_SIM_MAX_RUNNING_REQUESTS")]
+    max_running_requests: Option<u32>,
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+#[command(next_help_heading = "Emulator")]
+struct SimOnlyArgs {
+    /// Seed for request ids and output text; unset = from the OS.
+    #[arg(long, env = "INFERA_SIM_SEED")]
+    sim_seed: Option<u64>,
+    /// Time compression: every modeled duration is divided by this.
+    #[arg(long, env = "INFERA_SIM_SPEEDUP", default_value_t = 1.0)]
+    sim_speedup: f64,
+    /// TOML file overriding timing parameters (see the manual).
+    #[arg(long, env = "INFERA_SIM_PARAMS")]
+    sim_params: Option<PathBuf>,
+    /// The SGLang version the emulator reports and mimics.
+    #[arg(long, env = "INFERA_SIM_SGLANG_VERSION", default_value = "0.5.23")]
+    sim_sglang_version: String,
+    /// Bootstrap / waiting timeout of a PD request, wall-clock ms (SGLang: 300 s).
+    #[arg(long, env = "INFERA_SIM_BOOTSTRAP_TIMEOUT_MS", default_value_t = 300_000)]
+    sim_bootstrap_timeout_ms: u64,
+    /// Fault: the next N data-plane requests fail at once with 500.
+    #[arg(long, env = "INFERA_SIM_FAIL_NEXT", default_value_t = 0)]
+    sim_fail_next: u32,
+    /// Fault: every request stops emitting after K tokens and holds its connection.
+    #[arg(long, env = "INFERA_SIM_STALL_AFTER_TOKENS")]
+    sim_stall_after_tokens: Option<u32>,
+    /// Fault: every request's connection is closed abruptly after K tokens.
+    #[arg(long, env = "INFERA_SIM_DIE_AFTER_TOKENS")]
+    sim_die_after_tokens: Option<u32>,
+    /// Log filter (tracing directives).
+    #[arg(long, env = "INFERA_SIM_LOG", default_value = "info")]
+    sim_log: String,
+}
+
+/// `--disaggregation-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DisaggregationMode {
+    /// Aggregated: prefill and decode in one engine.
+    Null,
+    /// PD prefill.
+    Prefill,
+    /// PD decode.
+    Decode,
+}
+
+impl DisaggregationMode {
+    /// The SGLang spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+}
+
+/// How a request without `routed_dp_rank` gets its rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankChoice {
+    /// In turn.
+    RoundRobin,
+    /// `bootstrap_room % ranks` (round robin without a room).
+    FollowBootstrapRoom,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// HTTP host (the binary binds it).
+    pub host: String,
+    /// HTTP port.
+    pub port: u16,
+    /// `--model-path`.
+    pub model_path: String,
+    /// The model id served.
+    pub served_model_name: String,
+    /// PD role.
+    pub mode: DisaggregationMode,
+    /// Own bootstrap port (`bootstrap_port: null` means this one).
+    pub bootstrap_port: u16,
+    /// DP ranks: `--attn-dp-size`, else `--dp-size`.
+    pub ranks: u32,
+    /// Whether the ranks are attention-DP ranks (reported in `/server_info`).
+    pub attention_dp: bool,
+    /// `--tp-size`.
+    pub tp_size: u32,
+    /// `--page-size`.
+    pub page_size: u32,
+    /// Prefill chunk in tokens.
+    pub chunk_tokens: u32,
+    /// Prefill queue order.
+    pub queue_order: QueueOrder,
+    /// `--schedule-policy` as given.
+    pub schedule_policy: String,
+    /// Rank choice without `routed_dp_rank`.
+    pub rank_choice: RankChoice,
+    /// `--load-balance-method` as given.
+    pub load_balance_method: String,
+    /// `--speculative-*` as given.
+    pub speculative: Speculative,
+    /// `--cuda-graph-max-bs-decode`.
+    pub cuda_graph_max_bs_decode: Option<u32>,
+    /// `--max-running-requests` (1024 when unset).
+    pub max_running_requests: u32,
+    /// `--context-length` (131072 when unset).
+    pub context_length: u32,
+    /// `--kv-events-config` as given (no events are published).
+    pub kv_events_config: Option<String>,
+    /// `--enable-metrics`.
+    pub enable_metrics: bool,
+    /// RNG seed.
+    pub seed: Option<u64>,
+    /// Time compression factor (> 0).
+    pub speedup: f64,
+    /// Timing model parameters.
+    pub params: TimingParams,
+    /// Emulated SGLang version.
+    pub sglang_version: String,
+    /// PD bootstrap / waiting timeout (wall clock).
+    pub bootstrap_timeout: Duration,
+    /// Fault knobs at start.
+    pub faults: Faults,
+    /// Log filter.
+    pub log: String,
+    /// Warnings to log at start (dropped flags, policies acting as others).
+    pub warnings: Vec<String>,
+}
+
+/// `--speculative-*` as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Speculative {
+    /// `--speculative-algorithm`.
+    pub algorithm: Option<String>,
+    /// `--speculative-num-steps`.
+    pub num_steps: Option<u32>,
+    /// `--speculative-eagle-topk`.
+    pub eagle_topk: Option<u32>,
+    /// `--speculative-num-draft-tokens`.
+    pub num_draft_tokens: Option<u32>,
+}
+
+/// A configuration that cannot start (exit 64).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `--sim-params`.
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    /// `--sim-speedup` not finite and > 0.
+    #[error("--sim-speedup must be a finite number > 0 (got {0})")]
+    Speedup(f64),
+    /// A size that must be ≥ 1.
+    #[error("--{flag} must be at least 1 (got {value})")]
+    Size {
+        /// The flag.
+        flag: &'static str,
+        /// The value.
+        value: u32,
+    },
+}
+
+impl SimArgs {
+    /// Parses an SGLang command line (program name first), dropping unknown flags.
+    pub fn parse_lenient<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let mut command = Self::command();
+        let (kept, ignored) =
+            crate::argv::strip_unknown(&command, argv.into_iter().map(Into::into).collect());
+        let matches = command.try_get_matches_from_mut(kept)?;
+        let mut args = Self::from_arg_matches(&matches)?;
+        args.ignored = ignored;
+        Ok(args)
+    }
+
+    /// The flags dropped by [`SimArgs::parse_lenient`].
+    pub fn ignored_flags(&self) -> &[String] {
+        &self.ignored
+    }
+}
+
+impl TryFrom<SimArgs> for SimConfig {
+    type Error = ConfigError;
+
+    fn try_from(a: SimArgs) -> Result<Self, ConfigError> {
+        let mut warnings: Vec<String> =
+            a.ignored.iter().map(|f| format!("ignoring unknown SGLang flag {f}")).collect();
+        let (server, parallel, scheduling, sim) = (a.server, a.parallel, a.scheduling, a.sim);
+        if !(sim.sim_speedup.is_finite() && sim.sim_speedup > 0.0) {
+            return Err(ConfigError::Speedup(sim.sim_speedup));
+        }
+        for (flag, value) in [
+            ("dp-size", parallel.dp_size),
+            ("attn-dp-size", parallel.attn_dp_size.unwrap_or(1)),
+            ("tp-size", parallel.tp_size),
+            ("page-size", parallel.page_size),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Size { flag, value });
+            }
+        }
+        let params = match &sim.sim_params {
+            Some(path) => TimingParams::load(path)?,
+            None => TimingParams::default(),
+        };
+        let queue_order = match scheduling.schedule_policy.as_str() {
+            "fcfs" => QueueOrder::Fcfs,
+            "shortest-prefill-first" | "shortest_prefill_first" | "spf" => QueueOrder::ShortestPrefillFirst,
+            other => {
+                warnings.push(format!("--schedule-policy {other} is emulated as fcfs"));
+                QueueOrder::Fcfs
+            }
+        };
+        let mode = server.disaggregation_mode;
+        let rank_choice = match (scheduling.load_balance_method.as_str(), mode) {
+            ("auto", DisaggregationMode::Prefill) | ("follow_bootstrap_room", _) => {
+                RankChoice::FollowBootstrapRoom
+            }
+            ("auto" | "round_robin", _) => RankChoice::RoundRobin,
+            (other, _) => {
+                warnings.push(format!("--load-balance-method {other} is emulated as round_robin"));
+                RankChoice::RoundRobin
+            }
+        };
+        if server.kv_events_config.is_some() {
+            warnings.push("--kv-events-config: the emulator publishes no KV events".to_owned());
+        }
+        let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
+        Ok(Self {
+            served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
+            host: server.host,
+            port: server.port,
+            model_path: server.model_path,
+            mode,
+            bootstrap_port: server.disaggregation_bootstrap_port,
+            ranks: parallel.attn_dp_size.unwrap_or(parallel.dp_size),
+            attention_dp: parallel.attn_dp_size.is_some() || parallel.enable_dp_attention,
+            tp_size: parallel.tp_size,
+            page_size: parallel.page_size,
+            chunk_tokens: chunk_tokens.unwrap_or(u32::MAX),
+            queue_order,
+            schedule_policy: scheduling.schedule_policy,
+            rank_choice,
+            load_balance_method: scheduling.load_balance_method,
+            speculative: Speculative {
+                algorithm: scheduling.speculative_algorithm,
+                num_steps: scheduling.speculative_num_steps,
+                eagle_topk: scheduling.speculative_eagle_topk,
+                num_draft_tokens: scheduling.speculative_num_draft_tokens,
+            },
+            cuda_graph_max_bs_decode: scheduling.cuda_graph_max_bs_decode,
+            max_running_requests: scheduling.max_running_requests.unwrap_or(1024),
+            context_length: server.context_length.unwrap_or(131_072),
+            kv_events_config: server.kv_events_config,
+            enable_metrics: server.enable_metrics,
+            seed: sim.sim_seed,
+            speedup: sim.sim_speedup,
+            params,
+            sglang_version: sim.sim_sglang_version,
+            bootstrap_timeout: Duration::from_millis(sim.sim_bootstrap_timeout_ms),
+            faults: Faults {
+                fail_next: sim.sim_fail_next,
+                stall_after_tokens: sim.sim_stall_after_tokens,
+                die_after_tokens: sim.sim_die_after_tokens,
+            },
+            log: sim.sim_log,
+            warnings,
+        })
+    }
+}
+
+impl SimConfig {
+    /// Parses and validates an SGLang command line in one go (tests, embedding).
+    pub fn from_argv<I, T>(argv: I) -> anyhow::Result<Self>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        Ok(Self::try_from(SimArgs::parse_lenient(argv)?)?)
+    }
+}

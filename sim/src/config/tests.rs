@@ -1,0 +1,70 @@
+use clap::CommandFactory;
+
+use super::*;
+
+fn config(flags: &[&str]) -> Result<SimConfig, ConfigError> {
+    let mut argv = vec!["infera-sim", "--model-path", "m"];
+    argv.extend_from_slice(flags);
+    SimConfig::try_from(SimArgs::parse_lenient(argv).unwrap())
+}
+
+#[test]
+fn verify_cli() {
+    SimArgs::command().debug_assert();
+}
+
+#[test]
+fn every_flag_has_an_env_var() {
+    for arg in SimArgs::command().get_arguments() {
+        if ["help", "version"].contains(&arg.get_id().as_str()) {
+            continue;
+        }
+        let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
+        assert!(env.to_str().unwrap().starts_with("INFERA_SIM_"), "{env:?}");
+    }
+}
+
+#[test]
+fn ranks_follow_attn_dp_size_then_dp_size() {
+    assert_eq!(config(&[]).unwrap().ranks, 1);
+    assert_eq!(config(&["--dp-size", "4"]).unwrap().ranks, 4);
+    let c = config(&["--dp-size", "4", "--enable-dp-attention"]).unwrap();
+    assert_eq!((c.ranks, c.attention_dp), (4, true));
+    let c = config(&["--tp-size", "8", "--attn-dp-size", "8"]).unwrap();
+    assert_eq!((c.ranks, c.attention_dp), (8, true));
+}
+
+#[test]
+fn sglang_defaults_and_policies() {
+    let c = config(&[]).unwrap();
+    assert_eq!((c.port, c.bootstrap_port, c.chunk_tokens), (30000, 8998, 8192));
+    assert_eq!(c.served_model_name, "m");
+    assert_eq!(c.rank_choice, RankChoice::RoundRobin);
+    assert_eq!(c.queue_order, QueueOrder::Fcfs);
+    let c =
+        config(&["--disaggregation-mode", "prefill", "--schedule-policy", "shortest-prefill-first"]).unwrap();
+    assert_eq!(c.rank_choice, RankChoice::FollowBootstrapRoom);
+    assert_eq!(c.queue_order, QueueOrder::ShortestPrefillFirst);
+    let c = config(&["--schedule-policy", "lpm", "--load-balance-method", "shortest_queue"]).unwrap();
+    assert_eq!((c.queue_order, c.rank_choice), (QueueOrder::Fcfs, RankChoice::RoundRobin));
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    assert_eq!(config(&["--chunked-prefill-size", "-1"]).unwrap().chunk_tokens, u32::MAX);
+}
+
+#[test]
+fn unknown_flags_are_accepted_with_a_warning() {
+    let c = config(&["--trust-remote-code", "--mem-fraction-static", "0.85", "--port", "1"]).unwrap();
+    assert_eq!(c.port, 1);
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    assert!(c.warnings[1].contains("--mem-fraction-static 0.85"));
+}
+
+#[test]
+fn bad_values_are_config_errors() {
+    assert!(matches!(config(&["--sim-speedup", "0"]), Err(ConfigError::Speedup(_))));
+    assert!(matches!(config(&["--dp-size", "0"]), Err(ConfigError::Size { .. })));
+    assert!(SimArgs::parse_lenient(["infera-sim"]).is_err(), "--model-path is required");
+    assert!(
+        SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--disaggregation-mode", "x"]).is_err()
+    );
+}

@@ -1,0 +1,108 @@
+//! Why a data-plane request failed, and the one place that turns it into SGLang's error
+//! shapes: OpenAI routes `{"object":"error","message","type","param":null,"code"}`, `/generate`
+//! `{"error":{"message"}}`, and inside a stream an `{"error": …}` event (then `[DONE]`).
+
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::api::Route;
+use crate::api::input::InputError;
+use crate::pull::PullError;
+use crate::ranks::RankError;
+use crate::rooms::RoomInUse;
+use crate::server::{self, Body};
+
+/// A data-plane failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The DP rank.
+    #[error(transparent)]
+    Rank(#[from] RankError),
+    /// The room is taken.
+    #[error(transparent)]
+    Room(#[from] RoomInUse),
+    /// A PD role without bootstrap fields.
+    #[error("disaggregation mode {mode} needs bootstrap_host and bootstrap_room in the request")]
+    MissingBootstrap {
+        /// The role.
+        mode: &'static str,
+    },
+    /// `--sim-fail-next` / `POST /sim/faults`.
+    #[error("Internal server error: injected failure (infera-sim fail_next)")]
+    Injected,
+    /// The decode did not get its KV.
+    #[error(transparent)]
+    Pull(#[from] PullError),
+    /// The prefill's KV transfer failed.
+    #[error("KV transfer failed for bootstrap_room {room}: {reason}")]
+    Transfer {
+        /// The room.
+        room: u64,
+        /// Why.
+        reason: String,
+    },
+    /// No decode pulled the prefill's KV in time.
+    #[error("bootstrap_room {room}: no decode pulled the KV within {ms} ms (bootstrap timeout)")]
+    PrefillTimeout {
+        /// The room.
+        room: u64,
+        /// The timeout.
+        ms: u128,
+    },
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Input(_) | ApiError::Room(_) | ApiError::MissingBootstrap { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::Rank(RankError::OutOfRange { .. }) => StatusCode::BAD_REQUEST,
+            ApiError::Rank(RankError::FollowConflict { .. })
+            | ApiError::Injected
+            | ApiError::Pull(_)
+            | ApiError::Transfer { .. }
+            | ApiError::PrefillTimeout { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error as a whole response for `route`.
+    pub fn response(&self, route: Route) -> Response<Body> {
+        let status = self.status();
+        let body = if route.is_openai() {
+            openai(status, &self.to_string())
+        } else {
+            json!({ "error": { "message": self.to_string() } })
+        };
+        server::json(status, &body)
+    }
+
+    /// The error as the JSON of one SSE event for `route`.
+    pub fn stream_event(&self, route: Route) -> Value {
+        let status = self.status();
+        if route.is_openai() {
+            json!({ "error": openai(status, &self.to_string()) })
+        } else {
+            let kind =
+                if status == StatusCode::BAD_REQUEST { "invalid_request_error" } else { "internal_error" };
+            json!({ "error": {
+                "message": self.to_string(), "type": kind, "code": status.as_u16(), "retryable": false,
+            }})
+        }
+    }
+}
+
+/// SGLang's OpenAI error object.
+pub fn openai(status: StatusCode, message: &str) -> Value {
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "BadRequestError",
+        StatusCode::NOT_FOUND => "NotFoundError",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
+        _ => "InternalServerError",
+    };
+    json!({ "object": "error", "message": message, "type": kind, "param": null, "code": status.as_u16() })
+}

@@ -1,0 +1,110 @@
+//! infera-sim: an emulated SGLang engine, a drop-in for `python -m sglang.launch_server` with
+//! no GPU. It accepts SGLang's command line, serves SGLang's HTTP API and SSE shapes, performs
+//! a PD rendezvous between a prefill and a decode sim, and paces tokens with a timing model
+//! calibrated on the seeds' measurements.
+//!
+//! Module map, in the order a request flows through it:
+//!
+//! - [`config`] (with [`argv`]): SGLang flags + `--sim-*` → validated [`SimConfig`].
+//! - [`server`]: the hyper accept loop; [`api`] routes the SGLang API, [`bootstrap`] serves
+//!   the prefill's bootstrap port.
+//! - [`api::input`] parses bodies; [`flow`] runs one request: [`ranks`] picks the DP rank,
+//!   [`faults`] may fail it, [`rooms`] (prefill) and [`pull`] (decode) do the PD rendezvous,
+//!   the [`engine`] paces it; [`error`] maps failures to SGLang's error shapes.
+//! - The pure core: [`scheduler`] (prefill queues per rank, lockstep decode steps) over
+//!   [`timing`] (the formulas), [`params`] (their values), [`prefix_cache`] and [`tokens`];
+//!   [`clock`] maps model time to wall time (`--sim-speedup`).
+//! - [`app`] holds what handlers share; [`request_log`] records requests for tests.
+
+pub mod api;
+pub mod app;
+pub mod argv;
+pub mod bootstrap;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod faults;
+pub mod flow;
+pub mod params;
+pub mod prefix_cache;
+pub mod pull;
+pub mod ranks;
+pub mod request_log;
+pub mod rooms;
+pub mod scheduler;
+pub mod server;
+pub mod timing;
+pub mod tokens;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::{ConfigError, DisaggregationMode, SimArgs, SimConfig};
+
+use crate::app::App;
+
+/// The sockets the sim serves on, bound by the caller (tests bind port 0 and keep them).
+#[derive(Debug)]
+pub struct Listeners {
+    /// The SGLang HTTP API (`--host:--port`).
+    pub http: TcpListener,
+    /// The prefill's bootstrap port (`--disaggregation-bootstrap-port`); prefill role only.
+    pub bootstrap: Option<TcpListener>,
+}
+
+/// Runs the sim until `shutdown` resolves: health turns 503, in-flight requests are aborted,
+/// connections drain, and the engine stops.
+pub async fn run(
+    listeners: Listeners,
+    mut config: SimConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.port = listeners.http.local_addr()?.port();
+    if let Some(bootstrap) = &listeners.bootstrap {
+        config.bootstrap_port = bootstrap.local_addr()?.port();
+    } else if config.mode == DisaggregationMode::Prefill {
+        tracing::warn!("prefill role without a bootstrap listener: no decode can pull its KV");
+    }
+    let app = Arc::new(App::new(config));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let (driver_stop, driver_stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = tokio::spawn(app.engine.clone().drive(async move {
+        let _ = driver_stopped.await;
+    }));
+    let bootstrap = listeners.bootstrap.map(|listener| {
+        let app = app.clone();
+        tokio::spawn(server::serve(listener, move |req| bootstrap::handle(app.clone(), req), stopped()))
+    });
+    let api_stop = {
+        let (app, stopped) = (app.clone(), stopped());
+        async move {
+            stopped.await;
+            app.stop_serving();
+            let aborted = app.engine.abort_all();
+            tracing::info!(aborted, "stopping");
+        }
+    };
+    let api_app = app.clone();
+    server::serve(listeners.http, move |req| api::handle(api_app.clone(), req), api_stop).await;
+    if let Some(bootstrap) = bootstrap {
+        bootstrap.await?;
+    }
+    let _ = driver_stop.send(());
+    driver.await?;
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! The engine's pure core: prefill queues per DP rank and decode steps in lockstep over all
+//! ranks. No tasks, no clock: every call takes the model time `now`, and [`Scheduler::advance`]
+//! processes everything due by then, each at its own due time, so results do not depend on how
+//! late the shell wakes up.
+//!
+//! A request's life: `Waiting` (prefill queue) → in a prefill batch, chunk by chunk →
+//! prefilled (pages enter the rank's prefix cache) → first token → `Running` (one decode step
+//! adds `mtp_acceptance` tokens, emitted as whole tokens) → finished at `max_new_tokens`.
+//! PD variants: a prefill-role request stops after its first token in `Transfer` until the
+//! shell ends it; a decode-role request starts in `Transfer` and joins at its first token
+//! when its KV arrives. The stall fault parks a request in `stalled` after K tokens.
+
+mod rank;
+#[cfg(test)]
+mod tests;
+mod types;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub use rank::QueueOrder;
+use rank::{Batch, Rank, Waiting};
+pub use types::{Admission, Event, RankSnapshot, ReqId, Work};
+
+use crate::params::TimingParams;
+use crate::prefix_cache::PrefixCache;
+use crate::timing::{self, RankLoad};
+
+#[derive(Debug)]
+enum Phase {
+    Waiting,
+    Prefilling,
+    Running,
+    Stalled,
+    Transfer,
+}
+
+#[derive(Debug)]
+struct Req {
+    rank: usize,
+    prompt_tokens: u32,
+    pages: Vec<u64>,
+    max_new: u32,
+    stall_after: Option<u32>,
+    hold: bool,
+    phase: Phase,
+    cached: u32,
+    /// Uncached prompt tokens still to prefill.
+    remaining: u32,
+    emitted: u32,
+    steps: u32,
+}
+
+impl Req {
+    fn context(&self) -> u64 {
+        u64::from(self.prompt_tokens) + u64::from(self.emitted)
+    }
+}
+
+/// The decode step in flight.
+#[derive(Debug)]
+struct Step {
+    ends: Duration,
+    members: Vec<ReqId>,
+}
+
+/// Prefill queues per rank and lockstep decode: the pure engine.
+#[derive(Debug)]
+pub struct Scheduler {
+    params: TimingParams,
+    chunk: u32,
+    order: QueueOrder,
+    ranks: Vec<Rank>,
+    reqs: HashMap<ReqId, Req>,
+    step: Option<Step>,
+    next_id: u64,
+}
+
+impl Scheduler {
+    /// An idle engine with `ranks` DP ranks.
+    pub fn new(params: TimingParams, ranks: usize, chunk: u32, page_size: u32, order: QueueOrder) -> Self {
+        let cache = PrefixCache::new(page_size, params.prefix_cache_tokens);
+        Self {
+            ranks: (0..ranks.max(1)).map(|_| Rank::new(cache.clone())).collect(),
+            params,
+            chunk: chunk.max(1),
+            order,
+            reqs: HashMap::new(),
+            step: None,
+            next_id: 0,
+        }
+    }
+
+    /// The number of DP ranks.
+    pub fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Takes a request in at `now` (call [`Scheduler::advance`] up to `now` first) and
+    /// returns its id (ids count up from 0).
+    pub fn submit(&mut self, now: Duration, a: Admission) -> ReqId {
+        let id = ReqId(self.next_id);
+        self.next_id += 1;
+        let rank = a.rank.min(self.ranks.len() - 1);
+        let (pages, hold, phase) = match a.work {
+            Work::Prefill { pages, hold } => (pages, hold, Phase::Waiting),
+            Work::AwaitKv => (Vec::new(), false, Phase::Transfer),
+        };
+        let prompt_tokens = a.prompt_tokens.max(1);
+        let req = Req {
+            rank,
+            prompt_tokens,
+            max_new: a.max_new_tokens,
+            stall_after: a.stall_after,
+            hold,
+            phase,
+            cached: 0,
+            remaining: 0,
+            emitted: 0,
+            steps: 0,
+            pages,
+        };
+        let r = &mut self.ranks[rank];
+        match req.phase {
+            Phase::Transfer => r.transfer.push(id),
+            _ => {
+                let cached = cached_of(&r.cache, &req.pages, prompt_tokens);
+                r.waiting.push_back(Waiting { id, estimate: prompt_tokens - cached });
+            }
+        }
+        self.reqs.insert(id, req);
+        self.start_work(now);
+        id
+    }
+
+    /// A decode-role request's KV arrived at `now` (with `cached_tokens` reported by the
+    /// prefill): it emits its first token and joins the decode set.
+    pub fn kv_arrived(&mut self, now: Duration, id: ReqId, cached_tokens: u32) -> Vec<Event> {
+        let mut events = Vec::new();
+        let Some(req) = self.reqs.get_mut(&id) else { return events };
+        if !matches!(req.phase, Phase::Transfer) {
+            return events;
+        }
+        req.cached = cached_tokens;
+        let rank = req.rank;
+        self.ranks[rank].transfer.retain(|&r| r != id);
+        self.first_token(id, &mut events);
+        self.start_work(now);
+        events
+    }
+
+    /// Removes a request wherever it is (abort, client gone, end of a held transfer).
+    /// Returns whether it was in the engine.
+    pub fn remove(&mut self, id: ReqId) -> bool {
+        let Some(req) = self.reqs.remove(&id) else { return false };
+        self.ranks[req.rank].forget(id);
+        true
+    }
+
+    /// Every request id in the engine.
+    pub fn ids(&self) -> Vec<ReqId> {
+        let mut ids: Vec<ReqId> = self.reqs.keys().copied().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Processes everything due by `now`, in time order.
+    pub fn advance(&mut self, now: Duration) -> Vec<Event> {
+        let mut events = Vec::new();
+        while let Some((at, what)) = self.next_due().filter(|(at, _)| *at <= now) {
+            match what {
+                Due::Step => self.end_step(at, &mut events),
+                Due::Batch(rank) => self.end_batch(at, rank, &mut events),
+            }
+            self.start_work(at);
+        }
+        events
+    }
+
+    /// When the next batch or step completes, if anything is in flight.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.next_due().map(|(at, _)| at)
+    }
+
+    /// Per-rank counters.
+    pub fn snapshot(&self) -> Vec<RankSnapshot> {
+        self.ranks
+            .iter()
+            .map(|r| {
+                let context = |ids: &[ReqId]| -> u64 {
+                    ids.iter().filter_map(|id| self.reqs.get(id)).map(Req::context).sum()
+                };
+                let batch: Vec<ReqId> =
+                    r.batch.iter().flat_map(|b| b.parts.iter().map(|(id, _)| *id)).collect();
+                RankSnapshot {
+                    running: (r.running.len() + r.stalled.len() + batch.len()) as u32,
+                    waiting: r.waiting.len() as u32,
+                    waiting_uncached_tokens: r.waiting.iter().map(|w| u64::from(w.estimate)).sum(),
+                    transfer: r.transfer.len() as u32,
+                    used_tokens: context(&r.running)
+                        + context(&r.stalled)
+                        + context(&r.transfer)
+                        + context(&batch),
+                    cached_tokens: r.cache.tokens(),
+                }
+            })
+            .collect()
+    }
+
+    /// Empties every rank's prefix cache.
+    pub fn flush_cache(&mut self) {
+        for r in &mut self.ranks {
+            r.cache.clear();
+        }
+    }
+
+    /// The decode load of each rank, as the step formula sees it.
+    pub fn rank_loads(&self) -> Vec<RankLoad> {
+        self.ranks
+            .iter()
+            .map(|r| RankLoad {
+                requests: r.running.len() as u32,
+                context_tokens: r.running.iter().filter_map(|id| self.reqs.get(id)).map(Req::context).sum(),
+            })
+            .collect()
+    }
+
+    fn next_due(&self) -> Option<(Duration, Due)> {
+        let step = self.step.as_ref().map(|s| (s.ends, Due::Step));
+        let batches = self
+            .ranks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.batch.as_ref().map(|b| (b.ends, Due::Batch(i))));
+        step.into_iter().chain(batches).min_by_key(|(at, due)| (*at, due.order()))
+    }
+
+    /// Starts a prefill batch on every idle rank with queued work, and a decode step if none
+    /// is in flight and any rank has running requests.
+    fn start_work(&mut self, now: Duration) {
+        for rank in 0..self.ranks.len() {
+            if self.ranks[rank].batch.is_none() {
+                self.start_batch(now, rank);
+            }
+        }
+        if self.step.is_none() && self.ranks.iter().any(|r| !r.running.is_empty()) {
+            let ms = timing::step_ms(&self.params, &self.rank_loads());
+            let members = self.ranks.iter().flat_map(|r| r.running.iter().copied()).collect();
+            self.step = Some(Step { ends: now + timing::ms(ms), members });
+        }
+    }
+
+    fn start_batch(&mut self, now: Duration, rank: usize) {
+        let mut budget = self.chunk;
+        let mut parts = Vec::new();
+        let r = &mut self.ranks[rank];
+        let mut next = r.chunked.take();
+        while budget > 0 {
+            let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
+            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            if matches!(req.phase, Phase::Waiting) {
+                req.cached = cached_of(&r.cache, &req.pages, req.prompt_tokens);
+                req.remaining = req.prompt_tokens - req.cached;
+                req.phase = Phase::Prefilling;
+            }
+            let n = req.remaining.min(budget);
+            budget -= n;
+            parts.push((id, n));
+        }
+        if parts.is_empty() {
+            return;
+        }
+        let ms = timing::prefill_batch_ms(&self.params, parts.iter().map(|(_, n)| *n));
+        r.batch = Some(Batch { ends: now + timing::ms(ms), parts });
+    }
+
+    fn end_batch(&mut self, _at: Duration, rank: usize, events: &mut Vec<Event>) {
+        let Some(batch) = self.ranks[rank].batch.take() else { return };
+        for (id, n) in batch.parts {
+            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            req.remaining -= n;
+            if req.remaining > 0 {
+                self.ranks[rank].chunked = Some(id);
+                continue;
+            }
+            self.ranks[rank].cache.insert(&req.pages);
+            events.push(Event::Prefilled { id, cached_tokens: req.cached });
+            self.first_token(id, events);
+        }
+    }
+
+    /// The token a prefill (or an arrived KV) yields; then decode, hold, stall or finish.
+    fn first_token(&mut self, id: ReqId, events: &mut Vec<Event>) {
+        let Some(req) = self.reqs.get_mut(&id) else { return };
+        let rank = req.rank;
+        if req.max_new > 0 && req.stall_after != Some(0) {
+            req.emitted = 1;
+            events.push(Event::Tokens { id, total: 1 });
+        }
+        self.place(id, rank, events);
+    }
+
+    /// Puts a request that just emitted tokens where it belongs next.
+    fn place(&mut self, id: ReqId, rank: usize, events: &mut Vec<Event>) {
+        let Some(req) = self.reqs.get_mut(&id) else { return };
+        let r = &mut self.ranks[rank];
+        r.running.retain(|&x| x != id);
+        if req.stall_after.is_some_and(|k| req.emitted >= k && req.emitted < req.max_new) {
+            req.phase = Phase::Stalled;
+            r.stalled.push(id);
+        } else if req.hold {
+            req.phase = Phase::Transfer;
+            r.transfer.push(id);
+        } else if req.emitted >= req.max_new {
+            self.reqs.remove(&id);
+            events.push(Event::Finished { id });
+        } else {
+            req.phase = Phase::Running;
+            r.running.push(id);
+        }
+    }
+
+    fn end_step(&mut self, _at: Duration, events: &mut Vec<Event>) {
+        let Some(step) = self.step.take() else { return };
+        let acceptance = self.params.mtp_acceptance;
+        for id in step.members {
+            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            if !matches!(req.phase, Phase::Running) {
+                continue;
+            }
+            req.steps += 1;
+            // Integer steps times the acceptance: no drift from summing fractions.
+            let target = 1 + (f64::from(req.steps) * acceptance + 1e-9).floor() as u32;
+            let cap = req.max_new.min(req.stall_after.unwrap_or(u32::MAX));
+            let total = target.min(cap);
+            if total > req.emitted {
+                req.emitted = total;
+                events.push(Event::Tokens { id, total });
+            }
+            let (rank, done) = (req.rank, req.emitted >= cap);
+            if done {
+                self.place(id, rank, events);
+            }
+        }
+    }
+}
+
+/// What completes next.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    Step,
+    Batch(usize),
+}
+
+impl Due {
+    /// Tie order at equal times: the step first, then ranks in order.
+    fn order(self) -> usize {
+        match self {
+            Due::Step => 0,
+            Due::Batch(r) => r + 1,
+        }
+    }
+}
+
+/// Cached prompt tokens on a rank; at least one token is always computed.
+fn cached_of(cache: &PrefixCache, pages: &[u64], prompt_tokens: u32) -> u32 {
+    let cached = u32::try_from(cache.cached_tokens(pages)).unwrap_or(u32::MAX);
+    cached.min(prompt_tokens.saturating_sub(1))
+}

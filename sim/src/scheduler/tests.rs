@@ -1,0 +1,177 @@
+use std::time::Duration;
+
+use super::*;
+use crate::tokens;
+
+fn engine(ranks: usize, order: QueueOrder) -> Scheduler {
+    Scheduler::new(TimingParams::default(), ranks, 8192, 1, order)
+}
+
+/// An aggregated request.
+fn prefill(rank: usize, prompt: &[u32], max_new: u32) -> Admission {
+    Admission {
+        rank,
+        prompt_tokens: prompt.len() as u32,
+        max_new_tokens: max_new,
+        stall_after: None,
+        work: Work::Prefill { pages: tokens::page_hashes(prompt, 1), hold: false },
+    }
+}
+
+fn prompt(len: u32, salt: u32) -> Vec<u32> {
+    (0..len).map(|i| i.wrapping_mul(31).wrapping_add(salt << 20)).collect()
+}
+
+/// Runs until idle; returns every event with its model time.
+fn run(s: &mut Scheduler) -> Vec<(Duration, Event)> {
+    let mut out = Vec::new();
+    while let Some(at) = s.next_deadline() {
+        out.extend(s.advance(at).into_iter().map(|e| (at, e)));
+    }
+    out
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn time_of(events: &[(Duration, Event)], want: &Event) -> Duration {
+    events.iter().find(|(_, e)| e == want).map(|(at, _)| *at).unwrap_or_else(|| panic!("no {want:?}"))
+}
+
+#[test]
+fn an_idle_engine_has_nothing_due() {
+    let mut s = engine(2, QueueOrder::Fcfs);
+    assert_eq!(s.next_deadline(), None);
+    assert!(s.advance(Duration::from_secs(10)).is_empty());
+}
+
+#[test]
+fn one_request_prefills_then_decodes_at_the_acceptance_rate() {
+    let mut s = engine(1, QueueOrder::Fcfs);
+    let id = s.submit(Duration::ZERO, prefill(0, &prompt(1000, 0), 16));
+    let events = run(&mut s);
+    let first = time_of(&events, &Event::Tokens { id, total: 1 });
+    assert!((ms(first) - (5.0 + 0.06 * 1000.0 + 2e-6 * 1e6)).abs() < 1e-6);
+    let totals: Vec<u32> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Tokens { total, .. } => Some(*total),
+            _ => None,
+        })
+        .collect();
+    // 1, then 1 + floor(k · 3.61): 4, 8, 11, 15, then capped at 16.
+    assert_eq!(totals, [1, 4, 8, 11, 15, 16]);
+    let second = time_of(&events, &Event::Tokens { id, total: 4 });
+    let step = timing::step_ms_at(&TimingParams::default(), 1.0 + 1001.0 / 1.05e6);
+    assert!((ms(second - first) - step).abs() < 1e-6);
+    assert!(matches!(events.last(), Some((_, Event::Finished { .. }))));
+    assert_eq!(s.next_deadline(), None, "idle after the last token");
+}
+
+#[test]
+fn decode_steps_are_lockstep_and_paced_by_the_busiest_rank() {
+    let mut s = engine(2, QueueOrder::Fcfs);
+    let rank0: Vec<ReqId> =
+        (0..9).map(|i| s.submit(Duration::ZERO, prefill(0, &prompt(10, i), 100))).collect();
+    let rank1 = s.submit(Duration::ZERO, prefill(1, &prompt(10, 100), 100));
+    // Let both ranks finish prefill and start decoding.
+    let mut steps = Vec::new();
+    while let Some(at) = s.next_deadline() {
+        let events = s.advance(at);
+        if events.iter().any(|e| matches!(e, Event::Tokens { id, total } if *id == rank1 && *total > 1)) {
+            // Rank 0's requests advance in the same steps as rank 1's.
+            assert!(events.iter().any(|e| matches!(e, Event::Tokens { id, .. } if *id == rank0[8])));
+            steps.push(at);
+        }
+    }
+    assert!(steps.len() >= 3);
+    let x = 9.0 + 9.0 * 10.0 / 1.05e6;
+    let gap = ms(steps[2] - steps[1]);
+    assert!(gap > timing::step_ms_at(&TimingParams::default(), x), "{gap}");
+    assert!(gap < 49.6, "{gap}");
+}
+
+#[test]
+fn a_prefix_cache_hit_shortens_prefill() {
+    let mut s = engine(1, QueueOrder::Fcfs);
+    let p = prompt(4000, 1);
+    let a = s.submit(Duration::ZERO, prefill(0, &p, 1));
+    let cold = run(&mut s);
+    assert_eq!(cold[0].1, Event::Prefilled { id: a, cached_tokens: 0 });
+    let start = Duration::from_secs(100);
+    let b = s.submit(start, prefill(0, &p, 1));
+    let warm = run(&mut s);
+    assert_eq!(warm[0].1, Event::Prefilled { id: b, cached_tokens: 3999 });
+    assert!(ms(warm[0].0 - start) < ms(cold[0].0) / 10.0);
+    s.flush_cache();
+    let c = s.submit(Duration::from_secs(200), prefill(0, &p, 1));
+    assert_eq!(run(&mut s)[0].1, Event::Prefilled { id: c, cached_tokens: 0 });
+}
+
+#[test]
+fn long_prompts_are_chunked() {
+    let mut s = engine(1, QueueOrder::Fcfs);
+    s.submit(Duration::ZERO, prefill(0, &prompt(20_000, 2), 1));
+    let events = run(&mut s);
+    let p = TimingParams::default();
+    let want = timing::prefill_batch_ms(&p, [8192]) * 2.0 + timing::prefill_batch_ms(&p, [20_000 - 16_384]);
+    assert!((ms(events[0].0) - want).abs() < 1e-6);
+}
+
+#[test]
+fn shortest_prefill_first_overtakes_a_long_prompt() {
+    for (order, short_first) in [(QueueOrder::Fcfs, false), (QueueOrder::ShortestPrefillFirst, true)] {
+        let mut s = engine(1, order);
+        // Occupy the rank so both wait in the queue.
+        s.submit(Duration::ZERO, prefill(0, &prompt(8192, 3), 1));
+        let long = s.submit(Duration::ZERO, prefill(0, &prompt(8192, 4), 1));
+        let short = s.submit(Duration::ZERO, prefill(0, &prompt(100, 5), 1));
+        let events = run(&mut s);
+        let long = time_of(&events, &Event::Finished { id: long });
+        let short = time_of(&events, &Event::Finished { id: short });
+        assert_eq!(short < long, short_first, "{order:?}");
+    }
+}
+
+#[test]
+fn the_stall_fault_holds_the_slot_until_removed() {
+    let mut s = engine(1, QueueOrder::Fcfs);
+    let mut a = prefill(0, &prompt(10, 6), 100);
+    a.stall_after = Some(5);
+    let id = s.submit(Duration::ZERO, a);
+    let events = run(&mut s);
+    let last = events.iter().rev().find_map(|(_, e)| match e {
+        Event::Tokens { total, .. } => Some(*total),
+        _ => None,
+    });
+    assert_eq!(last, Some(5));
+    assert_eq!(s.next_deadline(), None, "a stalled request does not step");
+    assert_eq!(s.snapshot()[0].running, 1);
+    assert!(s.remove(id));
+    assert_eq!(s.snapshot()[0], RankSnapshot { cached_tokens: 10, ..RankSnapshot::default() });
+}
+
+#[test]
+fn pd_roles_hold_for_the_transfer() {
+    let mut s = engine(2, QueueOrder::Fcfs);
+    let mut a = prefill(1, &prompt(50, 7), 1);
+    a.work = Work::Prefill { pages: tokens::page_hashes(&prompt(50, 7), 1), hold: true };
+    let id = s.submit(Duration::ZERO, a);
+    let events = run(&mut s);
+    assert!(events.iter().any(|(_, e)| *e == Event::Tokens { id, total: 1 }));
+    assert!(!events.iter().any(|(_, e)| matches!(e, Event::Finished { .. })));
+    assert_eq!(s.snapshot()[1].transfer, 1);
+    assert!(s.remove(id));
+
+    let mut d = prefill(0, &[], 8);
+    d.prompt_tokens = 50;
+    d.work = Work::AwaitKv;
+    let id = s.submit(Duration::from_secs(1), d);
+    assert_eq!(s.next_deadline(), None, "no work before the KV arrives");
+    assert_eq!(s.snapshot()[0].transfer, 1);
+    let first = s.kv_arrived(Duration::from_secs(2), id, 40);
+    assert_eq!(first, [Event::Tokens { id, total: 1 }]);
+    let rest = run(&mut s);
+    assert_eq!(rest.last().map(|(_, e)| e), Some(&Event::Finished { id }));
+}

@@ -1,0 +1,75 @@
+//! What goes in and out of the [`Scheduler`](super::Scheduler).
+
+/// An engine-local request id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId(pub u64);
+
+/// What the core reports to the shell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The prompt is prefilled; `cached_tokens` came from the prefix cache.
+    Prefilled {
+        /// The request.
+        id: ReqId,
+        /// Prompt tokens found in the cache.
+        cached_tokens: u32,
+    },
+    /// The request has emitted `total` tokens so far.
+    Tokens {
+        /// The request.
+        id: ReqId,
+        /// Tokens emitted so far.
+        total: u32,
+    },
+    /// The request emitted all its tokens and left the engine.
+    Finished {
+        /// The request.
+        id: ReqId,
+    },
+}
+
+/// What a request needs from the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// Prefill `pages` (then decode, or hold for the KV transfer when `hold` is set).
+    Prefill {
+        /// Chained page hashes of the prompt (prefix-cache keys).
+        pages: Vec<u64>,
+        /// Stop after the first token in `Transfer` (prefill role) instead of decoding.
+        hold: bool,
+    },
+    /// Wait in `Transfer` for the KV (decode role); [`Scheduler::kv_arrived`](super::Scheduler::kv_arrived) starts decoding.
+    AwaitKv,
+}
+
+/// A request entering the engine.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The DP rank it runs on.
+    pub rank: usize,
+    /// Prompt length in tokens (≥ 1).
+    pub prompt_tokens: u32,
+    /// Tokens to generate.
+    pub max_new_tokens: u32,
+    /// Stall fault: stop stepping after this many tokens.
+    pub stall_after: Option<u32>,
+    /// What it needs.
+    pub work: Work,
+}
+
+/// One rank's counters for `/v1/loads` and `/server_info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankSnapshot {
+    /// Decoding, stalled, or in the prefill batch in flight.
+    pub running: u32,
+    /// In the prefill queue.
+    pub waiting: u32,
+    /// Uncached tokens estimated for the prefill queue.
+    pub waiting_uncached_tokens: u64,
+    /// In the KV-transfer phase.
+    pub transfer: u32,
+    /// KV held: context of running and transferring requests.
+    pub used_tokens: u64,
+    /// Tokens held by the prefix cache.
+    pub cached_tokens: u64,
+}
