@@ -110,7 +110,10 @@ impl ControlError {
 impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
         let mut status = Status::new(e.code(), e.to_string());
-        status.metadata_mut().insert(infera_proto::ERROR_REASON_METADATA, tonic::metadata::MetadataValue::from_static(e.outcome()));
+        status.metadata_mut().insert(
+            infera_proto::ERROR_REASON_METADATA,
+            tonic::metadata::MetadataValue::from_static(e.outcome()),
+        );
         status
     }
 }

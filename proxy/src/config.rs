@@ -1,0 +1,197 @@
+//! Command line (every flag also an `INFERA_PROXY_*` environment variable) → validated [`Config`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser};
+
+use infera_proto::telemetry::{LogFormat, TelemetryConfig};
+
+/// infera-proxy: a stateless HTTP proxy in front of SGLang workers, routed by infera-control.
+#[derive(Parser, Debug)]
+#[command(name = "infera-proxy", version, about, long_about = None)]
+pub struct Args {
+    #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
+    control: ControlArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    telemetry: TelemetryArgs,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Listen")]
+struct ListenArgs {
+    /// HTTP address (OpenAI + SGLang APIs, /health, /metrics). Port 0 picks a free port.
+    #[arg(long, env = "INFERA_PROXY_LISTEN", default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// This proxy's name in control's lease table; default `infera-proxy@<listen address>`.
+    #[arg(long, env = "INFERA_PROXY_NAME")]
+    name: Option<String>,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Control")]
+struct ControlArgs {
+    /// infera-control's gRPC URL.
+    #[arg(long, env = "INFERA_PROXY_CONTROL", default_value = "http://127.0.0.1:50051")]
+    control: String,
+    /// Deadline of one pick round trip to control; past it the request is routed locally
+    /// from the last known target list (and counted as a fallback).
+    #[arg(long, env = "INFERA_PROXY_PICK_TIMEOUT_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pick_timeout_ms: u64,
+    /// Lease TTL asked of control; the proxy renews it every TTL/3.
+    #[arg(long, env = "INFERA_PROXY_LEASE_TTL_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(300..=300_000))]
+    lease_ttl_ms: u64,
+    /// How often the fallback target list is refreshed from control.
+    #[arg(long, env = "INFERA_PROXY_TARGETS_REFRESH_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    targets_refresh_ms: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Limits")]
+struct LimitArgs {
+    /// Largest request body accepted (413 above).
+    #[arg(long, env = "INFERA_PROXY_MAX_BODY_BYTES", default_value_t = 32 << 20)]
+    max_body_bytes: usize,
+    /// Timeout from accept to the head of the answer (504 when it passes first); a stream that
+    /// has begun is not cut.
+    #[arg(long, env = "INFERA_PROXY_REQUEST_TIMEOUT_MS", default_value_t = 1_800_000)]
+    request_timeout_ms: u64,
+    /// Connect timeout to workers.
+    #[arg(long, env = "INFERA_PROXY_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    connect_timeout_ms: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Telemetry")]
+struct TelemetryArgs {
+    /// Log filter (tracing directives).
+    #[arg(long, env = "INFERA_LOG", default_value = "info")]
+    log: String,
+    /// Log format.
+    #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// OTLP gRPC endpoint for traces. Unset = no export.
+    #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// HTTP address.
+    pub listen: SocketAddr,
+    /// Name in control's lease table (completed with the bound address when unset).
+    pub name: Option<String>,
+    /// Control's URL.
+    pub control: http::Uri,
+    /// Pick deadline.
+    pub pick_timeout: Duration,
+    /// Lease TTL.
+    pub lease_ttl: Duration,
+    /// Target-list refresh period.
+    pub targets_refresh: Duration,
+    /// Body limit.
+    pub max_body_bytes: usize,
+    /// Timeout to the answer's head.
+    pub request_timeout: Duration,
+    /// Worker connect timeout.
+    pub connect_timeout: Duration,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+}
+
+/// A configuration that cannot start (exit 64).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The control URL.
+    #[error("--control {url:?}: {reason}")]
+    ControlUrl {
+        /// What was given.
+        url: String,
+        /// Why it is unusable.
+        reason: String,
+    },
+    /// The log filter.
+    #[error("--log {filter:?}: {source}")]
+    LogFilter {
+        /// The directives.
+        filter: String,
+        /// Why.
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+}
+
+impl TryFrom<Args> for Config {
+    type Error = ConfigError;
+
+    fn try_from(a: Args) -> Result<Self, ConfigError> {
+        let control: http::Uri = a.control.control.parse().map_err(|e: http::uri::InvalidUri| {
+            ConfigError::ControlUrl { url: a.control.control.clone(), reason: e.to_string() }
+        })?;
+        if !matches!(control.scheme_str(), Some("http" | "https")) || control.host().is_none() {
+            return Err(ConfigError::ControlUrl {
+                url: a.control.control,
+                reason: "expected http://host:port".into(),
+            });
+        }
+        if let Err(source) = tracing_subscriber::EnvFilter::try_new(&a.telemetry.log) {
+            return Err(ConfigError::LogFilter { filter: a.telemetry.log, source });
+        }
+        Ok(Self {
+            listen: a.listen.listen,
+            name: a.listen.name.filter(|n| !n.is_empty()),
+            control,
+            pick_timeout: Duration::from_millis(a.control.pick_timeout_ms),
+            lease_ttl: Duration::from_millis(a.control.lease_ttl_ms),
+            targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
+            max_body_bytes: a.limits.max_body_bytes,
+            request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
+            connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
+            telemetry: TelemetryConfig {
+                log_filter: a.telemetry.log,
+                log_format: a.telemetry.log_format,
+                otlp_endpoint: a.telemetry.otlp_endpoint,
+                service_name: "infera-proxy",
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn verify_cli() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_an_env_var() {
+        for arg in Args::command().get_arguments() {
+            if ["help", "version"].contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
+            assert!(env.to_str().unwrap().starts_with("INFERA_"), "{env:?}");
+        }
+    }
+
+    #[test]
+    fn bad_control_urls_are_rejected() {
+        for url in ["", "127.0.0.1:50051", "ftp://x"] {
+            let a = Args::try_parse_from(["infera-proxy", "--control", url]).unwrap();
+            assert!(Config::try_from(a).is_err(), "{url:?} accepted");
+        }
+    }
+}

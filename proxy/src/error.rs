@@ -1,0 +1,232 @@
+//! The proxy's errors, classified by where they came from and whether a retry can help, and
+//! the one mapping of them to HTTP: an OpenAI-style error JSON, or an SSE error event once a
+//! stream has begun.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::json;
+
+use crate::body::{Body, full};
+
+/// Which side of the proxy an error came from (labels metrics; decides retries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The client's request.
+    Downstream,
+    /// A worker or control.
+    Upstream,
+    /// The proxy itself.
+    Internal,
+}
+
+/// Which PD leg.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leg {
+    /// The prefill leg.
+    Prefill,
+    /// The decode leg (or the only leg of an aggregated request).
+    Decode,
+}
+
+impl Leg {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+        }
+    }
+}
+
+impl std::fmt::Display for Leg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Body over the limit.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// Body not JSON.
+    #[error("request body is not valid JSON: {0}")]
+    BadJson(#[source] serde_json::Error),
+    /// JSON of the wrong shape.
+    #[error("{0}")]
+    BadRequest(&'static str),
+    /// No such route.
+    #[error("no route for {method} {path}")]
+    NoRoute {
+        /// Method.
+        method: http::Method,
+        /// Path.
+        path: String,
+    },
+    /// No worker serves the model.
+    #[error("model \"{0}\" does not exist")]
+    UnknownModel(String),
+    /// Nothing can take the request now.
+    #[error("no healthy {leg} target for model \"{model}\"")]
+    NoTarget {
+        /// The model.
+        model: String,
+        /// The leg.
+        leg: Leg,
+    },
+    /// A leg could not be sent or its connection broke.
+    #[error("{leg} worker {url}: {reason}")]
+    Upstream {
+        /// The leg.
+        leg: Leg,
+        /// The worker.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A leg answered with an error status.
+    #[error("{leg} worker {url} answered {status}: {body}")]
+    UpstreamStatus {
+        /// The leg.
+        leg: Leg,
+        /// The worker.
+        url: String,
+        /// Its status.
+        status: StatusCode,
+        /// Its error text.
+        body: String,
+    },
+    /// The whole request took too long.
+    #[error("request timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+impl ProxyError {
+    /// Where it came from.
+    pub fn source_side(&self) -> ErrorSource {
+        match self {
+            Self::BodyTooLarge { .. } | Self::BadJson(_) | Self::BadRequest(_) | Self::NoRoute { .. } => {
+                ErrorSource::Downstream
+            }
+            Self::UnknownModel(_) | Self::NoTarget { .. } => ErrorSource::Internal,
+            Self::Upstream { .. } | Self::UpstreamStatus { .. } | Self::Timeout(_) => ErrorSource::Upstream,
+        }
+    }
+
+    /// Whether a new pick could succeed where this attempt failed (nothing reached the client).
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Upstream { .. } => true,
+            Self::UpstreamStatus { status, .. } => {
+                matches!(status.as_u16(), 408 | 429 | 500 | 502 | 503 | 504)
+            }
+            _ => false,
+        }
+    }
+
+    /// The HTTP status for the client.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
+            Self::NoTarget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamStatus { status, .. } if status.is_client_error() => *status,
+            Self::UpstreamStatus { .. } => StatusCode::BAD_GATEWAY,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            Self::BadJson(_) | Self::BadRequest(_) => ("invalid_request_error", "invalid_request"),
+            Self::NoRoute { .. } => ("invalid_request_error", "not_found"),
+            Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),
+            Self::NoTarget { .. } => ("server_error", "no_healthy_target"),
+            Self::Upstream { .. } | Self::UpstreamStatus { .. } => ("server_error", "upstream_error"),
+            Self::Timeout(_) => ("server_error", "timeout"),
+        }
+    }
+
+    /// The OpenAI-style error object.
+    pub fn json(&self) -> serde_json::Value {
+        let (ty, code) = self.kind();
+        json!({"error": {"message": self.to_string(), "type": ty, "param": null, "code": code}})
+    }
+
+    /// The error as the client sees it before any byte of an answer was sent.
+    pub fn into_response(self, request_id: &str) -> Response<Body> {
+        let mut r = Response::new(full(self.json().to_string()));
+        *r.status_mut() = self.status();
+        r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+        if let Ok(v) = header::HeaderValue::from_str(request_id) {
+            r.headers_mut().insert("x-request-id", v);
+        }
+        r
+    }
+
+    /// The error as an SSE event, once a stream has begun: `data: {"error": …}` and `[DONE]`.
+    pub fn sse_event(&self) -> Bytes {
+        Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.json()))
+    }
+}
+
+/// Reads an error body from a worker, bounded, for the message.
+pub async fn upstream_error_text(body: hyper::body::Incoming) -> String {
+    match http_body_util::Limited::new(body, 16 << 10).collect().await {
+        Ok(b) => {
+            let bytes = b.to_bytes();
+            let text = String::from_utf8_lossy(&bytes);
+            // SGLang: {"error": {"message"}} (native) or {"message"} (OpenAI routes).
+            serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| {
+                    v.pointer("/error/message")
+                        .or_else(|| v.get("message"))
+                        .and_then(|m| m.as_str().map(str::to_owned))
+                })
+                .unwrap_or_else(|| text.trim().to_owned())
+        }
+        Err(e) => format!("(unreadable error body: {e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_openai_json_with_the_right_status() {
+        let e = ProxyError::UnknownModel("x".into());
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        assert_eq!(e.json()["error"]["code"], "model_not_found");
+        assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let up = ProxyError::UpstreamStatus {
+            leg: Leg::Decode,
+            url: "u".into(),
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: "busy".into(),
+        };
+        assert!(up.retryable());
+        assert_eq!(up.source_side(), ErrorSource::Upstream);
+        let bad = ProxyError::UpstreamStatus {
+            leg: Leg::Decode,
+            url: "u".into(),
+            status: StatusCode::BAD_REQUEST,
+            body: "no".into(),
+        };
+        assert!(!bad.retryable());
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "a worker's 4xx is the client's problem");
+        let sse = String::from_utf8(up.sse_event().to_vec()).unwrap();
+        assert!(sse.starts_with("data: {\"error\":") && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    }
+}

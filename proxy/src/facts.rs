@@ -1,0 +1,208 @@
+//! Routing facts: what the proxy derives from a request before asking control — the request
+//! id, the model, the input-token count (an estimate: the proxy has no tokenizer yet), the
+//! session key and whether the answer streams. The body is kept as a JSON object with its key
+//! order, so what reaches the workers is the client's JSON plus the injected keys.
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::error::ProxyError;
+
+/// The APIs the proxy routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /generate` (SGLang native).
+    Generate,
+    /// `POST /v1/responses`.
+    Responses,
+}
+
+impl Api {
+    /// The path on the workers.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::ChatCompletions => "/v1/chat/completions",
+            Self::Completions => "/v1/completions",
+            Self::Generate => "/generate",
+            Self::Responses => "/v1/responses",
+        }
+    }
+
+    /// A metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ChatCompletions => "chat_completions",
+            Self::Completions => "completions",
+            Self::Generate => "generate",
+            Self::Responses => "responses",
+        }
+    }
+}
+
+/// Bytes of text per estimated token (no tokenizer configured).
+pub const BYTES_PER_TOKEN: u64 = 4;
+/// Tokens a chat message costs beyond its text (role markers, template).
+const TOKENS_PER_MESSAGE: u64 = 4;
+
+/// What routing needs to know about one request.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// Which API.
+    pub api: Api,
+    /// `x-request-id`, or a new one.
+    pub request_id: String,
+    /// The model (for `/generate`, the body's `model`, which is not forwarded, or the
+    /// deployment's only model).
+    pub model: Option<String>,
+    /// Estimated input tokens.
+    pub input_tokens: u64,
+    /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`.
+    pub session: Option<String>,
+    /// Whether the answer is an SSE stream.
+    pub stream: bool,
+    /// The request body.
+    pub body: Map<String, Value>,
+}
+
+/// Derives the facts from a request's headers and body.
+pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, ProxyError> {
+    let value: Value = serde_json::from_slice(body).map_err(ProxyError::BadJson)?;
+    let Value::Object(mut body) = value else {
+        return Err(ProxyError::BadRequest("request body must be a JSON object"));
+    };
+    let model = match api {
+        // SGLang's /generate has no model field; a client may name one for routing.
+        Api::Generate => body.remove("model"),
+        _ => body.get("model").cloned(),
+    };
+    let model = match model {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) if !m.trim().is_empty() => Some(m),
+        Some(_) => return Err(ProxyError::BadRequest("model must be a non-empty string")),
+    };
+    if model.is_none() && api != Api::Generate {
+        return Err(ProxyError::BadRequest("model is required"));
+    }
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ProxyError::BadRequest("stream must be a boolean")),
+    };
+    let header =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
+    let request_id =
+        header("x-request-id").filter(|id| id.len() <= 256).map_or_else(new_request_id, str::to_owned);
+    let session = header("x-session-id")
+        .map(str::to_owned)
+        .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| body.get("prompt_cache_key").and_then(Value::as_str).map(str::to_owned))
+        .filter(|s| !s.is_empty());
+    let input_tokens = estimate_tokens(api, &body)?;
+    Ok(Facts { api, request_id, model, input_tokens, session, stream, body })
+}
+
+/// A fresh request id: 128 random bits, hex.
+pub fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyError> {
+    let text_tokens = |bytes: u64| bytes.div_ceil(BYTES_PER_TOKEN);
+    Ok(match api {
+        Api::ChatCompletions => {
+            let Some(Value::Array(messages)) = body.get("messages") else {
+                return Err(ProxyError::BadRequest("messages must be an array"));
+            };
+            messages.iter().map(|m| TOKENS_PER_MESSAGE + text_tokens(content_bytes(m.get("content")))).sum()
+        }
+        Api::Completions => match body.get("prompt") {
+            Some(p) => text_tokens(content_bytes(Some(p))),
+            None => return Err(ProxyError::BadRequest("prompt is required")),
+        },
+        Api::Generate => match (body.get("input_ids"), body.get("text")) {
+            (Some(Value::Array(ids)), _) => {
+                ids.iter().map(|x| if let Value::Array(inner) = x { inner.len() as u64 } else { 1 }).sum()
+            }
+            (_, Some(t)) => text_tokens(content_bytes(Some(t))),
+            _ => return Err(ProxyError::BadRequest("text or input_ids is required")),
+        },
+        Api::Responses => {
+            text_tokens(content_bytes(body.get("input")) + content_bytes(body.get("instructions")))
+        }
+    })
+}
+
+/// Bytes of text in a content value: a string, an array of strings or of `{"text": …}` parts,
+/// or message items with `content`.
+fn content_bytes(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::String(s)) => s.len() as u64,
+        Some(Value::Array(parts)) => parts.iter().map(|p| content_bytes(Some(p))).sum(),
+        Some(Value::Object(o)) => {
+            content_bytes(o.get("text"))
+                + content_bytes(o.get("content"))
+                + content_bytes(o.get("input_text"))
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(api: Api, body: &str) -> Result<Facts, ProxyError> {
+        derive(api, &HeaderMap::new(), body.as_bytes())
+    }
+
+    #[test]
+    fn chat_facts() {
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", "abc".parse().unwrap());
+        let body =
+            r#"{"model":"m","messages":[{"role":"user","content":"12345678"}],"stream":true,"user":"u1"}"#;
+        let f = derive(Api::ChatCompletions, &h, body.as_bytes()).unwrap();
+        assert_eq!(f.request_id, "abc");
+        assert_eq!(f.model.as_deref(), Some("m"));
+        assert_eq!(f.input_tokens, 4 + 2);
+        assert_eq!(f.session.as_deref(), Some("u1"));
+        assert!(f.stream);
+        // Key order is kept.
+        assert_eq!(f.body.keys().collect::<Vec<_>>(), ["model", "messages", "stream", "user"]);
+    }
+
+    #[test]
+    fn generate_takes_model_out_and_counts_ids() {
+        let f = facts(Api::Generate, r#"{"model":"m","input_ids":[1,2,3]}"#).unwrap();
+        assert_eq!(f.model.as_deref(), Some("m"));
+        assert!(!f.body.contains_key("model"));
+        assert_eq!(f.input_tokens, 3);
+        assert_eq!(facts(Api::Generate, r#"{"text":"abcdefgh"}"#).unwrap().model, None);
+    }
+
+    #[test]
+    fn bad_bodies_are_rejected() {
+        assert!(matches!(facts(Api::ChatCompletions, "{"), Err(ProxyError::BadJson(_))));
+        assert!(matches!(facts(Api::ChatCompletions, "[]"), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(facts(Api::ChatCompletions, r#"{"messages":[]}"#), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(facts(Api::ChatCompletions, r#"{"model":"m"}"#), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(
+            facts(Api::Completions, r#"{"model":5,"prompt":"x"}"#),
+            Err(ProxyError::BadRequest(_))
+        ));
+        assert!(matches!(
+            facts(Api::Completions, r#"{"model":"m","prompt":"x","stream":"yes"}"#),
+            Err(ProxyError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn new_ids_are_generated() {
+        let f = facts(Api::Completions, r#"{"model":"m","prompt":"x"}"#).unwrap();
+        assert_eq!(f.request_id.len(), 32);
+    }
+}

@@ -1,0 +1,335 @@
+//! Send the legs: the client's JSON plus SGLang's PD fields, both legs at once, the decode
+//! head awaited while a prefill failure cancels it.
+//!
+//! Injected keys (reference: SGLang's PD routers):
+//! - both legs: `bootstrap_host` (prefill URL host), `bootstrap_port`, `bootstrap_room` (random
+//!   u63; with several prefill ranks `room % N` is the prefill's rank, as SGLang's
+//!   `follow_bootstrap_room` requires), `routed_dp_rank` (each leg its own rank);
+//! - decode: `disagg_prefill_dp_rank`;
+//! - `rid` = the request id, unless the client set one or the request is a batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use infera_proto::pb::ReleaseReason;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use crate::control::{ControlLink, Pick};
+use crate::error::{Leg, ProxyError, upstream_error_text};
+use crate::facts::{Api, Facts};
+use crate::metrics::ProxyMetrics;
+use crate::targets::Endpoint;
+
+/// The HTTP client to the workers.
+pub type WorkerClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client with `connect_timeout`, no Nagle delay and pooled keep-alive connections.
+pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector)
+}
+
+/// What dispatching needs.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    /// The client.
+    pub client: WorkerClient,
+    /// Control.
+    pub link: Arc<ControlLink>,
+    /// Metrics.
+    pub metrics: Arc<ProxyMetrics>,
+}
+
+/// A prefill leg in flight; its task releases its own reservation.
+#[derive(Debug)]
+pub struct PrefillLeg {
+    /// Fires when the prefill leg fails (`None` once it finished without failing).
+    pub failed: Option<oneshot::Receiver<ProxyError>>,
+    /// Send a reason to cancel the leg (it releases with that reason); dropping it lets the
+    /// leg finish on its own.
+    pub cancel: oneshot::Sender<ReleaseReason>,
+}
+
+/// The legs of a request once the decode head arrived.
+#[derive(Debug)]
+pub struct Dispatched {
+    /// The decode response (head received, body streaming).
+    pub response: Response<Incoming>,
+    /// The prefill leg, when PD.
+    pub prefill: Option<PrefillLeg>,
+}
+
+/// The bodies of both legs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegBodies {
+    /// Prefill body (PD only).
+    pub prefill: Option<Map<String, Value>>,
+    /// Decode body.
+    pub decode: Map<String, Value>,
+}
+
+/// Builds the leg bodies for a decode endpoint and, in PD, a prefill endpoint; `room` is the
+/// random u63 (adjusted here for DP prefills).
+pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, room: u64) -> LegBodies {
+    let mut base = facts.body.clone();
+    if !is_batch(facts) && !base.contains_key("rid") && facts.api != Api::Responses {
+        base.insert("rid".into(), json!(facts.request_id));
+    }
+    let with_rank = |mut body: Map<String, Value>, e: &Endpoint| {
+        if e.dp_size > 1 {
+            body.insert("routed_dp_rank".into(), json!(e.rank));
+        }
+        body
+    };
+    let Some(p) = prefill else {
+        return LegBodies { prefill: None, decode: with_rank(base, decode) };
+    };
+    let n = u64::from(p.dp_size.max(1));
+    let room = room - room % n + u64::from(p.rank) % n;
+    let host = p.url.parse::<http::Uri>().ok().and_then(|u| u.host().map(str::to_owned)).unwrap_or_default();
+    base.insert("bootstrap_host".into(), json!(host));
+    base.insert("bootstrap_port".into(), p.bootstrap_port.map_or(Value::Null, |port| json!(port)));
+    base.insert("bootstrap_room".into(), json!(room));
+    let prefill_body = with_rank(base.clone(), p);
+    let mut decode_body = with_rank(base, decode);
+    if p.dp_size > 1 {
+        decode_body.insert("disagg_prefill_dp_rank".into(), json!(p.rank));
+    }
+    LegBodies { prefill: Some(prefill_body), decode: decode_body }
+}
+
+fn is_batch(facts: &Facts) -> bool {
+    let b = &facts.body;
+    b.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1)
+        || matches!(b.get("prompt"), Some(Value::Array(a)) if a.iter().any(|x| !x.is_number()))
+        || matches!(b.get("text"), Some(Value::Array(_)))
+        || matches!(b.get("input_ids"), Some(Value::Array(a)) if a.first().is_some_and(Value::is_array))
+}
+
+/// A random room id in `[0, 2^63)`, as SGLang's routers make them.
+pub fn new_room() -> u64 {
+    rand::random::<u64>() & (i64::MAX as u64)
+}
+
+/// Sends both legs. The prefill leg runs in its own task (and releases its reservation); the
+/// decode head is awaited, and a prefill failure meanwhile cancels it. On error the caller
+/// still owns the decode reservation.
+pub async fn dispatch(
+    up: &Upstreams,
+    facts: &Facts,
+    prefill: Option<Pick>,
+    decode: &Pick,
+    headers: &http::HeaderMap,
+) -> Result<Dispatched, ProxyError> {
+    let bodies = leg_bodies(facts, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
+    let decode_req = leg_request(&decode.endpoint, facts.api, headers, &bodies.decode);
+    let prefill = match (prefill, bodies.prefill) {
+        (Some(pick), Some(body)) => {
+            let req = leg_request(&pick.endpoint, facts.api, headers, &body);
+            let (failed_tx, failed) = oneshot::channel();
+            let (cancel, cancel_rx) = oneshot::channel();
+            let rid = facts.request_id.clone();
+            tokio::spawn(prefill_leg(up.clone(), pick, req, rid, failed_tx, cancel_rx));
+            Some(PrefillLeg { failed: Some(failed), cancel })
+        }
+        _ => None,
+    };
+    let url = &decode.endpoint.url;
+    let mut send = std::pin::pin!(up.client.request(decode_req));
+    let head = match prefill {
+        Some(PrefillLeg { mut failed, cancel }) => loop {
+            tokio::select! {
+                head = &mut send => break match head {
+                    Ok(h) => Ok((h, Some(PrefillLeg { failed, cancel }))),
+                    Err(e) => {
+                        let _ = cancel.send(ReleaseReason::Failed);
+                        Err(ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() })
+                    }
+                },
+                done = async { failed.as_mut().expect("guarded by the branch condition").await }, if failed.is_some() => {
+                    match done {
+                        Ok(e) => break Err(e),
+                        // The prefill leg finished without failing.
+                        Err(_) => failed = None,
+                    }
+                }
+            }
+        },
+        None => send.await.map(|h| (h, None)).map_err(|e| ProxyError::Upstream {
+            leg: Leg::Decode,
+            url: url.clone(),
+            reason: e.to_string(),
+        }),
+    };
+    let (response, prefill) = match head {
+        Ok(h) => h,
+        Err(e) => {
+            up.metrics.upstream_error(Leg::Decode);
+            return Err(e);
+        }
+    };
+    if !response.status().is_success() {
+        up.metrics.upstream_error(Leg::Decode);
+        if let Some(p) = prefill {
+            let _ = p.cancel.send(ReleaseReason::Failed);
+        }
+        let status = response.status();
+        let body = upstream_error_text(response.into_body()).await;
+        return Err(ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body });
+    }
+    Ok(Dispatched { response, prefill })
+}
+
+fn leg_request(
+    endpoint: &Endpoint,
+    api: Api,
+    client_headers: &http::HeaderMap,
+    body: &Map<String, Value>,
+) -> Request<Full<Bytes>> {
+    let bytes = Bytes::from(serde_json::to_vec(body).expect("a JSON map serialises"));
+    let mut req = Request::post(format!("{}{}", endpoint.url, api.path()))
+        .body(Full::new(bytes))
+        .expect("a valid request");
+    let headers = req.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    for name in [header::AUTHORIZATION, header::ACCEPT, http::HeaderName::from_static("x-request-id")] {
+        if let Some(v) = client_headers.get(&name) {
+            headers.insert(name, v.clone());
+        }
+    }
+    infera_proto::telemetry::inject_headers(&tracing::Span::current(), headers);
+    req
+}
+
+async fn prefill_leg(
+    up: Upstreams,
+    pick: Pick,
+    req: Request<Full<Bytes>>,
+    rid: String,
+    failed: oneshot::Sender<ProxyError>,
+    cancel: oneshot::Receiver<ReleaseReason>,
+) {
+    let url = pick.endpoint.url.clone();
+    let run = async {
+        let resp = up.client.request(req).await.map_err(|e| ProxyError::Upstream {
+            leg: Leg::Prefill,
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = upstream_error_text(resp.into_body()).await;
+            return Err(ProxyError::UpstreamStatus { leg: Leg::Prefill, url: url.clone(), status, body });
+        }
+        // The prefill answers once the decode pulled the KV; its body is drained, not relayed.
+        resp.into_body().collect().await.map(|_| ()).map_err(|e| ProxyError::Upstream {
+            leg: Leg::Prefill,
+            url: url.clone(),
+            reason: e.to_string(),
+        })
+    };
+    let mut run = std::pin::pin!(run);
+    let mut cancel = Some(cancel);
+    let outcome = loop {
+        tokio::select! {
+            r = &mut run => break r,
+            reason = async { cancel.as_mut().expect("guarded by the branch condition").await }, if cancel.is_some() => {
+                match reason {
+                    Ok(reason) => {
+                        pick.release(reason);
+                        abort(&up.client, &url, &rid);
+                        return;
+                    }
+                    // The request ended normally: let the prefill finish on its own.
+                    Err(_) => cancel = None,
+                }
+            }
+        }
+    };
+    match outcome {
+        Ok(()) => pick.release(ReleaseReason::Eof),
+        Err(e) => {
+            tracing::warn!(error = %e, "prefill leg failed");
+            up.metrics.upstream_error(Leg::Prefill);
+            pick.release(ReleaseReason::Failed);
+            let _ = failed.send(e);
+        }
+    }
+}
+
+/// Asks a worker to abort a request (SGLang `POST /abort_request`), in the background.
+pub fn abort(client: &WorkerClient, url: &str, rid: &str) {
+    let body = json!({"rid": rid, "abort_all": false}).to_string();
+    let req = Request::post(format!("{url}/abort_request"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid request");
+    let client = client.clone();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.request(req)).await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderMap;
+
+    use super::*;
+    use crate::facts::derive;
+
+    fn endpoint(worker: &str, port: Option<u16>, dp_size: u32, rank: u32) -> Endpoint {
+        Endpoint {
+            worker_id: worker.into(),
+            url: format!("http://10.0.0.{}:30000", rank + 1),
+            bootstrap_port: port,
+            dp_size,
+            rank,
+            role: infera_proto::pb::Role::Unspecified,
+        }
+    }
+
+    #[test]
+    fn pd_bodies_carry_the_bootstrap_fields_and_ranks() {
+        let facts = derive(
+            Api::ChatCompletions,
+            &HeaderMap::new(),
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        )
+        .unwrap();
+        let (prefill, decode) = (endpoint("p", Some(8998), 4, 2), endpoint("d", None, 8, 5));
+        let b = leg_bodies(&facts, Some(&prefill), &decode, 1_000_001);
+        let (p, d) = (b.prefill.unwrap(), b.decode);
+        assert_eq!(p["bootstrap_room"], d["bootstrap_room"]);
+        let room = p["bootstrap_room"].as_u64().unwrap();
+        assert_eq!(room % 4, 2, "room % prefill ranks is the prefill rank");
+        assert_eq!(p["bootstrap_host"], "10.0.0.3");
+        assert_eq!(p["bootstrap_port"], 8998);
+        assert_eq!((p["routed_dp_rank"].as_u64(), d["routed_dp_rank"].as_u64()), (Some(2), Some(5)));
+        assert_eq!(d["disagg_prefill_dp_rank"], 2);
+        assert!(p.get("disagg_prefill_dp_rank").is_none());
+        assert_eq!(d["rid"], facts.request_id);
+        // The client's keys come first, in their order.
+        assert_eq!(d.keys().take(3).collect::<Vec<_>>(), ["model", "messages", "stream"]);
+    }
+
+    #[test]
+    fn aggregated_bodies_have_no_bootstrap_fields() {
+        let facts =
+            derive(Api::Completions, &HeaderMap::new(), br#"{"model":"m","prompt":"x","n":2}"#).unwrap();
+        let b = leg_bodies(&facts, None, &endpoint("x", None, 1, 0), 7);
+        assert!(b.prefill.is_none());
+        assert!(b.decode.get("bootstrap_room").is_none());
+        assert!(b.decode.get("routed_dp_rank").is_none(), "one rank: nothing to pin");
+        assert!(b.decode.get("rid").is_none(), "batches keep SGLang's own rids");
+        assert!(new_room() < (1 << 63));
+    }
+}

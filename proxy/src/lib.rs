@@ -1,0 +1,63 @@
+//! infera-proxy: a stateless HTTP proxy serving the OpenAI and SGLang APIs in front of SGLang
+//! workers, routed by infera-control.
+//!
+//! Module map, in request order:
+//!
+//! - [`config`]: flags and env → validated [`Config`].
+//! - [`server`]: accept, route by path, one request's steps.
+//! - [`facts`]: request id, model, input-token estimate, session, stream.
+//! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once, with a local fallback from
+//!   [`targets`] when control does not answer in time; the lease; releases.
+//! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently.
+//! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
+//! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
+
+pub mod body;
+pub mod config;
+pub mod control;
+pub mod error;
+pub mod facts;
+pub mod forward;
+pub mod metrics;
+pub mod relay;
+pub mod route;
+pub mod server;
+pub mod targets;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{Args, Config, ConfigError};
+use tokio::net::TcpListener;
+
+use crate::control::ControlLink;
+use crate::forward::Upstreams;
+use crate::metrics::ProxyMetrics;
+use crate::server::Ctx;
+
+/// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
+/// requests finish, and closes its lease with control.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(ProxyMetrics::register(&mut registry));
+    let name = config.name.clone().unwrap_or_else(|| {
+        format!("infera-proxy@{}", listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()))
+    });
+    let link = ControlLink::new(&config, name, metrics.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    link.spawn(stop_rx.clone());
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(());
+    });
+    let up =
+        Upstreams { client: forward::worker_client(config.connect_timeout), link: link.clone(), metrics };
+    let ctx = Arc::new(Ctx { up, registry, config });
+    server::serve(ctx, listener, stop_rx).await;
+    link.close().await;
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Prometheus metrics of the proxy, registered once and passed down.
+
+use infera_proto::pb::ReleaseReason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::error::Leg;
+use crate::targets::PickKind;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    api: &'static str,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LegLabels {
+    leg: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    call: &'static str,
+}
+
+/// The proxy's metrics.
+#[derive(Debug)]
+pub struct ProxyMetrics {
+    requests: Family<RequestLabels, Counter>,
+    ttft: Family<ApiLabels, Histogram>,
+    itl: Histogram,
+    inflight: Gauge,
+    upstream_errors: Family<LegLabels, Counter>,
+    fallback_picks: Family<KindLabels, Counter>,
+    releases: Family<ReasonLabels, Counter>,
+    control_errors: Family<CallLabels, Counter>,
+    retries: Counter,
+    late_picks: Counter,
+}
+
+impl ProxyMetrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            ttft: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1e-3, 2.0, 18))),
+            itl: Histogram::new(exponential_buckets(1e-4, 2.0, 16)),
+            inflight: Gauge::default(),
+            upstream_errors: Family::default(),
+            fallback_picks: Family::default(),
+            releases: Family::default(),
+            control_errors: Family::default(),
+            retries: Counter::default(),
+            late_picks: Counter::default(),
+        };
+        let r = registry.sub_registry_with_prefix("infera_proxy");
+        r.register("requests", "Requests answered, by API and HTTP status", m.requests.clone());
+        r.register(
+            "ttft_seconds",
+            "Time to the first byte of the answer's body, as the proxy sees it",
+            m.ttft.clone(),
+        );
+        r.register("itl_seconds", "Time between streamed chunks of an answer", m.itl.clone());
+        r.register("inflight_requests", "Requests in flight", m.inflight.clone());
+        r.register("upstream_errors", "Worker legs that failed, by leg", m.upstream_errors.clone());
+        r.register(
+            "fallback_picks",
+            "Picks routed locally because control did not answer in time",
+            m.fallback_picks.clone(),
+        );
+        r.register("releases", "Reservations ended, by reason", m.releases.clone());
+        r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
+        r.register("retries", "Requests re-picked after a failure before the first byte", m.retries.clone());
+        r.register(
+            "late_picks",
+            "Picks control answered after the pick deadline; released at once",
+            m.late_picks.clone(),
+        );
+        m
+    }
+
+    /// A request was answered with `code` (for streams: the status of the head).
+    pub fn answered(&self, api: &'static str, code: u16) {
+        self.requests.get_or_create(&RequestLabels { api, code }).inc();
+    }
+
+    /// The first body byte of an answer left after `seconds`.
+    pub fn ttft(&self, api: &'static str, seconds: f64) {
+        self.ttft.get_or_create(&ApiLabels { api }).observe(seconds);
+    }
+
+    /// Gap between two streamed chunks.
+    pub fn itl(&self, seconds: f64) {
+        self.itl.observe(seconds);
+    }
+
+    /// A request started (+1) or ended (−1).
+    pub fn inflight(&self, delta: i64) {
+        self.inflight.inc_by(delta);
+    }
+
+    /// A leg failed.
+    pub fn upstream_error(&self, leg: Leg) {
+        self.upstream_errors.get_or_create(&LegLabels { leg: leg.as_str() }).inc();
+    }
+
+    /// A pick was routed locally.
+    pub fn fallback(&self, kind: PickKind) {
+        let kind = match kind {
+            PickKind::Prefill => "prefill",
+            PickKind::Decode => "decode",
+        };
+        self.fallback_picks.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// A leg ended with `reason`.
+    pub fn release(&self, reason: ReleaseReason) {
+        let reason = match reason {
+            ReleaseReason::Eof => "eof",
+            ReleaseReason::Cancelled => "cancelled",
+            ReleaseReason::Failed => "failed",
+            ReleaseReason::TargetRemoved => "target_removed",
+            ReleaseReason::LeaseExpired | ReleaseReason::Unspecified => "other",
+        };
+        self.releases.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A call to control failed.
+    pub fn control_error(&self, call: &'static str) {
+        self.control_errors.get_or_create(&CallLabels { call }).inc();
+    }
+
+    /// A pick answered after its deadline was released.
+    pub fn late_pick(&self) {
+        self.late_picks.inc();
+    }
+
+    /// A request was re-picked.
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+}

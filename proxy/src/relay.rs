@@ -1,0 +1,188 @@
+//! The decode answer, relayed frame by frame as it arrives, with the request's end observed
+//! once: EOF releases `EOF`; an upstream error or a failed prefill releases `FAILED` (a stream
+//! gets an SSE error event and `[DONE]`); the client going away — the body dropped before its
+//! end — releases `CANCELLED` and aborts both upstream legs.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use infera_proto::pb::ReleaseReason;
+use tokio::sync::oneshot;
+
+use crate::body::BodyError;
+use crate::control::Pick;
+use crate::error::{Leg, ProxyError};
+use crate::forward::{PrefillLeg, Upstreams, abort};
+
+/// The end of a request: releases the decode reservation exactly once, cancels the prefill
+/// leg and aborts upstream work when the request did not end normally.
+#[derive(Debug)]
+pub struct EndGuard {
+    up: Upstreams,
+    decode: Option<Pick>,
+    prefill_cancel: Option<oneshot::Sender<ReleaseReason>>,
+    rid: String,
+    done: bool,
+}
+
+impl EndGuard {
+    /// Guards the decode pick of a dispatched request.
+    pub fn new(
+        up: Upstreams,
+        decode: Pick,
+        prefill_cancel: Option<oneshot::Sender<ReleaseReason>>,
+        rid: String,
+    ) -> Self {
+        Self { up, decode: Some(decode), prefill_cancel, rid, done: false }
+    }
+
+    /// Ends the request with `reason` (once; later calls do nothing).
+    pub fn end(&mut self, reason: ReleaseReason) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let Some(decode) = self.decode.take() else { return };
+        if reason != ReleaseReason::Eof {
+            if let Some(cancel) = self.prefill_cancel.take() {
+                let _ = cancel.send(reason);
+            }
+            abort(&self.up.client, &decode.endpoint.url, &self.rid);
+        }
+        decode.release(reason);
+        // On EOF the prefill sender is dropped: the prefill leg finishes on its own.
+        self.prefill_cancel = None;
+    }
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        // Dropped before an end was seen: the client went away.
+        self.end(ReleaseReason::Cancelled);
+    }
+}
+
+/// The relayed body.
+pub struct Relay {
+    inner: Incoming,
+    prefill_failed: Option<oneshot::Receiver<ProxyError>>,
+    guard: EndGuard,
+    stream: bool,
+    done: bool,
+    api: &'static str,
+    started: Instant,
+    last_data: Option<Instant>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay").field("stream", &self.stream).finish_non_exhaustive()
+    }
+}
+
+impl Relay {
+    /// Relays `inner`. `stream` says whether errors are reported as an SSE event.
+    pub fn new(
+        inner: Incoming,
+        prefill: Option<PrefillLeg>,
+        guard_parts: (Upstreams, Pick, String),
+        stream: bool,
+        api: &'static str,
+        started: Instant,
+    ) -> Self {
+        let (up, decode, rid) = guard_parts;
+        let (failed, cancel) = match prefill {
+            Some(p) => (p.failed, Some(p.cancel)),
+            None => (None, None),
+        };
+        Self {
+            inner,
+            prefill_failed: failed,
+            guard: EndGuard::new(up, decode, cancel, rid),
+            stream,
+            done: false,
+            api,
+            started,
+            last_data: None,
+        }
+    }
+
+    fn fail(&mut self, e: ProxyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.guard.end(ReleaseReason::Failed);
+        self.done = true;
+        if self.stream {
+            Poll::Ready(Some(Ok(Frame::data(e.sse_event()))))
+        } else {
+            Poll::Ready(Some(Err(Box::new(e))))
+        }
+    }
+
+    fn observe(&mut self, frame: &Frame<Bytes>) {
+        if frame.data_ref().is_some_and(|d| !d.is_empty()) {
+            let now = Instant::now();
+            match self.last_data {
+                None => self.guard.up.metrics.ttft(self.api, (now - self.started).as_secs_f64()),
+                Some(prev) => self.guard.up.metrics.itl((now - prev).as_secs_f64()),
+            }
+            self.last_data = Some(now);
+        }
+    }
+}
+
+impl HttpBody for Relay {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(rx) = &mut this.prefill_failed {
+            match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(e)) => {
+                    this.prefill_failed = None;
+                    return this.fail(e);
+                }
+                // The prefill leg finished without failing.
+                Poll::Ready(Err(_)) => this.prefill_failed = None,
+                Poll::Pending => {}
+            }
+        }
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                this.observe(&frame);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => {
+                this.guard.up.metrics.upstream_error(Leg::Decode);
+                let url = this.guard.decode.as_ref().map(|d| d.endpoint.url.clone()).unwrap_or_default();
+                this.fail(ProxyError::Upstream {
+                    leg: Leg::Decode,
+                    url,
+                    reason: format!("stream broke: {e}"),
+                })
+            }
+            None => {
+                this.guard.end(ReleaseReason::Eof);
+                this.done = true;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // Exact only when nothing can be appended (no prefill leg still able to fail).
+        if self.prefill_failed.is_none() && !self.done { self.inner.size_hint() } else { SizeHint::default() }
+    }
+}

@@ -1,0 +1,54 @@
+//! Route one request: both picks at once for a PD model (one round trip), one pick for an
+//! aggregated model.
+
+use std::sync::Arc;
+
+use infera_proto::pb::ReleaseReason;
+
+use crate::control::{ControlLink, Pick, PickError};
+use crate::error::{Leg, ProxyError};
+use crate::facts::Facts;
+use crate::targets::PickKind;
+
+/// Where one request goes.
+#[derive(Debug)]
+pub struct Route {
+    /// The model it was routed for.
+    pub model: String,
+    /// The prefill leg (PD models).
+    pub prefill: Option<Pick>,
+    /// The decode leg (or the only leg).
+    pub decode: Pick,
+}
+
+/// Picks the legs of a request. A model not yet in the target list is tried as PD; control
+/// answers `no_pool` for the prefill pick of an aggregated model.
+pub async fn route(link: &Arc<ControlLink>, facts: &Facts) -> Result<Route, ProxyError> {
+    let list = link.targets();
+    let model = match facts.model.clone().or_else(|| list.only_model()) {
+        Some(m) => m,
+        None => {
+            return Err(ProxyError::BadRequest("model is required: the deployment serves several models"));
+        }
+    };
+    if list.is_pd(&model) == Some(false) {
+        let decode = link.pick(PickKind::Decode, facts, &model).await;
+        let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
+        return Ok(Route { model, prefill: None, decode });
+    }
+    let (prefill, decode) =
+        tokio::join!(link.pick(PickKind::Prefill, facts, &model), link.pick(PickKind::Decode, facts, &model));
+    match (prefill, decode) {
+        (Ok(p), Ok(d)) => Ok(Route { model, prefill: Some(p), decode: d }),
+        (Err(PickError::NoPool), Ok(d)) => Ok(Route { model, prefill: None, decode: d }),
+        (Ok(p), Err(e)) => {
+            p.release(ReleaseReason::Failed);
+            Err(e.into_proxy_error(&model, Leg::Decode))
+        }
+        (Err(e), Ok(d)) => {
+            d.release(ReleaseReason::Failed);
+            Err(e.into_proxy_error(&model, Leg::Prefill))
+        }
+        (Err(e), Err(_)) => Err(e.into_proxy_error(&model, Leg::Prefill)),
+    }
+}

@@ -1,0 +1,234 @@
+//! The HTTP front: accept connections, route by path, and run one generation request through
+//! its steps — read → facts → route → dispatch (one retry on a fresh pick before the first
+//! byte) → relay.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use infera_proto::pb::ReleaseReason;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tracing::Instrument;
+
+use crate::body::{Body, full};
+use crate::config::Config;
+use crate::error::ProxyError;
+use crate::facts::{self, Api};
+use crate::forward::{self, Upstreams};
+use crate::relay::Relay;
+use crate::route;
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub struct Ctx {
+    /// Workers, control, metrics.
+    pub up: Upstreams,
+    /// For `/metrics`.
+    pub registry: Registry,
+    /// Limits.
+    pub config: Config,
+}
+
+/// Serves `listener` until `stop` fires, then lets open connections finish.
+pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener, mut stop: tokio::sync::watch::Receiver<()>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    loop {
+        let stream = tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let ctx = ctx.clone();
+            async move { Ok::<_, Infallible>(handle(ctx, req).await) }
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    graceful.shutdown().await;
+}
+
+async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    let api = match (req.method(), req.uri().path()) {
+        (&Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
+        (&Method::POST, "/v1/completions") => Api::Completions,
+        (&Method::POST, "/generate") => Api::Generate,
+        (&Method::POST, "/v1/responses") => Api::Responses,
+        (&Method::GET, "/v1/models") => return models(&ctx),
+        (&Method::GET, "/health" | "/liveness") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readiness") => return readiness(&ctx),
+        (&Method::GET, "/metrics") => return metrics(&ctx),
+        (method, path) => {
+            let e = ProxyError::NoRoute { method: method.clone(), path: path.to_owned() };
+            return e.into_response(&facts::new_request_id());
+        }
+    };
+    let started = Instant::now();
+    ctx.up.metrics.inflight(1);
+    let span = tracing::info_span!("request", otel.name = api.path(), request_id = tracing::field::Empty);
+    infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
+    let resp = generate(&ctx, api, req, started).instrument(span).await;
+    ctx.up.metrics.inflight(-1);
+    ctx.up.metrics.answered(api.as_str(), resp.status().as_u16());
+    resp
+}
+
+/// One generation request, start to relay.
+async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Instant) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let bytes = match read_body(body, ctx.config.max_body_bytes, &parts.headers).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+    };
+    let facts = match facts::derive(api, &parts.headers, &bytes) {
+        Ok(f) => f,
+        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+    };
+    tracing::Span::current().record("request_id", facts.request_id.as_str());
+    let mut headers = parts.headers;
+    if let Ok(v) = header::HeaderValue::from_str(&facts.request_id) {
+        headers.insert("x-request-id", v);
+    }
+    let timeout = ctx.config.request_timeout;
+    let attempt = async {
+        for attempt in 0..2 {
+            let route = route::route(&ctx.up.link, &facts).await?;
+            match forward::dispatch(&ctx.up, &facts, route.prefill, &route.decode, &headers).await {
+                Ok(d) => return Ok((route.decode, d)),
+                Err(e) => {
+                    route.decode.release(ReleaseReason::Failed);
+                    if attempt == 0 && e.retryable() {
+                        tracing::warn!(error = %e, "leg failed before the first byte; picking again");
+                        ctx.up.metrics.retried();
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
+    };
+    let (decode, dispatched) = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return e.into_response(&facts.request_id),
+        Err(_) => return ProxyError::Timeout(timeout).into_response(&facts.request_id),
+    };
+    let (mut head, body) = dispatched.response.into_parts();
+    for h in [header::CONNECTION, header::TRANSFER_ENCODING, http::HeaderName::from_static("keep-alive")] {
+        head.headers.remove(h);
+    }
+    if let Ok(v) = header::HeaderValue::from_str(&facts.request_id) {
+        head.headers.insert("x-request-id", v);
+    }
+    let relay = Relay::new(
+        body,
+        dispatched.prefill,
+        (ctx.up.clone(), decode, facts.request_id.clone()),
+        facts.stream,
+        api.as_str(),
+        started,
+    );
+    Response::from_parts(head, relay.boxed())
+}
+
+/// How much of an oversized body is read and dropped before the 413, so that a client still
+/// writing its body reads the answer instead of a broken pipe.
+const OVERSIZE_DRAIN_BYTES: usize = 64 << 20;
+
+async fn read_body(body: Incoming, limit: usize, headers: &http::HeaderMap) -> Result<Bytes, ProxyError> {
+    let too_large = ProxyError::BodyTooLarge { limit };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit.saturating_add(OVERSIZE_DRAIN_BYTES)) {
+        return Err(too_large);
+    }
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ProxyError::BadRequest("the request body could not be read"))?;
+        if let Some(data) = frame.data_ref() {
+            total = total.saturating_add(data.len());
+            if total <= limit {
+                buf.extend_from_slice(data);
+            } else if total > limit.saturating_add(OVERSIZE_DRAIN_BYTES) {
+                return Err(too_large);
+            }
+        }
+    }
+    if total > limit { Err(too_large) } else { Ok(buf.freeze()) }
+}
+
+fn models(ctx: &Ctx) -> Response<Body> {
+    let data: Vec<_> = ctx
+        .up
+        .link
+        .targets()
+        .models()
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "infera"}))
+        .collect();
+    json_response(StatusCode::OK, json!({"object": "list", "data": data}))
+}
+
+fn readiness(ctx: &Ctx) -> Response<Body> {
+    let link = &ctx.up.link;
+    let ready = link.lease().is_some() || !link.targets().is_empty();
+    if ready {
+        text(StatusCode::OK, "ready\n")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, "control not reached yet\n")
+    }
+}
+
+fn metrics(ctx: &Ctx) -> Response<Body> {
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &ctx.registry) {
+        Ok(()) => {
+            let mut r = Response::new(full(out));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut r = Response::new(full(body.to_owned()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
+    r
+}
+
+fn json_response(status: StatusCode, v: serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r
+}

@@ -1,0 +1,211 @@
+//! The last known target list (from control's `ListTargets`), the proxy's own in-flight count
+//! per target, and the local fallback choice used when control cannot answer in time.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use infera_proto::pb;
+use rand::Rng;
+
+/// A worker rank the proxy can send a leg to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The worker's id.
+    pub worker_id: String,
+    /// The worker's base URL, e.g. `http://10.0.0.7:30000`.
+    pub url: String,
+    /// PD bootstrap port (prefill workers).
+    pub bootstrap_port: Option<u16>,
+    /// Attention-DP ranks of the worker.
+    pub dp_size: u32,
+    /// The rank this leg goes to.
+    pub rank: u32,
+    /// The worker's role.
+    pub role: pb::Role,
+}
+
+impl Endpoint {
+    /// From control's worker record and target.
+    pub fn from_wire(worker: &pb::WorkerEndpoint, rank: u32) -> Self {
+        Self {
+            worker_id: worker.worker_id.clone(),
+            url: worker.url.trim_end_matches('/').to_owned(),
+            bootstrap_port: u16::try_from(worker.bootstrap_port).ok().filter(|p| *p != 0),
+            dp_size: worker.dp_size.max(1),
+            rank,
+            role: pb::Role::try_from(worker.role).unwrap_or(pb::Role::Unspecified),
+        }
+    }
+
+    fn key(&self) -> (String, u32) {
+        (self.worker_id.clone(), self.rank)
+    }
+}
+
+/// Which pool a leg picks from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PickKind {
+    /// Prefill workers.
+    Prefill,
+    /// Decode workers, or mixed ones in an aggregated deployment.
+    Decode,
+}
+
+/// The last target list control gave.
+#[derive(Debug, Default)]
+pub struct TargetList {
+    targets: Vec<pb::TargetStatus>,
+}
+
+impl TargetList {
+    /// From a `ListTargets` answer.
+    pub fn new(targets: Vec<pb::TargetStatus>) -> Self {
+        Self { targets }
+    }
+
+    /// Whether control was never reached (nothing known).
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    fn workers(&self) -> impl Iterator<Item = &pb::WorkerEndpoint> {
+        self.targets.iter().filter_map(|t| t.worker.as_ref())
+    }
+
+    /// The served models, sorted.
+    pub fn models(&self) -> Vec<String> {
+        let mut m: Vec<String> = self.workers().map(|w| w.model.clone()).collect();
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    /// Whether `model` is served by PD workers (`Some(true)`), mixed ones (`Some(false)`), or
+    /// not known (`None`).
+    pub fn is_pd(&self, model: &str) -> Option<bool> {
+        let roles: Vec<i32> = self.workers().filter(|w| w.model == model).map(|w| w.role).collect();
+        if roles.is_empty() { None } else { Some(roles.contains(&(pb::Role::Prefill as i32))) }
+    }
+
+    /// The model when the deployment serves exactly one.
+    pub fn only_model(&self) -> Option<String> {
+        let models = self.models();
+        (models.len() == 1).then(|| models[0].clone())
+    }
+
+    /// Eligible (not drained) endpoints of a pool.
+    fn pool(&self, model: &str, kind: PickKind) -> Vec<Endpoint> {
+        let with_role = |role: pb::Role| -> Vec<Endpoint> {
+            self.targets
+                .iter()
+                .filter(|t| !t.drained)
+                .filter_map(|t| Some((t.worker.as_ref()?, t.target.as_ref()?)))
+                .filter(|(w, _)| w.model == model && w.role == role as i32)
+                .map(|(w, t)| Endpoint::from_wire(w, t.dp_rank))
+                .collect()
+        };
+        match kind {
+            PickKind::Prefill => with_role(pb::Role::Prefill),
+            PickKind::Decode => {
+                let decode = with_role(pb::Role::Decode);
+                if decode.is_empty() { with_role(pb::Role::Mixed) } else { decode }
+            }
+        }
+    }
+}
+
+/// Requests this proxy has in flight per target: the fallback's load signal.
+#[derive(Debug, Default)]
+pub struct LocalLoad {
+    inflight: Mutex<HashMap<(String, u32), u64>>,
+}
+
+impl LocalLoad {
+    /// A leg starts on `e`.
+    pub fn start(&self, e: &Endpoint) {
+        *self.inflight.lock().expect("local load lock").entry(e.key()).or_default() += 1;
+    }
+
+    /// A leg on `e` ends.
+    pub fn end(&self, e: &Endpoint) {
+        let mut map = self.inflight.lock().expect("local load lock");
+        if let Some(n) = map.get_mut(&e.key()) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Legs in flight on `e`.
+    pub fn get(&self, e: &Endpoint) -> u64 {
+        self.inflight.lock().expect("local load lock").get(&e.key()).copied().unwrap_or(0)
+    }
+
+    /// The local choice: the eligible endpoint with the fewest of this proxy's legs, ties at
+    /// random. `None` when the pool is empty.
+    pub fn choose(
+        &self,
+        list: &TargetList,
+        model: &str,
+        kind: PickKind,
+        rng: &mut impl Rng,
+    ) -> Option<Endpoint> {
+        let pool = list.pool(model, kind);
+        // One snapshot of the counts, so the minimum and the tied set agree.
+        let counts: Vec<u64> = {
+            let map = self.inflight.lock().expect("local load lock");
+            pool.iter().map(|e| map.get(&e.key()).copied().unwrap_or(0)).collect()
+        };
+        let min = *counts.iter().min()?;
+        let least: Vec<&Endpoint> =
+            pool.iter().zip(&counts).filter(|(_, n)| **n == min).map(|(e, _)| e).collect();
+        Some(least[rng.random_range(0..least.len())].clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    fn status(worker: &str, role: pb::Role, model: &str, rank: u32, drained: bool) -> pb::TargetStatus {
+        pb::TargetStatus {
+            target: Some(pb::Target { worker_id: worker.into(), dp_rank: rank }),
+            worker: Some(pb::WorkerEndpoint {
+                worker_id: worker.into(),
+                role: role as i32,
+                model: model.into(),
+                url: format!("http://{worker}:1/"),
+                bootstrap_port: if role == pb::Role::Prefill { 8998 } else { 0 },
+                dp_size: 2,
+                page_size: 1,
+            }),
+            drained,
+            booked_input_tokens: 0,
+            held_requests: 0,
+        }
+    }
+
+    #[test]
+    fn the_fallback_picks_the_least_loaded_eligible_target() {
+        let list = TargetList::new(vec![
+            status("d", pb::Role::Decode, "m", 0, false),
+            status("d", pb::Role::Decode, "m", 1, false),
+            status("p", pb::Role::Prefill, "m", 0, true),
+            status("x", pb::Role::Mixed, "agg", 0, false),
+        ]);
+        assert_eq!(list.is_pd("m"), Some(true));
+        assert_eq!(list.is_pd("agg"), Some(false));
+        assert_eq!(list.is_pd("nope"), None);
+        let load = LocalLoad::default();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let first = load.choose(&list, "m", PickKind::Decode, &mut rng).unwrap();
+        load.start(&first);
+        let second = load.choose(&list, "m", PickKind::Decode, &mut rng).unwrap();
+        assert_ne!(first.rank, second.rank, "the busier rank is avoided");
+        assert_eq!(second.url, "http://d:1");
+        assert!(load.choose(&list, "m", PickKind::Prefill, &mut rng).is_none(), "drained prefill");
+        assert_eq!(load.choose(&list, "agg", PickKind::Decode, &mut rng).unwrap().worker_id, "x");
+        load.end(&first);
+        assert_eq!(load.get(&first), 0);
+    }
+}

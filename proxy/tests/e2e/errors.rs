@@ -1,0 +1,76 @@
+//! Bad requests and unavailable targets get OpenAI error JSON; control down means fallback.
+
+use bytes::Bytes;
+use http::StatusCode;
+use infera_proto::pb;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+async fn error(resp: (StatusCode, String)) -> (StatusCode, Value) {
+    let v: Value = serde_json::from_str(&resp.1).unwrap_or_else(|e| panic!("{e}: {}", resp.1));
+    assert!(v["error"]["message"].is_string(), "{v}");
+    (resp.0, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_openai_errors_and_book_nothing() {
+    let cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
+    let proxy = cluster.proxies[0].clone();
+    let chat_url = format!("{proxy}/v1/chat/completions");
+
+    let resp = send(&chat_url, Bytes::from_static(b"{not json"), &[("x-request-id", "bad-1")]).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(resp.headers()["x-request-id"], "bad-1", "the request id is echoed on errors too");
+
+    let (s, v) = error(post_json(&chat_url, &json!({"model": "nope", "messages": []}), &[]).await).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("model_not_found")));
+
+    let (s, _) = error(post_json(&chat_url, &json!({"messages": []}), &[]).await).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+
+    let huge = "x".repeat(33 << 20);
+    let (s, v) = error(
+        post_json(&chat_url, &json!({"model": MODEL, "messages": [{"role": "user", "content": huge}]}), &[])
+            .await,
+    )
+    .await;
+    assert_eq!((s, v["error"]["code"].as_str()), (StatusCode::PAYLOAD_TOO_LARGE, Some("request_too_large")));
+
+    let (s, _) = get(&format!("{proxy}/v2/unknown")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Every decode target drained: 503.
+    cluster
+        .admin()
+        .await
+        .drain_target(pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: None })
+        .await
+        .unwrap();
+    let (s, v) = error(post_json(&chat_url, &chat(2, false), &[]).await).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("no_healthy_target"))
+    );
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_goes_on_from_the_last_target_list_when_control_is_down() {
+    let mut cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
+    let proxy = cluster.proxies[0].clone();
+    cluster.stop_control().await;
+    for i in 0..4 {
+        let (s, text) = post_json(&format!("{proxy}/v1/chat/completions"), &chat(3, i % 2 == 0), &[]).await;
+        assert_eq!(s, StatusCode::OK, "{text}");
+    }
+    let (_, metrics) = get(&format!("{proxy}/metrics")).await;
+    let fallback: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("infera_proxy_fallback_picks_total"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(fallback >= 8.0, "4 requests × 2 legs routed locally: {metrics}");
+    cluster.stop().await;
+}

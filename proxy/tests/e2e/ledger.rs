@@ -1,0 +1,125 @@
+//! The ledger returns to exactly zero however a request ends. One test per way of ending.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+fn url(cluster: &Cluster, path: &str) -> String {
+    format!("{}{path}", cluster.proxies[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_completions() {
+    let cluster = Cluster::start(Shape::default()).await;
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let u = format!("{}/v1/chat/completions", cluster.proxies[i % 2]);
+        tasks.push(tokio::spawn(async move { post_json(&u, &chat(8, i % 2 == 0), &[]).await }));
+    }
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_a_client_disconnects_mid_stream() {
+    let cluster = Cluster::start(Shape::default()).await;
+    let resp = send(
+        &url(&cluster, "/v1/chat/completions"),
+        Bytes::from(chat(4_000, true).to_string()),
+        &[("x-request-id", "gone-1")],
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.data_ref().is_some_and(|d| d.starts_with(b"data: ")));
+    assert_ne!(cluster.ledger().await, (0, 0), "the decode reservation is held while streaming");
+    drop(body);
+    cluster.ledger_returns_to_zero().await;
+    // The decode worker saw the request go away (SGLang aborts it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = cluster.decode.requests().await;
+        let r = log.iter().find(|r| r["rid"] == "gone-1").cloned().unwrap();
+        if r["outcome"] != "ok" && !r["outcome"].is_null() && r["outcome"] != "running" {
+            assert!(["client_gone", "aborted"].contains(&r["outcome"].as_str().unwrap()), "{r}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "decode never saw the disconnect: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_the_decode_dies_mid_stream() {
+    let cluster = Cluster::start(Shape::default()).await;
+    cluster.decode.faults(json!({"die_after_tokens": 3})).await;
+    let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(50, true), &[]).await;
+    assert_eq!(status, StatusCode::OK, "the stream had begun");
+    let events = sse_events(&text);
+    let err: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(err["error"]["type"], "server_error", "{text}");
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
+    let cluster = Cluster::start(Shape::default()).await;
+    let prefill = cluster.prefill.as_ref().unwrap();
+    // One failure: the proxy picks again before the first byte and the client never knows.
+    prefill.faults(json!({"fail_next": 1})).await;
+    let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
+    assert!(metrics.contains("infera_proxy_retries_total 1"), "{metrics}");
+    cluster.ledger_returns_to_zero().await;
+    // Two failures: the client gets an OpenAI error.
+    prefill.faults(json!({"fail_next": 2})).await;
+    let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("prefill"), "{text}");
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_a_proxy_is_killed_by_its_lease_expiring() {
+    let cluster = Cluster::start(Shape { proxies: 0, ..Shape::default() }).await;
+    let mut proxy = Command::new(env!("CARGO_BIN_EXE_infera-proxy"))
+        .args(["--listen", "127.0.0.1:0", "--lease-ttl-ms", "600", "--control"])
+        .arg(format!("http://{}", cluster.control_addr))
+        .env("INFERA_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(proxy.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = format!("http://{}", line.trim().rsplit("http=").next().unwrap());
+    wait_ready(&addr).await;
+    let resp =
+        send(&format!("{addr}/v1/chat/completions"), Bytes::from(chat(4_000, true).to_string()), &[]).await;
+    let mut body = resp.into_body();
+    body.frame().await.unwrap().unwrap();
+    assert_ne!(cluster.ledger().await, (0, 0));
+    proxy.kill().unwrap(); // SIGKILL: no release, no CloseLease.
+    proxy.wait().unwrap();
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
