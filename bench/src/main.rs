@@ -2,9 +2,12 @@
 //!
 //! - `control`: PickDecode+Release round trips against a plain tonic echo service, and the
 //!   in-process pick+book cost as the number of targets grows.
+//! - `proxy`: client → proxy → sim against client → sim in the same run; proxy memory per
+//!   in-flight stream.
 
 mod control;
 mod echo;
+mod proxy;
 
 use clap::{Parser, Subcommand};
 
@@ -19,10 +22,13 @@ struct Args {
 enum Cmd {
     /// Control: gRPC round trips vs a tonic echo baseline, and in-process pick cost.
     Control(control::ControlArgs),
+    /// Proxy: added TTFT and throughput against going to the worker directly; memory per stream.
+    Proxy(proxy::ProxyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Cmd::Control(args) => control::run(args),
+        Cmd::Proxy(args) => proxy::run(args),
     }
 }

@@ -8,6 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::sync::Arc;
+
 use crate::error::Leg;
 use crate::targets::PickKind;
 
@@ -113,9 +115,11 @@ impl ProxyMetrics {
         self.itl.observe(seconds);
     }
 
-    /// A request started (+1) or ended (−1).
-    pub fn inflight(&self, delta: i64) {
-        self.inflight.inc_by(delta);
+    /// A generation request starts; it counts as in flight until the guard is dropped (for a
+    /// relayed answer: when its body ends or the client goes away).
+    pub fn request_started(self: &Arc<Self>) -> InflightGuard {
+        self.inflight.inc();
+        InflightGuard(self.clone())
     }
 
     /// A leg failed.
@@ -157,5 +161,15 @@ impl ProxyMetrics {
     /// A request was re-picked.
     pub fn retried(&self) {
         self.retries.inc();
+    }
+}
+
+/// Keeps one request counted in `infera_proxy_inflight_requests`.
+#[derive(Debug)]
+pub struct InflightGuard(Arc<ProxyMetrics>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.inflight.dec();
     }
 }

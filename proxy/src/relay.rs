@@ -17,6 +17,7 @@ use crate::body::BodyError;
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError};
 use crate::forward::{PrefillLeg, Upstreams, abort};
+use crate::metrics::InflightGuard;
 
 /// The end of a request: releases the decode reservation exactly once, cancels the prefill
 /// leg and aborts upstream work when the request did not end normally.
@@ -75,6 +76,7 @@ pub struct Relay {
     api: &'static str,
     started: Instant,
     last_data: Option<Instant>,
+    _inflight: InflightGuard,
 }
 
 impl std::fmt::Debug for Relay {
@@ -91,7 +93,7 @@ impl Relay {
         guard_parts: (Upstreams, Pick, String),
         stream: bool,
         api: &'static str,
-        started: Instant,
+        (started, inflight): (Instant, InflightGuard),
     ) -> Self {
         let (up, decode, rid) = guard_parts;
         let (failed, cancel) = match prefill {
@@ -107,6 +109,7 @@ impl Relay {
             api,
             started,
             last_data: None,
+            _inflight: inflight,
         }
     }
 

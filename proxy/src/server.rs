@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::error::ProxyError;
 use crate::facts::{self, Api};
 use crate::forward::{self, Upstreams};
+use crate::metrics::InflightGuard;
 use crate::relay::Relay;
 use crate::route;
 
@@ -82,17 +83,21 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         }
     };
     let started = Instant::now();
-    ctx.up.metrics.inflight(1);
+    let inflight = ctx.up.metrics.request_started();
     let span = tracing::info_span!("request", otel.name = api.path(), request_id = tracing::field::Empty);
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
-    let resp = generate(&ctx, api, req, started).instrument(span).await;
-    ctx.up.metrics.inflight(-1);
+    let resp = generate(&ctx, api, req, (started, inflight)).instrument(span).await;
     ctx.up.metrics.answered(api.as_str(), resp.status().as_u16());
     resp
 }
 
 /// One generation request, start to relay.
-async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Instant) -> Response<Body> {
+async fn generate(
+    ctx: &Ctx,
+    api: Api,
+    req: Request<Incoming>,
+    (started, inflight): (Instant, InflightGuard),
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let bytes = match read_body(body, ctx.config.max_body_bytes, &parts.headers).await {
@@ -145,7 +150,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Instant)
         (ctx.up.clone(), decode, facts.request_id.clone()),
         facts.stream,
         api.as_str(),
-        started,
+        (started, inflight),
     );
     Response::from_parts(head, relay.boxed())
 }

@@ -26,7 +26,8 @@ fn main() -> ExitCode {
         }
     };
     let filter = tracing_subscriber::EnvFilter::new(&config.log);
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }

