@@ -81,8 +81,11 @@ pub struct LegBodies {
 /// random u63 (adjusted here for DP prefills).
 pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, room: u64) -> LegBodies {
     let mut base = facts.body.clone();
-    if !is_batch(facts) && !base.contains_key("rid") && facts.api != Api::Responses {
-        base.insert("rid".into(), json!(facts.request_id));
+    // The request id becomes SGLang's request id (`request_id` on /v1/responses), so
+    // /abort_request can name it; a batch keeps SGLang's own per-item ids.
+    let rid_key = if facts.api == Api::Responses { "request_id" } else { "rid" };
+    if !is_batch(facts) && !base.contains_key(rid_key) {
+        base.insert(rid_key.into(), json!(facts.request_id));
     }
     let with_rank = |mut body: Map<String, Value>, e: &Endpoint| {
         if e.dp_size > 1 {

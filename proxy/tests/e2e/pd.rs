@@ -30,6 +30,7 @@ async fn every_api_streams_and_answers_through_both_legs_with_the_rooms_and_rank
         ("/v1/completions", json!({"model": MODEL, "prompt": "The KV cache", "max_tokens": 5})),
         ("/generate", json!({"text": "Hello", "sampling_params": {"max_new_tokens": 4}, "stream": true})),
         ("/generate", json!({"model": MODEL, "text": "Hello", "sampling_params": {"max_new_tokens": 4}})),
+        ("/v1/responses", json!({"model": MODEL, "input": "Say hi", "max_output_tokens": 4})),
     ];
     let mut ids = Vec::new();
     for (i, (path, body)) in cases.iter().enumerate() {
@@ -51,6 +52,7 @@ async fn every_api_streams_and_answers_through_both_legs_with_the_rooms_and_rank
             match *path {
                 "/v1/chat/completions" => assert_eq!(v["choices"][0]["message"]["role"], "assistant"),
                 "/v1/completions" => assert!(v["choices"][0]["text"].is_string()),
+                "/v1/responses" => assert_eq!(v["object"], "response", "{text}"),
                 _ => assert!(v["text"].is_string() && v["meta_info"].is_object(), "{text}"),
             }
         }

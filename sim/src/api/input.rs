@@ -141,7 +141,8 @@ pub fn parse(route: Route, headers: &HeaderMap, body: &[u8]) -> Result<GenReques
     }
     let prompt = if prompt.is_empty() { vec![0] } else { prompt };
     Ok(GenRequest {
-        rid: one(b, "rid")?,
+        // SGLang's ResponsesRequest names its id `request_id`.
+        rid: if route == Route::Responses { field(b, "request_id")? } else { None }.or(one(b, "rid")?),
         prompt,
         max_new_tokens: max_new_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         stream: field::<bool>(b, "stream")?.unwrap_or(false),
