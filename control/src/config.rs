@@ -9,7 +9,7 @@ use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight, Worker
 
 use crate::settings::Settings;
 use crate::workers_file::{self, WorkersFileError};
-use infera_proto::telemetry::{LogFormat, TelemetryConfig};
+use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
 /// infera-control: the central demand ledger and scoring service.
 #[derive(Parser, Debug)]
@@ -101,20 +101,6 @@ struct AdminArgs {
     seed: Option<u64>,
 }
 
-#[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Telemetry")]
-struct TelemetryArgs {
-    /// Log filter (tracing directives); `decode_demand=debug` logs every decision term by term.
-    #[arg(long, env = "INFERA_LOG", default_value = "info")]
-    log: String,
-    /// Log format.
-    #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// OTLP gRPC endpoint for traces, e.g. http://127.0.0.1:4317. Unset = no export.
-    #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
-    otlp_endpoint: Option<String>,
-}
-
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -140,15 +126,9 @@ pub enum ConfigError {
     /// The workers file.
     #[error(transparent)]
     Workers(#[from] WorkersFileError),
-    /// Log filter directives that do not parse.
-    #[error("--log {filter:?}: {source}")]
-    LogFilter {
-        /// The directives.
-        filter: String,
-        /// Why.
-        #[source]
-        source: tracing_subscriber::filter::ParseError,
-    },
+    /// The telemetry flags.
+    #[error(transparent)]
+    Telemetry(#[from] LogFilterError),
     /// W > 0 without demand.
     #[error(
         "--decode-request-weight {weight} needs --decode-input-demand shadow or on (got {mode}); \
@@ -177,9 +157,6 @@ impl TryFrom<Args> for Config {
         if settings.validate().is_err() {
             return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
         }
-        if let Err(source) = tracing_subscriber::EnvFilter::try_new(&a.telemetry.log) {
-            return Err(ConfigError::LogFilter { filter: a.telemetry.log, source });
-        }
         Ok(Self {
             listen: a.listen.listen,
             metrics_listen: a.listen.metrics_listen,
@@ -187,12 +164,7 @@ impl TryFrom<Args> for Config {
             settings,
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             seed: a.admin.seed,
-            telemetry: TelemetryConfig {
-                log_filter: a.telemetry.log,
-                log_format: a.telemetry.log_format,
-                otlp_endpoint: a.telemetry.otlp_endpoint,
-                service_name: "infera-control",
-            },
+            telemetry: a.telemetry.into_config("infera-control")?,
         })
     }
 }

@@ -25,6 +25,45 @@ pub enum LogFormat {
     Json,
 }
 
+/// The telemetry flags every binary shares (flatten into its clap `Args`).
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Telemetry")]
+pub struct TelemetryArgs {
+    /// Log filter (tracing directives), e.g. `info,decode_demand=debug`.
+    #[arg(long, env = "INFERA_LOG", default_value = "info")]
+    log: String,
+    /// Log format.
+    #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// OTLP gRPC endpoint for traces, e.g. http://127.0.0.1:4317. Unset = no export.
+    #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+/// A `--log` filter that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("--log {filter:?}: {source}")]
+pub struct LogFilterError {
+    filter: String,
+    #[source]
+    source: tracing_subscriber::filter::ParseError,
+}
+
+impl TelemetryArgs {
+    /// Checks the flags; `service_name` names the exported spans.
+    pub fn into_config(self, service_name: &'static str) -> Result<TelemetryConfig, LogFilterError> {
+        if let Err(source) = EnvFilter::try_new(&self.log) {
+            return Err(LogFilterError { filter: self.log, source });
+        }
+        Ok(TelemetryConfig {
+            log_filter: self.log,
+            log_format: self.log_format,
+            otlp_endpoint: self.otlp_endpoint,
+            service_name,
+        })
+    }
+}
+
 /// What to set up.
 #[derive(Clone, Debug)]
 pub struct TelemetryConfig {
@@ -181,4 +220,60 @@ pub fn inject_metadata(span: &Span, metadata: &mut MetadataMap) {
 /// Makes `parent` the parent of `span` (a no-op for an empty context or without OTLP).
 pub fn set_parent(span: &Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
+}
+
+/// `EX_USAGE`: the configuration cannot start.
+pub const EXIT_USAGE: u8 = 64;
+
+/// The shared `main` of the binaries: parse `A` and make `C` of it (either failing: the message
+/// and exit 64; `--help`/`--version`: exit 0), then run `serve` on a multi-thread runtime
+/// (an error: the message and exit 1).
+pub fn main<A, C, E, F, Fut>(name: &str, serve: F) -> std::process::ExitCode
+where
+    A: clap::Parser,
+    C: TryFrom<A, Error = E>,
+    E: std::fmt::Display,
+    F: FnOnce(C) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use std::process::ExitCode;
+    let args = match A::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+        }
+    };
+    let config = match C::try_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{name}: error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{name}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping");
 }

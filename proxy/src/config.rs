@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
-use infera_proto::telemetry::{LogFormat, TelemetryConfig};
+use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
 /// infera-proxy: a stateless HTTP proxy in front of SGLang workers, routed by infera-control.
 #[derive(Parser, Debug)]
@@ -68,20 +68,6 @@ struct LimitArgs {
     connect_timeout_ms: u64,
 }
 
-#[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Telemetry")]
-struct TelemetryArgs {
-    /// Log filter (tracing directives).
-    #[arg(long, env = "INFERA_LOG", default_value = "info")]
-    log: String,
-    /// Log format.
-    #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// OTLP gRPC endpoint for traces. Unset = no export.
-    #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
-    otlp_endpoint: Option<String>,
-}
-
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -118,15 +104,9 @@ pub enum ConfigError {
         /// Why it is unusable.
         reason: String,
     },
-    /// The log filter.
-    #[error("--log {filter:?}: {source}")]
-    LogFilter {
-        /// The directives.
-        filter: String,
-        /// Why.
-        #[source]
-        source: tracing_subscriber::filter::ParseError,
-    },
+    /// The telemetry flags.
+    #[error(transparent)]
+    Telemetry(#[from] LogFilterError),
 }
 
 impl TryFrom<Args> for Config {
@@ -142,9 +122,6 @@ impl TryFrom<Args> for Config {
                 reason: "expected http://host:port".into(),
             });
         }
-        if let Err(source) = tracing_subscriber::EnvFilter::try_new(&a.telemetry.log) {
-            return Err(ConfigError::LogFilter { filter: a.telemetry.log, source });
-        }
         Ok(Self {
             listen: a.listen.listen,
             name: a.listen.name.filter(|n| !n.is_empty()),
@@ -155,12 +132,7 @@ impl TryFrom<Args> for Config {
             max_body_bytes: a.limits.max_body_bytes,
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
-            telemetry: TelemetryConfig {
-                log_filter: a.telemetry.log,
-                log_format: a.telemetry.log_format,
-                otlp_endpoint: a.telemetry.otlp_endpoint,
-                service_name: "infera-proxy",
-            },
+            telemetry: a.telemetry.into_config("infera-proxy")?,
         })
     }
 }
