@@ -68,8 +68,10 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
 }
 
 async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
-    // The worker.
-    let http = TcpListener::bind("127.0.0.1:0").await?;
+    // The worker and control each run on a runtime of their own (as on machines of their own):
+    // a pick must not queue behind the sim's streams in one shared runtime.
+    let http = std::net::TcpListener::bind("127.0.0.1:0")?;
+    http.set_nonblocking(true)?;
     let sim_addr = http.local_addr()?;
     let (port, ranks, speedup) =
         (sim_addr.port().to_string(), RANKS.to_string(), args.sim_speedup.to_string());
@@ -94,13 +96,12 @@ async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
         &speedup,
     ];
     let sim_config = infera_sim::SimConfig::try_from(infera_sim::SimArgs::try_parse_from(sim_argv)?)?;
-    tokio::spawn(infera_sim::run(
-        infera_sim::Listeners { http, bootstrap: None },
-        sim_config,
-        std::future::pending(),
-    ));
+    own_runtime("sim", move || async move {
+        let http = TcpListener::from_std(http)?;
+        infera_sim::run(infera_sim::Listeners { http, bootstrap: None }, sim_config, std::future::pending())
+            .await
+    })?;
 
-    // Control.
     let workers = tempfile::NamedTempFile::new()?;
     std::fs::write(
         workers.path(),
@@ -115,15 +116,19 @@ async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
         "--decode-input-demand",
         "on",
     ])?;
-    let grpc = TcpListener::bind("127.0.0.1:0").await?;
-    let metrics = TcpListener::bind("127.0.0.1:0").await?;
-    let control_addr = grpc.local_addr()?;
     let config = infera_control::Config::try_from(flags)?;
-    tokio::spawn(infera_control::run(
-        infera_control::Listeners { grpc, metrics },
-        config,
-        std::future::pending(),
-    ));
+    let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")?;
+    grpc.set_nonblocking(true)?;
+    metrics.set_nonblocking(true)?;
+    let control_addr = grpc.local_addr()?;
+    own_runtime("control", move || async move {
+        let listeners = infera_control::Listeners {
+            grpc: TcpListener::from_std(grpc)?,
+            metrics: TcpListener::from_std(metrics)?,
+        };
+        infera_control::run(listeners, config, std::future::pending()).await
+    })?;
 
     // The proxy, as its own process.
     let bin = match args.proxy_bin.clone() {
@@ -235,6 +240,26 @@ async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
         );
     }
     drop(proxy);
+    Ok(())
+}
+
+/// Runs a server on a one-thread runtime of its own, for the life of the process.
+fn own_runtime<F, Fut>(name: &str, serve: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
+        match rt {
+            Ok(rt) => {
+                if let Err(e) = rt.block_on(serve()) {
+                    eprintln!("bench server failed: {e:#}");
+                }
+            }
+            Err(e) => eprintln!("cannot build a runtime: {e}"),
+        }
+    })?;
     Ok(())
 }
 

@@ -67,10 +67,15 @@ impl Drop for Pick {
 /// A pick RPC in flight; if the proxy stops waiting for it (deadline, or the request is
 /// dropped), what control books is released as soon as the answer arrives.
 struct PendingPick {
-    call: Option<tokio::task::JoinHandle<Result<tonic::Response<pb::PickResponse>, Status>>>,
+    call: Option<PickCall>,
     link: Arc<ControlLink>,
     lease: String,
 }
+
+/// A pick RPC, boxed so that it can move into a background task when the proxy stops waiting.
+type PickCall = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<tonic::Response<pb::PickResponse>, Status>> + Send>,
+>;
 
 impl Drop for PendingPick {
     fn drop(&mut self) {
@@ -172,7 +177,7 @@ impl ControlLink {
             req.set_timeout(LATE_PICK_LIMIT);
             infera_proto::telemetry::inject_metadata(&tracing::Span::current(), req.metadata_mut());
             let mut client = self.client.clone();
-            let call = tokio::spawn(async move {
+            let call: PickCall = Box::pin(async move {
                 match kind {
                     PickKind::Prefill => client.pick_prefill(req).await,
                     PickKind::Decode => client.pick_decode(req).await,
@@ -180,9 +185,9 @@ impl ControlLink {
             });
             let mut pending = PendingPick { call: Some(call), link: self.clone(), lease: lease.clone() };
             let answer = tokio::select! {
-                joined = pending.call.as_mut().expect("set above") => {
+                answer = pending.call.as_mut().expect("set above") => {
                     pending.call = None;
-                    Ok(joined.unwrap_or_else(|e| Err(Status::internal(e.to_string()))))
+                    Ok(answer)
                 }
                 // `pending` is dropped below with its call: a late answer is released.
                 () = tokio::time::sleep(self.pick_timeout) => Err(()),
@@ -216,14 +221,10 @@ impl ControlLink {
 
     /// A pick the proxy stopped waiting for may still be booked by control: wait for it in the
     /// background and release what it booked at once.
-    fn release_late(
-        self: &Arc<Self>,
-        call: tokio::task::JoinHandle<Result<tonic::Response<pb::PickResponse>, Status>>,
-        lease: String,
-    ) {
+    fn release_late(self: &Arc<Self>, call: PickCall, lease: String) {
         let link = self.clone();
         tokio::spawn(async move {
-            if let Ok(Ok(resp)) = call.await {
+            if let Ok(resp) = call.await {
                 let resp = resp.into_inner();
                 if let (Some(worker), Some(target)) = (&resp.worker, &resp.target) {
                     link.metrics.late_pick();
