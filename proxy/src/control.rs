@@ -107,6 +107,7 @@ pub struct ControlLink {
     pick_timeout: Duration,
     targets_refresh: Duration,
     lease: Arc<RwLock<Option<String>>>,
+    lease_lost: tokio::sync::Notify,
     targets: RwLock<Arc<TargetList>>,
     load: LocalLoad,
     rng: Mutex<SmallRng>,
@@ -128,6 +129,7 @@ impl ControlLink {
             pick_timeout: config.pick_timeout,
             targets_refresh: config.targets_refresh,
             lease: Arc::new(RwLock::new(None)),
+            lease_lost: tokio::sync::Notify::new(),
             targets: RwLock::new(Arc::new(TargetList::default())),
             load: LocalLoad::default(),
             rng: Mutex::new(SmallRng::from_os_rng()),
@@ -302,6 +304,8 @@ impl ControlLink {
         let mut held = self.lease.write().expect("lease lock");
         if held.as_deref() == Some(lease) {
             *held = None;
+            // Wake the lease loop: reopen now, not at the next keep-alive.
+            self.lease_lost.notify_one();
         }
     }
 
@@ -345,6 +349,7 @@ impl ControlLink {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(wait) => {}
+                _ = self.lease_lost.notified() => {}
             }
         }
     }

@@ -74,3 +74,40 @@ async fn serving_goes_on_from_the_last_target_list_when_control_is_down() {
     assert!(fallback >= 8.0, "4 requests × 2 legs routed locally: {metrics}");
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_control_gets_a_new_lease_and_books_again() {
+    let mut cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
+    let proxy = cluster.proxies[0].clone();
+    let (s, _) = post_json(&format!("{proxy}/v1/chat/completions"), &chat(2, false), &[]).await;
+    assert_eq!(s, StatusCode::OK);
+    cluster.restart_control().await;
+    // The new control knows no lease: the proxy's keep-alive gets unknown_lease and it opens
+    // a new one. Requests keep being served meanwhile (locally, then through control again).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let leases = cluster
+            .admin()
+            .await
+            .list_reservations(pb::ListReservationsRequest::default())
+            .await
+            .map(|_| ())
+            .is_ok();
+        let resp =
+            send(&format!("{proxy}/v1/chat/completions"), Bytes::from(chat(4_000, true).to_string()), &[])
+                .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut body = resp.into_body();
+        http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+        // Booked by the new control while the stream is open?
+        if leases && cluster.ledger().await != (0, 0) {
+            drop(body);
+            break;
+        }
+        drop(body);
+        assert!(std::time::Instant::now() < deadline, "the proxy never booked with the new control");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}

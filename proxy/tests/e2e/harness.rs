@@ -127,6 +127,7 @@ pub(crate) struct Cluster {
     pub(crate) decode: Sim,
     control: Task,
     proxy_tasks: Vec<Task>,
+    control_flags: Vec<&'static str>,
     _workers: tempfile::NamedTempFile,
 }
 
@@ -173,14 +174,8 @@ impl Cluster {
         std::fs::write(workers.path(), toml).unwrap();
 
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let control_addr = grpc.local_addr().unwrap();
-        let mut argv = vec!["infera-control", "--workers", workers.path().to_str().unwrap(), "--seed", "3"];
-        argv.extend(shape.control_flags.iter().copied());
-        let config =
-            infera_control::Config::try_from(infera_control::Args::try_parse_from(argv).unwrap()).unwrap();
-        let listeners = infera_control::Listeners { grpc, metrics };
-        let control = Task::spawn(move |rx| infera_control::run(listeners, config, until(rx)));
+        let control = start_control(grpc, &workers, &shape.control_flags).await;
 
         let mut proxies = Vec::new();
         let mut proxy_tasks = Vec::new();
@@ -189,8 +184,16 @@ impl Cluster {
             proxies.push(addr);
             proxy_tasks.push(task);
         }
-        let cluster =
-            Self { control_addr, proxies, prefill, decode, control, proxy_tasks, _workers: workers };
+        let cluster = Self {
+            control_addr,
+            proxies,
+            prefill,
+            decode,
+            control,
+            proxy_tasks,
+            control_flags: shape.control_flags,
+            _workers: workers,
+        };
         for p in &cluster.proxies {
             wait_ready(p).await;
         }
@@ -276,6 +279,13 @@ impl Cluster {
         self.control.stop().await;
     }
 
+    /// Starts a new control (a new instance: no leases, no reservations) on the old address.
+    pub(crate) async fn restart_control(&mut self) {
+        self.control.stop().await;
+        let grpc = TcpListener::bind(self.control_addr).await.expect("the old control address is free again");
+        self.control = start_control(grpc, &self._workers, &self.control_flags).await;
+    }
+
     pub(crate) async fn stop(mut self) {
         for t in &mut self.proxy_tasks {
             t.stop().await;
@@ -286,6 +296,16 @@ impl Cluster {
         }
         self.decode.task.stop().await;
     }
+}
+
+async fn start_control(grpc: TcpListener, workers: &tempfile::NamedTempFile, flags: &[&str]) -> Task {
+    let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut argv = vec!["infera-control", "--workers", workers.path().to_str().unwrap(), "--seed", "3"];
+    argv.extend_from_slice(flags);
+    let config =
+        infera_control::Config::try_from(infera_control::Args::try_parse_from(argv).unwrap()).unwrap();
+    let listeners = infera_control::Listeners { grpc, metrics };
+    Task::spawn(move |rx| infera_control::run(listeners, config, until(rx)))
 }
 
 /// Starts an in-process proxy against control at `control` with extra flags.
