@@ -176,19 +176,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verify_cli() {
-        Args::command().debug_assert();
-    }
-
-    #[test]
-    fn every_flag_has_an_env_var() {
-        for arg in Args::command().get_arguments() {
-            if ["help", "version"].contains(&arg.get_id().as_str()) {
-                continue;
-            }
-            let env = arg.get_env().unwrap_or_else(|| panic!("--{} has no env var", arg.get_id()));
-            assert!(env.to_str().unwrap().starts_with("INFERA_"), "{env:?}");
-        }
+    fn the_command_line_keeps_the_conventions() {
+        infera_proto::cli::check_conventions(Args::command());
     }
 
     #[test]

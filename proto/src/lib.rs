@@ -4,9 +4,12 @@
 //! - [`types`]: the domain types every part shares: ids, roles, targets, modes, worker records.
 //! - [`convert`]: the one place where wire messages become domain values (and back); values are
 //!   checked here, so nothing past this boundary sees an unknown enum or an empty id.
+//! - `cli` (feature `cli`): the command-line conventions every binary's tests check.
 //! - `telemetry` (feature `telemetry`): the tracing/OTLP set-up all binaries share, and W3C
 //!   trace-context propagation across HTTP and gRPC.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod convert;
 #[cfg(feature = "telemetry")]
 pub mod telemetry;
