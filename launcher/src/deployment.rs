@@ -1,0 +1,267 @@
+//! The deployment file (TOML): what to run, where, and how. Parsing only; the cross-field
+//! rules live in [`crate::check`]. Every table rejects unknown keys, so a misspelt key is an
+//! error naming its line. The fields named by [`crate::check`]'s messages keep their spans.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::sglang::{HiCache, SchedulePolicy, Speculative, TransferBackend};
+
+/// A parsed deployment file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentFile {
+    /// `sglang` (`python -m sglang.launch_server`) or `sim` (`infera-sim`, same argv).
+    pub engine: Engine,
+    /// The SGLang version the workers run (decides flag spellings).
+    pub sglang_version: Spanned<String>,
+    /// Which variable makes a worker's GPUs visible.
+    #[serde(default)]
+    pub platform: Platform,
+    /// The Python interpreter that runs `-m sglang.launch_server` (engine `sglang`).
+    #[serde(default = "default_python")]
+    pub python: String,
+    /// The model.
+    pub model: ModelSection,
+    /// KV transfer between prefill and decode (PD only).
+    pub transfer: Option<Spanned<TransferSection>>,
+    /// Environment for every worker.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Prefill workers.
+    pub prefill: Option<Spanned<RoleSection>>,
+    /// Decode workers.
+    pub decode: Option<Spanned<RoleSection>>,
+    /// Aggregated workers.
+    pub mixed: Option<Spanned<RoleSection>>,
+    /// Control and proxy settings.
+    pub router: Option<RouterSection>,
+}
+
+fn default_python() -> String {
+    "python3".to_owned()
+}
+
+/// What runs the workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// `python -m sglang.launch_server`.
+    Sglang,
+    /// `infera-sim`, the emulated engine.
+    Sim,
+}
+
+/// GPU visibility.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// NVIDIA: `CUDA_VISIBLE_DEVICES`.
+    #[default]
+    Cuda,
+    /// AMD: `HIP_VISIBLE_DEVICES`.
+    Rocm,
+}
+
+impl Platform {
+    /// The variable listing a worker's GPUs.
+    pub fn visible_devices_var(self) -> &'static str {
+        match self {
+            Self::Cuda => "CUDA_VISIBLE_DEVICES",
+            Self::Rocm => "HIP_VISIBLE_DEVICES",
+        }
+    }
+}
+
+/// `[model]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// `--model-path`.
+    pub path: String,
+    /// `--served-model-name` (what clients ask for).
+    pub served_name: Option<String>,
+    /// Hidden layers of the target model (checks `pp_layers`).
+    pub num_layers: Option<Spanned<u32>>,
+    /// `--trust-remote-code`.
+    #[serde(default)]
+    pub trust_remote_code: bool,
+    /// `--context-length`.
+    pub context_length: Option<u32>,
+    /// `--page-size`.
+    pub page_size: Option<u32>,
+}
+
+/// `[transfer]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferSection {
+    /// `--disaggregation-transfer-backend`.
+    pub backend: TransferBackend,
+    /// `--disaggregation-ib-device`: the RDMA devices (rails) to use.
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+/// `[prefill]`, `[decode]`, `[mixed]`: engine settings shared by the role's workers, and the
+/// workers themselves (`[[ROLE.workers]]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSection {
+    /// Tensor parallel size.
+    #[serde(default = "one")]
+    pub tp: Spanned<u32>,
+    /// Pipeline parallel size.
+    #[serde(default = "one")]
+    pub pp: Spanned<u32>,
+    /// Data-parallel replicas.
+    #[serde(default = "one")]
+    pub dp: Spanned<u32>,
+    /// Attention-DP ranks per TP group (1 = off).
+    #[serde(default = "one")]
+    pub attn_dp: Spanned<u32>,
+    /// Layers per pipeline stage (`SGLANG_PP_LAYER_PARTITION`); must sum to `model.num_layers`.
+    pub pp_layers: Option<Spanned<Vec<u32>>>,
+    /// `--chunked-prefill-size` (-1 disables chunking).
+    pub chunked_prefill_size: Option<Spanned<i64>>,
+    /// `--schedule-policy`.
+    pub schedule_policy: Option<Spanned<SchedulePolicy>>,
+    /// `--mem-fraction-static`, in (0, 1).
+    pub mem_fraction_static: Option<Spanned<f64>>,
+    /// `--max-running-requests`.
+    pub max_running_requests: Option<u32>,
+    /// Largest decode batch in a CUDA graph (spelled per version).
+    pub cuda_graph_max_bs: Option<u32>,
+    /// `--cuda-graph-max-bs-prefill`.
+    pub cuda_graph_max_bs_prefill: Option<u32>,
+    /// `--disable-custom-all-reduce`.
+    #[serde(default)]
+    pub disable_custom_all_reduce: bool,
+    /// `--disable-overlap-schedule`.
+    #[serde(default)]
+    pub disable_overlap_schedule: bool,
+    /// `--enable-metrics`.
+    #[serde(default)]
+    pub enable_metrics: bool,
+    /// `[ROLE.hicache]`.
+    pub hicache: Option<HiCache>,
+    /// `[ROLE.speculative]`; a decode's is mirrored onto prefills that set none.
+    pub speculative: Option<Spanned<Speculative>>,
+    /// Further SGLang flags, verbatim (not the ones the typed keys own).
+    #[serde(default = "empty")]
+    pub extra_args: Spanned<Vec<String>>,
+    /// Environment for the role's workers.
+    #[serde(default = "empty")]
+    pub env: Spanned<BTreeMap<String, String>>,
+    /// The workers.
+    #[serde(default)]
+    pub workers: Vec<Spanned<Placement>>,
+}
+
+fn one() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+
+fn empty<T: Default>() -> Spanned<T> {
+    Spanned::new(0..0, T::default())
+}
+
+/// `[[ROLE.workers]]`: one worker, where it runs and its ports.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// Unique in the deployment.
+    pub name: Spanned<String>,
+    /// The node's address (`--host`; also what the worker is reached at).
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// GPU ids on that node (`tp × pp × dp` of them).
+    pub gpus: Spanned<Vec<u32>>,
+    /// HTTP port.
+    pub port: Spanned<u16>,
+    /// PD bootstrap port (prefill only; SGLang's default 8998).
+    pub bootstrap_port: Option<Spanned<u16>>,
+    /// KV events: PUB ports from here, one per DP rank; replay ports follow them.
+    pub kv_events_port: Option<Spanned<u16>>,
+    /// Environment for this worker.
+    #[serde(default = "empty")]
+    pub env: Spanned<BTreeMap<String, String>>,
+}
+
+fn default_host() -> String {
+    "127.0.0.1".to_owned()
+}
+
+/// `[router]`: flags for `infera-control` and the proxies, forwarded only when given.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSection {
+    /// `--listen` of control.
+    pub listen: Option<String>,
+    /// `--decode-input-demand` (off, shadow, on).
+    pub decode_input_demand: Option<Spanned<String>>,
+    /// `--decode-request-weight` W (needs demand shadow or on when > 0).
+    pub decode_request_weight: Option<Spanned<f64>>,
+    /// `--decode-policy`.
+    pub decode_policy: Option<Spanned<String>>,
+    /// `--prefill-session-slack-tokens`.
+    pub prefill_session_slack_tokens: Option<u64>,
+    /// `--session-ttl-ms`.
+    pub session_ttl_ms: Option<u64>,
+    /// `--listen` of each proxy.
+    #[serde(default)]
+    pub proxies: Vec<String>,
+}
+
+/// A file that cannot be read or parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Unreadable.
+    #[error("cannot read the deployment file {path}: {source}", path = path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or not this format (unknown key, wrong type, missing key).
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// toml's message (names the key).
+        message: String,
+    },
+}
+
+/// Reads and parses a deployment file.
+pub fn load(path: &Path) -> Result<(DeploymentFile, String), LoadError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let file = parse(path, &text)?;
+    Ok((file, text))
+}
+
+/// Parses deployment text (`path` only names it in errors).
+pub fn parse(path: &Path, text: &str) -> Result<DeploymentFile, LoadError> {
+    toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map_or((0, 0), |s| line_column(text, s.start));
+        LoadError::Parse { path: path.to_owned(), line, column, message: e.message().trim().to_owned() }
+    })
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}

@@ -1,0 +1,15 @@
+//! What stops the launcher before anything starts (exit 64).
+
+use crate::check::Invalid;
+use crate::deployment::LoadError;
+
+/// A deployment that cannot be launched.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Unreadable, not TOML, or not this format.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Values that cannot work together.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+}

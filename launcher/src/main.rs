@@ -1,0 +1,18 @@
+//! `infera-launch`: parse flags, load and check the deployment file (exit 64 on a bad one),
+//! run the task.
+
+use std::process::ExitCode;
+
+use infera_launcher::{Args, Command, Config};
+use infera_proto::telemetry;
+
+fn main() -> ExitCode {
+    telemetry::main::<Args, Config, _, _, _>("infera-launch", run)
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    match config.command {
+        Command::Plan(plan) => print!("{}", plan.render()),
+    }
+    Ok(())
+}
