@@ -44,10 +44,15 @@ struct ListenArgs {
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Registry")]
+#[group(required = true, multiple = false)]
 struct RegistryArgs {
     /// Static workers file (TOML, `[[workers]]` entries): the embedded default registry.
     #[arg(long, env = "INFERA_CONTROL_WORKERS")]
-    workers: PathBuf,
+    workers: Option<PathBuf>,
+    /// etcd endpoints (comma-separated): workers are read from `/infera/v1/workers/` and
+    /// followed as they register and leave.
+    #[arg(long, env = "INFERA_CONTROL_ETCD", value_delimiter = ',')]
+    etcd: Vec<String>,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -108,8 +113,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// `/metrics` address.
     pub metrics_listen: SocketAddr,
-    /// The workers to route to.
+    /// The workers of the static file (empty with etcd).
     pub workers: Vec<WorkerRecord>,
+    /// etcd endpoints; empty = the static file is the registry.
+    pub etcd: Vec<String>,
     /// Routing settings at start.
     pub settings: Settings,
     /// Admin bearer token.
@@ -160,7 +167,11 @@ impl TryFrom<Args> for Config {
         Ok(Self {
             listen: a.listen.listen,
             metrics_listen: a.listen.metrics_listen,
-            workers: workers_file::load(&a.registry.workers)?,
+            workers: match &a.registry.workers {
+                Some(path) => workers_file::load(path)?,
+                None => Vec::new(),
+            },
+            etcd: a.registry.etcd,
             settings,
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             seed: a.admin.seed,

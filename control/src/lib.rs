@@ -69,12 +69,16 @@ pub async fn run(
         None => SmallRng::from_os_rng(),
     };
     let epoch: u32 = rand::random();
+    let etcd = config.etcd;
     let core = RoutingState::new(View::new(config.workers), config.settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let state = ControlState::new(core, ControlMetrics::register(&mut registry));
     state.publish_loads();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;
+    if !etcd.is_empty() {
+        follow_registry(state.clone(), etcd, stop_rx.clone());
+    }
     let stopped = move || {
         let mut rx = stop_rx.clone();
         async move {
@@ -102,6 +106,18 @@ pub async fn run(
     reaper.await?;
     metrics.await?;
     Ok(())
+}
+
+/// Keeps the worker view in step with etcd: every change of `/infera/v1/workers/` is applied
+/// to the view as it comes; an etcd outage keeps the last view.
+fn follow_registry(state: Arc<ControlState>, endpoints: Vec<String>, stop: tokio::sync::watch::Receiver<()>) {
+    let (tx, mut changes) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(infera_registry::watch_workers(endpoints, tx, None, stop));
+    tokio::spawn(async move {
+        while let Some(change) = changes.recv().await {
+            state.apply(change);
+        }
+    });
 }
 
 /// Releases what expired leases held, and forgets idle sessions, until stopped.

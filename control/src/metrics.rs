@@ -63,6 +63,12 @@ pub struct ControlMetrics {
     lease_expiries: Counter,
     leases: Gauge,
     shadow: Family<AgreementLabels, Counter>,
+    registry_changes: Family<RegistryLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegistryLabels {
+    kind: &'static str,
 }
 
 impl ControlMetrics {
@@ -80,6 +86,7 @@ impl ControlMetrics {
             lease_expiries: Counter::default(),
             leases: Gauge::default(),
             shadow: Family::default(),
+            registry_changes: Family::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -107,6 +114,11 @@ impl ControlMetrics {
         );
         r.register("lease_expiries", "Proxy leases that expired", m.lease_expiries.clone());
         r.register("leases", "Open proxy leases", m.leases.clone());
+        r.register(
+            "registry_changes",
+            "Worker changes applied from the registry (etcd), by kind: upsert, remove",
+            m.registry_changes.clone(),
+        );
         r.register(
             "decode_shadow_decisions",
             "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
@@ -146,6 +158,11 @@ impl ControlMetrics {
     /// A release named a reservation that had already ended.
     pub fn repeated_release(&self) {
         self.repeated_releases.inc();
+    }
+
+    /// A registry change was applied.
+    pub fn registry_change(&self, kind: &'static str) {
+        self.registry_changes.get_or_create(&RegistryLabels { kind }).inc();
     }
 
     /// A lease expired.

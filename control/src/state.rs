@@ -32,6 +32,28 @@ impl ControlState {
         Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096) })
     }
 
+    /// Applies a registry change to the worker view. A removed worker's targets take no new
+    /// picks; what they hold is released as its streams end.
+    pub fn apply(&self, change: infera_registry::Change) {
+        let kind = {
+            let mut core = self.core();
+            match &change {
+                infera_registry::Change::Upsert(record) => {
+                    tracing::info!(worker = %record.id, role = record.role.as_str(), model = %record.model, url = %record.url, ranks = record.dp_size, "worker registered");
+                    core.view_mut().upsert(record.clone());
+                    "upsert"
+                }
+                infera_registry::Change::Remove(id) => {
+                    tracing::info!(worker = %id, "worker left");
+                    core.view_mut().remove(id);
+                    "remove"
+                }
+            }
+        };
+        self.metrics.registry_change(kind);
+        self.publish_loads();
+    }
+
     /// Publishes every live target's load (zero at start), so each target has its gauge
     /// series from the beginning rather than from its first booking.
     pub fn publish_loads(&self) {

@@ -83,42 +83,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileEr
                 id: w.id.to_string(),
                 problem,
             };
-            if w.id.as_str().trim().is_empty() {
-                return Err(invalid("id must not be empty"));
-            }
+            w.check().map_err(invalid)?;
             if !seen.insert(w.id.clone()) {
                 return Err(invalid("duplicate worker id"));
             }
-            if w.model.as_str().trim().is_empty() {
-                return Err(invalid("model must not be empty"));
-            }
-            if w.dp_size == 0 {
-                return Err(invalid("dp_size must be at least 1"));
-            }
-            if w.page_size == 0 {
-                return Err(invalid("page_size must be at least 1"));
-            }
-            if !valid_url(&w.url) {
-                return Err(invalid("url must be an absolute http:// or https:// URL with a host"));
-            }
-            match w.role {
-                Role::Prefill => {
-                    w.bootstrap_port.get_or_insert(DEFAULT_BOOTSTRAP_PORT);
-                }
-                Role::Decode | Role::Mixed if w.bootstrap_port.is_some() => {
-                    return Err(invalid("bootstrap_port is for prefill workers only"));
-                }
-                Role::Decode | Role::Mixed => {}
+            if w.role == Role::Prefill {
+                w.bootstrap_port.get_or_insert(DEFAULT_BOOTSTRAP_PORT);
             }
             Ok(w)
         })
         .collect()
-}
-
-fn valid_url(url: &str) -> bool {
-    url.parse::<http::Uri>().is_ok_and(|u| {
-        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty())
-    })
 }
 
 #[cfg(test)]

@@ -45,6 +45,16 @@ fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
         assert_eq!(code, 64, "{flag} {value}: {err}");
         assert!(err.contains(flag), "{err}");
     }
+    let mut both = command(&workers);
+    both.args(["--etcd", "http://127.0.0.1:2379"]);
+    let (code, err) = run_to_exit(both);
+    assert_eq!(code, 64, "--workers and --etcd are exclusive: {err}");
+    let mut neither = std::process::Command::new(env!("CARGO_BIN_EXE_infera-control"));
+    neither.env_remove("INFERA_CONTROL_WORKERS").env_remove("INFERA_CONTROL_ETCD");
+    let (code, err) = run_to_exit(neither);
+    assert_eq!(code, 64, "a registry is required: {err}");
+    assert!(err.contains("--workers") && err.contains("--etcd"), "{err}");
+
     let mut cmd = command(&workers);
     cmd.args(["--log", "info,=="]);
     let (code, err) = run_to_exit(cmd);

@@ -25,7 +25,7 @@ pub(crate) struct Control {
     pub(crate) metrics_addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _workers: tempfile::NamedTempFile,
+    _workers: Option<tempfile::NamedTempFile>,
 }
 
 impl Control {
@@ -33,7 +33,15 @@ impl Control {
     pub(crate) async fn start(workers: &str, flags: &[&str]) -> Self {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), workers).unwrap();
-        let mut argv = vec!["infera-control", "--workers", file.path().to_str().unwrap(), "--seed", "7"];
+        let path = file.path().to_str().unwrap().to_owned();
+        let mut argv = vec!["--workers", path.as_str()];
+        argv.extend_from_slice(flags);
+        Self::start_with(&argv, Some(file)).await
+    }
+
+    /// Starts control with exactly these flags (plus `--seed 7`).
+    pub(crate) async fn start_with(flags: &[&str], workers: Option<tempfile::NamedTempFile>) -> Self {
+        let mut argv = vec!["infera-control", "--seed", "7"];
         argv.extend_from_slice(flags);
         let config = Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -44,7 +52,7 @@ impl Control {
             let _ = stopped.await;
         };
         let task = tokio::spawn(infera_control::run(Listeners { grpc, metrics }, config, shutdown));
-        Self { addr, metrics_addr, stop: Some(stop), task: Some(task), _workers: file }
+        Self { addr, metrics_addr, stop: Some(stop), task: Some(task), _workers: workers }
     }
 
     /// A channel on its own connection.

@@ -6,3 +6,4 @@ mod admin;
 mod bad_input;
 mod leases;
 mod picks;
+mod registry;

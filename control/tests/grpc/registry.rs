@@ -1,0 +1,66 @@
+//! Workers from a real etcd: registered → pickable; lease gone → not pickable.
+
+use std::time::Duration;
+
+use infera_proto::pb::{self, ReleaseReason};
+use infera_proto::types::{ModelName, Role, WorkerId, WorkerRecord};
+use infera_registry::Registration;
+use infera_registry::test_server::EtcdServer;
+use tonic::Code;
+
+use crate::harness::*;
+
+fn decode(id: &str, ranks: u32) -> WorkerRecord {
+    WorkerRecord {
+        id: WorkerId::new(id),
+        role: Role::Decode,
+        url: "http://127.0.0.1:30001".into(),
+        model: ModelName::new("m"),
+        bootstrap_port: None,
+        dp_size: ranks,
+        page_size: 64,
+        sglang_version: None,
+        labels: Default::default(),
+    }
+}
+
+async fn decode_targets(control: &Control) -> usize {
+    let req = pb::ListTargetsRequest { model: "m".into(), role: pb::Role::Decode as i32 };
+    control.admin().await.list_targets(req).await.unwrap().into_inner().targets.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_registered_in_etcd_are_picked_until_their_lease_ends() {
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    let control = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"], None).await;
+    let lease = control.lease(0).await;
+    let mut router = control.router().await;
+    let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "nothing registered yet");
+
+    let reg = Registration::start(vec![url.clone()], decode("decode-0", 4), Duration::from_secs(2));
+    eventually(Duration::from_secs(10), "decode-0's 4 ranks are targets", || async {
+        decode_targets(&control).await == 4
+    })
+    .await;
+    let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+    assert_eq!(target_of(&p).0, "decode-0");
+
+    // The registrar dies: at lease expiry the worker leaves; its booking is still released.
+    drop(reg);
+    eventually(Duration::from_secs(10), "decode-0 left with its lease", || async {
+        decode_targets(&control).await == 0
+    })
+    .await;
+    let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    router.release(release(&p.reservation_id, ReleaseReason::TargetRemoved)).await.unwrap();
+    let res = control.admin().await.list_reservations(pb::ListReservationsRequest::default()).await.unwrap();
+    assert!(res.into_inner().reservations.is_empty());
+
+    let metrics = control.metrics().await;
+    assert_eq!(sample(&metrics, "infera_router_registry_changes_total{kind=\"upsert\"}"), Some(1.0));
+    assert_eq!(sample(&metrics, "infera_router_registry_changes_total{kind=\"remove\"}"), Some(1.0));
+    control.stop().await;
+}

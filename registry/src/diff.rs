@@ -1,0 +1,79 @@
+//! The changes between two views of the registered workers (pure). A resync after an error
+//! is applied as this diff, so a worker present before and after is never dropped and
+//! re-added, and an unchanged record produces no change at all.
+
+use std::collections::BTreeMap;
+
+use infera_proto::types::{WorkerId, WorkerRecord};
+
+/// One change to the worker view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A worker appeared or its record changed.
+    Upsert(WorkerRecord),
+    /// A worker left.
+    Remove(WorkerId),
+}
+
+/// The registered workers, by id.
+pub type Workers = BTreeMap<WorkerId, WorkerRecord>;
+
+/// What turns `old` into `new`: removals first, then additions and changed records.
+pub fn diff(old: &Workers, new: &Workers) -> Vec<Change> {
+    let removed = old.keys().filter(|id| !new.contains_key(*id)).map(|id| Change::Remove(id.clone()));
+    let upserted =
+        new.iter().filter(|(id, r)| old.get(*id) != Some(*r)).map(|(_, r)| Change::Upsert(r.clone()));
+    removed.chain(upserted).collect()
+}
+
+/// Applies a change to a view; returns whether it changed anything (a repeated event is a no-op).
+pub fn apply(view: &mut Workers, change: &Change) -> bool {
+    match change {
+        Change::Upsert(r) => view.insert(r.id.clone(), r.clone()).as_ref() != Some(r),
+        Change::Remove(id) => view.remove(id).is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use infera_proto::types::{ModelName, Role};
+
+    use super::*;
+
+    fn w(id: &str, port: u16) -> WorkerRecord {
+        WorkerRecord {
+            id: WorkerId::new(id),
+            role: Role::Decode,
+            url: format!("http://h:{port}"),
+            model: ModelName::new("m"),
+            bootstrap_port: None,
+            dp_size: 1,
+            page_size: 1,
+            sglang_version: None,
+            labels: Default::default(),
+        }
+    }
+
+    fn view(ws: &[WorkerRecord]) -> Workers {
+        ws.iter().map(|w| (w.id.clone(), w.clone())).collect()
+    }
+
+    #[test]
+    fn a_resync_changes_only_what_changed() {
+        let old = view(&[w("a", 1), w("b", 2), w("c", 3)]);
+        let new = view(&[w("a", 1), w("b", 20), w("d", 4)]);
+        let changes = diff(&old, &new);
+        assert_eq!(
+            changes,
+            [Change::Remove(WorkerId::new("c")), Change::Upsert(w("b", 20)), Change::Upsert(w("d", 4))]
+        );
+        let mut v = old.clone();
+        for c in &changes {
+            assert!(apply(&mut v, c));
+        }
+        assert_eq!(v, new);
+        assert!(diff(&new, &new).is_empty(), "the same view: no change");
+        assert!(!apply(&mut v, &Change::Upsert(w("a", 1))), "a repeated event changes nothing");
+        assert!(!apply(&mut v, &Change::Remove(WorkerId::new("zz"))));
+    }
+}

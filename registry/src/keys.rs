@@ -1,0 +1,40 @@
+//! The etcd key layout, in one place.
+
+use infera_proto::types::WorkerId;
+
+/// Everything infera writes lives under this prefix.
+pub const ROOT: &str = "/infera/v1/";
+/// Worker records: `/infera/v1/workers/{worker_id}` → JSON [`infera_proto::types::WorkerRecord`].
+pub const WORKERS: &str = "/infera/v1/workers/";
+/// Persisted admin settings: `/infera/v1/config/{name}`.
+pub const CONFIG: &str = "/infera/v1/config/";
+
+/// The key of a worker's record.
+pub fn worker(id: &WorkerId) -> String {
+    format!("{WORKERS}{id}")
+}
+
+/// The worker id of a record key (`None` for keys outside the prefix or with an empty id).
+pub fn worker_id(key: &str) -> Option<WorkerId> {
+    key.strip_prefix(WORKERS).filter(|id| !id.is_empty() && !id.contains('/')).map(WorkerId::new)
+}
+
+/// The key of a persisted setting.
+pub fn config(name: &str) -> String {
+    format!("{CONFIG}{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_keys_round_trip() {
+        let id = WorkerId::new("decode-0");
+        assert_eq!(worker(&id), "/infera/v1/workers/decode-0");
+        assert_eq!(worker_id(&worker(&id)), Some(id));
+        assert_eq!(worker_id("/infera/v1/workers/"), None);
+        assert_eq!(worker_id("/infera/v1/config/x"), None);
+        assert_eq!(worker_id("/infera/v1/workers/a/b"), None);
+    }
+}

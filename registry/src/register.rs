@@ -1,0 +1,111 @@
+//! Keeping a worker registered: its record under a lease (TTL 10 s by default), renewed every
+//! TTL/3 by a background task. If etcd goes away the task reconnects, re-grants and re-puts;
+//! an unchanged record is not a change for watchers. Stopping revokes the lease (the key goes
+//! at once); dropping the registration (or the registrar dying) lets the lease expire.
+
+use std::time::Duration;
+
+use etcd_client::PutOptions;
+use infera_proto::types::WorkerRecord;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::{RegistryError, connect, keys};
+
+/// The lease TTL DESIGN §6 fixes for worker records.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// A live registration.
+#[derive(Debug)]
+pub struct Registration {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Registration {
+    /// Registers `record` at `endpoints` with a lease of `ttl` (whole seconds, at least 1) and
+    /// keeps it registered until stopped.
+    pub fn start(endpoints: Vec<String>, record: WorkerRecord, ttl: Duration) -> Self {
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(keep_registered(endpoints, record, ttl, stopped));
+        Self { stop: Some(stop), task: Some(task) }
+    }
+
+    /// Deregisters now: the lease is revoked and the record deleted.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Like a registrar that died: no revoke; the lease expires after its TTL.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+enum Ended {
+    Stopped,
+}
+
+async fn keep_registered(
+    endpoints: Vec<String>,
+    record: WorkerRecord,
+    ttl: Duration,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match register_once(&endpoints, &record, ttl, &mut stop).await {
+            Ok(Ended::Stopped) => return,
+            Err(e) => {
+                tracing::warn!(worker = %record.id, error = %e, retry_in = ?backoff, "registration lost; registering again")
+            }
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn register_once(
+    endpoints: &[String],
+    record: &WorkerRecord,
+    ttl: Duration,
+    stop: &mut oneshot::Receiver<()>,
+) -> Result<Ended, RegistryError> {
+    let mut client = connect(endpoints).await?;
+    let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+    let lease = client.lease_grant(ttl_secs, None).await?.id();
+    let value = serde_json::to_vec(record)
+        .map_err(|source| RegistryError::Record { key: keys::worker(&record.id), source })?;
+    client.put(keys::worker(&record.id), value, Some(PutOptions::new().with_lease(lease))).await?;
+    tracing::info!(worker = %record.id, lease, ttl_secs, "worker registered");
+    let (mut keeper, mut replies) = client.lease_keep_alive(lease).await?;
+    let every = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(1)) / 3;
+    loop {
+        tokio::select! {
+            _ = &mut *stop => {
+                let _ = client.lease_revoke(lease).await;
+                tracing::info!(worker = %record.id, "worker deregistered");
+                return Ok(Ended::Stopped);
+            }
+            () = tokio::time::sleep(every) => {
+                keeper.keep_alive().await?;
+                match replies.message().await? {
+                    Some(r) if r.ttl() > 0 => {}
+                    _ => return Err(RegistryError::Etcd(etcd_client::Error::LeaseKeepAliveError(format!("lease {lease} expired")))),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! A real etcd (the Debian `etcd-server` binary, or `INFERA_ETCD_BIN`) on loopback ports
+//! chosen at run time, with a temporary data dir, for tests. Stop and start it again to
+//! simulate an outage: the data dir and ports stay.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running (or stopped) test etcd.
+#[derive(Debug)]
+pub struct EtcdServer {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    // The kernel picks a free port; etcd binds it right after. Another process could take it
+    // in between, which `start` reports as a start failure.
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl EtcdServer {
+    /// Starts etcd and waits (bounded) until it answers `/health`.
+    pub fn start() -> Self {
+        let mut server = Self {
+            child: None,
+            dir: tempfile::tempdir().expect("a temp dir"),
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        server.resume();
+        server
+    }
+
+    /// The client URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Stops etcd (SIGTERM), keeping its data.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub fn resume(&mut self) {
+        let bin = std::env::var_os("INFERA_ETCD_BIN").map_or_else(|| PathBuf::from("etcd"), PathBuf::from);
+        let client = self.url();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(&bin)
+            .args(["--name", "infera-test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("infera-test={peer}"), "--initial-cluster-state", "new"])
+            .args(["--heartbeat-interval", "10", "--election-timeout", "100", "--logger", "zap"])
+            .args(["--log-outputs", "stderr", "--log-level", "error"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {} ({e}); install etcd-server (cargo xtask setup)", bin.display())
+            });
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !self.healthy() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("etcd exited during start-up: {status}");
+            }
+            assert!(Instant::now() < end, "etcd did not become healthy on {}", self.url());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn healthy(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+            return false;
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.contains("\"health\":\"true\"")
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The worker watch: a snapshot of the prefix, then a watch from the snapshot's revision. Any
+//! error (etcd down, stream broken, revision compacted) ends the round; the next round takes a
+//! new snapshot and sends only its diff against what was already sent, so nothing is dropped
+//! and re-added and nothing is applied twice. While etcd is away the last view stands.
+
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, WatchOptions};
+use infera_proto::types::WorkerRecord;
+use tokio::sync::{mpsc, watch};
+
+use crate::diff::{Change, Workers, apply, diff};
+use crate::{RegistryError, connect, keys};
+
+/// Sends every change of the registered workers to `changes` until `stop` fires (or the
+/// receiver is gone). `synced` is told after the first snapshot was sent.
+pub async fn watch_workers(
+    endpoints: Vec<String>,
+    changes: mpsc::Sender<Change>,
+    synced: Option<tokio::sync::oneshot::Sender<()>>,
+    mut stop: watch::Receiver<()>,
+) {
+    let mut known = Workers::new();
+    let mut synced = synced;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let round = watch_round(&endpoints, &mut known, &changes, &mut synced);
+        let result = tokio::select! {
+            r = round => r,
+            _ = stop.changed() => return,
+        };
+        match result {
+            Ok(Round::Closed) => return,
+            Ok(Round::Resync) => {
+                tracing::info!("registry watch canceled (compaction?); resyncing");
+                backoff = Duration::from_millis(100);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, workers = known.len(), retry_in = ?backoff, "registry watch failed; keeping the last view");
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+enum Round {
+    /// The receiver of changes is gone.
+    Closed,
+    /// The watch was canceled (e.g. its revision was compacted): take a new snapshot.
+    Resync,
+}
+
+async fn watch_round(
+    endpoints: &[String],
+    known: &mut Workers,
+    changes: &mpsc::Sender<Change>,
+    synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<Round, RegistryError> {
+    let mut client = connect(endpoints).await?;
+    let snapshot = client.get(keys::WORKERS, Some(GetOptions::new().with_prefix())).await?;
+    let revision = snapshot.header().map_or(0, etcd_client::ResponseHeader::revision);
+    let current: Workers = snapshot
+        .kvs()
+        .iter()
+        .filter_map(|kv| record(kv.key(), kv.value()))
+        .map(|r| (r.id.clone(), r))
+        .collect();
+    for change in diff(known, &current) {
+        if changes.send(change).await.is_err() {
+            return Ok(Round::Closed);
+        }
+    }
+    *known = current;
+    if let Some(s) = synced.take() {
+        let _ = s.send(());
+    }
+    let options = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
+    let mut stream = client.watch(keys::WORKERS, Some(options)).await?;
+    while let Some(resp) = stream.message().await? {
+        if resp.canceled() {
+            return Ok(Round::Resync);
+        }
+        for event in resp.events() {
+            let Some(kv) = event.kv() else { continue };
+            let change = match event.event_type() {
+                EventType::Put => match record(kv.key(), kv.value()) {
+                    Some(r) => Change::Upsert(r),
+                    None => continue,
+                },
+                EventType::Delete => match std::str::from_utf8(kv.key()).ok().and_then(keys::worker_id) {
+                    Some(id) => Change::Remove(id),
+                    None => continue,
+                },
+            };
+            if apply(known, &change) && changes.send(change).await.is_err() {
+                return Ok(Round::Closed);
+            }
+        }
+    }
+    Err(RegistryError::Etcd(etcd_client::Error::WatchError("the watch stream ended".into())))
+}
+
+/// A valid worker record stored at `key`; anything else is logged and skipped.
+fn record(key: &[u8], value: &[u8]) -> Option<WorkerRecord> {
+    let key = std::str::from_utf8(key).ok()?;
+    let id = keys::worker_id(key)?;
+    match serde_json::from_slice::<WorkerRecord>(value) {
+        Ok(r) if r.id != id => {
+            tracing::warn!(key, record_id = %r.id, "worker record id does not match its key; ignored");
+            None
+        }
+        Ok(r) => match r.check() {
+            Ok(()) => Some(r),
+            Err(problem) => {
+                tracing::warn!(key, problem, "invalid worker record; ignored");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(key, error = %e, "malformed worker record; ignored");
+            None
+        }
+    }
+}

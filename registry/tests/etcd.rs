@@ -1,0 +1,72 @@
+//! Registration and the worker watch against a real etcd (Debian `etcd-server`) on loopback.
+
+use std::time::{Duration, Instant};
+
+use infera_proto::types::{ModelName, Role, WorkerId, WorkerRecord};
+use infera_registry::test_server::EtcdServer;
+use infera_registry::{Change, Registration, watch_workers};
+use tokio::sync::{mpsc, watch};
+
+fn record(id: &str) -> WorkerRecord {
+    WorkerRecord {
+        id: WorkerId::new(id),
+        role: Role::Decode,
+        url: "http://127.0.0.1:30001".into(),
+        model: ModelName::new("m"),
+        bootstrap_port: None,
+        dp_size: 4,
+        page_size: 64,
+        sglang_version: Some("0.5.23".into()),
+        labels: Default::default(),
+    }
+}
+
+async fn next(rx: &mut mpsc::Receiver<Change>, within: Duration) -> Change {
+    tokio::time::timeout(within, rx.recv()).await.expect("a change in time").expect("the watch is running")
+}
+
+fn start_watch(etcd: &EtcdServer) -> (mpsc::Receiver<Change>, watch::Sender<()>) {
+    let (tx, rx) = mpsc::channel(64);
+    let (stop, stopped) = watch::channel(());
+    tokio::spawn(watch_workers(vec![etcd.url()], tx, None, stopped));
+    (rx, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_worker_appears_and_leaves_with_its_lease() {
+    let etcd = EtcdServer::start();
+    let (mut changes, _stop) = start_watch(&etcd);
+    let reg = Registration::start(vec![etcd.url()], record("decode-0"), Duration::from_secs(2));
+    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("decode-0")));
+    // A clean stop revokes the lease: gone at once.
+    reg.stop().await;
+    assert_eq!(next(&mut changes, Duration::from_secs(2)).await, Change::Remove(WorkerId::new("decode-0")));
+
+    // A registrar that dies (no revoke): gone when its 2 s lease runs out.
+    let reg = Registration::start(vec![etcd.url()], record("decode-1"), Duration::from_secs(2));
+    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("decode-1")));
+    let died = Instant::now();
+    drop(reg);
+    assert_eq!(next(&mut changes, Duration::from_secs(8)).await, Change::Remove(WorkerId::new("decode-1")));
+    assert!(died.elapsed() >= Duration::from_millis(500), "removed by lease expiry, not at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_outage_keeps_the_view_and_the_watch_resumes_without_repeats() {
+    let mut etcd = EtcdServer::start();
+    let (mut changes, _stop) = start_watch(&etcd);
+    let _a = Registration::start(vec![etcd.url()], record("a"), Duration::from_secs(10));
+    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("a")));
+
+    etcd.stop();
+    // 20 s without etcd: the watch must not report any change (no drop-all).
+    let quiet = tokio::time::timeout(Duration::from_secs(20), changes.recv()).await;
+    assert!(quiet.is_err(), "a change during the outage: {quiet:?}");
+    etcd.resume();
+
+    let _b = Registration::start(vec![etcd.url()], record("b"), Duration::from_secs(10));
+    assert_eq!(next(&mut changes, Duration::from_secs(15)).await, Change::Upsert(record("b")));
+    // "a" re-registered itself after the outage with the same record: no change is reported.
+    let repeat = tokio::time::timeout(Duration::from_secs(4), changes.recv()).await;
+    assert!(repeat.is_err(), "a repeated change after the resync: {repeat:?}");
+}
