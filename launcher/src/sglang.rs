@@ -172,13 +172,22 @@ pub struct KvEvents {
 impl KvEvents {
     /// The `--kv-events-config` JSON.
     pub fn config_json(&self) -> String {
-        serde_json::json!({
-            "publisher": "zmq",
-            "endpoint": format!("tcp://*:{}", self.port),
-            "replay_endpoint": format!("tcp://*:{}", self.replay_port),
-            "topic": self.topic,
-        })
-        .to_string()
+        // A struct, not a JSON map: its key order is the declaration order, whatever map type
+        // serde_json was built with (another crate of the workspace turns on preserve_order).
+        #[derive(serde::Serialize)]
+        struct Config<'a> {
+            publisher: &'a str,
+            endpoint: String,
+            replay_endpoint: String,
+            topic: &'a str,
+        }
+        let config = Config {
+            publisher: "zmq",
+            endpoint: format!("tcp://*:{}", self.port),
+            replay_endpoint: format!("tcp://*:{}", self.replay_port),
+            topic: &self.topic,
+        };
+        serde_json::to_string(&config).expect("a plain struct serialises")
     }
 }
 
