@@ -2,11 +2,16 @@
 //! → [`Config`], with the deployment file loaded and checked.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::deployment::Engine;
 use crate::error::LaunchError;
 use crate::plan::Plan;
+use crate::router::RouterPlan;
+use crate::supervise::{Policy, Restart};
+use crate::up::UpConfig;
 
 /// infera-launch: deployment file → SGLang workers.
 #[derive(Parser, Debug)]
@@ -24,6 +29,42 @@ enum CommandArgs {
         #[arg(env = "INFERA_LAUNCH_FILE")]
         file: PathBuf,
     },
+    /// Start the workers, control and the proxies; stop them all on SIGTERM/SIGINT.
+    Up(UpArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct UpArgs {
+    /// The deployment file (TOML).
+    #[arg(env = "INFERA_LAUNCH_FILE")]
+    file: PathBuf,
+    /// etcd endpoints (comma-separated): each healthy worker is registered under a lease and
+    /// control follows `/infera/v1/workers/`. Unset: a static workers file in --state-dir.
+    #[arg(long, env = "INFERA_LAUNCH_ETCD", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Where the static workers file is written (without --etcd). Unset: a temporary directory.
+    #[arg(long, env = "INFERA_LAUNCH_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Milliseconds a worker may take to answer `GET /health` with 200, per start.
+    /// Default: 600000 for engine sglang (model loading), 30000 for sim.
+    #[arg(long, env = "INFERA_LAUNCH_HEALTH_TIMEOUT_MS")]
+    health_timeout_ms: Option<u64>,
+    /// Restart a worker that exits or misses its health deadline.
+    #[arg(long, env = "INFERA_LAUNCH_RESTART", value_enum, default_value_t = Restart::OnFailure)]
+    restart: Restart,
+    /// Restarts in a row before giving up on a worker (the count resets after a minute healthy).
+    #[arg(long, env = "INFERA_LAUNCH_MAX_RESTARTS", default_value_t = 5)]
+    max_restarts: u32,
+    /// First restart backoff in milliseconds; doubles per restart in a row, up to 30 s.
+    #[arg(long, env = "INFERA_LAUNCH_RESTART_BACKOFF_MS", default_value_t = 1_000)]
+    restart_backoff_ms: u64,
+    /// Milliseconds a worker has to exit after SIGTERM before SIGKILL.
+    #[arg(long, env = "INFERA_LAUNCH_STOP_TIMEOUT_MS", default_value_t = 20_000)]
+    stop_timeout_ms: u64,
+    /// Directory of infera-sim, infera-control and infera-proxy. Unset: the directory of the
+    /// infera-launch executable.
+    #[arg(long, env = "INFERA_LAUNCH_BIN_DIR")]
+    bin_dir: Option<PathBuf>,
 }
 
 /// What to do, with a checked deployment.
@@ -38,6 +79,8 @@ pub struct Config {
 pub enum Command {
     /// Print the plan.
     Plan(Plan),
+    /// Run the deployment.
+    Up(Box<UpConfig>),
 }
 
 impl TryFrom<Args> for Config {
@@ -46,9 +89,43 @@ impl TryFrom<Args> for Config {
     fn try_from(a: Args) -> Result<Self, LaunchError> {
         let command = match a.command {
             CommandArgs::Plan { file } => Command::Plan(crate::plan_file(&file)?),
+            CommandArgs::Up(up) => Command::Up(Box::new(up_config(up)?)),
         };
         Ok(Self { command })
     }
+}
+
+fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
+    let (file, text) = crate::deployment::load(&a.file)?;
+    let plan = crate::check::plan(&file, &text, &a.file)?;
+    let health_default = match file.engine {
+        Engine::Sglang => 600_000,
+        Engine::Sim => 30_000,
+    };
+    let bin_dir = match a.bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(ToOwned::to_owned))
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    Ok(UpConfig {
+        plan,
+        engine: file.engine,
+        router: RouterPlan::from_section(file.router.as_ref()),
+        etcd: a.etcd.into_iter().filter(|e| !e.trim().is_empty()).collect(),
+        state_dir: a.state_dir,
+        bin_dir,
+        policy: Policy {
+            restart: a.restart,
+            max_restarts: a.max_restarts,
+            backoff: Duration::from_millis(a.restart_backoff_ms),
+            max_backoff: Duration::from_secs(30),
+            stable_after: Duration::from_secs(60),
+            health_timeout: Duration::from_millis(a.health_timeout_ms.unwrap_or(health_default)),
+            stop_timeout: Duration::from_millis(a.stop_timeout_ms),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -201,6 +201,8 @@ fn default_host() -> String {
 pub struct RouterSection {
     /// `--listen` of control.
     pub listen: Option<String>,
+    /// `--metrics-listen` of control.
+    pub metrics_listen: Option<String>,
     /// `--decode-input-demand` (off, shadow, on).
     pub decode_input_demand: Option<Spanned<String>>,
     /// `--decode-request-weight` W (needs demand shadow or on when > 0).

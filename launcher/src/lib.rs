@@ -9,13 +9,28 @@
 //!   mirroring, router settings) and the build of the [`Plan`].
 //! - [`sglang`]: the typed SGLang arguments, rendered per flag group and per [`version`].
 //! - [`plan`]: workers' argv + env and their shell form.
+//!
+//! And for `infera-launch up`, which runs a plan:
+//!
+//! - [`records`]: the worker records (etcd or the static workers file), from the plan.
+//! - [`router`]: `[router]` → control's flags and the proxies.
+//! - [`up`]: the orchestration — workers, then control and proxies; the reverse on a signal.
+//! - [`supervise`]: one worker kept running (health, registration, restarts).
+//! - [`health`]: `GET /health` polled with a deadline.
+//! - [`child`]: one child process (output forwarding, stderr tail, bounded stop).
 
 pub mod check;
+pub mod child;
 pub mod config;
 pub mod deployment;
 pub mod error;
+pub mod health;
 pub mod plan;
+pub mod records;
+pub mod router;
 pub mod sglang;
+pub mod supervise;
+pub mod up;
 pub mod version;
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! `infera-launch`: parse flags, load and check the deployment file (exit 64 on a bad one),
-//! run the task.
+//! run the task (`plan` prints; `up` runs the deployment until SIGTERM/SIGINT).
 
 use std::process::ExitCode;
 
@@ -13,6 +13,7 @@ fn main() -> ExitCode {
 async fn run(config: Config) -> anyhow::Result<()> {
     match config.command {
         Command::Plan(plan) => print!("{}", plan.render()),
+        Command::Up(up) => infera_launcher::up::run(*up).await?,
     }
     Ok(())
 }

@@ -36,6 +36,7 @@ fn run() -> anyhow::Result<()> {
             let mut cmd = cargo(&root);
             cmd.args(["test", "--workspace", "--locked"]).args(&rest);
             cmd.env("INFERA_GRPCURL", setup::grpcurl(&root)).env("INFERA_PYTHON", setup::python(&root));
+            cmd.env("INFERA_BIN_DIR", root.join("target/debug"));
             for v in setup::SGLANG_VENVS {
                 cmd.env(setup::sglang_python_var(v.version), setup::sglang_python(&root, v.version));
             }
