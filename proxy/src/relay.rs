@@ -76,6 +76,8 @@ pub struct Relay {
     api: &'static str,
     started: Instant,
     last_data: Option<Instant>,
+    /// Bytes still to come of a body with a `content-length`.
+    remaining: Option<u64>,
     _inflight: InflightGuard,
 }
 
@@ -109,8 +111,15 @@ impl Relay {
             api,
             started,
             last_data: None,
+            remaining: None,
             _inflight: inflight,
         }
+    }
+
+    /// Declares the body's `content-length`, so its end is known at its last byte.
+    pub fn with_length(mut self, length: Option<u64>) -> Self {
+        self.remaining = length;
+        self
     }
 
     fn fail(&mut self, e: ProxyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
@@ -161,6 +170,15 @@ impl HttpBody for Relay {
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => {
                 this.observe(&frame);
+                // A body of known length is complete with its last byte: the server writes it
+                // and does not poll again, so the end is seen here, not only at `None`.
+                if let (Some(data), Some(left)) = (frame.data_ref(), this.remaining.as_mut()) {
+                    *left = left.saturating_sub(data.len() as u64);
+                }
+                if this.remaining == Some(0) || this.inner.is_end_stream() {
+                    this.guard.end(ReleaseReason::Eof);
+                    this.done = true;
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Some(Err(e)) => {

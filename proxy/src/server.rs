@@ -151,6 +151,9 @@ async fn generate(
         facts.stream,
         api.as_str(),
         (started, inflight),
+    )
+    .with_length(
+        head.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()),
     );
     Response::from_parts(head, relay.boxed())
 }

@@ -28,6 +28,17 @@ async fn zero_after_completions() {
         assert_eq!(status, StatusCode::OK, "{body}");
     }
     cluster.ledger_returns_to_zero().await;
+    // Finished answers, streamed or not, end as EOF, never as cancellations.
+    let mut eof = 0.0;
+    for p in &cluster.proxies {
+        let (_, metrics) = get(&format!("{p}/metrics")).await;
+        assert!(!metrics.contains("infera_proxy_releases_total{reason=\"cancelled\"}"), "{metrics}");
+        eof += metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("infera_proxy_releases_total{reason=\"eof\"} "))
+            .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    }
+    assert_eq!(eof, 48.0, "24 requests × 2 legs");
     cluster.stop().await;
 }
 
