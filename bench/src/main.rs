@@ -4,10 +4,12 @@
 //!   in-process pick+book cost as the number of targets grows.
 //! - `proxy`: client → proxy → sim against client → sim in the same run; proxy memory per
 //!   in-flight stream.
+//! - `replay`: a Mooncake or agentic trace against an OpenAI-compatible URL; tok/s, TTFT, ITL.
 
 mod control;
 mod echo;
 mod proxy;
+mod replay;
 
 use clap::{Parser, Subcommand};
 
@@ -24,11 +26,14 @@ enum Cmd {
     Control(control::ControlArgs),
     /// Proxy: added TTFT and throughput against going to the worker directly; memory per stream.
     Proxy(proxy::ProxyArgs),
+    /// Replay: a request trace against an OpenAI-compatible base URL (open or closed loop).
+    Replay(replay::ReplayArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Cmd::Control(args) => control::run(args),
         Cmd::Proxy(args) => proxy::run(args),
+        Cmd::Replay(args) => replay::run(args),
     }
 }

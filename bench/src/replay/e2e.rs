@@ -1,0 +1,79 @@
+//! End to end: the first 30 Mooncake requests, open loop at a high speed-up, against an
+//! in-process sim worker on a port-0 listener (bound before the run starts, so no waiting).
+
+use clap::Parser;
+use tokio::net::TcpListener;
+
+use super::{ReplayArgs, replay};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    replay: ReplayArgs,
+}
+
+const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/replay/testdata/mooncake_head30.jsonl");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_the_mooncake_head_against_a_sim() {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = http.local_addr().unwrap();
+    let port = addr.port().to_string();
+    let argv = [
+        "infera-sim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--model-path",
+        "m",
+        "--served-model-name",
+        "m",
+        "--disaggregation-mode",
+        "null",
+        "--sim-seed",
+        "7",
+        "--sim-speedup",
+        "50",
+    ];
+    let config = infera_sim::SimConfig::try_from(infera_sim::SimArgs::try_parse_from(argv).unwrap()).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sim = tokio::spawn(infera_sim::run(infera_sim::Listeners { http, bootstrap: None }, config, async {
+        let _ = stopped.await;
+    }));
+
+    let url = format!("http://{addr}");
+    let cli = Cli::try_parse_from([
+        "replay",
+        "--trace",
+        TRACE,
+        "--url",
+        &url,
+        "--speedup",
+        "100",
+        "--output-scale",
+        "0.05",
+        "--warmup-per-lane",
+        "2",
+        "--quiet",
+    ])
+    .unwrap();
+    let report = replay(&cli.replay).await.unwrap();
+    assert_eq!((report.completed, report.failed, report.warmup), (28, 0, 2), "{report}");
+    assert_eq!(report.mode, "open");
+    // max_tokens = round(output × 0.05) for every measured request (the first two are warm-up).
+    let trace = std::fs::read_to_string(TRACE).unwrap();
+    let asked: u64 = trace
+        .lines()
+        .skip(2)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["output_length"].as_f64().unwrap())
+        .map(|o| (o * 0.05).round().max(1.0) as u64)
+        .sum();
+    assert_eq!(report.output_tokens, asked, "{report}");
+    // Not ITL: under CPU load a request's tokens may all arrive in one chunk (no gaps).
+    assert!(report.ttft_ms.p50.is_some(), "{report}");
+    assert_eq!(report.json()["shaping"]["speedup"], 100.0);
+
+    let _ = stop.send(());
+    sim.await.unwrap().unwrap();
+}
