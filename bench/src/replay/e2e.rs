@@ -1,4 +1,5 @@
-//! End to end: the first 30 Mooncake requests, open loop at a high speed-up, against an
+//! End to end: 30 requests in the Mooncake format (made here: 3 per 3-second tick, all sharing
+//! their first block, as the conversation trace does), open loop at a high speed-up, against an
 //! in-process sim worker on a port-0 listener (bound before the run starts, so no waiting).
 
 use clap::Parser;
@@ -12,10 +13,33 @@ struct Cli {
     replay: ReplayArgs,
 }
 
-const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/replay/testdata/mooncake_head30.jsonl");
+/// A Mooncake-format trace of `n` requests, deterministic.
+fn mooncake_trace(n: u64) -> tempfile::NamedTempFile {
+    let mut next_block = 1;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let input = 1_000 + (i * 7_919) % 7_000;
+            let output = 100 + (i * 104_729) % 700;
+            let blocks = input.div_ceil(512);
+            let ids: Vec<u64> = std::iter::once(0)
+                .chain((1..blocks).map(|_| {
+                    next_block += 1;
+                    next_block
+                }))
+                .collect();
+            serde_json::json!({"timestamp": (i / 3) * 3_000, "input_length": input, "output_length": output, "hash_ids": ids})
+                .to_string()
+        })
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), lines.join("\n") + "\n").unwrap();
+    file
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replays_the_mooncake_head_against_a_sim() {
+async fn replays_a_mooncake_trace_against_a_sim() {
+    let trace_file = mooncake_trace(30);
+    let trace_path = trace_file.path().to_str().unwrap().to_owned();
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();
     let port = addr.port().to_string();
@@ -46,7 +70,7 @@ async fn replays_the_mooncake_head_against_a_sim() {
     let cli = Cli::try_parse_from([
         "replay",
         "--trace",
-        TRACE,
+        &trace_path,
         "--url",
         &url,
         "--speedup",
@@ -62,7 +86,7 @@ async fn replays_the_mooncake_head_against_a_sim() {
     assert_eq!((report.completed, report.failed, report.warmup), (28, 0, 2), "{report}");
     assert_eq!(report.mode, "open");
     // max_tokens = round(output × 0.05) for every measured request (the first two are warm-up).
-    let trace = std::fs::read_to_string(TRACE).unwrap();
+    let trace = std::fs::read_to_string(trace_file.path()).unwrap();
     let asked: u64 = trace
         .lines()
         .skip(2)
