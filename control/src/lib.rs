@@ -10,6 +10,7 @@
 //!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
 //! - [`settings`]: W, the mode and the policies in force.
 //! - [`affinity`]: session → prefill target.
+//! - [`persist`]: W and the mode persisted in etcd across restarts.
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`workers_file`]: the static registry.
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
@@ -20,6 +21,7 @@ pub mod decisions;
 pub mod error;
 pub mod ledger;
 pub mod metrics;
+pub mod persist;
 pub mod router;
 pub mod scoring;
 pub mod service;
@@ -70,9 +72,12 @@ pub async fn run(
     };
     let epoch: u32 = rand::random();
     let etcd = config.etcd;
-    let core = RoutingState::new(View::new(config.workers), config.settings, epoch, rng)?;
+    let settings =
+        if etcd.is_empty() { config.settings } else { persist::load(&etcd, config.settings).await };
+    let core = RoutingState::new(View::new(config.workers), settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
-    let state = ControlState::new(core, ControlMetrics::register(&mut registry));
+    let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
+    let state = ControlState::new(core, ControlMetrics::register(&mut registry), persist_to);
     state.publish_loads();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;

@@ -24,12 +24,24 @@ pub struct ControlState {
     core: Mutex<RoutingState<SmallRng>>,
     metrics: ControlMetrics,
     decisions: DecisionHub,
+    /// etcd endpoints to persist admin changes to (`--etcd`).
+    persist_to: Option<Vec<String>>,
 }
 
 impl ControlState {
     /// Wraps a core.
-    pub fn new(core: RoutingState<SmallRng>, metrics: ControlMetrics) -> Arc<Self> {
-        Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096) })
+    pub fn new(
+        core: RoutingState<SmallRng>,
+        metrics: ControlMetrics,
+        persist_to: Option<Vec<String>>,
+    ) -> Arc<Self> {
+        Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096), persist_to })
+    }
+
+    fn persist(&self, s: &Settings) {
+        if let Some(endpoints) = &self.persist_to {
+            crate::persist::save(endpoints, s);
+        }
     }
 
     /// Applies a registry change to the worker view. A removed worker's targets take no new
@@ -192,6 +204,7 @@ impl ControlState {
     pub fn set_weight(&self, w: RequestWeight) -> Result<Settings, ControlError> {
         let s = self.core().set_weight(w)?.clone();
         tracing::info!(weight = w.get(), "decode request weight changed");
+        self.persist(&s);
         Ok(s)
     }
 
@@ -199,6 +212,7 @@ impl ControlState {
     pub fn set_mode(&self, mode: DecodeInputDemand) -> Result<Settings, ControlError> {
         let s = self.core().set_mode(mode)?.clone();
         tracing::info!(mode = mode.as_str(), "decode input demand changed");
+        self.persist(&s);
         Ok(s)
     }
 

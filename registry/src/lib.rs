@@ -3,10 +3,12 @@
 //! - [`keys`]: the key layout, in one place (`/infera/v1/workers/{id}`, `/infera/v1/config/…`).
 //! - [`register`]: a worker record bound to a lease (TTL 10 s, keep-alive every TTL/3), kept
 //!   alive by whoever registers the worker; lease gone ⇒ key gone ⇒ worker gone.
+//! - [`config`]: persisted admin settings (`/infera/v1/config/{name}`).
 //! - [`watch`]: the prefix watched from a revision, resumed after errors and compaction; a
 //!   resync is applied as a diff ([`diff`]), never a drop-all; an outage keeps the last view.
 //! - [`test_server`]: a real etcd on loopback, for the tests of every crate that needs one.
 
+pub mod config;
 pub mod diff;
 pub mod keys;
 pub mod register;

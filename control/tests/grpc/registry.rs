@@ -64,3 +64,39 @@ async fn workers_registered_in_etcd_are_picked_until_their_lease_ends() {
     assert_eq!(sample(&metrics, "infera_router_registry_changes_total{kind=\"remove\"}"), Some(1.0));
     control.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_changes_persist_in_etcd_across_a_restart() {
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    let first = Control::start_with(&["--etcd", &url], None).await;
+    let mut admin = first.admin().await;
+    admin
+        .set_decode_input_demand(pb::SetDecodeInputDemandRequest {
+            decode_input_demand: pb::DecodeInputDemand::On as i32,
+        })
+        .await
+        .unwrap();
+    admin
+        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: 180_000.0 })
+        .await
+        .unwrap();
+    let endpoints = vec![url.clone()];
+    eventually(Duration::from_secs(10), "both settings persisted", || {
+        let endpoints = endpoints.clone();
+        async move {
+            let stored = infera_registry::config::load(&endpoints).await.unwrap_or_default();
+            stored.get("decode_input_demand").map(String::as_str) == Some("on")
+                && stored.get("decode_request_weight").map(String::as_str) == Some("180000")
+        }
+    })
+    .await;
+    first.stop().await;
+
+    // A new control started with the default flags (mode off, W 0) takes the persisted values.
+    let second = Control::start_with(&["--etcd", &url], None).await;
+    let cfg = second.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
+    assert_eq!(cfg.decode_request_weight, 180_000.0);
+    second.stop().await;
+}

@@ -1,0 +1,108 @@
+//! Admin changes of W and the demand mode, persisted in etcd (`/infera/v1/config/…`) when
+//! control runs with `--etcd`, and read at start: what operators set at run time outlives a
+//! restart, and a second control starts with it. Persisted values win over the flags; a
+//! persisted pair that does not validate (W > 0 with mode off) is ignored with a warning.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use infera_proto::types::{DecodeInputDemand, RequestWeight};
+
+use crate::settings::Settings;
+
+const MODE: &str = "decode_input_demand";
+const WEIGHT: &str = "decode_request_weight";
+
+/// The settings to start with: the flags, overridden by what etcd holds.
+pub async fn load(endpoints: &[String], flags: Settings) -> Settings {
+    match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(endpoints)).await {
+        Ok(Ok(persisted)) => merge(flags, &persisted),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read persisted settings from etcd; using the flags");
+            flags
+        }
+        Err(_) => {
+            tracing::warn!("etcd did not answer in 3 s; using the flags for W and the mode");
+            flags
+        }
+    }
+}
+
+/// `flags` overridden by the persisted values that parse and validate together.
+pub fn merge(flags: Settings, persisted: &BTreeMap<String, String>) -> Settings {
+    let mut next = flags.clone();
+    if let Some(m) = persisted.get(MODE) {
+        match DecodeInputDemand::from_str(m, true) {
+            Ok(mode) => next.mode = mode,
+            Err(_) => {
+                tracing::warn!(value = %m, "ignoring a persisted decode_input_demand that does not parse")
+            }
+        }
+    }
+    if let Some(w) = persisted.get(WEIGHT) {
+        match w.parse::<f64>().ok().and_then(|w| RequestWeight::new(w).ok()) {
+            Some(weight) => next.weight = weight,
+            None => {
+                tracing::warn!(value = %w, "ignoring a persisted decode_request_weight that does not parse")
+            }
+        }
+    }
+    if next == flags {
+        return flags;
+    }
+    match next.validate() {
+        Ok(()) => {
+            tracing::info!(mode = %next.mode, weight = next.weight.get(), "using the settings persisted in etcd");
+            next
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring persisted settings that do not validate together");
+            flags
+        }
+    }
+}
+
+/// Stores W and the mode in the background (one transaction; a failure is logged).
+pub fn save(endpoints: &[String], s: &Settings) {
+    let endpoints = endpoints.to_vec();
+    let values = [(MODE, s.mode.as_str().to_owned()), (WEIGHT, s.weight.get().to_string())];
+    tokio::spawn(async move {
+        if let Err(e) = infera_registry::config::store(&endpoints, &values).await {
+            tracing::warn!(error = %e, "cannot persist the settings in etcd; they hold until control restarts");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use infera_proto::types::DecodePolicy;
+
+    use super::*;
+
+    fn flags() -> Settings {
+        Settings {
+            mode: DecodeInputDemand::Off,
+            weight: RequestWeight::ZERO,
+            policy: DecodePolicy::RoundRobin,
+            session_slack_tokens: 0,
+            session_ttl: Duration::from_secs(1),
+            lease_ttl: Duration::from_secs(1),
+        }
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn persisted_values_win_when_they_validate_together() {
+        let s = merge(flags(), &map(&[(MODE, "on"), (WEIGHT, "1000000")]));
+        assert_eq!((s.mode, s.weight.get()), (DecodeInputDemand::On, 1e6));
+        let s = merge(flags(), &map(&[(WEIGHT, "5")]));
+        assert_eq!(s, flags(), "W > 0 with the flags' mode off does not validate");
+        let s = merge(flags(), &map(&[(MODE, "sideways"), (WEIGHT, "-1")]));
+        assert_eq!(s, flags(), "values that do not parse are ignored");
+        assert_eq!(merge(flags(), &BTreeMap::new()), flags());
+    }
+}
