@@ -314,6 +314,11 @@ pub(crate) async fn start_proxy(control: SocketAddr, flags: &[&str]) -> (String,
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let url = format!("http://{control}");
     let mut argv = vec!["infera-proxy", "--control", &url, "--targets-refresh-ms", "200"];
+    // A debug build on a loaded 2-core CI machine can take longer than the 50 ms default to answer a
+    // pick; tests that are not about the deadline must not see fallbacks, so they get a wide one.
+    if !flags.contains(&"--pick-timeout-ms") {
+        argv.extend_from_slice(&["--pick-timeout-ms", "2000"]);
+    }
     argv.extend_from_slice(flags);
     let config = infera_proxy::Config::try_from(infera_proxy::Args::try_parse_from(argv).unwrap()).unwrap();
     let task = Task::spawn(move |rx| infera_proxy::run(listener, config, until(rx)));
