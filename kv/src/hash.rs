@@ -1,0 +1,106 @@
+//! Page hashes: SGLang's own chained SHA-256 over a page's token ids.
+//!
+//! SGLang (0.5.18–0.5.23, `mem_cache/utils.py` + `cpp_utils/hash_binding.cpp`) hashes the radix
+//! cache page by page: `digest_i = SHA256(digest_{i-1} ‖ page_i)`, with no prior digest for the
+//! first page and the page's tokens as little-endian `u32`. A page with a token above `u32::MAX`
+//! is hashed as a `0xff` tag followed by little-endian `u64`s. The published block hash is the
+//! first 8 bytes of the digest read big-endian as a signed `i64`.
+//!
+//! Because every digest covers all pages before it, two prompts share the hash of page `i` exactly
+//! when they share the first `i + 1` pages: a page hash *is* a prefix. Control hashes the token ids
+//! that arrive in KV events with this function and the proxy hashes prompts with it, so both sides
+//! speak the same keys whatever namespacing the engine applied to its own published hashes.
+
+use sha2::{Digest as _, Sha256};
+
+/// A page's hash as SGLang publishes it: the first 8 bytes of the chained digest, big-endian, signed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct PageHash(pub i64);
+
+/// The full chained SHA-256 state after a page; the next page's hash continues from it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct ChainDigest(pub [u8; 32]);
+
+impl ChainDigest {
+    /// The published hash of the page this digest ends.
+    pub fn page_hash(&self) -> PageHash {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&self.0[..8]);
+        PageHash(i64::from_be_bytes(first))
+    }
+}
+
+/// Hashes one page after `prior` (`None` for the first page of a sequence).
+pub fn chain_page(prior: Option<&ChainDigest>, page: &[u64]) -> ChainDigest {
+    let mut sha = Sha256::new();
+    if let Some(p) = prior {
+        sha.update(p.0);
+    }
+    if page.iter().any(|&t| t > u64::from(u32::MAX)) {
+        sha.update([0xff]);
+        for &t in page {
+            sha.update(t.to_le_bytes());
+        }
+    } else {
+        for &t in page {
+            // In range: checked just above.
+            sha.update((t as u32).to_le_bytes());
+        }
+    }
+    ChainDigest(sha.finalize().into())
+}
+
+/// The page-hash sequence of a prompt: one hash per *full* page of `page_size` tokens (a partial
+/// last page is not shareable between requests, so it is left out).
+///
+/// # Panics
+/// If `page_size` is 0.
+pub fn page_hashes(tokens: &[u32], page_size: usize) -> Vec<PageHash> {
+    assert!(page_size > 0, "page_size must be positive");
+    let mut out = Vec::with_capacity(tokens.len() / page_size);
+    let mut prior: Option<ChainDigest> = None;
+    let mut page = Vec::with_capacity(page_size);
+    for chunk in tokens.chunks_exact(page_size) {
+        page.clear();
+        page.extend(chunk.iter().map(|&t| u64::from(t)));
+        let digest = chain_page(prior.as_ref(), &page);
+        out.push(digest.page_hash());
+        prior = Some(digest);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(d: &ChainDigest) -> String {
+        d.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    // Vectors computed independently with Python's hashlib from SGLang's description:
+    // sha256(pack('<2I', 1, 2)), then sha256(d1 + pack('<2I', 3, 4)), and the wide form
+    // sha256(d1 + b'\xff' + pack('<2Q', 3, 1 << 33)); block hash = int(hex[:16], 16) as int64.
+    #[test]
+    fn pages_chain_like_sglang() {
+        let d1 = chain_page(None, &[1, 2]);
+        assert_eq!(hex(&d1), "34fb5c825de7ca4aea6e712f19d439c1da0c92c37b423936c5f618545ca4fa1f");
+        let d2 = chain_page(Some(&d1), &[3, 4]);
+        assert_eq!(hex(&d2), "c57b445f90651b9a650e516ab2238c965b21af35608a31c303e6d9e407f2915c");
+        let wide = chain_page(Some(&d1), &[3, 1 << 33]);
+        assert_eq!(hex(&wide), "58b275574cfd4667f254dd8862bb6c2fa3fab492b4770807f76cb3acae32d4e2");
+        assert_eq!(page_hashes(&[1, 2, 3, 4, 5], 2), vec![
+            PageHash(3_817_746_824_117_602_890),
+            PageHash(-4_216_701_448_867_210_342)
+        ]);
+    }
+
+    #[test]
+    fn a_page_hash_names_the_whole_prefix() {
+        let a = page_hashes(&[7, 7, 1, 2], 2);
+        let b = page_hashes(&[8, 8, 1, 2], 2);
+        assert_ne!(a[1], b[1], "same page, different prefix");
+        assert_eq!(page_hashes(&[7, 7, 1, 2, 9, 9], 2)[..2], a[..]);
+        assert!(page_hashes(&[1], 2).is_empty());
+    }
+}

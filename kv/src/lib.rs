@@ -1,0 +1,6 @@
+//! KV-cache awareness, shared by control, proxy and sim.
+//!
+//! - [`hash`]: SGLang's page hash (chained SHA-256 over token ids), the one function that turns a
+//!   prompt's tokens into the page-hash sequence control's index is queried with.
+
+pub mod hash;
