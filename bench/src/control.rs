@@ -241,6 +241,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         dp_size: DECODE_RANKS.min(n - i * DECODE_RANKS),
         page_size: 64,
         sglang_version: None,
+        kv_events: None,
         labels: Default::default(),
     });
     let settings = Settings {

@@ -89,10 +89,10 @@ mod tests {
         assert_eq!(hex(&d2), "c57b445f90651b9a650e516ab2238c965b21af35608a31c303e6d9e407f2915c");
         let wide = chain_page(Some(&d1), &[3, 1 << 33]);
         assert_eq!(hex(&wide), "58b275574cfd4667f254dd8862bb6c2fa3fab492b4770807f76cb3acae32d4e2");
-        assert_eq!(page_hashes(&[1, 2, 3, 4, 5], 2), vec![
-            PageHash(3_817_746_824_117_602_890),
-            PageHash(-4_216_701_448_867_210_342)
-        ]);
+        assert_eq!(
+            page_hashes(&[1, 2, 3, 4, 5], 2),
+            vec![PageHash(3_817_746_824_117_602_890), PageHash(-4_216_701_448_867_210_342)]
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         dp_size: w.args.parallel.dp_ranks(),
         page_size: server.page_size.unwrap_or(1),
         sglang_version: Some(w.args.version.to_string()),
+        kv_events: None,
         labels: Default::default(),
     }
 }

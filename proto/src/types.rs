@@ -10,4 +10,4 @@ pub use ids::{
 };
 pub use modes::{DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError};
 pub use pick::{MAX_REQUEST_TOKENS, PickRequest};
-pub use worker::{Role, WorkerRecord};
+pub use worker::{KvEventsSource, Role, WorkerRecord};

@@ -50,6 +50,7 @@ mod tests {
             dp_size: 1,
             page_size: 1,
             sglang_version: None,
+            kv_events: None,
             labels: Default::default(),
         }
     }

@@ -17,6 +17,7 @@ fn record(id: &str) -> WorkerRecord {
         dp_size: 4,
         page_size: 64,
         sglang_version: Some("0.5.23".into()),
+        kv_events: None,
         labels: Default::default(),
     }
 }

@@ -21,6 +21,7 @@ fn worker(id: &str, role: Role, model: &str, dp: u32) -> WorkerRecord {
         dp_size: dp,
         page_size: 1,
         sglang_version: None,
+        kv_events: None,
         labels: Default::default(),
     }
 }

@@ -20,6 +20,7 @@ fn decode(id: &str, ranks: u32) -> WorkerRecord {
         dp_size: ranks,
         page_size: 64,
         sglang_version: None,
+        kv_events: None,
         labels: Default::default(),
     }
 }

@@ -57,9 +57,50 @@ pub struct WorkerRecord {
     /// The SGLang version the worker runs, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang_version: Option<String>,
+    /// Where the worker publishes its KV events (SGLang `--kv-events-config` with the `zmq`
+    /// publisher); `None` when it publishes none and prefill routing falls back to load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_events: Option<KvEventsSource>,
     /// Free-form labels (zone, node, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+/// A worker's KV-event sockets. SGLang offsets both ports by the DP rank (`port + rank`), so the
+/// record names rank 0's; the subscriber dials `port + rank` for every rank in `0..dp_size`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvEventsSource {
+    /// Rank 0's PUB socket, `tcp://host:port` (a wildcard host is replaced by the worker's URL host
+    /// by whoever writes the record).
+    pub endpoint: String,
+    /// Rank 0's replay ROUTER socket, `tcp://host:port`, when the worker keeps a replay buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_endpoint: Option<String>,
+    /// The first frame of every message (SGLang's `topic`, empty by default).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub topic: String,
+}
+
+impl KvEventsSource {
+    /// The PUB and replay endpoints of one DP rank: `port + rank` (SGLang's `offset_endpoint_port`).
+    pub fn for_rank(&self, rank: u32) -> Result<(String, Option<String>), &'static str> {
+        let pub_ep = offset_port(&self.endpoint, rank)?;
+        let replay = self.replay_endpoint.as_deref().map(|e| offset_port(e, rank)).transpose()?;
+        Ok((pub_ep, replay))
+    }
+}
+
+fn offset_port(endpoint: &str, rank: u32) -> Result<String, &'static str> {
+    let rest = endpoint.strip_prefix("tcp://").ok_or("kv_events endpoints must be tcp://host:port")?;
+    let (host, port) = rest.rsplit_once(':').ok_or("kv_events endpoint has no port")?;
+    let port: u32 = port.parse().map_err(|_| "kv_events endpoint port is not a number")?;
+    if host.is_empty() || host == "*" || host == "0.0.0.0" || host == "[::]" {
+        return Err("kv_events endpoint needs a concrete host, not a wildcard");
+    }
+    let port =
+        port.checked_add(rank).filter(|p| *p <= 65_535).ok_or("kv_events port + rank exceeds 65535")?;
+    Ok(format!("tcp://{host}:{port}"))
 }
 
 impl WorkerRecord {
@@ -91,6 +132,9 @@ impl WorkerRecord {
         if self.role != Role::Prefill && self.bootstrap_port.is_some() {
             return Err("bootstrap_port is for prefill workers only");
         }
+        if let Some(kv) = &self.kv_events {
+            kv.for_rank(self.dp_size - 1)?;
+        }
         Ok(())
     }
 
@@ -114,7 +158,26 @@ mod tests {
             dp_size: 1,
             page_size: 1,
             sglang_version: None,
+            kv_events: None,
             labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn kv_endpoints_follow_the_rank() {
+        let mut r = record("http://h:1", Role::Prefill, None);
+        r.dp_size = 4;
+        r.kv_events = Some(KvEventsSource {
+            endpoint: "tcp://10.0.0.7:5557".into(),
+            replay_endpoint: Some("tcp://10.0.0.7:5600".into()),
+            topic: String::new(),
+        });
+        assert_eq!(r.check(), Ok(()));
+        let (live, replay) = r.kv_events.as_ref().unwrap().for_rank(3).unwrap();
+        assert_eq!((live.as_str(), replay.as_deref()), ("tcp://10.0.0.7:5560", Some("tcp://10.0.0.7:5603")));
+        for bad in ["tcp://*:5557", "ipc:///tmp/x", "tcp://h", "tcp://h:65534"] {
+            r.kv_events.as_mut().unwrap().endpoint = bad.into();
+            assert!(r.check().is_err(), "{bad}");
         }
     }
 
