@@ -185,6 +185,8 @@ async fn pick_round_trip(
             model: "m".into(),
             input_tokens: 4096,
             session_key: String::new(),
+            page_hashes: Vec::new(),
+            page_size: 0,
         })
         .await?
         .into_inner();
@@ -264,16 +266,18 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         model: ModelName::new("m"),
         input_tokens: rng.random_range(1_000..200_000),
         session: None,
+        page_hashes: Vec::new(),
+        page_size: 0,
     };
     for _ in 0..n as usize * WARM_PER_TARGET {
         let req = request(&mut rng, lease);
-        core.pick(PickKind::Decode, &req, false, now, wall).expect("warm-up pick");
+        core.pick(PickKind::Decode, &req, None, false, now, wall).expect("warm-up pick");
     }
     let mut samples = Vec::with_capacity(picks);
     for _ in 0..picks {
         let req = request(&mut rng, lease);
         let t0 = Instant::now();
-        let picked = core.pick(PickKind::Decode, &req, false, now, wall).expect("pick");
+        let picked = core.pick(PickKind::Decode, &req, None, false, now, wall).expect("pick");
         samples.push(t0.elapsed());
         core.release(picked.reservation).expect("release");
     }

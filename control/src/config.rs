@@ -84,6 +84,11 @@ struct PrefillArgs {
     #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000,
           value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     session_ttl_ms: u64,
+    /// Most KV blocks the prefix index records over all targets (about 120 bytes each); past it
+    /// new blocks are not recorded, which can only under-state an overlap.
+    #[arg(long, env = "INFERA_KV_INDEX_MAX_BLOCKS", default_value_t = 4_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    kv_index_max_blocks: u64,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -119,6 +124,8 @@ pub struct Config {
     pub etcd: Vec<String>,
     /// Routing settings at start.
     pub settings: Settings,
+    /// The KV prefix index's block budget.
+    pub kv_index_max_blocks: usize,
     /// Admin bearer token.
     pub admin_token: Option<String>,
     /// RNG seed.
@@ -173,6 +180,7 @@ impl TryFrom<Args> for Config {
             },
             etcd: a.registry.etcd,
             settings,
+            kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             seed: a.admin.seed,
             telemetry: a.telemetry.into_config("infera-control")?,

@@ -21,6 +21,10 @@ pub struct CandidateTerms {
     pub cost: f64,
     /// Whether it was the session's previous prefill target.
     pub session_affinity: bool,
+    /// Prefill: leading prompt pages the target holds.
+    pub overlap_pages: u32,
+    /// Prefill: prompt tokens those pages cover.
+    pub cached_tokens: u64,
 }
 
 /// One routing decision.

@@ -77,7 +77,8 @@ pub async fn run(
     let core = RoutingState::new(View::new(config.workers), settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
-    let state = ControlState::new(core, ControlMetrics::register(&mut registry), persist_to);
+    let kv = router::KvIndex::new(config.kv_index_max_blocks);
+    let state = ControlState::new(core, kv, ControlMetrics::register(&mut registry), persist_to);
     state.publish_loads();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;

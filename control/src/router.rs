@@ -14,6 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use infera_kv::hash::PageHash;
+use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId, Role, Target,
     WorkerId, WorkerRecord,
@@ -77,6 +79,9 @@ pub struct ReservationRow {
 /// An ended reservation and the load it left behind.
 pub type Ended = (Reservation, LoadChange);
 
+/// The KV prefix index as control keeps it: per target key.
+pub type KvIndex = PrefixIndex<TargetKey>;
+
 /// The pure routing core.
 #[derive(Debug)]
 pub struct RoutingState<R> {
@@ -86,6 +91,8 @@ pub struct RoutingState<R> {
     settings: Settings,
     rng: R,
     scratch: Vec<Candidate>,
+    /// Reused buffers of the overlap query.
+    kv_scratch: (Vec<PageHash>, Vec<TargetKey>, Vec<u32>),
 }
 
 impl<R: Rng> RoutingState<R> {
@@ -99,14 +106,17 @@ impl<R: Rng> RoutingState<R> {
             settings,
             rng,
             scratch: Vec::new(),
+            kv_scratch: Default::default(),
         })
     }
 
-    /// Picks and books a target for one request.
+    /// Picks and books a target for one request. Prefill picks that carry page hashes are credited
+    /// with the overlap `kv` reports per candidate.
     pub fn pick(
         &mut self,
         kind: PickKind,
         req: &PickRequest,
+        kv: Option<&KvIndex>,
         want_decision: bool,
         now: Instant,
         wall: SystemTime,
@@ -114,6 +124,11 @@ impl<R: Rng> RoutingState<R> {
         self.ledger.check_lease(req.lease, now)?;
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
+        if let (PickKind::Prefill, Some(index)) = (kind, kv)
+            && !req.page_hashes.is_empty()
+        {
+            credit_overlap(&mut self.scratch, &mut self.kv_scratch, index, req);
+        }
         let choice = match kind {
             PickKind::Decode => {
                 scoring::choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng)
@@ -128,11 +143,12 @@ impl<R: Rng> RoutingState<R> {
             ),
         };
         let chosen = self.scratch[choice.index];
+        // A prefill books the tokens it has to compute: what the target does not hold already.
         let booking = Booking {
             kind,
             target: chosen.key,
             request_id: req.request_id.clone(),
-            input_tokens: req.input_tokens,
+            input_tokens: req.input_tokens - chosen.cached_tokens,
         };
         let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
@@ -278,13 +294,15 @@ impl<R: Rng> RoutingState<R> {
     ) -> CandidateTerms {
         let cost = match kind {
             PickKind::Decode => scoring::decode_cost(c.load, tokens, self.settings.weight),
-            PickKind::Prefill => scoring::prefill_cost(c.load, tokens),
+            PickKind::Prefill => scoring::prefill_cost(c.load, tokens, c.cached_tokens),
         };
         CandidateTerms {
             target: self.view.slot(c.key).target.clone(),
             load: c.load,
             cost,
             session_affinity: affinity == Some(c.key),
+            overlap_pages: c.overlap_pages,
+            cached_tokens: c.cached_tokens,
         }
     }
 
@@ -331,5 +349,26 @@ impl<R: Rng> RoutingState<R> {
                 (r, change)
             })
             .collect()
+    }
+}
+
+/// Fills each prefill candidate's overlap from the index; only targets whose page size is the one
+/// the prompt was hashed with can match.
+fn credit_overlap(
+    candidates: &mut [Candidate],
+    (hashes, keys, out): &mut (Vec<PageHash>, Vec<TargetKey>, Vec<u32>),
+    index: &KvIndex,
+    req: &PickRequest,
+) {
+    hashes.clear();
+    hashes.extend(req.page_hashes.iter().map(|&h| PageHash(h)));
+    keys.clear();
+    keys.extend(candidates.iter().map(|c| c.key));
+    index.overlaps(hashes, keys, out);
+    for (c, &pages) in candidates.iter_mut().zip(out.iter()) {
+        if c.page_size == req.page_size && pages > 0 {
+            c.overlap_pages = pages;
+            c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
+        }
     }
 }

@@ -8,8 +8,10 @@
 //!
 //! The incoming request is not in its own held term: `held_requests` is what the target held
 //! before this pick. Prefill cost is the in-flight prefill load, `booked_input_tokens +
-//! request_tokens`; session affinity keeps a session on its previous prefill target unless
-//! that target costs more than the cheapest by the slack.
+//! request_tokens - cached_tokens`, where `cached_tokens` is what the KV prefix index says the
+//! target already holds of this prompt (zero without a tokenizer or KV events); session affinity
+//! keeps a session on its previous prefill target unless that target costs more than the cheapest
+//! by the slack.
 
 use infera_proto::types::{DecodePolicy, RequestWeight};
 use rand::Rng;
@@ -32,6 +34,19 @@ pub struct Candidate {
     pub position: usize,
     /// What it holds before this pick.
     pub load: Load,
+    /// Tokens per KV page of the target's worker.
+    pub page_size: u32,
+    /// Prefill: the prompt's leading pages the KV index says the target holds.
+    pub overlap_pages: u32,
+    /// Prefill: the prompt tokens those pages cover (at most the request's tokens).
+    pub cached_tokens: u64,
+}
+
+impl Candidate {
+    /// A candidate with no KV overlap (yet).
+    pub fn new(key: TargetKey, position: usize, load: Load, page_size: u32) -> Self {
+        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0 }
+    }
 }
 
 /// The decode cost of a candidate.
@@ -39,9 +54,11 @@ pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f6
     load.booked_input_tokens as f64 + request_tokens as f64 + weight.get() * load.held_requests as f64
 }
 
-/// The prefill cost of a candidate: the prefill tokens in flight there once this one is added.
-pub fn prefill_cost(load: Load, request_tokens: u64) -> f64 {
-    load.booked_input_tokens as f64 + request_tokens as f64
+/// The prefill cost of a candidate: the prefill tokens in flight there once this one is added,
+/// counting only the tokens of this one the target does not hold in its KV cache already
+/// (DESIGN §4: load minus overlap credit).
+pub fn prefill_cost(load: Load, request_tokens: u64, cached_tokens: u64) -> f64 {
+    load.booked_input_tokens as f64 + request_tokens.saturating_sub(cached_tokens) as f64
 }
 
 /// Index (into `costs`) of the lowest cost; ties are broken uniformly at random with one pass

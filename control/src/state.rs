@@ -1,7 +1,7 @@
 //! The effectful shell around the pure core: one lock, the clock, metrics and decision fan-out.
 //! Both gRPC services and the lease reaper go through [`ControlState`].
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
@@ -14,7 +14,7 @@ use crate::decisions::DecisionHub;
 use crate::error::ControlError;
 use crate::ledger::Load;
 use crate::metrics::ControlMetrics;
-use crate::router::{Ended, Picked, ReservationRow, RoutingState};
+use crate::router::{Ended, KvIndex, Picked, ReservationRow, RoutingState};
 use crate::settings::Settings;
 use crate::view::Slot;
 
@@ -22,6 +22,9 @@ use crate::view::Slot;
 #[derive(Debug)]
 pub struct ControlState {
     core: Mutex<RoutingState<SmallRng>>,
+    /// The KV prefix index: written by the event feed, read by prefill picks (under the core lock,
+    /// always taken in that order).
+    kv: RwLock<KvIndex>,
     metrics: ControlMetrics,
     decisions: DecisionHub,
     /// etcd endpoints to persist admin changes to (`--etcd`).
@@ -32,10 +35,22 @@ impl ControlState {
     /// Wraps a core.
     pub fn new(
         core: RoutingState<SmallRng>,
+        kv: KvIndex,
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
-        Arc::new(Self { core: Mutex::new(core), metrics, decisions: DecisionHub::new(4096), persist_to })
+        Arc::new(Self {
+            core: Mutex::new(core),
+            kv: RwLock::new(kv),
+            metrics,
+            decisions: DecisionHub::new(4096),
+            persist_to,
+        })
+    }
+
+    /// The KV index, for the event feed and the metrics.
+    pub fn kv(&self) -> &RwLock<KvIndex> {
+        &self.kv
     }
 
     fn persist(&self, s: &Settings) {
@@ -89,7 +104,8 @@ impl ControlState {
         let (result, mode) = {
             let mut core = self.core();
             let mode = core.settings().mode;
-            (core.pick(kind, req, watched, Instant::now(), SystemTime::now()), mode)
+            let kv = self.kv.read().expect("kv index poisoned by an earlier panic");
+            (core.pick(kind, req, Some(&kv), watched, Instant::now(), SystemTime::now()), mode)
         };
         let mode = if kind == PickKind::Decode { mode.as_str() } else { "-" };
         let seconds = started.elapsed().as_secs_f64();

@@ -179,7 +179,7 @@ impl View {
         let slots = &self.slots;
         out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
             let s = &slots[key.index()];
-            (s.live && !s.drained).then(|| Candidate { key, position, load: load(key) })
+            (s.live && !s.drained).then(|| Candidate::new(key, position, load(key), s.worker.page_size))
         }));
         if out.is_empty() {
             return Err(ControlError::NoEligibleTarget { model: model.clone(), kind });

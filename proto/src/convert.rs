@@ -6,9 +6,9 @@ use std::time::SystemTime;
 
 use crate::pb;
 use crate::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_REQUEST_TOKENS, ModelName, PickKind,
-    PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey, Target,
-    WeightError, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS,
+    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId, Role,
+    SessionKey, Target, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -87,12 +87,21 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
             Problem::TooLarge { value: m.input_tokens, max: MAX_REQUEST_TOKENS },
         ));
     }
+    if m.page_hashes.len() > MAX_PAGE_HASHES {
+        let value = m.page_hashes.len() as u64;
+        return Err(err("page_hashes", Problem::TooLarge { value, max: MAX_PAGE_HASHES as u64 }));
+    }
+    if !m.page_hashes.is_empty() && m.page_size == 0 {
+        return Err(err("page_size", Problem::NotAllowed("must be positive when page_hashes are given")));
+    }
     Ok(PickRequest {
         lease: lease_id("lease_id", &m.lease_id)?,
         request_id: RequestId::new(non_empty("request_id", m.request_id)?),
         model: ModelName::new(non_empty("model", m.model)?),
         input_tokens: m.input_tokens,
         session: (!m.session_key.is_empty()).then(|| SessionKey::new(m.session_key)),
+        page_size: if m.page_hashes.is_empty() { 0 } else { m.page_size },
+        page_hashes: m.page_hashes,
     })
 }
 
@@ -242,6 +251,8 @@ mod tests {
             model: model.into(),
             input_tokens: tokens,
             session_key: String::new(),
+            page_hashes: Vec::new(),
+            page_size: 0,
         }
     }
 

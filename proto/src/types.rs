@@ -9,5 +9,5 @@ pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
 pub use modes::{DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError};
-pub use pick::{MAX_REQUEST_TOKENS, PickRequest};
+pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
 pub use worker::{KvEventsSource, Role, WorkerRecord};

@@ -172,6 +172,8 @@ impl ControlLink {
                 model: model.to_owned(),
                 input_tokens: facts.input_tokens,
                 session_key: facts.session.clone().unwrap_or_default(),
+                page_hashes: Vec::new(),
+                page_size: 0,
             };
             let mut req = tonic::Request::new(msg);
             // The RPC itself may take longer than the pick deadline: if control books after

@@ -58,12 +58,14 @@ impl Fixture {
             model: ModelName::new(model),
             input_tokens: tokens,
             session: session.map(SessionKey::new),
+            page_hashes: Vec::new(),
+            page_size: 0,
         }
     }
 
     fn pick(&mut self, kind: PickKind, model: &str, tokens: u64) -> Result<Picked, ControlError> {
         let req = self.req(model, tokens, None);
-        self.core.pick(kind, &req, true, self.now, SystemTime::now())
+        self.core.pick(kind, &req, None, true, self.now, SystemTime::now())
     }
 
     fn decode(&mut self, tokens: u64) -> Picked {
@@ -207,7 +209,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     );
     let pick = |f: &mut Fixture, tokens, session| {
         let req = f.req("m", tokens, Some(session));
-        f.core.pick(PickKind::Prefill, &req, true, f.now, SystemTime::now()).unwrap()
+        f.core.pick(PickKind::Prefill, &req, None, true, f.now, SystemTime::now()).unwrap()
     };
     let home = rank(&pick(&mut f, 100, "s1"));
     // Home costs 200 against 100 elsewhere: within the 1,000-token slack, the session stays.
@@ -283,5 +285,106 @@ proptest! {
         }
         for id in held { f.core.release(id).unwrap(); }
         prop_assert_eq!(f.core.total_load(), Load::default());
+    }
+}
+
+mod kv {
+    use infera_kv::event::{KvEvent, Medium};
+    use infera_kv::hash::page_hashes;
+
+    use super::*;
+
+    const PS: u32 = 16;
+
+    fn prefill_pool(page_size: u32) -> Fixture {
+        let mut p = worker("p", Role::Prefill, "m", 2);
+        p.page_size = page_size;
+        Fixture::new(vec![p], settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin))
+    }
+
+    fn key(f: &mut Fixture, r: u32) -> TargetKey {
+        f.core.view_mut().worker_targets(&WorkerId::new("p"), Some(DpRank(r))).unwrap()[0]
+    }
+
+    /// An index where rank `r` holds the first `pages` pages of `prompt`.
+    fn index_holding(key: TargetKey, prompt: &[u32], pages: usize) -> KvIndex {
+        let mut index = KvIndex::new(1 << 20);
+        let hashes = page_hashes(prompt, PS as usize);
+        index.apply(
+            key,
+            &KvEvent::BlockStored {
+                block_hashes: hashes[..pages].iter().map(|h| h.0).collect(),
+                parent_block_hash: None,
+                token_ids: prompt[..pages * PS as usize].iter().map(|&t| u64::from(t)).collect(),
+                block_size: PS,
+                medium: Medium::Gpu,
+            },
+        );
+        index
+    }
+
+    fn kv_pick(f: &mut Fixture, index: &KvIndex, prompt: &[u32], page_size: u32) -> Picked {
+        let mut req = f.req("m", prompt.len() as u64, None);
+        req.page_hashes = page_hashes(prompt, page_size as usize).iter().map(|h| h.0).collect();
+        req.page_size = page_size;
+        f.core.pick(PickKind::Prefill, &req, Some(index), true, f.now, SystemTime::now()).unwrap()
+    }
+
+    #[test]
+    fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
+        let mut f = prefill_pool(PS);
+        let prompt: Vec<u32> = (0..1_000).collect();
+        let holder = key(&mut f, 1);
+        let index = index_holding(holder, &prompt, 40);
+        for _ in 0..3 {
+            let p = kv_pick(&mut f, &index, &prompt, PS);
+            assert_eq!(rank(&p), 1);
+            assert_eq!((p.chosen.overlap_pages, p.chosen.cached_tokens), (40, 640));
+            let d = p.decision.unwrap();
+            let other = d.candidates.iter().find(|c| c.target.rank.0 == 0).unwrap();
+            assert_eq!(
+                (other.overlap_pages, other.cached_tokens),
+                (0, 0),
+                "the decision shows every overlap"
+            );
+            f.core.release(p.reservation).unwrap();
+        }
+        // Booked: the 360 tokens rank 1 still has to compute, not the 1,000 of the prompt.
+        let p = kv_pick(&mut f, &index, &prompt, PS);
+        assert_eq!(f.core.target_rows(&[holder])[0].1.booked_input_tokens, 360);
+        f.core.release(p.reservation).unwrap();
+    }
+
+    #[test]
+    fn load_outweighs_an_overlap_that_saves_less_than_it_costs() {
+        let mut f = prefill_pool(PS);
+        let prompt: Vec<u32> = (0..1_000).collect();
+        let holder = key(&mut f, 1);
+        let index = index_holding(holder, &prompt, 40);
+        // Rank 1 already computes 5,000 tokens: 5,000 + 360 against 0 + 1,000 on rank 0.
+        let req = f.req("m", 5_000, None);
+        loop {
+            let p = f.core.pick(PickKind::Prefill, &req, None, false, f.now, SystemTime::now()).unwrap();
+            if rank(&p) == 1 {
+                break;
+            }
+            f.core.release(p.reservation).unwrap();
+        }
+        let p = kv_pick(&mut f, &index, &prompt, PS);
+        assert_eq!(rank(&p), 0);
+        assert_eq!(
+            p.decision.unwrap().candidates.iter().map(|c| c.cost).collect::<Vec<_>>(),
+            vec![1_000.0, 5_360.0]
+        );
+    }
+
+    #[test]
+    fn a_prompt_hashed_with_another_page_size_gets_no_credit() {
+        let mut f = prefill_pool(PS);
+        let prompt: Vec<u32> = (0..1_000).collect();
+        let holder = key(&mut f, 1);
+        let index = index_holding(holder, &prompt, 40);
+        let p = kv_pick(&mut f, &index, &prompt, 32);
+        assert!(p.decision.unwrap().candidates.iter().all(|c| c.cached_tokens == 0));
     }
 }

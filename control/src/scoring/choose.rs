@@ -69,7 +69,7 @@ pub fn choose_prefill(
     now: Instant,
     rng: &mut impl Rng,
 ) -> Choice {
-    let cost = |c: &Candidate| prefill_cost(c.load, req.input_tokens);
+    let cost = |c: &Candidate| prefill_cost(c.load, req.input_tokens, c.cached_tokens);
     let (low, min) = lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
     let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
     let sticky = affinity

@@ -4,11 +4,12 @@ use rand::{SeedableRng, rngs::SmallRng};
 use super::*;
 
 fn cand(position: usize, tokens: u64, held: u64) -> Candidate {
-    Candidate {
-        key: TargetKey::from_index(position as u32),
+    Candidate::new(
+        TargetKey::from_index(position as u32),
         position,
-        load: Load { booked_input_tokens: tokens, held_requests: held },
-    }
+        Load { booked_input_tokens: tokens, held_requests: held },
+        1,
+    )
 }
 
 #[test]

@@ -49,6 +49,8 @@ pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -
         request_weight: w.get(),
         cost: c.cost,
         session_affinity: c.session_affinity,
+        overlap_pages: c.overlap_pages,
+        cached_tokens: c.cached_tokens,
     }
 }
 

@@ -108,6 +108,8 @@ pub(crate) fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
         model: model.into(),
         input_tokens: tokens,
         session_key: String::new(),
+        page_hashes: Vec::new(),
+        page_size: 0,
     }
 }
 

@@ -6,6 +6,9 @@ use super::{LeaseId, ModelName, RequestId, SessionKey};
 /// context, small enough that no sum in the ledger can overflow or lose precision.
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 28;
 
+/// The most page hashes a pick may carry (2^20 pages: a 16 M-token prompt at page size 16).
+pub const MAX_PAGE_HASHES: usize = 1 << 20;
+
 /// One request asking for a target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PickRequest {
@@ -19,4 +22,8 @@ pub struct PickRequest {
     pub input_tokens: u64,
     /// Multi-turn session key, for prefill affinity.
     pub session: Option<SessionKey>,
+    /// The prompt's page hashes (`infera_kv::hash`), for KV-aware prefill; empty = unknown.
+    pub page_hashes: Vec<i64>,
+    /// Tokens per page of `page_hashes` (0 when there are none).
+    pub page_size: u32,
 }

@@ -1,0 +1,263 @@
+//! The prefix index: which target holds which pages, built from KV events, asked how many leading
+//! pages of a prompt each candidate already has.
+//!
+//! Keys are *our* page hashes ([`crate::hash`]), computed from the token ids every `BlockStored`
+//! carries and chained on the parent block's digest, not the engine's published hashes: a
+//! namespaced engine (`cache_salt`, LoRA, `format: "dynamo"`) publishes different hashes for the
+//! same tokens, and the proxy only knows the tokens. The engine's hashes are kept per target only
+//! to find a block again when it is removed or named as a parent.
+//!
+//! A page hash covers every page before it, so "target holds hash `h_i`" means "target holds the
+//! first `i + 1` pages"; the overlap of a prompt with a target is the length of the leading run of
+//! its hashes the target holds.
+//!
+//! Only device-resident blocks count (`GPU`, or no medium given): a HiCache host or disk copy is
+//! ignored, so an evicted GPU block stops counting even while a slower copy remains.
+//!
+//! The index is pure and single-threaded; callers share it behind a lock (ingest takes it for one
+//! batch, a query for one prompt). Memory is bounded by a block budget: past it, new blocks are not
+//! recorded (counted), which can only under-state an overlap, never invent one.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::Hash;
+
+use crate::event::{EventBatch, KvEvent, Medium};
+use crate::hash::{ChainDigest, PageHash, chain_page};
+
+/// Bytes one recorded block costs, roughly: its entry in the target's engine-hash map (key, our
+/// hash, digest) plus its holder entry, with hash-map overhead. Used for the reported size.
+const BYTES_PER_BLOCK: usize = 8 + 8 + 32 + 8 + 16 + 48;
+
+/// One block a target holds.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    page: PageHash,
+    digest: ChainDigest,
+}
+
+/// Counters of what ingest did; all only grow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IngestCounts {
+    /// Blocks recorded.
+    pub stored: u64,
+    /// Blocks forgotten by `BlockRemoved`.
+    pub removed: u64,
+    /// `AllBlocksCleared` events (and target resets).
+    pub cleared: u64,
+    /// Stored blocks whose parent the index does not hold (missed events): not recorded.
+    pub orphans: u64,
+    /// Removals of blocks the index does not hold.
+    pub unknown_removals: u64,
+    /// Blocks not recorded because the budget was full.
+    pub over_budget: u64,
+    /// Events about media other than the GPU pool, ignored.
+    pub other_medium: u64,
+}
+
+/// Size and counters, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Blocks recorded now, over all targets.
+    pub blocks: usize,
+    /// Targets with at least one block.
+    pub targets: usize,
+    /// Approximate bytes the recorded blocks take.
+    pub bytes: usize,
+    /// The block budget.
+    pub max_blocks: usize,
+    /// What ingest did so far.
+    pub counts: IngestCounts,
+}
+
+/// The prefix index over targets named by `K` (a caller's dense, copyable key).
+#[derive(Debug)]
+pub struct PrefixIndex<K> {
+    /// Our page hash → the targets holding it, each with how many of its engine blocks map there
+    /// (two namespaced engine blocks can carry the same tokens).
+    holders: HashMap<PageHash, Vec<(K, u32)>>,
+    /// Per target: engine block hash → the block.
+    targets: HashMap<K, HashMap<i64, Block>>,
+    blocks: usize,
+    max_blocks: usize,
+    counts: IngestCounts,
+}
+
+impl<K: Copy + Eq + Hash> PrefixIndex<K> {
+    /// An empty index that records at most `max_blocks` blocks.
+    pub fn new(max_blocks: usize) -> Self {
+        Self {
+            holders: HashMap::new(),
+            targets: HashMap::new(),
+            blocks: 0,
+            max_blocks,
+            counts: IngestCounts::default(),
+        }
+    }
+
+    /// Applies one batch of a target's events, in order.
+    pub fn apply_batch(&mut self, target: K, batch: &EventBatch) {
+        for event in &batch.events {
+            self.apply(target, event);
+        }
+    }
+
+    /// Applies one event of a target.
+    pub fn apply(&mut self, target: K, event: &KvEvent) {
+        match event {
+            KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium } => {
+                if *medium != Medium::Gpu {
+                    self.counts.other_medium += 1;
+                    return;
+                }
+                self.store(target, block_hashes, *parent_block_hash, token_ids, *block_size);
+            }
+            KvEvent::BlockRemoved { block_hashes, medium } => {
+                if *medium != Medium::Gpu {
+                    self.counts.other_medium += 1;
+                    return;
+                }
+                for h in block_hashes {
+                    self.remove_block(target, *h);
+                }
+            }
+            KvEvent::AllBlocksCleared => self.clear_target(target),
+        }
+    }
+
+    /// Forgets everything a target holds (cache reset, lost events, the worker left).
+    pub fn clear_target(&mut self, target: K) {
+        self.counts.cleared += 1;
+        let Some(blocks) = self.targets.remove(&target) else {
+            return;
+        };
+        self.blocks -= blocks.len();
+        for block in blocks.values() {
+            self.unhold(target, block.page);
+        }
+    }
+
+    /// Leading pages of `hashes` that `target` holds.
+    pub fn overlap(&self, hashes: &[PageHash], target: K) -> usize {
+        hashes
+            .iter()
+            .take_while(|h| self.holders.get(h).is_some_and(|hs| hs.iter().any(|(k, _)| *k == target)))
+            .count()
+    }
+
+    /// Leading pages of `hashes` each of `targets` holds, into `out` (same order as `targets`).
+    /// One pass over the prompt for all candidates; stops at the first page nobody left holds.
+    pub fn overlaps(&self, hashes: &[PageHash], targets: &[K], out: &mut Vec<u32>) {
+        out.clear();
+        out.resize(targets.len(), 0);
+        for (depth, h) in hashes.iter().enumerate() {
+            let Some(hs) = self.holders.get(h) else { break };
+            let mut alive = 0;
+            for (i, t) in targets.iter().enumerate() {
+                if out[i] as usize == depth && hs.iter().any(|(k, _)| k == t) {
+                    out[i] += 1;
+                    alive += 1;
+                }
+            }
+            if alive == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Size and counters.
+    pub fn stats(&self) -> IndexStats {
+        IndexStats {
+            blocks: self.blocks,
+            targets: self.targets.values().filter(|b| !b.is_empty()).count(),
+            bytes: self.blocks * BYTES_PER_BLOCK,
+            max_blocks: self.max_blocks,
+            counts: self.counts,
+        }
+    }
+
+    fn store(&mut self, target: K, engine: &[i64], parent: Option<i64>, tokens: &[u64], block_size: u32) {
+        let blocks = self.targets.entry(target).or_default();
+        let mut prior = match parent {
+            None => None,
+            Some(p) => match blocks.get(&p) {
+                Some(b) => Some(b.digest),
+                None => {
+                    self.counts.orphans += engine.len() as u64;
+                    return;
+                }
+            },
+        };
+        let size = block_size.max(1) as usize;
+        let mut pages = tokens.chunks(size);
+        for &h in engine {
+            // Fewer token pages than hashes: a malformed event; what is left cannot be keyed.
+            let Some(page) = pages.next() else {
+                self.counts.orphans += 1;
+                return;
+            };
+            let digest = chain_page(prior.as_ref(), page);
+            prior = Some(digest);
+            let block = Block { page: digest.page_hash(), digest };
+            match blocks.entry(h) {
+                Entry::Occupied(mut e) => {
+                    // Stored again (a replayed batch, a re-insert): same tokens, same key.
+                    let old = e.insert(block);
+                    if old.page != block.page {
+                        Self::unhold_in(&mut self.holders, target, old.page);
+                        Self::hold_in(&mut self.holders, target, block.page);
+                    }
+                }
+                Entry::Vacant(e) => {
+                    if self.blocks >= self.max_blocks {
+                        self.counts.over_budget += 1;
+                        continue;
+                    }
+                    e.insert(block);
+                    self.blocks += 1;
+                    self.counts.stored += 1;
+                    Self::hold_in(&mut self.holders, target, block.page);
+                }
+            }
+        }
+    }
+
+    fn remove_block(&mut self, target: K, engine_hash: i64) {
+        let Some(block) = self.targets.get_mut(&target).and_then(|b| b.remove(&engine_hash)) else {
+            self.counts.unknown_removals += 1;
+            return;
+        };
+        self.blocks -= 1;
+        self.counts.removed += 1;
+        self.unhold(target, block.page);
+    }
+
+    fn unhold(&mut self, target: K, page: PageHash) {
+        Self::unhold_in(&mut self.holders, target, page);
+    }
+
+    fn hold_in(holders: &mut HashMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
+        let hs = holders.entry(page).or_default();
+        match hs.iter_mut().find(|(k, _)| *k == target) {
+            Some((_, n)) => *n += 1,
+            None => hs.push((target, 1)),
+        }
+    }
+
+    fn unhold_in(holders: &mut HashMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
+        let Entry::Occupied(mut e) = holders.entry(page) else { return };
+        let hs = e.get_mut();
+        if let Some(i) = hs.iter().position(|(k, _)| *k == target) {
+            hs[i].1 -= 1;
+            if hs[i].1 == 0 {
+                hs.swap_remove(i);
+            }
+        }
+        if hs.is_empty() {
+            e.remove();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

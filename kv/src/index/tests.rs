@@ -1,0 +1,190 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::hash::page_hashes;
+
+const PS: u32 = 4;
+
+/// Engine hashes for a prompt's pages: SGLang's own (no namespace) xor a salt (a namespaced engine).
+fn engine_hashes(tokens: &[u32], salt: i64) -> Vec<i64> {
+    page_hashes(tokens, PS as usize).into_iter().map(|h| h.0 ^ salt).collect()
+}
+
+/// The `BlockStored` for pages `from..to` of a prompt, chained on page `from - 1`.
+fn stored(tokens: &[u32], from: usize, to: usize, salt: i64) -> KvEvent {
+    let engine = engine_hashes(tokens, salt);
+    let ps = PS as usize;
+    KvEvent::BlockStored {
+        block_hashes: engine[from..to].to_vec(),
+        parent_block_hash: from.checked_sub(1).map(|p| engine[p]),
+        token_ids: tokens[from * ps..to * ps].iter().map(|&t| u64::from(t)).collect(),
+        block_size: PS,
+        medium: Medium::Gpu,
+    }
+}
+
+fn removed(tokens: &[u32], pages: &[usize], salt: i64) -> KvEvent {
+    let engine = engine_hashes(tokens, salt);
+    KvEvent::BlockRemoved { block_hashes: pages.iter().map(|&p| engine[p]).collect(), medium: Medium::Gpu }
+}
+
+fn prompt(seed: u32, pages: usize) -> Vec<u32> {
+    (0..pages as u32 * PS).map(|i| seed * 1000 + i).collect()
+}
+
+#[test]
+fn overlap_is_the_leading_run_of_held_pages() {
+    let mut index = PrefixIndex::new(1000);
+    let p = prompt(1, 6);
+    index.apply(7u32, &stored(&p, 0, 2, 0));
+    index.apply(7, &stored(&p, 2, 5, 0));
+    let q = page_hashes(&p, PS as usize);
+    assert_eq!(index.overlap(&q, 7), 5);
+    assert_eq!(index.overlap(&q, 8), 0);
+    // A prompt that diverges in page 3 shares 3 pages.
+    let mut other = p.clone();
+    other[3 * PS as usize] = 99_999;
+    assert_eq!(index.overlap(&page_hashes(&other, PS as usize), 7), 3);
+    // The middle page goes: the run stops before it.
+    index.apply(7, &removed(&p, &[2], 0));
+    assert_eq!(index.overlap(&q, 7), 2);
+    let mut out = Vec::new();
+    index.overlaps(&q, &[8, 7], &mut out);
+    assert_eq!(out, vec![0, 2]);
+    assert_eq!(index.stats().blocks, 4);
+    index.apply(7, &KvEvent::AllBlocksCleared);
+    assert_eq!(index.overlap(&q, 7), 0);
+    assert_eq!(index.stats().blocks, 0);
+    assert!(index.holders.is_empty(), "no holder entry outlives its blocks");
+}
+
+#[test]
+fn namespaced_engine_hashes_key_on_tokens() {
+    let mut index = PrefixIndex::new(1000);
+    let p = prompt(2, 3);
+    // Two salts: two engine chains with the same tokens on one target.
+    index.apply(1u32, &stored(&p, 0, 3, 0x5a5a));
+    index.apply(1, &stored(&p, 0, 3, 0x1234));
+    let q = page_hashes(&p, PS as usize);
+    assert_eq!(index.overlap(&q, 1), 3);
+    index.apply(1, &removed(&p, &[0, 1, 2], 0x5a5a));
+    assert_eq!(index.overlap(&q, 1), 3, "the other chain still holds the pages");
+    index.apply(1, &removed(&p, &[0], 0x1234));
+    assert_eq!(index.overlap(&q, 1), 0);
+}
+
+#[test]
+fn what_cannot_be_keyed_is_counted_not_guessed() {
+    let mut index = PrefixIndex::new(3);
+    let p = prompt(3, 6);
+    // Parent never seen (events missed): nothing recorded.
+    index.apply(1u32, &stored(&p, 2, 4, 0));
+    assert_eq!(index.stats().counts.orphans, 2);
+    // Budget of 3 blocks: the rest is dropped, the overlap stays honest.
+    index.apply(1, &stored(&p, 0, 6, 0));
+    let stats = index.stats();
+    assert_eq!((stats.blocks, stats.counts.over_budget), (3, 3));
+    assert_eq!(index.overlap(&page_hashes(&p, PS as usize), 1), 3);
+    // Host-tier copies and unknown removals change nothing.
+    index.apply(1, &KvEvent::BlockRemoved { block_hashes: engine_hashes(&p, 0), medium: Medium::CpuPinned });
+    index.apply(1, &removed(&prompt(4, 1), &[0], 0));
+    let stats = index.stats();
+    assert_eq!((stats.blocks, stats.counts.other_medium, stats.counts.unknown_removals), (3, 1, 1));
+}
+
+#[test]
+fn a_replayed_batch_changes_nothing() {
+    let mut index = PrefixIndex::new(100);
+    let p = prompt(5, 4);
+    let batch = EventBatch { ts: 0.0, events: vec![stored(&p, 0, 4, 0)], attn_dp_rank: Some(0) };
+    index.apply_batch(0u32, &batch);
+    let before = index.stats().blocks;
+    index.apply_batch(0, &batch);
+    assert_eq!(index.stats().blocks, before);
+    index.apply(0, &removed(&p, &[3], 0));
+    assert_eq!(index.overlap(&page_hashes(&p, PS as usize), 0), 3);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Store pages `0..n` of document `doc` on `target` (parents first, as an engine does).
+    Store {
+        target: u8,
+        doc: u8,
+        n: usize,
+    },
+    /// Remove the deepest page of document `doc` on `target`.
+    Evict {
+        target: u8,
+        doc: u8,
+    },
+    Clear {
+        target: u8,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..3u8, 0..4u8, 1..6usize).prop_map(|(target, doc, n)| Op::Store { target, doc, n }),
+        2 => (0..3u8, 0..4u8).prop_map(|(target, doc)| Op::Evict { target, doc }),
+        1 => (0..3u8).prop_map(|target| Op::Clear { target }),
+    ]
+}
+
+/// Documents that share prefixes: doc d = a common first two pages, then pages of its own.
+fn doc(d: u8) -> Vec<u32> {
+    let mut t = prompt(0, 2);
+    t.extend(prompt(u32::from(d) + 1, 4));
+    t
+}
+
+proptest! {
+    /// Against a model that keeps, per target, the set of full token prefixes held: the index's
+    /// overlap for every document equals the model's, and its block count equals the model's.
+    #[test]
+    fn the_index_agrees_with_a_model(ops in prop::collection::vec(op(), 1..60)) {
+        let mut index = PrefixIndex::new(usize::MAX);
+        let mut model: HashMap<u8, HashMap<i64, Vec<u32>>> = HashMap::new();
+        let ps = PS as usize;
+        for op in ops {
+            match op {
+                Op::Store { target, doc: d, n } => {
+                    let t = doc(d);
+                    index.apply(target, &stored(&t, 0, n, 0));
+                    let m = model.entry(target).or_default();
+                    for (i, h) in engine_hashes(&t, 0).into_iter().take(n).enumerate() {
+                        m.insert(h, t[..(i + 1) * ps].to_vec());
+                    }
+                }
+                Op::Evict { target, doc: d } => {
+                    let t = doc(d);
+                    let m = model.entry(target).or_default();
+                    let engine = engine_hashes(&t, 0);
+                    if let Some(deepest) = (0..engine.len()).rev().find(|&i| m.contains_key(&engine[i])) {
+                        index.apply(target, &removed(&t, &[deepest], 0));
+                        m.remove(&engine[deepest]);
+                    }
+                }
+                Op::Clear { target } => {
+                    index.apply(target, &KvEvent::AllBlocksCleared);
+                    model.remove(&target);
+                }
+            }
+        }
+        let total: usize = model.values().map(HashMap::len).sum();
+        prop_assert_eq!(index.stats().blocks, total);
+        for d in 0..4 {
+            let t = doc(d);
+            let q = page_hashes(&t, ps);
+            for target in 0..3u8 {
+                let held = model.get(&target);
+                let expect = (1..=q.len())
+                    .take_while(|&i| held.is_some_and(|m| m.values().any(|p| p[..] == t[..i * ps])))
+                    .count();
+                prop_assert_eq!(index.overlap(&q, target), expect, "doc {} target {}", d, target);
+            }
+        }
+    }
+}
