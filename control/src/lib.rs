@@ -72,9 +72,14 @@ pub async fn run(
     };
     let epoch: u32 = rand::random();
     let etcd = config.etcd;
-    let settings =
-        if etcd.is_empty() { config.settings } else { persist::load(&etcd, config.settings).await };
-    let core = RoutingState::new(View::new(config.workers), settings, epoch, rng)?;
+    let (settings, drains) = if etcd.is_empty() {
+        (config.settings, Vec::new())
+    } else {
+        persist::load(&etcd, config.settings).await
+    };
+    let mut view = View::new(config.workers);
+    view.drain_by_name(drains);
+    let core = RoutingState::new(view, settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = router::KvIndex::new(config.kv_index_max_blocks);

@@ -1,32 +1,82 @@
-//! Admin changes of W and the demand mode, persisted in etcd (`/infera/v1/config/…`) when
-//! control runs with `--etcd`, and read at start: what operators set at run time outlives a
+//! Admin changes of W, the demand mode and drains, persisted in etcd (`/infera/v1/config/…`)
+//! when control runs with `--etcd`, and read at start: what operators set at run time outlives a
 //! restart, and a second control starts with it. Persisted values win over the flags; a
 //! persisted pair that does not validate (W > 0 with mode off) is ignored with a warning.
+//!
+//! Drains are one value, `drained_targets`: the drained targets as `worker/rank` lines, written
+//! whole after every change (so it never holds half a change) and applied at start to targets
+//! whether their workers have registered yet or not.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use infera_proto::types::{DecodeInputDemand, RequestWeight};
+use infera_proto::types::{DecodeInputDemand, DpRank, RequestWeight, Target, WorkerId};
 
 use crate::settings::Settings;
 
 const MODE: &str = "decode_input_demand";
 const WEIGHT: &str = "decode_request_weight";
+const DRAINED: &str = "drained_targets";
 
-/// The settings to start with: the flags, overridden by what etcd holds.
-pub async fn load(endpoints: &[String], flags: Settings) -> Settings {
+/// What control starts with: the settings (flags overridden by etcd) and the persisted drains.
+pub async fn load(endpoints: &[String], flags: Settings) -> (Settings, Vec<Target>) {
     match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(endpoints)).await {
-        Ok(Ok(persisted)) => merge(flags, &persisted),
+        Ok(Ok(persisted)) => {
+            let drains = persisted.get(DRAINED).map(|v| parse_drains(v)).unwrap_or_default();
+            (merge(flags, &persisted), drains)
+        }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "cannot read persisted settings from etcd; using the flags");
-            flags
+            (flags, Vec::new())
         }
         Err(_) => {
-            tracing::warn!("etcd did not answer in 3 s; using the flags for W and the mode");
-            flags
+            tracing::warn!("etcd did not answer in 3 s; using the flags for W and the mode, no drains");
+            (flags, Vec::new())
         }
     }
+}
+
+/// Stores the drained set, latest first: one writer task takes the newest set whenever it changes,
+/// so two quick drains can never land in etcd in the wrong order.
+#[derive(Debug)]
+pub struct DrainSaver(tokio::sync::watch::Sender<Vec<Target>>);
+
+impl DrainSaver {
+    /// Starts the writer task.
+    pub fn start(endpoints: Vec<String>) -> Self {
+        let (tx, mut rx) = tokio::sync::watch::channel(Vec::new());
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let value: String = rx.borrow_and_update().iter().map(|t| format!("{t}\n")).collect();
+                if let Err(e) = infera_registry::config::store(&endpoints, &[(DRAINED, value)]).await {
+                    tracing::warn!(error = %e, "cannot persist the drains in etcd; they hold until control restarts");
+                }
+            }
+        });
+        Self(tx)
+    }
+
+    /// Hands the writer the drained set as it is now.
+    pub fn save(&self, drained: Vec<Target>) {
+        self.0.send_replace(drained);
+    }
+}
+
+fn parse_drains(value: &str) -> Vec<Target> {
+    value
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|line| {
+            let parsed = line
+                .rsplit_once('/')
+                .and_then(|(w, r)| Some(Target::new(WorkerId::new(w), DpRank(r.parse().ok()?))));
+            if parsed.is_none() {
+                tracing::warn!(%line, "ignoring a persisted drain that is not worker/rank");
+            }
+            parsed
+        })
+        .collect()
 }
 
 /// `flags` overridden by the persisted values that parse and validate together.
@@ -104,5 +154,12 @@ mod tests {
         let s = merge(flags(), &map(&[(MODE, "sideways"), (WEIGHT, "-1")]));
         assert_eq!(s, flags(), "values that do not parse are ignored");
         assert_eq!(merge(flags(), &BTreeMap::new()), flags());
+    }
+
+    #[test]
+    fn drains_are_worker_rank_lines() {
+        let t = |w: &str, r| Target::new(WorkerId::new(w), DpRank(r));
+        assert_eq!(parse_drains("d-0/3\nprefill-a/0\n\nbad\nx/y\n"), vec![t("d-0", 3), t("prefill-a", 0)]);
+        assert!(parse_drains("").is_empty());
     }
 }

@@ -29,6 +29,7 @@ pub struct ControlState {
     decisions: DecisionHub,
     /// etcd endpoints to persist admin changes to (`--etcd`).
     persist_to: Option<Vec<String>>,
+    drains: Option<crate::persist::DrainSaver>,
 }
 
 impl ControlState {
@@ -44,6 +45,7 @@ impl ControlState {
             kv: RwLock::new(kv),
             metrics,
             decisions: DecisionHub::new(4096),
+            drains: persist_to.clone().map(crate::persist::DrainSaver::start),
             persist_to,
         })
     }
@@ -242,6 +244,9 @@ impl ControlState {
         let mut core = self.core();
         let keys = core.set_drained(worker, rank, drained)?;
         tracing::info!(%worker, rank = ?rank.map(|r| r.0), drained, "drain flag changed");
+        if let Some(saver) = &self.drains {
+            saver.save(core.view_mut().drained_names());
+        }
         Ok(core.target_rows(&keys))
     }
 

@@ -5,7 +5,7 @@
 //! the life of the process (a worker that leaves and comes back gets its old key), so a
 //! reservation booked before a worker left still points at the right place when it ends.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
@@ -68,6 +68,8 @@ pub struct View {
     keys: HashMap<Target, TargetKey>,
     slots: Vec<Slot>,
     pools: HashMap<(ModelName, Role), Pool>,
+    /// Drains persisted for targets not registered yet: applied when they first appear.
+    pending_drains: HashSet<Target>,
 }
 
 impl View {
@@ -136,6 +138,28 @@ impl View {
         }
     }
 
+    /// Drains targets by name, whether they are registered yet or not (persisted drains read at
+    /// start, before the registry has delivered the workers).
+    pub fn drain_by_name(&mut self, targets: impl IntoIterator<Item = Target>) {
+        for t in targets {
+            match self.keys.get(&t) {
+                Some(k) => self.slots[k.index()].drained = true,
+                None => {
+                    self.pending_drains.insert(t);
+                }
+            }
+        }
+    }
+
+    /// Every drained target, registered or waiting to be, by name.
+    pub fn drained_names(&self) -> Vec<Target> {
+        let mut out: Vec<Target> =
+            self.slots.iter().filter(|s| s.drained).map(|s| s.target.clone()).collect();
+        out.extend(self.pending_drains.iter().cloned());
+        out.sort();
+        out
+    }
+
     /// All live targets, ordered by model, role and name.
     pub fn live_targets(&self) -> Vec<TargetKey> {
         let mut keys: Vec<TargetKey> = self.pools.values().flat_map(|p| p.keys.iter().copied()).collect();
@@ -196,7 +220,8 @@ impl View {
             return *k;
         }
         let key = TargetKey(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
-        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained: false });
+        let drained = self.pending_drains.remove(target);
+        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained });
         self.keys.insert(target.clone(), key);
         key
     }

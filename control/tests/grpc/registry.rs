@@ -101,3 +101,60 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
     assert_eq!(cfg.decode_request_weight, 180_000.0);
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    let first = Control::start_with(&["--etcd", &url], None).await;
+    let reg = Registration::start(vec![url.clone()], decode("decode-0", 2), Duration::from_secs(2));
+    eventually(Duration::from_secs(10), "decode-0 registered", || async {
+        decode_targets(&first).await == 2
+    })
+    .await;
+    let drain = pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1) };
+    first.admin().await.drain_target(drain).await.unwrap();
+    let endpoints = vec![url.clone()];
+    eventually(Duration::from_secs(10), "the drain persisted", || {
+        let endpoints = endpoints.clone();
+        async move {
+            let stored = infera_registry::config::load(&endpoints).await.unwrap_or_default();
+            stored.get("drained_targets").map(String::as_str) == Some("decode-0/1\n")
+        }
+    })
+    .await;
+    first.stop().await;
+
+    // A new control reads the drain before etcd has told it about decode-0; the drain applies
+    // when the worker arrives, and only to rank 1.
+    let second = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"], None).await;
+    eventually(Duration::from_secs(10), "decode-0 known again", || async {
+        decode_targets(&second).await == 2
+    })
+    .await;
+    let req = pb::ListTargetsRequest { model: "m".into(), role: pb::Role::Decode as i32 };
+    let targets = second.admin().await.list_targets(req).await.unwrap().into_inner().targets;
+    let drained: Vec<(u32, bool)> =
+        targets.iter().map(|t| (t.target.as_ref().unwrap().dp_rank, t.drained)).collect();
+    assert_eq!(drained, vec![(0, false), (1, true)]);
+    let lease = second.lease(0).await;
+    let mut router = second.router().await;
+    for _ in 0..4 {
+        let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+        assert_eq!(target_of(&p), ("decode-0".to_owned(), 0), "rank 1 stays drained");
+        router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
+    }
+    // Resuming is persisted too.
+    let resume = pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1) };
+    second.admin().await.resume_target(resume).await.unwrap();
+    eventually(Duration::from_secs(10), "the resume persisted", || {
+        let endpoints = endpoints.clone();
+        async move {
+            let stored = infera_registry::config::load(&endpoints).await.unwrap_or_default();
+            stored.get("drained_targets").map(String::as_str) == Some("")
+        }
+    })
+    .await;
+    drop(reg);
+    second.stop().await;
+}
