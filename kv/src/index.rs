@@ -14,8 +14,10 @@
 //! Only device-resident blocks count (`GPU`, or no medium given): a HiCache host or disk copy is
 //! ignored, so an evicted GPU block stops counting even while a slower copy remains.
 //!
-//! The index is pure and single-threaded; callers share it behind a lock (ingest takes it for one
-//! batch, a query for one prompt). Memory is bounded by a block budget: past it, new blocks are not
+//! The index is pure and single-threaded; callers share it behind a read-write lock. Ingest is
+//! split so the hashing happens under the read lock ([`PrefixIndex::prepare`]) and only the
+//! map updates under the write lock ([`PrefixIndex::commit`]); a query holds the read lock for one
+//! prompt. Memory is bounded by a block budget: past it, new blocks are not
 //! recorded (counted), which can only under-state an overlap, never invent one.
 
 use std::collections::HashMap;
@@ -28,6 +30,21 @@ use crate::hash::{ChainDigest, PageHash, chain_page};
 /// Bytes one recorded block costs, roughly: its entry in the target's engine-hash map (key, our
 /// hash, digest) plus its holder entry, with hash-map overhead. Used for the reported size.
 const BYTES_PER_BLOCK: usize = 8 + 8 + 32 + 8 + 16 + 48;
+
+/// What [`PrefixIndex::prepare`] computed for one batch, for [`PrefixIndex::commit`].
+#[derive(Debug)]
+pub struct Prepared {
+    ops: Vec<Op>,
+}
+
+#[derive(Debug)]
+enum Op {
+    Store(Vec<(i64, Block)>),
+    Remove(Vec<i64>),
+    Clear,
+    Orphans(u64),
+    OtherMedium,
+}
 
 /// One block a target holds.
 #[derive(Clone, Copy, Debug)]
@@ -97,31 +114,97 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
 
     /// Applies one batch of a target's events, in order.
     pub fn apply_batch(&mut self, target: K, batch: &EventBatch) {
-        for event in &batch.events {
-            self.apply(target, event);
-        }
+        let prepared = self.prepare(target, &batch.events);
+        self.commit(target, prepared);
     }
 
     /// Applies one event of a target.
     pub fn apply(&mut self, target: K, event: &KvEvent) {
-        match event {
-            KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium } => {
-                if *medium != Medium::Gpu {
-                    self.counts.other_medium += 1;
-                    return;
+        let prepared = self.prepare(target, std::slice::from_ref(event));
+        self.commit(target, prepared);
+    }
+
+    /// The read half of ingest: hashes every stored page of `events` (the expensive part), so a
+    /// caller sharing the index can do it under a read lock and take the write lock only for
+    /// [`Self::commit`]. Nothing may change `target`'s blocks in between (one ingesting task).
+    pub fn prepare(&self, target: K, events: &[KvEvent]) -> Prepared {
+        let held = self.targets.get(&target);
+        // What this batch did so far, over what the index held before it.
+        let mut stored: HashMap<i64, ChainDigest> = HashMap::new();
+        let mut removed: std::collections::HashSet<i64> = std::collections::HashSet::new();
+        let mut cleared = false;
+        let mut ops = Vec::with_capacity(events.len());
+        for event in events {
+            match event {
+                KvEvent::BlockStored { medium, .. } | KvEvent::BlockRemoved { medium, .. }
+                    if *medium != Medium::Gpu =>
+                {
+                    ops.push(Op::OtherMedium);
                 }
-                self.store(target, block_hashes, *parent_block_hash, token_ids, *block_size);
+                KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, .. } => {
+                    let parent = parent_block_hash.map(|p| {
+                        stored.get(&p).copied().or_else(|| {
+                            (!cleared && !removed.contains(&p))
+                                .then(|| held.and_then(|b| b.get(&p)).map(|b| b.digest))
+                                .flatten()
+                        })
+                    });
+                    let mut prior = match parent {
+                        None => None,
+                        Some(Some(d)) => Some(d),
+                        Some(None) => {
+                            ops.push(Op::Orphans(block_hashes.len() as u64));
+                            continue;
+                        }
+                    };
+                    let mut pages = token_ids.chunks((*block_size).max(1) as usize);
+                    let mut blocks = Vec::with_capacity(block_hashes.len());
+                    for &h in block_hashes {
+                        // Fewer token pages than hashes: malformed; what is left cannot be keyed.
+                        let Some(page) = pages.next() else {
+                            ops.push(Op::Orphans(1));
+                            break;
+                        };
+                        let digest = chain_page(prior.as_ref(), page);
+                        prior = Some(digest);
+                        stored.insert(h, digest);
+                        removed.remove(&h);
+                        blocks.push((h, Block { page: digest.page_hash(), digest }));
+                    }
+                    ops.push(Op::Store(blocks));
+                }
+                KvEvent::BlockRemoved { block_hashes, .. } => {
+                    for h in block_hashes {
+                        stored.remove(h);
+                        removed.insert(*h);
+                    }
+                    ops.push(Op::Remove(block_hashes.clone()));
+                }
+                KvEvent::AllBlocksCleared => {
+                    stored.clear();
+                    removed.clear();
+                    cleared = true;
+                    ops.push(Op::Clear);
+                }
             }
-            KvEvent::BlockRemoved { block_hashes, medium } => {
-                if *medium != Medium::Gpu {
-                    self.counts.other_medium += 1;
-                    return;
+        }
+        Prepared { ops }
+    }
+
+    /// The write half of ingest: records what [`Self::prepare`] computed for `target`.
+    pub fn commit(&mut self, target: K, prepared: Prepared) {
+        for op in prepared.ops {
+            match op {
+                Op::Store(blocks) => self.store(target, blocks),
+                Op::Remove(hashes) => {
+                    for h in hashes {
+                        self.remove_block(target, h);
+                    }
                 }
-                for h in block_hashes {
-                    self.remove_block(target, *h);
-                }
+                Op::Clear => self.clear_target(target),
+                Op::Orphans(n) => self.counts.orphans += n,
+                Op::OtherMedium => self.counts.other_medium += 1,
             }
-            KvEvent::AllBlocksCleared => self.clear_target(target),
         }
     }
 
@@ -176,30 +259,10 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         }
     }
 
-    fn store(&mut self, target: K, engine: &[i64], parent: Option<i64>, tokens: &[u64], block_size: u32) {
-        let blocks = self.targets.entry(target).or_default();
-        let mut prior = match parent {
-            None => None,
-            Some(p) => match blocks.get(&p) {
-                Some(b) => Some(b.digest),
-                None => {
-                    self.counts.orphans += engine.len() as u64;
-                    return;
-                }
-            },
-        };
-        let size = block_size.max(1) as usize;
-        let mut pages = tokens.chunks(size);
-        for &h in engine {
-            // Fewer token pages than hashes: a malformed event; what is left cannot be keyed.
-            let Some(page) = pages.next() else {
-                self.counts.orphans += 1;
-                return;
-            };
-            let digest = chain_page(prior.as_ref(), page);
-            prior = Some(digest);
-            let block = Block { page: digest.page_hash(), digest };
-            match blocks.entry(h) {
+    fn store(&mut self, target: K, blocks: Vec<(i64, Block)>) {
+        let held = self.targets.entry(target).or_default();
+        for (h, block) in blocks {
+            match held.entry(h) {
                 Entry::Occupied(mut e) => {
                     // Stored again (a replayed batch, a re-insert): same tokens, same key.
                     let old = e.insert(block);

@@ -8,3 +8,6 @@
 pub mod event;
 pub mod hash;
 pub mod index;
+pub mod publish;
+pub mod subscribe;
+pub mod wire;

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::SimConfig;
 use crate::engine::Engine;
 use crate::faults::FaultKnobs;
+use crate::kv_events::{KvEventsInfo, KvEventsSockets};
 use crate::pull::KvClient;
 use crate::request_log::RequestLog;
 use crate::rooms::Rooms;
@@ -37,14 +38,21 @@ pub struct App {
     pub seed: u64,
     /// Unix seconds at start (`created` fields).
     pub created: u64,
+    /// The KV-event sockets, when `--kv-events-config` publishes.
+    pub kv_events: Option<KvEventsInfo>,
     rng: Mutex<SmallRng>,
     round_robin: AtomicU64,
     serving: AtomicBool,
 }
 
 impl App {
-    /// The state for `config`, its engine's clock starting now.
+    /// The state for `config`, its engine's clock starting now, publishing no KV events.
     pub fn new(config: SimConfig) -> Self {
+        Self::with_kv_events(config, None)
+    }
+
+    /// The state for `config`; its ranks publish KV events on `kv` when given.
+    pub fn with_kv_events(config: SimConfig, kv: Option<KvEventsSockets>) -> Self {
         let seed = config.seed.unwrap_or_else(|| SmallRng::from_os_rng().random());
         let core = Scheduler::new(
             config.params.clone(),
@@ -54,8 +62,10 @@ impl App {
             config.queue_order,
         );
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (publishers, kv_events) = kv.map_or((Vec::new(), None), |k| (k.publishers, Some(k.info)));
         Self {
-            engine: Engine::new(core, Clock::start(config.speedup)),
+            engine: Engine::with_kv_events(core, Clock::start(config.speedup), publishers),
+            kv_events,
             rooms: Arc::new(Rooms::default()),
             faults: FaultKnobs::new(config.faults),
             log: RequestLog::default(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::faults::Faults;
+use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::params::{ParamsError, TimingParams};
 use crate::scheduler::QueueOrder;
 
@@ -53,7 +54,7 @@ struct ServerArgs {
     /// The prefill's bootstrap port (0 picks a free port).
     #[arg(long, env = "INFERA_SIM_DISAGGREGATION_BOOTSTRAP_PORT", default_value_t = 8998)]
     disaggregation_bootstrap_port: u16,
-    /// KV events config (JSON); accepted, no events are published (`kv_events` stays null).
+    /// KV events config (JSON, SGLang's keys); `"publisher": "zmq"` publishes real KV events.
     #[arg(long, env = "INFERA_SIM_KV_EVENTS_CONFIG")]
     kv_events_config: Option<String>,
     /// Accepted; the emulator always serves its load endpoints.
@@ -226,8 +227,10 @@ pub struct SimConfig {
     pub max_running_requests: u32,
     /// `--context-length` (131072 when unset).
     pub context_length: u32,
-    /// `--kv-events-config` as given (no events are published).
+    /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
+    /// `--kv-events-config`, parsed; `None` when unset or the `null` publisher.
+    pub kv_events: Option<KvEventsConfig>,
     /// `--enable-metrics`.
     pub enable_metrics: bool,
     /// RNG seed.
@@ -270,6 +273,9 @@ pub enum ConfigError {
     /// `--sim-speedup` not finite and > 0.
     #[error("--sim-speedup must be a finite number > 0 (got {0})")]
     Speedup(f64),
+    /// `--kv-events-config`.
+    #[error("--kv-events-config: {0}")]
+    KvEvents(#[from] KvEventsError),
     /// A size that must be ≥ 1.
     #[error("--{flag} must be at least 1 (got {value})")]
     Size {
@@ -345,9 +351,7 @@ impl TryFrom<SimArgs> for SimConfig {
                 RankChoice::RoundRobin
             }
         };
-        if server.kv_events_config.is_some() {
-            warnings.push("--kv-events-config: the emulator publishes no KV events".to_owned());
-        }
+        let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
         Ok(Self {
             served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
@@ -375,6 +379,7 @@ impl TryFrom<SimArgs> for SimConfig {
             max_running_requests: scheduling.max_running_requests.unwrap_or(1024),
             context_length: server.context_length.unwrap_or(131_072),
             kv_events_config: server.kv_events_config,
+            kv_events,
             enable_metrics: server.enable_metrics,
             seed: sim.sim_seed,
             speedup: sim.sim_speedup,

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use infera_kv::publish::Publisher;
 use tokio::sync::{Notify, watch};
 
 use crate::clock::Clock;
@@ -51,10 +52,15 @@ struct State {
     /// Each request's progress channel and rid.
     watchers: HashMap<ReqId, (watch::Sender<Progress>, String)>,
     rids: HashMap<String, ReqId>,
+    /// Each rank's KV-event publisher (empty: none are published).
+    kv: Vec<Publisher>,
 }
 
 impl State {
+    /// Hands the core's progress events to the handlers and its KV-event batches to the
+    /// publishers (under the state lock: each rank's batches keep their step order).
     fn dispatch(&mut self, events: Vec<Event>) {
+        self.publish_kv();
         for event in events {
             match event {
                 Event::Prefilled { id, cached_tokens } => {
@@ -62,6 +68,17 @@ impl State {
                 }
                 Event::Tokens { id, total } => self.update(id, |p| p.tokens = total),
                 Event::Finished { id } => self.end(id, End::Finished),
+            }
+        }
+    }
+
+    fn publish_kv(&mut self) {
+        if self.kv.is_empty() {
+            return;
+        }
+        for (rank, events) in self.core.take_kv_batches() {
+            if let Some(Err(e)) = self.kv.get(rank).map(|p| p.publish(events)) {
+                tracing::warn!(rank, error = %e, "KV events not published");
             }
         }
     }
@@ -85,7 +102,16 @@ impl State {
 impl Engine {
     /// An engine over `core`, on `clock`. Call [`Engine::drive`] to make time pass.
     pub fn new(core: Scheduler, clock: Clock) -> Self {
-        let state = State { core, watchers: HashMap::new(), rids: HashMap::new() };
+        Self::with_kv_events(core, clock, Vec::new())
+    }
+
+    /// An engine whose prefix-cache changes rank `r` publishes on `publishers[r]` (none when
+    /// empty).
+    pub fn with_kv_events(mut core: Scheduler, clock: Clock, publishers: Vec<Publisher>) -> Self {
+        if !publishers.is_empty() {
+            core.record_kv_events();
+        }
+        let state = State { core, watchers: HashMap::new(), rids: HashMap::new(), kv: publishers };
         Self(Arc::new(Inner { state: Mutex::new(state), wake: Notify::new(), clock }))
     }
 
@@ -142,7 +168,9 @@ impl Engine {
 
     /// Empties the prefix caches.
     pub fn flush_cache(&self) {
-        self.0.state.lock().unwrap().core.flush_cache();
+        let mut st = self.0.state.lock().unwrap();
+        st.core.flush_cache();
+        st.publish_kv();
     }
 
     /// Makes model time pass until `stop` resolves: processes what is due, then sleeps until

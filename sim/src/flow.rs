@@ -21,11 +21,11 @@ use crate::config::DisaggregationMode;
 use crate::engine::{End, Progress, Ticket};
 use crate::error::ApiError;
 use crate::faults::RequestFaults;
+use crate::prefix_cache::PromptPages;
 use crate::ranks::{self, RankRequest};
 use crate::request_log::{Entry, Outcome, Seq};
 use crate::rooms::{KvInfo, RoomClaim};
 use crate::scheduler::{Admission, Work};
-use crate::tokens;
 
 /// `bootstrap_host` of SGLang's health-check generations: no peer, no transfer.
 pub const FAKE_BOOTSTRAP_HOST: &str = "2.2.2.2";
@@ -184,8 +184,8 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
     })
 }
 
-fn pages(app: &App, prompt: &[u32]) -> Vec<u64> {
-    tokens::page_hashes(prompt, app.config.page_size)
+fn pages(app: &App, prompt: &[u32]) -> PromptPages {
+    PromptPages::new(prompt, app.config.page_size, app.kv_events.is_some())
 }
 
 /// The consumer went away.

@@ -14,6 +14,8 @@
 //! - The pure core: [`scheduler`] (prefill queues per rank, lockstep decode steps) over
 //!   [`timing`] (the formulas), [`params`] (their values), [`prefix_cache`] and [`tokens`];
 //!   [`clock`] maps model time to wall time (`--sim-speedup`).
+//! - [`kv_events`]: `--kv-events-config` — each rank publishes its prefix-cache changes as
+//!   SGLang KV events over ZMQ.
 //! - [`app`] holds what handlers share; [`request_log`] records requests for tests.
 
 pub mod api;
@@ -26,6 +28,7 @@ pub mod engine;
 pub mod error;
 pub mod faults;
 pub mod flow;
+pub mod kv_events;
 pub mod params;
 pub mod prefix_cache;
 pub mod pull;
@@ -69,7 +72,11 @@ pub async fn run(
     } else if config.mode == DisaggregationMode::Prefill {
         tracing::warn!("prefill role without a bootstrap listener: no decode can pull its KV");
     }
-    let app = Arc::new(App::new(config));
+    let kv = match &config.kv_events {
+        Some(kv) => Some(kv_events::bind(kv, config.ranks, &config.sglang_version).await?),
+        None => None,
+    };
+    let app = Arc::new(App::with_kv_events(config, kv));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();

@@ -1,11 +1,83 @@
-//! One DP rank's prefix cache: pages of `--page-size` tokens keyed by chained page hashes,
+//! One DP rank's prefix cache: pages of `--page-size` tokens keyed by SGLang's page hash
+//! ([`infera_kv::hash`], the keys SGLang publishes and control's index is queried with),
 //! evicted least recently used once the token capacity is exceeded.
 //!
 //! A prompt's pages are touched last page first, so the root of a path is always the most
 //! recently used: eviction takes the deepest pages of the oldest paths first, as a radix
-//! cache evicts leaves first.
+//! cache evicts leaves first. Every change can be described as SGLang's KV events
+//! ([`Inserted::events`]): `BlockStored` for new pages, chained on the page before them, and
+//! `BlockRemoved` for evicted ones.
 
 use std::collections::{BTreeMap, HashMap};
+
+use infera_kv::event::{KvEvent, Medium};
+use infera_kv::hash::{self, PageHash};
+use infera_kv::wire::{MAX_HASHES_PER_EVENT, MAX_TOKENS_PER_EVENT};
+
+/// A prompt as the prefix cache sees it: the hashes of its full pages and, when KV events are
+/// published, their tokens.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptPages {
+    /// SGLang's hash of each full page, in order.
+    pub hashes: Vec<PageHash>,
+    /// The tokens of those pages (empty when KV events are off).
+    pub tokens: Vec<u32>,
+    /// Tokens per page.
+    pub page_size: u32,
+}
+
+impl PromptPages {
+    /// The full pages of `prompt`; `with_tokens` keeps their tokens for KV events.
+    pub fn new(prompt: &[u32], page_size: u32, with_tokens: bool) -> Self {
+        let page_size = page_size.max(1);
+        let hashes = hash::page_hashes(prompt, page_size as usize);
+        let tokens =
+            if with_tokens { prompt[..hashes.len() * page_size as usize].to_vec() } else { Vec::new() };
+        Self { hashes, tokens, page_size }
+    }
+}
+
+/// What one [`PrefixCache::insert`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inserted {
+    /// Positions (in the prompt's pages) of the pages newly stored, ascending.
+    pub new: Vec<usize>,
+    /// Pages evicted to make room (possibly some just stored), oldest first.
+    pub evicted: Vec<PageHash>,
+}
+
+impl Inserted {
+    /// The change as SGLang's KV events: one `BlockStored` per run of consecutive new pages
+    /// (split to stay within the wire caps, each part chained on the page before it), then one
+    /// `BlockRemoved` for the evicted pages. Needs `pages` built `with_tokens`.
+    pub fn events(&self, pages: &PromptPages) -> Vec<KvEvent> {
+        let size = pages.page_size.max(1) as usize;
+        let per_event = MAX_HASHES_PER_EVENT.min(MAX_TOKENS_PER_EVENT / size).max(1);
+        let mut events = Vec::new();
+        let mut at = 0;
+        while at < self.new.len() {
+            let mut end = at + 1;
+            while end < self.new.len() && self.new[end] == self.new[end - 1] + 1 && end - at < per_event {
+                end += 1;
+            }
+            let (first, last) = (self.new[at], self.new[end - 1] + 1);
+            let tokens = pages.tokens.get(first * size..last * size).unwrap_or_default();
+            events.push(KvEvent::BlockStored {
+                block_hashes: pages.hashes[first..last].iter().map(|h| h.0).collect(),
+                parent_block_hash: first.checked_sub(1).map(|p| pages.hashes[p].0),
+                token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
+                block_size: pages.page_size,
+                medium: Medium::Gpu,
+            });
+            at = end;
+        }
+        for chunk in self.evicted.chunks(MAX_HASHES_PER_EVENT) {
+            let block_hashes = chunk.iter().map(|h| h.0).collect();
+            events.push(KvEvent::BlockRemoved { block_hashes, medium: Medium::Gpu });
+        }
+        events
+    }
+}
 
 /// LRU set of page hashes with a token capacity.
 #[derive(Debug, Clone)]
@@ -13,9 +85,9 @@ pub struct PrefixCache {
     page_size: u32,
     capacity_pages: usize,
     /// page hash → last-use tick.
-    pages: HashMap<u64, u64>,
+    pages: HashMap<PageHash, u64>,
     /// last-use tick → page hash (the eviction order).
-    order: BTreeMap<u64, u64>,
+    order: BTreeMap<u64, PageHash>,
     tick: u64,
 }
 
@@ -28,24 +100,31 @@ impl PrefixCache {
     }
 
     /// Tokens of the longest cached prefix of a prompt with these page hashes.
-    pub fn cached_tokens(&self, hashes: &[u64]) -> u64 {
+    pub fn cached_tokens(&self, hashes: &[PageHash]) -> u64 {
         let pages = hashes.iter().take_while(|h| self.pages.contains_key(h)).count();
         pages as u64 * u64::from(self.page_size)
     }
 
     /// Records a prefilled prompt's pages as most recently used, evicting as needed.
-    pub fn insert(&mut self, hashes: &[u64]) {
-        for &hash in hashes.iter().rev() {
+    pub fn insert(&mut self, hashes: &[PageHash]) -> Inserted {
+        let mut out = Inserted::default();
+        for (i, &hash) in hashes.iter().enumerate().rev() {
             self.tick += 1;
-            if let Some(old) = self.pages.insert(hash, self.tick) {
-                self.order.remove(&old);
+            match self.pages.insert(hash, self.tick) {
+                Some(old) => {
+                    self.order.remove(&old);
+                }
+                None => out.new.push(i),
             }
             self.order.insert(self.tick, hash);
         }
+        out.new.reverse();
         while self.pages.len() > self.capacity_pages {
             let Some((_, hash)) = self.order.pop_first() else { break };
             self.pages.remove(&hash);
+            out.evicted.push(hash);
         }
+        out
     }
 
     /// Forgets everything (`/flush_cache`).
@@ -64,28 +143,60 @@ impl PrefixCache {
 mod tests {
     use super::*;
 
+    fn h(v: &[i64]) -> Vec<PageHash> {
+        v.iter().map(|&x| PageHash(x)).collect()
+    }
+
     #[test]
     fn a_shared_prefix_is_a_hit_up_to_the_first_miss() {
         let mut c = PrefixCache::new(4, 1000);
-        c.insert(&[1, 2, 3]);
-        assert_eq!(c.cached_tokens(&[1, 2, 3, 4]), 12);
-        assert_eq!(c.cached_tokens(&[1, 9, 3]), 4);
-        assert_eq!(c.cached_tokens(&[9, 2]), 0);
+        c.insert(&h(&[1, 2, 3]));
+        assert_eq!(c.cached_tokens(&h(&[1, 2, 3, 4])), 12);
+        assert_eq!(c.cached_tokens(&h(&[1, 9, 3])), 4);
+        assert_eq!(c.cached_tokens(&h(&[9, 2])), 0);
         c.clear();
-        assert_eq!(c.cached_tokens(&[1]), 0);
+        assert_eq!(c.cached_tokens(&h(&[1])), 0);
     }
 
     #[test]
     fn eviction_takes_the_deepest_pages_of_the_oldest_path() {
         let mut c = PrefixCache::new(1, 4);
-        c.insert(&[1, 2, 3]);
-        c.insert(&[10, 11]);
+        c.insert(&h(&[1, 2, 3]));
+        let ins = c.insert(&h(&[10, 11]));
+        assert_eq!(ins, Inserted { new: vec![0, 1], evicted: h(&[3]) });
         assert_eq!(c.tokens(), 4);
-        assert_eq!(c.cached_tokens(&[1, 2, 3]), 2, "page 3 went first");
-        assert_eq!(c.cached_tokens(&[10, 11]), 2);
-        c.insert(&[1, 2]);
-        c.insert(&[20]);
-        assert_eq!(c.cached_tokens(&[1, 2]), 2, "re-used path survives");
-        assert_eq!(c.cached_tokens(&[10, 11]), 1);
+        assert_eq!(c.cached_tokens(&h(&[1, 2, 3])), 2, "page 3 went first");
+        assert_eq!(c.cached_tokens(&h(&[10, 11])), 2);
+        assert_eq!(c.insert(&h(&[1, 2])), Inserted::default(), "nothing new, nothing evicted");
+        c.insert(&h(&[20]));
+        assert_eq!(c.cached_tokens(&h(&[1, 2])), 2, "re-used path survives");
+        assert_eq!(c.cached_tokens(&h(&[10, 11])), 1);
+    }
+
+    #[test]
+    fn changes_become_chained_sglang_events() {
+        let prompt: Vec<u32> = (0..7).collect();
+        let pages = PromptPages::new(&prompt, 2, true);
+        assert_eq!(pages.hashes, hash::page_hashes(&prompt, 2));
+        assert_eq!(pages.tokens, &prompt[..6]);
+        let ins = Inserted { new: vec![1, 2], evicted: h(&[5]) };
+        assert_eq!(
+            ins.events(&pages),
+            [
+                KvEvent::BlockStored {
+                    block_hashes: vec![pages.hashes[1].0, pages.hashes[2].0],
+                    parent_block_hash: Some(pages.hashes[0].0),
+                    token_ids: vec![2, 3, 4, 5],
+                    block_size: 2,
+                    medium: Medium::Gpu,
+                },
+                KvEvent::BlockRemoved { block_hashes: vec![5], medium: Medium::Gpu },
+            ]
+        );
+        let first = Inserted { new: vec![0, 2], evicted: vec![] }.events(&pages);
+        assert!(matches!(&first[0], KvEvent::BlockStored { parent_block_hash: None, .. }));
+        assert!(
+            matches!(&first[1], KvEvent::BlockStored { parent_block_hash: Some(p), .. } if *p == pages.hashes[1].0)
+        );
     }
 }

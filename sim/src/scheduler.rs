@@ -9,6 +9,11 @@
 //! PD variants: a prefill-role request stops after its first token in `Transfer` until the
 //! shell ends it; a decode-role request starts in `Transfer` and joins at its first token
 //! when its KV arrives. The stall fault parks a request in `stalled` after K tokens.
+//!
+//! With [`Scheduler::record_kv_events`], every completed prefill batch (one scheduler step of a
+//! rank) that changed the rank's prefix cache leaves one batch of SGLang KV events, and a cache
+//! flush leaves `AllBlocksCleared` on every rank; the shell takes them with
+//! [`Scheduler::take_kv_batches`] and publishes them.
 
 mod rank;
 #[cfg(test)]
@@ -22,8 +27,11 @@ pub use rank::QueueOrder;
 use rank::{Batch, Rank, Waiting};
 pub use types::{Admission, Event, RankSnapshot, ReqId, Work};
 
+use infera_kv::event::KvEvent;
+use infera_kv::hash::PageHash;
+
 use crate::params::TimingParams;
-use crate::prefix_cache::PrefixCache;
+use crate::prefix_cache::{PrefixCache, PromptPages};
 use crate::timing::{self, RankLoad};
 
 #[derive(Debug)]
@@ -39,7 +47,7 @@ enum Phase {
 struct Req {
     rank: usize,
     prompt_tokens: u32,
-    pages: Vec<u64>,
+    pages: PromptPages,
     max_new: u32,
     stall_after: Option<u32>,
     hold: bool,
@@ -74,6 +82,10 @@ pub struct Scheduler {
     reqs: HashMap<ReqId, Req>,
     step: Option<Step>,
     next_id: u64,
+    /// Whether cache changes are recorded as KV events.
+    kv_events: bool,
+    /// Recorded KV-event batches, `(rank, events)`, oldest first.
+    kv_batches: Vec<(usize, Vec<KvEvent>)>,
 }
 
 impl Scheduler {
@@ -88,7 +100,19 @@ impl Scheduler {
             reqs: HashMap::new(),
             step: None,
             next_id: 0,
+            kv_events: false,
+            kv_batches: Vec::new(),
         }
+    }
+
+    /// Records prefix-cache changes as SGLang KV events from now on.
+    pub fn record_kv_events(&mut self) {
+        self.kv_events = true;
+    }
+
+    /// The KV-event batches recorded since the last call, `(rank, events)`, in step order.
+    pub fn take_kv_batches(&mut self) -> Vec<(usize, Vec<KvEvent>)> {
+        std::mem::take(&mut self.kv_batches)
     }
 
     /// The number of DP ranks.
@@ -104,7 +128,7 @@ impl Scheduler {
         let rank = a.rank.min(self.ranks.len() - 1);
         let (pages, hold, phase) = match a.work {
             Work::Prefill { pages, hold } => (pages, hold, Phase::Waiting),
-            Work::AwaitKv => (Vec::new(), false, Phase::Transfer),
+            Work::AwaitKv => (PromptPages::default(), false, Phase::Transfer),
         };
         let prompt_tokens = a.prompt_tokens.max(1);
         let req = Req {
@@ -124,7 +148,7 @@ impl Scheduler {
         match req.phase {
             Phase::Transfer => r.transfer.push(id),
             _ => {
-                let cached = cached_of(&r.cache, &req.pages, prompt_tokens);
+                let cached = cached_of(&r.cache, &req.pages.hashes, prompt_tokens);
                 r.waiting.push_back(Waiting { id, estimate: prompt_tokens - cached });
             }
         }
@@ -209,8 +233,11 @@ impl Scheduler {
 
     /// Empties every rank's prefix cache.
     pub fn flush_cache(&mut self) {
-        for r in &mut self.ranks {
+        for (rank, r) in self.ranks.iter_mut().enumerate() {
             r.cache.clear();
+            if self.kv_events {
+                self.kv_batches.push((rank, vec![KvEvent::AllBlocksCleared]));
+            }
         }
     }
 
@@ -259,7 +286,7 @@ impl Scheduler {
             let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
             let Some(req) = self.reqs.get_mut(&id) else { continue };
             if matches!(req.phase, Phase::Waiting) {
-                req.cached = cached_of(&r.cache, &req.pages, req.prompt_tokens);
+                req.cached = cached_of(&r.cache, &req.pages.hashes, req.prompt_tokens);
                 req.remaining = req.prompt_tokens - req.cached;
                 req.phase = Phase::Prefilling;
             }
@@ -276,6 +303,7 @@ impl Scheduler {
 
     fn end_batch(&mut self, _at: Duration, rank: usize, events: &mut Vec<Event>) {
         let Some(batch) = self.ranks[rank].batch.take() else { return };
+        let mut kv = Vec::new();
         for (id, n) in batch.parts {
             let Some(req) = self.reqs.get_mut(&id) else { continue };
             req.remaining -= n;
@@ -283,9 +311,15 @@ impl Scheduler {
                 self.ranks[rank].chunked = Some(id);
                 continue;
             }
-            self.ranks[rank].cache.insert(&req.pages);
+            let inserted = self.ranks[rank].cache.insert(&req.pages.hashes);
+            if self.kv_events {
+                kv.extend(inserted.events(&req.pages));
+            }
             events.push(Event::Prefilled { id, cached_tokens: req.cached });
             self.first_token(id, events);
+        }
+        if !kv.is_empty() {
+            self.kv_batches.push((rank, kv));
         }
     }
 
@@ -363,7 +397,7 @@ impl Due {
 }
 
 /// Cached prompt tokens on a rank; at least one token is always computed.
-fn cached_of(cache: &PrefixCache, pages: &[u64], prompt_tokens: u32) -> u32 {
+fn cached_of(cache: &PrefixCache, pages: &[PageHash], prompt_tokens: u32) -> u32 {
     let cached = u32::try_from(cache.cached_tokens(pages)).unwrap_or(u32::MAX);
     cached.min(prompt_tokens.saturating_sub(1))
 }

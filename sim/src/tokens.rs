@@ -2,7 +2,8 @@
 //!
 //! - Prompt text becomes one token per 4 bytes of UTF-8; each token id is a hash of its 4-byte
 //!   chunk, so prompts that share a text prefix share a token prefix (the prefix cache sees it).
-//! - Prompt pages (`--page-size` tokens) get chained hashes, the prefix cache's keys.
+//! - Prompt pages (`--page-size` tokens) are keyed by SGLang's own page hash
+//!   ([`infera_kv::hash`], see [`crate::prefix_cache::PromptPages`]).
 //! - Output token `i` of a request is a word picked by a hash of (seed, rid, i): the same seed
 //!   and rid always produce the same text.
 
@@ -44,20 +45,6 @@ pub fn tokenize(text: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Chained hashes of the full pages of `tokens`: `h_i = mix(h_{i-1} ⊕ page_i)`.
-pub fn page_hashes(tokens: &[u32], page_size: u32) -> Vec<u64> {
-    let page = page_size.max(1) as usize;
-    let mut parent = 0u64;
-    tokens
-        .chunks_exact(page)
-        .map(|ids| {
-            let folded = ids.iter().fold(parent, |h, &t| mix(h ^ u64::from(t)));
-            parent = mix(folded);
-            parent
-        })
-        .collect()
-}
-
 /// Output token `i` of the request with rid hash `rid`: (token id, word).
 pub fn output_token(seed: u64, rid: u64, i: u32) -> (u32, &'static str) {
     let h = mix(seed ^ mix(rid ^ mix(u64::from(i))));
@@ -92,17 +79,6 @@ mod tests {
         let b = tokenize("system: you are helpful\nuser: bye");
         assert_eq!(a[..7], b[..7]);
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn page_hashes_chain_over_full_pages() {
-        let t: Vec<u32> = (0..10).collect();
-        let h = page_hashes(&t, 4);
-        assert_eq!(h.len(), 2);
-        let mut u = t.clone();
-        u[0] = 99;
-        assert_ne!(page_hashes(&u, 4)[1], h[1], "a changed first page changes every later hash");
-        assert_eq!(page_hashes(&t[..8], 4), h);
     }
 
     #[test]

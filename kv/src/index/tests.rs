@@ -188,3 +188,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_batch_chains_on_its_own_stores_and_sees_its_own_removals() {
+    let mut index = PrefixIndex::new(100);
+    let p = prompt(6, 4);
+    // One batch: clear, store 0..2, store 2..4 chained on page 1 (known only in this batch), remove
+    // page 3, store page 3 again chained on page 2; then a store chained on a page the clear dropped.
+    let events = vec![
+        KvEvent::AllBlocksCleared,
+        stored(&p, 0, 2, 0),
+        stored(&p, 2, 4, 0),
+        removed(&p, &[3], 0),
+        stored(&p, 3, 4, 0),
+        stored(&prompt(7, 2), 1, 2, 0),
+    ];
+    index.apply(9u32, &stored(&prompt(7, 2), 0, 2, 0));
+    let prepared = index.prepare(9, &events);
+    index.commit(9, prepared);
+    let q = page_hashes(&p, PS as usize);
+    assert_eq!(index.overlap(&q, 9), 4, "page 3 was stored again after its removal");
+    assert_eq!(index.stats().blocks, 4);
+    assert_eq!(index.overlap(&page_hashes(&prompt(7, 2), PS as usize), 9), 0, "cleared");
+    assert_eq!(index.stats().counts.orphans, 1, "its parent went with the clear");
+}

@@ -59,7 +59,9 @@ pub(super) fn server_info(app: &App) -> Value {
         "kv_events_config": c.kv_events_config,
         "max_total_num_tokens": c.params.prefix_cache_tokens,
         "max_req_input_len": c.context_length.saturating_sub(5),
-        "kv_events": null,
+        "kv_events": app.kv_events.as_ref().map(|k| {
+            k.describe(c.page_size, c.ranks, at_least(&c.sglang_version, [0, 5, 22]))
+        }),
         "version": c.sglang_version,
         "internal_states": snapshot.iter().enumerate().map(|(rank, s)| json!({
             "dp_rank": rank,

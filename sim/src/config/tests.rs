@@ -49,6 +49,10 @@ fn sglang_defaults_and_policies() {
     assert_eq!((c.queue_order, c.rank_choice), (QueueOrder::Fcfs, RankChoice::RoundRobin));
     assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
     assert_eq!(config(&["--chunked-prefill-size", "-1"]).unwrap().chunk_tokens, u32::MAX);
+    assert!(config(&[]).unwrap().kv_events.is_none());
+    let c = config(&["--kv-events-config", r#"{"publisher":"zmq","endpoint":"tcp://*:6000"}"#]).unwrap();
+    assert_eq!(c.kv_events.unwrap().endpoint, "tcp://*:6000");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
 #[test]
@@ -63,6 +67,8 @@ fn unknown_flags_are_accepted_with_a_warning() {
 fn bad_values_are_config_errors() {
     assert!(matches!(config(&["--sim-speedup", "0"]), Err(ConfigError::Speedup(_))));
     assert!(matches!(config(&["--dp-size", "0"]), Err(ConfigError::Size { .. })));
+    let e = config(&["--kv-events-config", r#"{"publisher": "kafka"}"#]).unwrap_err();
+    assert_eq!(e.to_string(), r#"--kv-events-config: unknown publisher "kafka" (expected "zmq" or "null")"#);
     assert!(SimArgs::parse_lenient(["infera-sim"]).is_err(), "--model-path is required");
     assert!(
         SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--disaggregation-mode", "x"]).is_err()

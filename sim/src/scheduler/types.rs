@@ -1,5 +1,7 @@
 //! What goes in and out of the [`Scheduler`](super::Scheduler).
 
+use crate::prefix_cache::PromptPages;
+
 /// An engine-local request id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u64);
@@ -33,8 +35,8 @@ pub enum Event {
 pub enum Work {
     /// Prefill `pages` (then decode, or hold for the KV transfer when `hold` is set).
     Prefill {
-        /// Chained page hashes of the prompt (prefix-cache keys).
-        pages: Vec<u64>,
+        /// The prompt's pages (prefix-cache keys, and the tokens KV events carry).
+        pages: PromptPages,
         /// Stop after the first token in `Transfer` (prefill role) instead of decoding.
         hold: bool,
     },
