@@ -250,6 +250,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         mode: DecodeInputDemand::On,
         weight: RequestWeight::new(1e6).expect("valid weight"),
         policy: DecodePolicy::RoundRobin,
+        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
         session_slack_tokens: 0,
         session_ttl: Duration::from_secs(600),
         lease_ttl: Duration::from_secs(300),

@@ -14,7 +14,7 @@ mod drive;
 mod prompt;
 mod report;
 mod schedule;
-mod trace;
+pub(crate) mod trace;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

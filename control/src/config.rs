@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight, WorkerRecord};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WorkerRecord};
 
 use crate::settings::Settings;
 use crate::workers_file::{self, WorkersFileError};
@@ -75,6 +75,10 @@ struct DecodeArgs {
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Prefill selection")]
 struct PrefillArgs {
+    /// cache-aware: in-flight prefill tokens minus the KV overlap credit, with session affinity;
+    /// round-robin: each prefill target in turn (a baseline to measure cache-aware routing by).
+    #[arg(long, env = "INFERA_PREFILL_POLICY", value_enum, default_value_t = PrefillPolicy::CacheAware)]
+    prefill_policy: PrefillPolicy,
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
     #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
@@ -164,6 +168,7 @@ impl TryFrom<Args> for Config {
             mode: a.decode.decode_input_demand,
             weight: a.decode.decode_request_weight,
             policy: a.decode.decode_policy,
+            prefill_policy: a.prefill.prefill_policy,
             session_slack_tokens: a.prefill.prefill_session_slack_tokens,
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),

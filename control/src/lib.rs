@@ -19,6 +19,7 @@ pub mod affinity;
 pub mod config;
 pub mod decisions;
 pub mod error;
+pub mod kv_feed;
 pub mod ledger;
 pub mod metrics;
 pub mod persist;
@@ -48,6 +49,8 @@ use crate::view::View;
 
 /// How often overdue leases are looked for. Expiry happens at most this late.
 const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+/// How often the KV feed's counters and the index's size reach the metrics.
+const KV_METRICS_INTERVAL: Duration = Duration::from_secs(1);
 /// How often idle sessions are forgotten.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -77,13 +80,20 @@ pub async fn run(
     } else {
         persist::load(&etcd, config.settings).await
     };
+    let static_workers = config.workers.clone();
     let mut view = View::new(config.workers);
     view.drain_by_name(drains);
     let core = RoutingState::new(view, settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = router::KvIndex::new(config.kv_index_max_blocks);
-    let state = ControlState::new(core, kv, ControlMetrics::register(&mut registry), persist_to);
+    let (feed, kv_events) = kv_feed::KvFeed::new();
+    let kv_metrics = metrics::KvMetrics::register(&mut registry);
+    let state =
+        ControlState::new(core, (kv, feed, kv_metrics), ControlMetrics::register(&mut registry), persist_to);
+    for record in &static_workers {
+        state.follow_kv(record);
+    }
     state.publish_loads();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;
@@ -101,6 +111,7 @@ pub async fn run(
         let _ = stop_tx.send(());
     });
 
+    let feed = tokio::spawn(kv_feed::consume(state.clone(), kv_events, stopped()));
     let reaper = tokio::spawn(reap(state, stopped()));
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
@@ -115,6 +126,7 @@ pub async fn run(
         .serve_with_incoming_shutdown(incoming, stopped())
         .await?;
     reaper.await?;
+    feed.await?;
     metrics.await?;
     Ok(())
 }
@@ -135,6 +147,7 @@ fn follow_registry(state: Arc<ControlState>, endpoints: Vec<String>, stop: tokio
 async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
     let mut leases = tokio::time::interval(LEASE_CHECK_INTERVAL);
     let mut sessions = tokio::time::interval(SESSION_SWEEP_INTERVAL);
+    let mut kv_metrics = tokio::time::interval(KV_METRICS_INTERVAL);
     leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -142,6 +155,7 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
             _ = &mut stop => return,
             _ = leases.tick() => { state.tick(); }
             _ = sessions.tick() => state.sweep_sessions(),
+            _ = kv_metrics.tick() => state.export_kv_metrics(),
         }
     }
 }

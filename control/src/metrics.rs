@@ -176,6 +176,111 @@ impl ControlMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RankLabels {
+    worker: String,
+    rank: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlockLabels {
+    outcome: &'static str,
+}
+
+/// Subscriber counters moved into the metrics at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvCounters {
+    /// Batches delivered.
+    pub batches: u64,
+    /// Sequence gaps.
+    pub gaps: u64,
+    /// Replay requests.
+    pub replays: u64,
+    /// Resets (the target's index rebuilt).
+    pub resets: u64,
+    /// Malformed frames or payloads.
+    pub malformed: u64,
+}
+
+/// The KV-event feed's and the prefix index's metrics (`infera_kv_*`).
+#[derive(Debug, Default)]
+pub struct KvMetrics {
+    batches: Family<RankLabels, Counter>,
+    gaps: Family<RankLabels, Counter>,
+    replays: Family<RankLabels, Counter>,
+    resets: Family<RankLabels, Counter>,
+    malformed: Family<RankLabels, Counter>,
+    blocks: Family<BlockLabels, Counter>,
+    subscribers: Gauge,
+    index_blocks: Gauge,
+    index_bytes: Gauge,
+    index_max_blocks: Gauge,
+    last: std::sync::Mutex<infera_kv::index::IngestCounts>,
+}
+
+impl KvMetrics {
+    /// Registers every metric in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("infera_kv");
+        r.register("batches", "KV event batches received, per worker and rank", m.batches.clone());
+        r.register("sequence_gaps", "Sequence gaps seen, per worker and rank", m.gaps.clone());
+        r.register("replays", "Replay requests made after gaps, per worker and rank", m.replays.clone());
+        r.register(
+            "resets",
+            "Times a target's index was dropped and rebuilt (lost events), per worker and rank",
+            m.resets.clone(),
+        );
+        r.register("malformed", "Malformed frames or payloads, per worker and rank", m.malformed.clone());
+        r.register(
+            "blocks",
+            "Blocks by what ingest did: stored, removed, orphaned (parent unknown), over_budget, \
+             unknown_removal, other_medium",
+            m.blocks.clone(),
+        );
+        r.register("subscribers", "Rank subscribers running", m.subscribers.clone());
+        r.register("index_blocks", "Blocks the prefix index holds", m.index_blocks.clone());
+        r.register("index_bytes", "Approximate memory of the prefix index", m.index_bytes.clone());
+        r.register("index_max_blocks", "The prefix index's block budget", m.index_max_blocks.clone());
+        m
+    }
+
+    /// One subscriber's counters since the last export.
+    pub fn subscriber(&self, worker: &str, rank: u32, d: &KvCounters) {
+        let l = RankLabels { worker: worker.to_owned(), rank };
+        for (family, n) in [
+            (&self.batches, d.batches),
+            (&self.gaps, d.gaps),
+            (&self.replays, d.replays),
+            (&self.resets, d.resets),
+            (&self.malformed, d.malformed),
+        ] {
+            family.get_or_create(&l).inc_by(n);
+        }
+    }
+
+    /// The index's size and what ingest did since the last call.
+    pub fn index(&self, stats: &infera_kv::index::IndexStats, subscribers: usize) {
+        self.subscribers.set(to_i64(subscribers as u64));
+        self.index_blocks.set(to_i64(stats.blocks as u64));
+        self.index_bytes.set(to_i64(stats.bytes as u64));
+        self.index_max_blocks.set(to_i64(stats.max_blocks as u64));
+        let mut last = self.last.lock().expect("kv metrics poisoned by an earlier panic");
+        let (now, was) = (stats.counts, *last);
+        for (outcome, n) in [
+            ("stored", now.stored - was.stored),
+            ("removed", now.removed - was.removed),
+            ("orphaned", now.orphans - was.orphans),
+            ("over_budget", now.over_budget - was.over_budget),
+            ("unknown_removal", now.unknown_removals - was.unknown_removals),
+            ("other_medium", now.other_medium - was.other_medium),
+        ] {
+            self.blocks.get_or_create(&BlockLabels { outcome }).inc_by(n);
+        }
+        *last = now;
+    }
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }

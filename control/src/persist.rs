@@ -135,6 +135,7 @@ mod tests {
             mode: DecodeInputDemand::Off,
             weight: RequestWeight::ZERO,
             policy: DecodePolicy::RoundRobin,
+            prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
             session_slack_tokens: 0,
             session_ttl: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1),

@@ -138,6 +138,7 @@ impl<R: Rng> RoutingState<R> {
                 &self.sessions,
                 &self.scratch,
                 req,
+                pool,
                 now,
                 &mut self.rng,
             ),
@@ -272,6 +273,11 @@ impl<R: Rng> RoutingState<R> {
     /// Open leases.
     pub fn lease_count(&self) -> usize {
         self.ledger.lease_count()
+    }
+
+    /// A target's key, if it was ever registered.
+    pub fn target_key(&self, target: &Target) -> Option<TargetKey> {
+        self.view.key(target)
     }
 
     /// Direct access to the view (worker changes from a registry).

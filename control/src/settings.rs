@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight};
 
 use crate::error::ControlError;
 
@@ -16,6 +16,8 @@ pub struct Settings {
     pub weight: RequestWeight,
     /// The legacy decode policy.
     pub policy: DecodePolicy,
+    /// How prefill targets are chosen.
+    pub prefill_policy: PrefillPolicy,
     /// How much more a session's prefill target may cost than the cheapest and still keep it.
     pub session_slack_tokens: u64,
     /// Idle time after which a session forgets its prefill target.

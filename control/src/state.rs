@@ -6,17 +6,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
-    Role, WorkerId,
+    Role, Target, WorkerId, WorkerRecord,
 };
 use rand::rngs::SmallRng;
 
 use crate::decisions::DecisionHub;
 use crate::error::ControlError;
+use crate::kv_feed::KvFeed;
 use crate::ledger::Load;
 use crate::metrics::ControlMetrics;
+use crate::metrics::KvMetrics;
 use crate::router::{Ended, KvIndex, Picked, ReservationRow, RoutingState};
 use crate::settings::Settings;
-use crate::view::Slot;
+use crate::view::{Slot, TargetKey};
 
 /// Shared state of a running control.
 #[derive(Debug)]
@@ -25,6 +27,8 @@ pub struct ControlState {
     /// The KV prefix index: written by the event feed, read by prefill picks (under the core lock,
     /// always taken in that order).
     kv: RwLock<KvIndex>,
+    kv_feed: KvFeed,
+    kv_metrics: KvMetrics,
     metrics: ControlMetrics,
     decisions: DecisionHub,
     /// etcd endpoints to persist admin changes to (`--etcd`).
@@ -36,13 +40,15 @@ impl ControlState {
     /// Wraps a core.
     pub fn new(
         core: RoutingState<SmallRng>,
-        kv: KvIndex,
+        (kv, kv_feed, kv_metrics): (KvIndex, KvFeed, KvMetrics),
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             core: Mutex::new(core),
             kv: RwLock::new(kv),
+            kv_feed,
+            kv_metrics,
             metrics,
             decisions: DecisionHub::new(4096),
             drains: persist_to.clone().map(crate::persist::DrainSaver::start),
@@ -53,6 +59,40 @@ impl ControlState {
     /// The KV index, for the event feed and the metrics.
     pub fn kv(&self) -> &RwLock<KvIndex> {
         &self.kv
+    }
+
+    /// The KV-event subscribers.
+    pub fn kv_feed(&self) -> &KvFeed {
+        &self.kv_feed
+    }
+
+    /// A target's dense key, if it was ever registered.
+    pub fn target_key(&self, target: &Target) -> Option<TargetKey> {
+        self.core().target_key(target)
+    }
+
+    /// Follows a worker's KV events (static workers at start; registry changes call it too).
+    pub fn follow_kv(&self, record: &WorkerRecord) {
+        let cleared = self.kv_feed.follow(record);
+        self.clear_kv(&cleared);
+    }
+
+    /// Moves the feed's and the index's counters into the metrics.
+    pub fn export_kv_metrics(&self) {
+        self.kv_feed.export(&self.kv_metrics);
+        let stats = self.kv.read().expect("kv index poisoned by an earlier panic").stats();
+        self.kv_metrics.index(&stats, self.kv_feed.subscribers());
+    }
+
+    fn clear_kv(&self, targets: &[Target]) {
+        if targets.is_empty() {
+            return;
+        }
+        let keys: Vec<TargetKey> = targets.iter().filter_map(|t| self.target_key(t)).collect();
+        let mut index = self.kv.write().expect("kv index poisoned by an earlier panic");
+        for k in keys {
+            index.clear_target(k);
+        }
     }
 
     fn persist(&self, s: &Settings) {
@@ -79,6 +119,14 @@ impl ControlState {
                 }
             }
         };
+        // The view knows the worker's targets now, so the feed's events find their keys.
+        match &change {
+            infera_registry::Change::Upsert(record) => self.follow_kv(record),
+            infera_registry::Change::Remove(id) => {
+                let cleared = self.kv_feed.forget(id);
+                self.clear_kv(&cleared);
+            }
+        }
         self.metrics.registry_change(kind);
         self.publish_loads();
     }

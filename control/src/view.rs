@@ -112,6 +112,11 @@ impl View {
         self.workers.values()
     }
 
+    /// A target's key, if the target was ever registered.
+    pub fn key(&self, target: &Target) -> Option<TargetKey> {
+        self.keys.get(target).copied()
+    }
+
     /// A target's slot.
     pub fn slot(&self, key: TargetKey) -> &Slot {
         &self.slots[key.index()]

@@ -8,6 +8,8 @@ mod worker;
 pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
-pub use modes::{DecodeInputDemand, DecodePolicy, PickKind, ReleaseReason, RequestWeight, WeightError};
+pub use modes::{
+    DecodeInputDemand, DecodePolicy, PickKind, PrefillPolicy, ReleaseReason, RequestWeight, WeightError,
+};
 pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
 pub use worker::{KvEventsSource, Role, WorkerRecord};

@@ -31,6 +31,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
         mode,
         weight: RequestWeight::new(w).unwrap(),
         policy,
+        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
         session_slack_tokens: 1_000,
         session_ttl: Duration::from_secs(60),
         lease_ttl: Duration::from_secs(10),
@@ -387,4 +388,13 @@ mod kv {
         let p = kv_pick(&mut f, &index, &prompt, 32);
         assert!(p.decision.unwrap().candidates.iter().all(|c| c.cached_tokens == 0));
     }
+}
+
+#[test]
+fn round_robin_prefill_ignores_overlap_and_load() {
+    let mut s = settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin);
+    s.prefill_policy = infera_proto::types::PrefillPolicy::RoundRobin;
+    let mut f = Fixture::new(vec![worker("p", Role::Prefill, "m", 3)], s);
+    let ranks: Vec<u32> = (0..6).map(|_| rank(&f.pick(PickKind::Prefill, "m", 1_000).unwrap())).collect();
+    assert_eq!(ranks, vec![0, 1, 2, 0, 1, 2], "bookings held, still in turn");
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use infera_proto::types::{DecodeInputDemand, PickRequest};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, PickRequest, PrefillPolicy};
 use rand::Rng;
 
 use super::{Candidate, decode_cost, legacy, lowest, prefill_cost};
@@ -60,17 +60,23 @@ pub fn choose_decode(
     }
 }
 
-/// Prefill choice: the least loaded, unless the session's previous target is within the slack.
+/// Prefill choice: the least loaded (after the KV overlap credit), unless the session's previous
+/// target is within the slack; or, with `--prefill-policy round-robin`, the next in turn.
 pub fn choose_prefill(
     settings: &Settings,
     sessions: &Sessions,
     candidates: &[Candidate],
     req: &PickRequest,
+    pool: PoolCursor<'_>,
     now: Instant,
     rng: &mut impl Rng,
 ) -> Choice {
     let cost = |c: &Candidate| prefill_cost(c.load, req.input_tokens, c.cached_tokens);
     let (low, min) = lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    if settings.prefill_policy == PrefillPolicy::RoundRobin {
+        let i = legacy(DecodePolicy::RoundRobin, candidates, pool.cursor, pool.len, rng);
+        return Choice { index: i, suggested: Some(low), agree: None, affinity: None };
+    }
     let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
     let sticky = affinity
         .and_then(|k| candidates.iter().position(|c| c.key == k))

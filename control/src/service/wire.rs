@@ -19,6 +19,7 @@ pub(super) fn config(s: &Settings) -> pb::Config {
         default_lease_ttl_ms: millis(s.lease_ttl),
         prefill_session_slack_tokens: s.session_slack_tokens,
         session_ttl_ms: millis(s.session_ttl),
+        prefill_policy: s.prefill_policy.as_str().to_owned(),
     }
 }
 

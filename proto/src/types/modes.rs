@@ -38,6 +38,27 @@ impl fmt::Display for DecodeInputDemand {
     }
 }
 
+/// How prefill targets are selected (`--prefill-policy`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum PrefillPolicy {
+    /// Load minus KV overlap (when the pick carries page hashes), with session affinity.
+    #[default]
+    CacheAware,
+    /// Each model's prefill targets in turn (the baseline KV-aware routing is measured against).
+    RoundRobin,
+}
+
+impl PrefillPolicy {
+    /// The flag spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CacheAware => "cache-aware",
+            Self::RoundRobin => "round-robin",
+        }
+    }
+}
+
 /// The legacy decode policy (`--decode-policy`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]

@@ -1,0 +1,351 @@
+//! `infera-bench kv-index`: the KV prefix index on events generated from a Mooncake trace.
+//!
+//! Each trace request's 512-token hash blocks become token ids (equal block ids, equal tokens),
+//! requests are spread round-robin over the prefill targets, and each target's `BlockStored`
+//! events carry the pages it does not hold yet, chained on the pages it does, exactly as an
+//! engine's radix cache publishes them. Measured, each against a baseline in the same run:
+//!
+//! - ingest: stored and removed blocks per second, against SHA-256 over the same pages alone
+//!   (the rehash the index cannot avoid);
+//! - overlap queries for 2,000-page prompts over all targets: p50/p99, idle and while another
+//!   thread ingests, against hashing the prompt's pages (what the proxy does per request);
+//! - the cost a KV-aware prefill pick adds: pick + release with 2,000 page hashes against the
+//!   same pick without them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Args as ClapArgs;
+use infera_control::router::{KvIndex, RoutingState};
+use infera_control::settings::Settings;
+use infera_control::view::{TargetKey, View};
+use infera_kv::event::{KvEvent, Medium};
+use infera_kv::hash::{PageHash, chain_page, page_hashes};
+use infera_proto::types::{
+    DecodeInputDemand, DecodePolicy, ModelName, PickKind, PickRequest, RequestId, RequestWeight, Role,
+    WorkerId, WorkerRecord,
+};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::replay::trace::{self, Format};
+
+/// Tokens per Mooncake hash block.
+const BLOCK_TOKENS: usize = 512;
+
+/// Flags of `infera-bench kv-index`.
+#[derive(ClapArgs, Debug)]
+pub(crate) struct Args {
+    /// A Mooncake-format trace (`.jsonl` or `.jsonl.gz`).
+    #[arg(long, env = "INFERA_BENCH_TRACE")]
+    trace: PathBuf,
+    /// Trace requests turned into events.
+    #[arg(long, env = "INFERA_BENCH_KV_REQUESTS", default_value_t = 3_000)]
+    requests: usize,
+    /// Prefill targets the requests are spread over.
+    #[arg(long, env = "INFERA_BENCH_KV_TARGETS", default_value_t = 8)]
+    targets: u32,
+    /// KV page size in tokens.
+    #[arg(long, env = "INFERA_BENCH_KV_PAGE_SIZE", default_value_t = 16)]
+    page_size: usize,
+    /// Pages per query prompt.
+    #[arg(long, env = "INFERA_BENCH_KV_QUERY_PAGES", default_value_t = 2_000)]
+    query_pages: usize,
+    /// Timed queries (and picks) per measurement.
+    #[arg(long, env = "INFERA_BENCH_KV_QUERIES", default_value_t = 2_000)]
+    queries: usize,
+}
+
+/// One target's stores, as the engine would publish them.
+struct Store {
+    target: TargetKey,
+    event: KvEvent,
+    pages: usize,
+}
+
+/// Runs the benchmark and prints its report.
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.targets > 0 && args.page_size > 0, "--targets and --page-size must be positive");
+    let prompts = load_prompts(&args)?;
+    let stores = events(&prompts, &args);
+    let pages: usize = stores.iter().map(|s| s.pages).sum();
+    println!(
+        "kv-index: {} requests, {} targets, page size {}, {} stored pages in {} events",
+        prompts.len(),
+        args.targets,
+        args.page_size,
+        pages,
+        stores.len()
+    );
+
+    // Ingest, against the SHA-256 of the same pages.
+    let sha = time(|| {
+        let mut d = None;
+        for s in &stores {
+            if let KvEvent::BlockStored { token_ids, block_size, .. } = &s.event {
+                for page in token_ids.chunks(*block_size as usize) {
+                    d = Some(chain_page(d.as_ref(), page));
+                }
+            }
+        }
+        d
+    });
+    let mut index = KvIndex::new(usize::MAX);
+    let ingest = time(|| {
+        for s in &stores {
+            index.apply(s.target, &s.event);
+        }
+    });
+    let stats = index.stats();
+    println!(
+        "ingest   {:>10.0} blocks/s {:>8.0} events/s  ({:.2}× the SHA-256 alone)  index {} blocks, ~{:.1} MiB",
+        pages as f64 / ingest.as_secs_f64(),
+        stores.len() as f64 / ingest.as_secs_f64(),
+        ingest.as_secs_f64() / sha.as_secs_f64(),
+        stats.blocks,
+        stats.bytes as f64 / (1 << 20) as f64
+    );
+
+    // Queries over all targets, against hashing the prompt.
+    let long: Vec<&Vec<u32>> =
+        prompts.iter().filter(|p| p.len() >= args.query_pages * args.page_size).collect();
+    anyhow::ensure!(
+        !long.is_empty(),
+        "no request of the trace has {} pages; lower --query-pages",
+        args.query_pages
+    );
+    let queries: Vec<Vec<PageHash>> =
+        long.iter().map(|p| page_hashes(&p[..args.query_pages * args.page_size], args.page_size)).collect();
+    let keys: Vec<TargetKey> = (0..args.targets).map(TargetKey::from_index).collect();
+    let hash_us = samples(args.queries, |i| {
+        let p = long[i % long.len()];
+        std::hint::black_box(page_hashes(&p[..args.query_pages * args.page_size], args.page_size));
+    });
+    let mut out = Vec::new();
+    let idle = samples(args.queries, |i| index.overlaps(&queries[i % queries.len()], &keys, &mut out));
+    let hits = queries.iter().filter(|q| keys.iter().any(|k| index.overlap(q, *k) > 0)).count();
+    let shared = Arc::new(RwLock::new(index));
+    let busy = under_ingest(&shared, &stores, || {
+        let mut out = Vec::new();
+        samples(args.queries, |i| {
+            let index = shared.read().expect("index lock");
+            index.overlaps(&queries[i % queries.len()], &keys, &mut out);
+        })
+    });
+    let (h50, h99) = p50_p99(&hash_us);
+    println!(
+        "hash     {} pages: p50 {h50:>8.1} µs  p99 {h99:>8.1} µs  (baseline: what the proxy does)",
+        args.query_pages
+    );
+    for (name, s) in [("query", &idle), ("query*", &busy)] {
+        let (p50, p99) = p50_p99(s);
+        println!(
+            "{name:<8} {} pages × {} targets: p50 {p50:>8.1} µs  p99 {p99:>8.1} µs  ({:.2}× / {:.2}× the hash)",
+            args.query_pages,
+            args.targets,
+            p50 / h50,
+            p99 / h99
+        );
+    }
+    println!(
+        "         (* while another thread ingests; {hits} of {} query prompts overlap some target)",
+        queries.len()
+    );
+
+    // What a KV-aware prefill pick costs over a plain one.
+    let index = Arc::try_unwrap(shared).expect("no other owner").into_inner().expect("index lock");
+    let (plain, kv) = pick_costs(&index, &queries, &args);
+    let ((p50, p99), (k50, k99)) = (p50_p99(&plain), p50_p99(&kv));
+    println!(
+        "pick     plain p50 {p50:>6.1} µs p99 {p99:>6.1} µs; with {} page hashes p50 {k50:>6.1} µs p99 {k99:>6.1} µs ({:.1}× / {:.1}×)",
+        args.query_pages,
+        k50 / p50,
+        k99 / p99
+    );
+
+    // Removal: every block, deepest first per request.
+    let removals = removals(&stores);
+    let mut index = index;
+    let remove = time(|| {
+        for (target, event) in &removals {
+            index.apply(*target, event);
+        }
+    });
+    println!(
+        "remove   {:>10.0} blocks/s; index empty afterwards: {}",
+        pages as f64 / remove.as_secs_f64(),
+        index.stats().blocks == 0
+    );
+    Ok(())
+}
+
+/// The token ids of the first `--requests` trace requests.
+fn load_prompts(args: &Args) -> anyhow::Result<Vec<Vec<u32>>> {
+    let mut prompts = Vec::with_capacity(args.requests);
+    for session in trace::open(&args.trace, Format::Mooncake)?.take(args.requests) {
+        let session = session?;
+        for turn in &session.turns {
+            let mut tokens = Vec::with_capacity(turn.input_tokens as usize);
+            for block in &turn.blocks {
+                let left = (turn.input_tokens as usize - tokens.len()).min(BLOCK_TOKENS);
+                tokens.extend((0..left as u64).map(|k| token(block.id, k)));
+            }
+            prompts.push(tokens);
+        }
+    }
+    Ok(prompts)
+}
+
+fn token(block: u64, k: u64) -> u32 {
+    let mut z = block.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z ^= z >> 31;
+    (z % 151_552) as u32
+}
+
+/// The stores each target publishes: the pages it lacks, chained on the ones it holds.
+fn events(prompts: &[Vec<u32>], args: &Args) -> Vec<Store> {
+    let mut held: Vec<std::collections::HashSet<PageHash>> = vec![Default::default(); args.targets as usize];
+    let mut out = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let t = i % args.targets as usize;
+        let hashes = page_hashes(p, args.page_size);
+        let have = hashes.iter().take_while(|h| held[t].contains(h)).count();
+        if have == hashes.len() {
+            continue;
+        }
+        held[t].extend(hashes[have..].iter().copied());
+        out.push(Store {
+            target: TargetKey::from_index(t as u32),
+            event: KvEvent::BlockStored {
+                block_hashes: hashes[have..].iter().map(|h| h.0).collect(),
+                parent_block_hash: have.checked_sub(1).map(|i| hashes[i].0),
+                token_ids: p[have * args.page_size..hashes.len() * args.page_size]
+                    .iter()
+                    .map(|&t| u64::from(t))
+                    .collect(),
+                block_size: args.page_size as u32,
+                medium: Medium::Gpu,
+            },
+            pages: hashes.len() - have,
+        });
+    }
+    out
+}
+
+/// One `BlockRemoved` per store, newest first (children before their parents).
+fn removals(stores: &[Store]) -> Vec<(TargetKey, KvEvent)> {
+    stores
+        .iter()
+        .rev()
+        .filter_map(|s| match &s.event {
+            KvEvent::BlockStored { block_hashes, .. } => Some((
+                s.target,
+                KvEvent::BlockRemoved {
+                    block_hashes: block_hashes.iter().rev().copied().collect(),
+                    medium: Medium::Gpu,
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `measure` while a second thread keeps applying `stores` to a spare target.
+fn under_ingest<T>(index: &Arc<RwLock<KvIndex>>, stores: &[Store], measure: impl FnOnce() -> T) -> T {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        let (stop2, index2) = (stop.clone(), index.clone());
+        scope.spawn(move || {
+            let spare = TargetKey::from_index(u32::MAX - 1);
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in stores.iter().take(64) {
+                    // As control's feed does: hash under the read lock, commit under the write lock.
+                    let prepared =
+                        index2.read().expect("index lock").prepare(spare, std::slice::from_ref(&s.event));
+                    index2.write().expect("index lock").commit(spare, prepared);
+                }
+                index2.write().expect("index lock").clear_target(spare);
+            }
+        });
+        let out = measure();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    })
+}
+
+/// Microseconds of a prefill pick + release, without and with the query's page hashes.
+fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f64>, Vec<f64>) {
+    let worker = WorkerRecord {
+        id: WorkerId::new("prefill"),
+        role: Role::Prefill,
+        url: "http://10.0.0.1:30000".into(),
+        model: ModelName::new("m"),
+        bootstrap_port: Some(8998),
+        dp_size: args.targets,
+        page_size: args.page_size as u32,
+        sglang_version: None,
+        kv_events: None,
+        labels: Default::default(),
+    };
+    let settings = Settings {
+        mode: DecodeInputDemand::On,
+        weight: RequestWeight::ZERO,
+        policy: DecodePolicy::RoundRobin,
+        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+        session_slack_tokens: 0,
+        session_ttl: Duration::from_secs(600),
+        lease_ttl: Duration::from_secs(300),
+    };
+    let view = View::new([worker]);
+    // The view interns the worker's ranks as keys 0..targets, the keys the events used.
+    let keys = view.worker_targets(&WorkerId::new("prefill"), None).expect("registered");
+    assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
+    let mut core = RoutingState::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let tokens = (args.query_pages * args.page_size) as u64;
+    let mut run = |with_hashes: bool| {
+        samples(args.queries, |i| {
+            let req = PickRequest {
+                lease,
+                request_id: RequestId::new("bench"),
+                model: ModelName::new("m"),
+                input_tokens: tokens,
+                session: None,
+                page_hashes: if with_hashes {
+                    queries[i % queries.len()].iter().map(|h| h.0).collect()
+                } else {
+                    Vec::new()
+                },
+                page_size: if with_hashes { args.page_size as u32 } else { 0 },
+            };
+            let picked = core.pick(PickKind::Prefill, &req, Some(index), false, now, wall).expect("pick");
+            core.release(picked.reservation).expect("release");
+        })
+    };
+    (run(false), run(true))
+}
+
+fn time<T>(f: impl FnOnce() -> T) -> Duration {
+    let t0 = Instant::now();
+    std::hint::black_box(f());
+    t0.elapsed()
+}
+
+/// Microseconds of `n` runs of `f(i)`.
+fn samples(n: usize, mut f: impl FnMut(usize)) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let t0 = Instant::now();
+            f(i);
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
+fn p50_p99(v: &[f64]) -> (f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)])
+}

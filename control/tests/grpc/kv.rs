@@ -1,0 +1,127 @@
+//! KV-aware prefill over real ZMQ: workers' publishers (infera_kv's, in SGLang's framing) feed
+//! control's index; PickPrefill credits the overlap and shows it per candidate; a missed batch is
+//! recovered from the replay socket; a reset clears only its target.
+
+use std::time::Duration;
+
+use infera_kv::event::{KvEvent, Medium};
+use infera_kv::hash::page_hashes;
+use infera_kv::publish::{Publisher, PublisherConfig};
+use infera_proto::pb::{self, ReleaseReason};
+
+use crate::harness::*;
+
+const PS: usize = 16;
+
+async fn publisher() -> Publisher {
+    let mut config = PublisherConfig::new("tcp://127.0.0.1:0");
+    config.replay_endpoint = Some("tcp://127.0.0.1:0".into());
+    Publisher::bind(config).await.unwrap()
+}
+
+fn worker(id: &str, p: &Publisher) -> String {
+    format!(
+        "[[workers]]\nid = '{id}'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\npage_size = {PS}\n\
+         kv_events = {{ endpoint = 'tcp://127.0.0.1:{}', replay_endpoint = 'tcp://127.0.0.1:{}' }}\n",
+        p.port(),
+        p.replay_port().unwrap()
+    )
+}
+
+/// `BlockStored` for pages `from..to` of `prompt`, chained on page `from - 1`, with SGLang's hashes.
+fn stored(prompt: &[u32], from: usize, to: usize) -> KvEvent {
+    let engine = page_hashes(prompt, PS);
+    KvEvent::BlockStored {
+        block_hashes: engine[from..to].iter().map(|h| h.0).collect(),
+        parent_block_hash: from.checked_sub(1).map(|p| engine[p].0),
+        token_ids: prompt[from * PS..to * PS].iter().map(|&t| u64::from(t)).collect(),
+        block_size: PS as u32,
+        medium: Medium::Gpu,
+    }
+}
+
+fn kv_pick(lease: &str, prompt: &[u32]) -> pb::PickRequest {
+    let mut req = pick(lease, "m", prompt.len() as u64);
+    req.page_hashes = page_hashes(prompt, PS).iter().map(|h| h.0).collect();
+    req.page_size = PS as u32;
+    req
+}
+
+/// Picks (and releases) until the chosen candidate's overlap is `pages`; returns that answer.
+async fn until_overlap(control: &Control, lease: &str, prompt: &[u32], pages: u32) -> pb::PickResponse {
+    let mut router = control.router().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = router.pick_prefill(kv_pick(lease, prompt)).await.unwrap().into_inner();
+        router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
+        let seen = p.cost.as_ref().unwrap().overlap_pages;
+        if seen == pages {
+            return p;
+        }
+        assert!(std::time::Instant::now() < deadline, "no prefill pick saw {pages} pages (last {seen})");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefill_picks_follow_the_kv_events_of_each_worker() {
+    let (a, b) = (publisher().await, publisher().await);
+    let control = Control::start(&(worker("prefill-a", &a) + &worker("prefill-b", &b)), &[]).await;
+    let lease = control.lease(0).await;
+    let prompt: Vec<u32> = (0..(12 * PS) as u32).map(|t| t * 7 + 1).collect();
+
+    // b stores 10 pages (published before control's subscriber joined: recovered by replay).
+    b.publish(vec![KvEvent::AllBlocksCleared, stored(&prompt, 0, 10)]).unwrap();
+    let p = until_overlap(&control, &lease, &prompt, 10).await;
+    assert_eq!(target_of(&p), ("prefill-b".to_owned(), 0));
+    assert_eq!(p.cost.as_ref().unwrap().cached_tokens, 160);
+
+    // The decision event shows every candidate's overlap.
+    let mut admin = control.admin().await;
+    let req = pb::WatchDecisionsRequest { kind: pb::PickKind::Prefill as i32, model: "m".into() };
+    let mut decisions = admin.watch_decisions(req).await.unwrap().into_inner();
+    let mut router = control.router().await;
+    let p = router.pick_prefill(kv_pick(&lease, &prompt)).await.unwrap().into_inner();
+    let d = decisions.message().await.unwrap().unwrap();
+    let overlaps: Vec<(String, u32, u64)> = d
+        .candidates
+        .iter()
+        .map(|c| (c.target.as_ref().unwrap().worker_id.clone(), c.overlap_pages, c.cached_tokens))
+        .collect();
+    assert_eq!(overlaps, vec![("prefill-a".into(), 0, 0), ("prefill-b".into(), 10, 160)]);
+    router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
+
+    // A batch that never goes out live: the next one reveals the gap, replay fills it.
+    b.publish_replay_only(infera_kv::event::EventBatch {
+        ts: 0.0,
+        events: vec![stored(&prompt, 10, 11)],
+        attn_dp_rank: None,
+    })
+    .unwrap();
+    b.publish(vec![stored(&prompt, 11, 12)]).unwrap();
+    until_overlap(&control, &lease, &prompt, 12).await;
+
+    // Eviction on b, a cache on a: a now holds more of the prompt.
+    a.publish(vec![KvEvent::AllBlocksCleared, stored(&prompt, 0, 4)]).unwrap();
+    let engine = page_hashes(&prompt, PS);
+    b.publish(vec![KvEvent::BlockRemoved {
+        block_hashes: engine[2..].iter().map(|h| h.0).collect(),
+        medium: Medium::Gpu,
+    }])
+    .unwrap();
+    let p = until_overlap(&control, &lease, &prompt, 4).await;
+    assert_eq!(target_of(&p), ("prefill-a".to_owned(), 0));
+
+    // The feed's counters reach the metrics once a second.
+    eventually(Duration::from_secs(10), "the KV metrics show the replay and the index", || async {
+        let m = control.metrics().await;
+        sample(&m, "infera_kv_replays_total{worker=\"prefill-b\",rank=\"0\"}").unwrap_or(0.0) >= 1.0
+            && sample(&m, "infera_kv_subscribers") == Some(2.0)
+            && sample(&m, "infera_kv_index_blocks") == Some(6.0) // a: 4, b: 2
+            && sample(&m, "infera_kv_blocks_total{outcome=\"removed\"}") == Some(10.0)
+    })
+    .await;
+    control.stop().await;
+    a.close().await;
+    b.close().await;
+}
