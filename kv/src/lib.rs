@@ -2,6 +2,8 @@
 //!
 //! - [`event`]: KV events as SGLang records them, whichever wire encoding carried them.
 //! - [`index`]: the prefix index built from events and asked for overlaps.
+//! - [`wire`], [`subscribe`], [`publish`]: the msgpack batches and the ZMQ sockets that carry them.
+//! - `testing` (feature `testing`): SGLang's real publisher driven from tests.
 //! - [`hash`]: SGLang's page hash (chained SHA-256 over token ids), the one function that turns a
 //!   prompt's tokens into the page-hash sequence control's index is queried with.
 
@@ -10,4 +12,6 @@ pub mod hash;
 pub mod index;
 pub mod publish;
 pub mod subscribe;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod wire;

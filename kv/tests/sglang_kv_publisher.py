@@ -9,6 +9,9 @@ Protocol (one JSON object per line):
   stdout, first:  {"version", "port", "replay_port", "rank", "topic"}  (ports chosen here, free)
   stdin:          {"publish": i}  -> stdout {"seq", "payload" (hex, as SGLang encoded it),
                                              "expect" (the batch as JSON), "lossless"}
+                  {"events": [{"type": "BlockStored", ...fields}, {"type": "BlockRemoved", ...},
+                              {"type": "AllBlocksCleared"}]}
+                                  -> publishes them as one batch, stdout {"seq"}
                   {"quit": true}  -> shuts the publisher down and exits 0
 """
 
@@ -18,6 +21,7 @@ import os
 import socket
 import sys
 import sysconfig
+import time
 import types
 
 RANK = 1
@@ -84,6 +88,14 @@ def make_batch(kv, i):
     return kv.KVEventBatch(ts=ts, events=events), {"ts": ts, "events": expect, "attn_dp_rank": RANK}, lossless
 
 
+def event_from_json(kv, e):
+    """One event as SGLang's scheduler records it, from the test's JSON."""
+    fields = {k: v for k, v in e.items() if k != "type"}
+    if e["type"] == "BlockStored":
+        fields.setdefault("lora_id", None)
+    return getattr(kv, e["type"])(**fields)
+
+
 def main():
     kv = load_kv_events()
     import msgspec
@@ -102,6 +114,12 @@ def main():
         command = json.loads(line)
         if command.get("quit"):
             break
+        if "events" in command:
+            events = [event_from_json(kv, e) for e in command["events"]]
+            publisher.publish(kv.KVEventBatch(ts=time.time(), events=events))
+            print(json.dumps({"seq": seq}), flush=True)
+            seq += 1
+            continue
         batch, expect, lossless = make_batch(kv, command["publish"])
         publisher.publish(batch)  # sets attn_dp_rank, as the scheduler's wrapper relies on
         payload = encoder.encode(batch).hex()  # what the publisher thread sends

@@ -125,3 +125,56 @@ async fn prefill_picks_follow_the_kv_events_of_each_worker() {
     a.close().await;
     b.close().await;
 }
+
+/// SGLang's own publisher (its `kv_events.py`, run by the venv of `version`) feeds control: the
+/// events published before control subscribed come back through SGLang's replay socket (a late
+/// join is a gap from seq 0), and the overlap is exactly the pages stored minus those removed.
+async fn real_sglang_events_feed_control(version: &str) {
+    let (mut sglang, hello) = infera_kv::testing::SglangPublisher::start(version).await;
+    let (rank, port, replay) = (
+        hello["rank"].as_u64().unwrap(),
+        hello["port"].as_u64().unwrap(),
+        hello["replay_port"].as_u64().unwrap(),
+    );
+    let prompt: Vec<u32> = (0..(8 * PS) as u32).map(|t| 100_000 + t * 13).collect();
+    let hashes = page_hashes(&prompt, PS);
+    let events = serde_json::json!([
+        {"type": "AllBlocksCleared"},
+        {"type": "BlockStored", "block_hashes": hashes.iter().map(|h| h.0).collect::<Vec<_>>(),
+         "parent_block_hash": null, "token_ids": prompt, "block_size": PS, "medium": "GPU"},
+    ]);
+    assert_eq!(sglang.publish_events(&events).await["seq"], 0);
+
+    // The record names rank 0's ports, as SGLang's /server_info does; the script's rank is `rank`.
+    let workers = format!(
+        "[[workers]]\nid = 'sglang'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\npage_size = {PS}\n\
+         dp_size = {}\nkv_events = {{ endpoint = 'tcp://127.0.0.1:{}', replay_endpoint = 'tcp://127.0.0.1:{}', topic = '{}' }}\n",
+        rank + 1,
+        port - rank,
+        replay - rank,
+        hello["topic"].as_str().unwrap()
+    );
+    let control = Control::start(&workers, &[]).await;
+    let lease = control.lease(0).await;
+    let p = until_overlap(&control, &lease, &prompt, 8).await;
+    assert_eq!(target_of(&p), ("sglang".to_owned(), rank as u32));
+
+    let removed = serde_json::json!([
+        {"type": "BlockRemoved", "block_hashes": hashes[5..].iter().map(|h| h.0).collect::<Vec<_>>(), "medium": "GPU"},
+    ]);
+    assert_eq!(sglang.publish_events(&removed).await["seq"], 1);
+    let p = until_overlap(&control, &lease, &prompt, 5).await;
+    assert_eq!(p.cost.as_ref().unwrap().cached_tokens, 5 * PS as u64);
+    control.stop().await;
+    sglang.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_sglang_0_5_18_events_feed_control() {
+    real_sglang_events_feed_control("0.5.18").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_sglang_0_5_23_events_feed_control() {
+    real_sglang_events_feed_control("0.5.23").await;
+}

@@ -4,6 +4,11 @@
 //! socket lost its peer — the replay starts one batch early, at the last batch delivered, and
 //! that batch must come back byte for byte. If it comes back different, the publisher restarted
 //! and its new sequence has grown past ours: reset, and replay the new publisher from 0.
+//!
+//! Catch-up on join: a worker publishes from start-up (`AllBlocksCleared`, then every store), so
+//! what it sent before we subscribed is only in its replay buffer. Right after the first connect
+//! the follower asks for everything from seq 0 and delivers it, then skips the live copies of
+//! those batches that the SUB socket received meanwhile.
 
 use std::sync::Arc;
 
@@ -36,6 +41,8 @@ pub(super) struct Follower {
     last: Option<(u64, Bytes)>,
     /// The socket lost its peer since the last message: continuity must be checked.
     reconnected: bool,
+    /// Batches delivered by the catch-up on join, until live messages pass them.
+    joined: std::collections::HashMap<u64, Bytes>,
 }
 
 impl Follower {
@@ -45,7 +52,16 @@ impl Follower {
         stats: Arc<SubscriberStats>,
         stop: oneshot::Receiver<()>,
     ) -> Self {
-        Self { config, out, stats, stop, seq: Sequencer::default(), last: None, reconnected: false }
+        Self {
+            config,
+            out,
+            stats,
+            stop,
+            seq: Sequencer::default(),
+            last: None,
+            reconnected: false,
+            joined: std::collections::HashMap::new(),
+        }
     }
 
     pub(super) async fn run(mut self) {
@@ -56,6 +72,9 @@ impl Follower {
     async fn follow(&mut self) -> Result<(), Stopped> {
         loop {
             let (mut socket, mut monitor) = self.connect().await?;
+            if self.seq.next().is_none() {
+                self.catch_up().await?;
+            }
             loop {
                 let received = tokio::select! {
                     _ = &mut self.stop => return Err(Stopped),
@@ -121,6 +140,39 @@ impl Follower {
         }
     }
 
+    /// Delivers what the publisher sent before we joined, from its replay buffer (see the module
+    /// docs). Without a replay socket, or when it does not answer, the live stream decides.
+    async fn catch_up(&mut self) -> Result<(), Stopped> {
+        let Some(endpoint) = self.config.replay_endpoint.clone() else { return Ok(()) };
+        let fetched = tokio::select! {
+            _ = &mut self.stop => return Err(Stopped),
+            fetched = replay::fetch(&endpoint, 0, self.config.replay_timeout) => fetched,
+        };
+        let replayed = match fetched {
+            Ok(replayed) => replayed,
+            Err(why) => {
+                tracing::debug!(worker = %self.config.worker, rank = self.config.rank, %why,
+                    "no catch-up from replay on join; following the live stream");
+                return Ok(());
+            }
+        };
+        SubscriberStats::add(&self.stats.replays, 1);
+        let Some(newest) = replayed.iter().map(|(seq, _)| *seq).max() else { return Ok(()) };
+        let fill = sequencer::fill(0, newest + 1, replayed);
+        if !fill.complete {
+            // The buffer no longer reaches back to seq 0: what came before it is lost.
+            let why = ReplayFailure::Incomplete { first: fill.first };
+            let to = fill.batches.first().map_or(newest + 1, |(seq, _)| *seq);
+            self.reset(ResetReason::Missed { from: 0, to, why }).await?;
+        }
+        SubscriberStats::add(&self.stats.replayed_batches, fill.batches.len() as u64);
+        for (seq, payload) in fill.batches {
+            self.joined.insert(seq, payload.clone());
+            self.deliver(seq, payload).await?;
+        }
+        Ok(())
+    }
+
     async fn on_live(&mut self, frames: &[Bytes]) -> Result<(), Stopped> {
         let (seq, payload) = match super::frames::live(frames, self.config.topic.as_bytes()) {
             Ok(Some(message)) => message,
@@ -132,6 +184,15 @@ impl Follower {
                 return Ok(());
             }
         };
+        if !self.joined.is_empty() {
+            match self.joined.get(&seq) {
+                // Already delivered by the catch-up.
+                Some(p) if *p == payload => return Ok(()),
+                Some(_) => {}
+                None if self.seq.next().is_some_and(|next| seq >= next) => self.joined.clear(),
+                None => {}
+            }
+        }
         let check = std::mem::take(&mut self.reconnected);
         match self.seq.arrival(seq) {
             Arrival::InOrder if !check => {}
