@@ -2,7 +2,7 @@
 //! derived from the same [`Plan`] the workers' argv comes from, so the record cannot disagree
 //! with the command line: URL from `--host`/`--port`, bootstrap port, DP ranks, page size.
 
-use infera_proto::types::{ModelName, Role, WorkerId, WorkerRecord};
+use infera_proto::types::{KvEventsSource, ModelName, Role, WorkerId, WorkerRecord};
 use serde::Serialize;
 
 use crate::plan::{Plan, WorkerPlan};
@@ -20,16 +20,24 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         Role::Prefill => w.args.disaggregation.as_ref().and_then(|d| d.bootstrap_port),
         Role::Decode | Role::Mixed => None,
     };
+    let host = reachable_host(&server.host);
+    // The worker binds its KV sockets on every interface (`tcp://*:port`); control dials the
+    // host it reaches the worker's HTTP server on.
+    let kv_events = w.args.kv_events.as_ref().map(|k| KvEventsSource {
+        endpoint: format!("tcp://{}", host_port(&host, k.port)),
+        replay_endpoint: Some(format!("tcp://{}", host_port(&host, k.replay_port))),
+        topic: k.topic.clone(),
+    });
     WorkerRecord {
         id: WorkerId::new(w.name.as_str()),
         role: w.role,
-        url: format!("http://{}", host_port(&reachable_host(&server.host), server.port)),
+        url: format!("http://{}", host_port(&host, server.port)),
         model: ModelName::new(model.as_str()),
         bootstrap_port,
         dp_size: w.args.parallel.dp_ranks(),
         page_size: server.page_size.unwrap_or(1),
         sglang_version: Some(w.args.version.to_string()),
-        kv_events: None,
+        kv_events,
         labels: Default::default(),
     }
 }
@@ -92,6 +100,12 @@ mod tests {
         assert_eq!(d.url, "http://127.0.0.1:30001");
         assert_eq!(d.bootstrap_port, None);
         assert_eq!(d.dp_size, 8, "attention-DP ranks");
+        // The sockets of --kv-events-config, dialled on the host the HTTP server is reached on.
+        let kv = p.kv_events.as_ref().unwrap();
+        assert_eq!(kv.endpoint, "tcp://127.0.0.1:5557");
+        assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://127.0.0.1:5558"), "replay after the PUB ports");
+        assert_eq!(kv.topic, "kv@prefill-0");
+        assert_eq!(d.kv_events.as_ref().unwrap().for_rank(7).unwrap().0, "tcp://127.0.0.1:5607");
         for r in &records {
             assert_eq!(r.check(), Ok(()), "{r:?}");
         }
