@@ -1,11 +1,14 @@
 //! Command line (every flag also an `INFERA_PROXY_*` environment variable) → validated [`Config`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
+use infera_tokenize::{ChatTemplateSource, LoadError, Tokenizer};
 
 /// infera-proxy: a stateless HTTP proxy in front of SGLang workers, routed by infera-control.
 #[derive(Parser, Debug)]
@@ -17,6 +20,8 @@ pub struct Args {
     control: ControlArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
 }
@@ -68,6 +73,24 @@ struct LimitArgs {
     connect_timeout_ms: u64,
 }
 
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Tokenizer")]
+struct TokenizerArgs {
+    /// The model's Hugging Face tokenizer.json: the proxy then counts input tokens exactly and
+    /// knows the prompt's token ids (the chat template comes from chat_template.jinja or
+    /// tokenizer_config.json next to it). Unset: input tokens are estimated from the text.
+    #[arg(long, env = "INFERA_PROXY_TOKENIZER", value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+    /// A Jinja chat template to use instead of the one next to --tokenizer (the file given to
+    /// SGLang's --chat-template).
+    #[arg(long, env = "INFERA_PROXY_CHAT_TEMPLATE", value_name = "FILE", requires = "tokenizer")]
+    chat_template: Option<PathBuf>,
+    /// Memory for the last prompt of each session, so a new turn encodes only its new text
+    /// (0 turns the cache off).
+    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CACHE_BYTES", default_value_t = 64 << 20)]
+    tokenizer_cache_bytes: usize,
+}
+
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -89,6 +112,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Worker connect timeout.
     pub connect_timeout: Duration,
+    /// The tokenizer, loaded once at start (`--tokenizer`).
+    pub tokenizer: Option<Arc<Tokenizer>>,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -107,6 +132,9 @@ pub enum ConfigError {
     /// The telemetry flags.
     #[error(transparent)]
     Telemetry(#[from] LogFilterError),
+    /// `--tokenizer` or `--chat-template` cannot be loaded.
+    #[error("--tokenizer: {0}")]
+    Tokenizer(#[from] LoadError),
 }
 
 impl TryFrom<Args> for Config {
@@ -132,8 +160,19 @@ impl TryFrom<Args> for Config {
             max_body_bytes: a.limits.max_body_bytes,
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
+            tokenizer: a.tokenizer.load()?,
             telemetry: a.telemetry.into_config("infera-proxy")?,
         })
+    }
+}
+
+impl TokenizerArgs {
+    fn load(self) -> Result<Option<Arc<Tokenizer>>, LoadError> {
+        let Some(path) = self.tokenizer else { return Ok(None) };
+        let template = self.chat_template.map(ChatTemplateSource::File);
+        let tokenizer =
+            Tokenizer::load(&path, template.as_ref())?.with_session_cache(self.tokenizer_cache_bytes);
+        Ok(Some(Arc::new(tokenizer)))
     }
 }
 
@@ -154,5 +193,17 @@ mod tests {
             let a = Args::try_parse_from(["infera-proxy", "--control", url]).unwrap();
             assert!(Config::try_from(a).is_err(), "{url:?} accepted");
         }
+    }
+
+    #[test]
+    fn bad_tokenizer_files_are_config_errors() {
+        let a = Args::try_parse_from(["infera-proxy", "--tokenizer", "/nonexistent/tokenizer.json"]).unwrap();
+        let err = Config::try_from(a).unwrap_err();
+        assert!(matches!(err, ConfigError::Tokenizer(_)), "{err}");
+        assert!(err.to_string().contains("/nonexistent/tokenizer.json"), "{err}");
+        // A chat template needs a tokenizer.
+        assert!(Args::try_parse_from(["infera-proxy", "--chat-template", "t.jinja"]).is_err());
+        let a = Args::try_parse_from(["infera-proxy"]).unwrap();
+        assert!(Config::try_from(a).unwrap().tokenizer.is_none());
     }
 }

@@ -157,6 +157,20 @@ impl ControlLink {
         self.targets.read().expect("targets lock").clone()
     }
 
+    /// The prompt's page hashes for a KV-aware prefill pick: SGLang's page hash over the token
+    /// ids, at the page size of the model's prefill workers. Empty for decode picks, without token
+    /// ids (no tokenizer, an ambiguous prompt) or before the target list is known.
+    fn page_hashes(&self, kind: PickKind, facts: &Facts, model: &str) -> (Vec<i64>, u32) {
+        let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return (Vec::new(), 0) };
+        match self.targets().prefill_page_size(model).filter(|p| *p > 0) {
+            Some(page_size) => {
+                let hashes = infera_kv::hash::page_hashes(ids, page_size as usize);
+                (hashes.into_iter().map(|h| h.0).collect(), page_size)
+            }
+            None => (Vec::new(), 0),
+        }
+    }
+
     /// Picks a target for one leg: control when it answers in time, the local fallback
     /// otherwise.
     pub async fn pick(
@@ -166,14 +180,15 @@ impl ControlLink {
         model: &str,
     ) -> Result<Pick, PickError> {
         if let Some(lease) = self.lease() {
+            let (page_hashes, page_size) = self.page_hashes(kind, facts, model);
             let msg = pb::PickRequest {
                 lease_id: lease.clone(),
                 request_id: facts.request_id.clone(),
                 model: model.to_owned(),
                 input_tokens: facts.input_tokens,
                 session_key: facts.session.clone().unwrap_or_default(),
-                page_hashes: Vec::new(),
-                page_size: 0,
+                page_hashes,
+                page_size,
             };
             let mut req = tonic::Request::new(msg);
             // The RPC itself may take longer than the pick deadline: if control books after

@@ -1,7 +1,10 @@
 //! Routing facts: what the proxy derives from a request before asking control — the request
-//! id, the model, the input-token count (an estimate: the proxy has no tokenizer yet), the
-//! session key and whether the answer streams. The body is kept as a JSON object with its key
+//! id, the model, the input-token count (estimated from the text; exact once [`crate::tokens`]
+//! has the prompt's token ids from `--tokenizer`), the session key and whether the answer
+//! streams. The body is kept as a JSON object with its key
 //! order, so what reaches the workers is the client's JSON plus the injected keys.
+
+use std::sync::Arc;
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -58,8 +61,11 @@ pub struct Facts {
     /// The model (for `/generate`, the body's `model`, which is not forwarded, or the
     /// deployment's only model).
     pub model: Option<String>,
-    /// Estimated input tokens.
+    /// Input tokens: exact when `token_ids` is set, else estimated from the text.
     pub input_tokens: u64,
+    /// The prompt's token ids as SGLang prefills them, when the proxy has a tokenizer and the
+    /// prompt is unambiguous (set by [`crate::tokens::attach`]).
+    pub token_ids: Option<Arc<[u32]>>,
     /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`.
     pub session: Option<String>,
     /// Whether the answer is an SSE stream.
@@ -102,7 +108,7 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         .or_else(|| body.get("prompt_cache_key").and_then(Value::as_str).map(str::to_owned))
         .filter(|s| !s.is_empty());
     let input_tokens = estimate_tokens(api, &body)?;
-    Ok(Facts { api, request_id, model, input_tokens, session, stream, body })
+    Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, stream, body })
 }
 
 /// A fresh request id: 128 random bits, hex.

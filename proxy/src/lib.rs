@@ -5,7 +5,8 @@
 //!
 //! - [`config`]: flags and env → validated [`Config`].
 //! - [`server`]: accept, route by path, one request's steps.
-//! - [`facts`]: request id, model, input-token estimate, session, stream.
+//! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
+//!   prompt's token ids and exact input tokens when a tokenizer is configured.
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once, with a local fallback from
 //!   [`targets`] when control does not answer in time; the lease; releases.
 //! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently.
@@ -23,6 +24,7 @@ pub mod relay;
 pub mod route;
 pub mod server;
 pub mod targets;
+pub mod tokens;
 
 use std::future::Future;
 use std::sync::Arc;

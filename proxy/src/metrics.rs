@@ -44,6 +44,16 @@ struct CallLabels {
     call: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
 /// The proxy's metrics.
 #[derive(Debug)]
 pub struct ProxyMetrics {
@@ -57,6 +67,9 @@ pub struct ProxyMetrics {
     control_errors: Family<CallLabels, Counter>,
     retries: Counter,
     late_picks: Counter,
+    tokenize: Family<OutcomeLabels, Counter>,
+    tokenize_seconds: Histogram,
+    tokenize_cache: Family<ResultLabels, Counter>,
 }
 
 impl ProxyMetrics {
@@ -73,6 +86,9 @@ impl ProxyMetrics {
             control_errors: Family::default(),
             retries: Counter::default(),
             late_picks: Counter::default(),
+            tokenize: Family::default(),
+            tokenize_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
+            tokenize_cache: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("infera_proxy");
         r.register("requests", "Requests answered, by API and HTTP status", m.requests.clone());
@@ -96,6 +112,22 @@ impl ProxyMetrics {
             "late_picks",
             "Picks control answered after the pick deadline; released at once",
             m.late_picks.clone(),
+        );
+        r.register(
+            "tokenize",
+            "Requests by what tokenizing their prompt gave: ok, ambiguous (routed on load), skipped \
+             (batches, media, history held by the engine), error, none (no --tokenizer)",
+            m.tokenize.clone(),
+        );
+        r.register(
+            "tokenize_seconds",
+            "Time to render and encode a prompt (requests with a tokenizer)",
+            m.tokenize_seconds.clone(),
+        );
+        r.register(
+            "tokenize_cache",
+            "Session turns whose token ids reused the previous turn's (hit) or were encoded whole (miss)",
+            m.tokenize_cache.clone(),
         );
         m
     }
@@ -156,6 +188,20 @@ impl ProxyMetrics {
     /// A pick answered after its deadline was released.
     pub fn late_pick(&self) {
         self.late_picks.inc();
+    }
+
+    /// A prompt was tokenized (or not) with `outcome`, taking `seconds` when a tokenizer ran.
+    pub fn tokenized(&self, outcome: &'static str, seconds: Option<f64>) {
+        self.tokenize.get_or_create(&OutcomeLabels { outcome }).inc();
+        if let Some(s) = seconds {
+            self.tokenize_seconds.observe(s);
+        }
+    }
+
+    /// A session turn hit or missed the tokenizer's session cache.
+    pub fn tokenize_cache(&self, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.tokenize_cache.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// A request was re-picked.

@@ -25,6 +25,7 @@ use crate::forward::{self, Upstreams};
 use crate::metrics::InflightGuard;
 use crate::relay::Relay;
 use crate::route;
+use crate::tokens;
 
 /// What every request handler shares.
 #[derive(Debug)]
@@ -108,6 +109,7 @@ async fn generate(
         Ok(f) => f,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
+    let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
     tracing::Span::current().record("request_id", facts.request_id.as_str());
     let mut headers = parts.headers;
     if let Ok(v) = header::HeaderValue::from_str(&facts.request_id) {

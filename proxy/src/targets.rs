@@ -93,6 +93,12 @@ impl TargetList {
         (models.len() == 1).then(|| models[0].clone())
     }
 
+    /// The KV page size of `model`'s prefill workers (the first listed; a model's prefills share
+    /// one), which the prompt's page hashes are computed with.
+    pub fn prefill_page_size(&self, model: &str) -> Option<u32> {
+        self.workers().find(|w| w.model == model && w.role == pb::Role::Prefill as i32).map(|w| w.page_size)
+    }
+
     /// Eligible (not drained) endpoints of a pool.
     fn pool(&self, model: &str, kind: PickKind) -> Vec<Endpoint> {
         let with_role = |role: pb::Role| -> Vec<Endpoint> {

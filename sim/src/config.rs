@@ -54,6 +54,17 @@ struct ServerArgs {
     /// The prefill's bootstrap port (0 picks a free port).
     #[arg(long, env = "INFERA_SIM_DISAGGREGATION_BOOTSTRAP_PORT", default_value_t = 8998)]
     disaggregation_bootstrap_port: u16,
+    /// `tokenizer.json`, or a directory holding it (default: the model path, when it is such a
+    /// directory). With one, prompts are tokenized as SGLang does them (chat template from
+    /// `tokenizer_config.json` or `--chat-template`); without, one token per 4 bytes of text.
+    #[arg(long, env = "INFERA_SIM_TOKENIZER_PATH")]
+    tokenizer_path: Option<PathBuf>,
+    /// A chat template file, over the tokenizer's own.
+    #[arg(long, env = "INFERA_SIM_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
+    /// Report cached prompt tokens in OpenAI usage (`prompt_tokens_details.cached_tokens`).
+    #[arg(long, env = "INFERA_SIM_ENABLE_CACHE_REPORT")]
+    enable_cache_report: bool,
     /// KV events config (JSON, SGLang's keys); `"publisher": "zmq"` publishes real KV events.
     #[arg(long, env = "INFERA_SIM_KV_EVENTS_CONFIG")]
     kv_events_config: Option<String>,
@@ -229,6 +240,10 @@ pub struct SimConfig {
     pub context_length: u32,
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
+    /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
+    pub tokenizer: Option<std::sync::Arc<infera_tokenize::Tokenizer>>,
+    /// `--enable-cache-report`.
+    pub cache_report: bool,
     /// `--kv-events-config`, parsed; `None` when unset or the `null` publisher.
     pub kv_events: Option<KvEventsConfig>,
     /// `--enable-metrics`.
@@ -276,6 +291,9 @@ pub enum ConfigError {
     /// `--kv-events-config`.
     #[error("--kv-events-config: {0}")]
     KvEvents(#[from] KvEventsError),
+    /// `--tokenizer-path` / `--chat-template`.
+    #[error("--tokenizer-path: {0}")]
+    Tokenizer(#[from] infera_tokenize::LoadError),
     /// A size that must be ≥ 1.
     #[error("--{flag} must be at least 1 (got {value})")]
     Size {
@@ -353,6 +371,7 @@ impl TryFrom<SimArgs> for SimConfig {
         };
         let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
+        let tokenizer = load_tokenizer(&server)?;
         Ok(Self {
             served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
             host: server.host,
@@ -380,6 +399,8 @@ impl TryFrom<SimArgs> for SimConfig {
             context_length: server.context_length.unwrap_or(131_072),
             kv_events_config: server.kv_events_config,
             kv_events,
+            tokenizer,
+            cache_report: server.enable_cache_report,
             enable_metrics: server.enable_metrics,
             seed: sim.sim_seed,
             speedup: sim.sim_speedup,
@@ -395,6 +416,23 @@ impl TryFrom<SimArgs> for SimConfig {
             warnings,
         })
     }
+}
+
+/// The tokenizer of `--tokenizer-path`, else of a model path that is a directory with a
+/// `tokenizer.json` (as SGLang takes the tokenizer from the model path).
+fn load_tokenizer(
+    server: &ServerArgs,
+) -> Result<Option<std::sync::Arc<infera_tokenize::Tokenizer>>, ConfigError> {
+    let as_file = |p: &std::path::Path| if p.is_dir() { p.join("tokenizer.json") } else { p.to_owned() };
+    let path = match &server.tokenizer_path {
+        Some(p) => as_file(p),
+        None => match std::path::Path::new(&server.model_path).join("tokenizer.json") {
+            p if p.is_file() => p,
+            _ => return Ok(None),
+        },
+    };
+    let template = server.chat_template.clone().map(infera_tokenize::ChatTemplateSource::File);
+    Ok(Some(std::sync::Arc::new(infera_tokenize::Tokenizer::load(&path, template.as_ref())?)))
 }
 
 impl SimConfig {

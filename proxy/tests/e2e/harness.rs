@@ -65,7 +65,7 @@ pub(crate) struct Sim {
 }
 
 impl Sim {
-    async fn start(mode: &str, dp: u32, extra: &[&str]) -> Self {
+    pub(crate) async fn start(mode: &str, dp: u32, extra: &[&str]) -> Self {
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = http.local_addr().unwrap();
         let bootstrap =
@@ -298,7 +298,11 @@ impl Cluster {
     }
 }
 
-async fn start_control(grpc: TcpListener, workers: &tempfile::NamedTempFile, flags: &[&str]) -> Task {
+pub(crate) async fn start_control(
+    grpc: TcpListener,
+    workers: &tempfile::NamedTempFile,
+    flags: &[&str],
+) -> Task {
     let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut argv = vec!["infera-control", "--workers", workers.path().to_str().unwrap(), "--seed", "3"];
     argv.extend_from_slice(flags);

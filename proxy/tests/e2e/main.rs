@@ -3,6 +3,7 @@
 mod harness;
 
 mod errors;
+mod kv;
 mod ledger;
 mod load;
 mod openai;

@@ -25,7 +25,7 @@ pub(super) async fn handle(app: Arc<App>, route: Route, req: Request<Incoming>) 
         Ok(b) => b,
         Err(e) => return ApiError::Input(InputError::Body(e)).response(route),
     };
-    let request = match input::parse(route, &headers, &body) {
+    let request = match input::parse(route, &headers, &body, app.config.tokenizer.as_deref()) {
         Ok(r) => r,
         Err(e) => return ApiError::Input(e).response(route),
     };
@@ -35,7 +35,8 @@ pub(super) async fn handle(app: Arc<App>, route: Route, req: Request<Incoming>) 
         Ok(run) => run,
         Err(e) => return e.response(route),
     };
-    let render = Render::new(route, &run, model, include_usage, app.seed, app.created);
+    let mut render = Render::new(route, &run, model, include_usage, app.seed, app.created);
+    render.cache_report = app.config.cache_report;
     if stream { streamed(run, render) } else { whole(run, render).await }
 }
 

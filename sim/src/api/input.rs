@@ -76,13 +76,21 @@ pub enum InputError {
     /// No prompt.
     #[error("{0}")]
     NoPrompt(&'static str),
+    /// The prompt cannot be rendered with the chat template (SGLang answers 400 too).
+    #[error("{0}")]
+    Tokenize(String),
     /// `X-Data-Parallel-Rank` is not an integer.
     #[error("X-Data-Parallel-Rank: not an integer")]
     RankHeader,
 }
 
-/// Parses a request body for `route`.
-pub fn parse(route: Route, headers: &HeaderMap, body: &[u8]) -> Result<GenRequest, InputError> {
+/// Parses a request body for `route`; with a tokenizer the prompt is what SGLang would prefill.
+pub fn parse(
+    route: Route,
+    headers: &HeaderMap,
+    body: &[u8],
+    tokenizer: Option<&infera_tokenize::Tokenizer>,
+) -> Result<GenRequest, InputError> {
     let value: Value = serde_json::from_slice(body).map_err(InputError::Json)?;
     let Value::Object(_) = &value else { return Err(InputError::NotObject) };
     let b = &value;
@@ -139,6 +147,10 @@ pub fn parse(route: Route, headers: &HeaderMap, body: &[u8]) -> Result<GenReques
         let rank = h.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or(InputError::RankHeader)?;
         pd.routed_dp_rank = Some(rank);
     }
+    let prompt = match tokenizer {
+        Some(t) => sglang_prompt(t, route, b)?.unwrap_or(prompt),
+        None => prompt,
+    };
     let prompt = if prompt.is_empty() { vec![0] } else { prompt };
     Ok(GenRequest {
         // SGLang's ResponsesRequest names its id `request_id`.
@@ -150,6 +162,29 @@ pub fn parse(route: Route, headers: &HeaderMap, body: &[u8]) -> Result<GenReques
         model: field(b, "model")?,
         pd,
     })
+}
+
+/// The token ids SGLang prefills for the request, by the real tokenizer and chat template.
+/// `None` where the emulator keeps its own tokens: a batch, media, or a `/v1/responses` prompt
+/// whose system messages SGLang versions render differently.
+fn sglang_prompt(
+    t: &infera_tokenize::Tokenizer,
+    route: Route,
+    body: &Value,
+) -> Result<Option<Vec<u32>>, InputError> {
+    use infera_tokenize::{Endpoint, Outcome};
+    let endpoint = match route {
+        Route::Generate => Endpoint::Generate,
+        Route::Chat => Endpoint::ChatCompletions,
+        Route::Completions => Endpoint::Completions,
+        Route::Responses => Endpoint::Responses,
+    };
+    let Value::Object(map) = body else { return Ok(None) };
+    match t.tokenize(endpoint, map, None) {
+        Ok(Outcome::Tokens(tokens)) => Ok(Some(tokens.ids.to_vec())),
+        Ok(Outcome::Ambiguous(_) | Outcome::Skipped(_)) => Ok(None),
+        Err(e) => Err(InputError::Tokenize(e.to_string())),
+    }
 }
 
 /// `role: content\n` per message; content is a string or a list of text parts.
@@ -210,7 +245,7 @@ mod tests {
     use super::*;
 
     fn parse_json(route: Route, body: Value) -> Result<GenRequest, InputError> {
-        parse(route, &HeaderMap::new(), body.to_string().as_bytes())
+        parse(route, &HeaderMap::new(), body.to_string().as_bytes(), None)
     }
 
     #[test]
@@ -255,7 +290,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-data-parallel-rank", "2".parse().unwrap());
         let body = serde_json::json!({"messages": [], "routed_dp_rank": 1}).to_string();
-        assert_eq!(parse(Route::Chat, &headers, body.as_bytes()).unwrap().pd.routed_dp_rank, Some(2));
-        assert_eq!(parse(Route::Generate, &headers, br#"{"text":"x"}"#).unwrap().pd.routed_dp_rank, None);
+        assert_eq!(parse(Route::Chat, &headers, body.as_bytes(), None).unwrap().pd.routed_dp_rank, Some(2));
+        assert_eq!(
+            parse(Route::Generate, &headers, br#"{"text":"x"}"#, None).unwrap().pd.routed_dp_rank,
+            None
+        );
     }
 }

@@ -62,6 +62,8 @@ pub struct Render {
     pub prefill_leg: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// `--enable-cache-report`: usage carries `prompt_tokens_details.cached_tokens`.
+    pub cache_report: bool,
     started: tokio::time::Instant,
     seed: u64,
     rid_hash: u64,
@@ -84,6 +86,7 @@ impl Render {
             rank: run.rank,
             prefill_leg: run.prefill_leg,
             include_usage,
+            cache_report: false,
             started: run.started,
             seed,
             ids: Vec::new(),
@@ -158,13 +161,15 @@ impl Render {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// OpenAI `usage`.
-    pub fn usage(&self, tokens: u32) -> Value {
+    /// OpenAI `usage`; with `--enable-cache-report`, the cached prompt tokens as SGLang reports
+    /// them.
+    pub fn usage(&self, tokens: u32, cached: u32) -> Value {
+        let details = if self.cache_report { json!({ "cached_tokens": cached }) } else { Value::Null };
         json!({
             "prompt_tokens": self.prompt_tokens,
             "total_tokens": self.prompt_tokens + tokens,
             "completion_tokens": tokens,
-            "prompt_tokens_details": null,
+            "prompt_tokens_details": details,
             "reasoning_tokens": 0,
             "completion_tokens_details": null,
         })

@@ -43,7 +43,7 @@ pub(super) fn chunks(r: &Render, s: &Step<'_>) -> Vec<(Option<&'static str>, Val
         if r.include_usage {
             let usage = json!({
                 "id": r.rid, "object": "chat.completion.chunk", "created": r.created, "model": r.model,
-                "choices": [], "usage": r.usage(s.tokens),
+                "choices": [], "usage": r.usage(s.tokens, s.cached),
             });
             out.push((None, usage));
         }
@@ -65,7 +65,7 @@ pub(super) fn body(r: &Render, s: &Step<'_>) -> Value {
             "finish_reason": s.finish.map(reason),
             "matched_stop": null,
         }],
-        "usage": r.usage(s.tokens),
+        "usage": r.usage(s.tokens, s.cached),
         "metadata": null,
     })
 }

@@ -32,7 +32,7 @@ pub(super) fn chunks(r: &Render, s: &Step<'_>) -> Vec<(Option<&'static str>, Val
     if let Some(finish) = s.finish {
         out.push(event(json!([choice(s.delta, Some(finish))]), Value::Null));
         if r.include_usage {
-            out.push(event(json!([]), r.usage(s.tokens)));
+            out.push(event(json!([]), r.usage(s.tokens, s.cached)));
         }
     }
     out
@@ -46,6 +46,6 @@ pub(super) fn body(r: &Render, s: &Step<'_>) -> Value {
         "created": r.created,
         "model": r.model,
         "choices": [choice(s.text, s.finish)],
-        "usage": r.usage(s.tokens),
+        "usage": r.usage(s.tokens, s.cached),
     })
 }

@@ -1,0 +1,93 @@
+//! KV-aware prefill end to end: the proxy tokenizes with the model's tokenizer and chat template,
+//! sends the prompt's page hashes with PickPrefill; the prefill sims tokenize the same way and
+//! publish what their prefix caches store over ZMQ; control follows those events. A conversation's
+//! next turn goes to the prefill that holds its prefix, and that prefill reports the hit.
+
+use std::time::{Duration, Instant};
+
+use infera_proto::pb::{self, admin_client::AdminClient};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::harness::*;
+
+const PAGE: u32 = 16;
+
+/// A prefill's `[[workers]]` entry, its KV sockets read from its `/server_info`.
+async fn prefill_record(id: &str, sim: &Sim) -> String {
+    let (_, info) = get(&format!("{}/server_info", sim.url)).await;
+    let kv = serde_json::from_str::<Value>(&info).unwrap()["kv_events"].clone();
+    format!(
+        "[[workers]]\nid='{id}'\nrole='prefill'\nurl='{}'\nmodel='{MODEL}'\nbootstrap_port={}\npage_size={PAGE}\n\
+         kv_events={{ endpoint='tcp://127.0.0.1:{}', replay_endpoint='tcp://127.0.0.1:{}', topic='{}' }}\n",
+        sim.url,
+        sim.bootstrap_port.unwrap(),
+        kv["endpoint_port_base"],
+        kv["replay_endpoint_port_base"],
+        kv["topic"].as_str().unwrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_turn_of_a_conversation_goes_to_the_prefill_that_holds_its_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokenizer = infera_tokenize::fixture::write_model_dir(dir.path(), 2_000).unwrap();
+    let model_dir = dir.path().to_str().unwrap();
+    let kv = r#"{"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"kv"}"#;
+    let page = PAGE.to_string();
+    let common = ["--tokenizer-path", model_dir, "--page-size", &page, "--enable-cache-report"];
+    let prefill_flags: Vec<&str> = common.iter().copied().chain(["--kv-events-config", kv]).collect();
+    let prefills =
+        [Sim::start("prefill", 1, &prefill_flags).await, Sim::start("prefill", 1, &prefill_flags).await];
+    let decode = Sim::start("decode", 2, &common).await;
+    let mut toml =
+        prefill_record("prefill-0", &prefills[0]).await + &prefill_record("prefill-1", &prefills[1]).await;
+    toml += &format!(
+        "[[workers]]\nid='decode-0'\nrole='decode'\nurl='{}'\nmodel='{MODEL}'\ndp_size=2\npage_size={PAGE}\n",
+        decode.url
+    );
+    let workers = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(workers.path(), toml).unwrap();
+    let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let control_addr = grpc.local_addr().unwrap();
+    let _control = start_control(grpc, &workers, &["--decode-input-demand", "on"]).await;
+    let (proxy, _proxy_task) = start_proxy(control_addr, &["--tokenizer", tokenizer.to_str().unwrap()]).await;
+    wait_ready(&proxy).await;
+
+    let mut admin = AdminClient::connect(format!("http://{control_addr}")).await.unwrap();
+    let req = pb::WatchDecisionsRequest { kind: pb::PickKind::Prefill as i32, model: MODEL.into() };
+    let mut decisions = admin.watch_decisions(req).await.unwrap().into_inner();
+    let url = format!("{proxy}/v1/chat/completions");
+    let ask = |messages: Value| json!({"model": MODEL, "messages": messages, "max_tokens": 4});
+
+    // Turn 1: about 1,500 tokens, no session key; no prefill holds anything of it yet.
+    let mut messages = infera_tokenize::fixture::conversation(3, 1, 400, true);
+    let (status, body) = post_json(&url, &ask(json!(messages)), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let first = decisions.message().await.unwrap().unwrap();
+    assert!(first.candidates.iter().all(|c| c.overlap_pages == 0), "{first:?}");
+    let home = first.chosen.clone().unwrap().worker_id;
+
+    // Turn 2 extends it. Once the prefill's events have reached control, the pick credits the
+    // shared pages on `home` only, and `home` reports them as cached.
+    messages.push(json!({"role": "assistant", "content": "the of and to"}));
+    messages.push(json!({"role": "user", "content": "and one more question about the pages"}));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = post_json(&url, &ask(json!(messages)), &[]).await;
+        assert_eq!(status, 200, "{body}");
+        let d = decisions.message().await.unwrap().unwrap();
+        let at = |w: &str| d.candidates.iter().find(|c| c.target.as_ref().unwrap().worker_id == w).unwrap();
+        if at(&home).overlap_pages > 0 {
+            assert_eq!(d.chosen.unwrap().worker_id, home);
+            let other = if home == "prefill-0" { "prefill-1" } else { "prefill-0" };
+            assert_eq!(at(other).overlap_pages, 0);
+            assert!(at(&home).cached_tokens >= 1_000, "most of turn 1 is shared: {:?}", at(&home));
+            let usage: Value = serde_json::from_str(&body).unwrap();
+            let cached = usage.pointer("/usage/prompt_tokens_details/cached_tokens").and_then(Value::as_u64);
+            assert!(cached.is_some_and(|c| c >= 1_000), "the prefill reports the hit: {usage}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "control never saw turn 1's pages: {d:?}");
+    }
+}
