@@ -217,10 +217,11 @@ async fn drive(mut job: Job, tx: mpsc::Sender<FlowEvent>, seq: Seq) {
         outcome = job.run(&tx) => outcome.unwrap_or(Outcome::ClientGone),
         _ = tx.closed() => Outcome::ClientGone,
     };
-    let sent = job.sent;
+    let (sent, cached) = (job.sent, job.cached);
     job.app.log.update(seq, |e| {
         e.outcome = outcome;
         e.completion_tokens = sent;
+        e.cached_tokens = cached;
     });
 }
 

@@ -47,6 +47,8 @@ pub struct Entry {
     pub bootstrap_port: Option<u16>,
     /// Prompt length.
     pub prompt_tokens: u32,
+    /// Prompt tokens found in the prefix cache (on a PD decode: the prefill's count).
+    pub cached_tokens: u32,
     /// Tokens sent.
     pub completion_tokens: u32,
     /// How it ended.
