@@ -4,15 +4,24 @@
 //!   in-process pick+book cost as the number of targets grows.
 //! - `kv-index`: the KV prefix index's ingest rate and overlap-query latency on events made from a
 //!   Mooncake trace, and what a KV-aware prefill pick costs over a plain one.
+//! - `kv-study`: cache-aware prefill routing end to end on a Mooncake trace, against load-only and
+//!   round-robin prefill picks, with the trace's infinite-cache hit-ratio bound.
 //! - `proxy`: client → proxy → sim against client → sim in the same run; proxy memory per
 //!   in-flight stream.
 //! - `replay`: a Mooncake or agentic trace against an OpenAI-compatible URL; tok/s, TTFT, ITL.
+//! - `study decode-weight`: the seeds' decode request-weight study on fresh emulated 1P1D
+//!   deployments, one per arm.
+//! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
+//!   with the session cache, against parsing the request's JSON.
 
 mod control;
 mod echo;
 mod kv_index;
+mod kv_study;
 mod proxy;
 mod replay;
+mod study;
+mod tokenize;
 
 use clap::{Parser, Subcommand};
 
@@ -29,17 +38,26 @@ enum Cmd {
     Control(control::ControlArgs),
     /// KV index: ingest and overlap queries on events from a Mooncake trace; KV-aware pick cost.
     KvIndex(kv_index::Args),
+    /// KV study: cache-aware prefill routing vs load and round-robin on a Mooncake trace, end to end.
+    KvStudy(kv_study::Args),
     /// Proxy: added TTFT and throughput against going to the worker directly; memory per stream.
     Proxy(proxy::ProxyArgs),
     /// Replay: a request trace against an OpenAI-compatible base URL (open or closed loop).
     Replay(replay::ReplayArgs),
+    /// Study: the decode request weight W vs token-only demand and the legacy policies.
+    Study(study::StudyArgs),
+    /// Tokenize: render + encode + page hashes per request, whole vs session-cached, vs JSON parsing.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Cmd::Control(args) => control::run(args),
         Cmd::KvIndex(args) => kv_index::run(args),
+        Cmd::KvStudy(args) => kv_study::run(args),
         Cmd::Proxy(args) => proxy::run(args),
         Cmd::Replay(args) => replay::run(args),
+        Cmd::Study(args) => study::run(args),
+        Cmd::Tokenize(args) => tokenize::run(args),
     }
 }

@@ -5,6 +5,8 @@
 //! - [`prompt`]: prompt text in which shared hash blocks are shared prefixes.
 //! - [`schedule`]: open loop by timestamp, or closed-loop lanes with think time.
 //! - [`drive`]: one streamed chat completion, timed.
+//! - [`ranks`]: the decode worker's DP ranks over time, from its `/v1/loads`.
+//! - [`seed_load`]: `--match-seed-load`, the seeds' operating point.
 //! - [`report`]: the summary, as text and as JSON (`--json FILE`).
 //!
 //! Mooncake replays open loop by default, agentic traces closed loop; `--mode` overrides
@@ -12,8 +14,10 @@
 
 mod drive;
 mod prompt;
-mod report;
-mod schedule;
+pub(crate) mod ranks;
+pub(crate) mod report;
+pub(crate) mod schedule;
+pub(crate) mod seed_load;
 pub(crate) mod trace;
 
 use std::io::Write as _;
@@ -23,6 +27,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use drive::{DriveError, Target};
+use infera_sim::params::TimingParams;
+use ranks::Sampler;
 use report::{Report, Sample};
 use schedule::{Job, Ran, Shaping};
 use trace::Format;
@@ -62,6 +68,20 @@ pub(crate) struct ReplayArgs {
     /// `max_tokens` = the trace's output length × this (rounded, at least 1).
     #[arg(long, env = "INFERA_BENCH_OUTPUT_SCALE", default_value_t = 1.0)]
     output_scale: f64,
+    /// Set think-time and output scales so the first `--concurrency` sessions average the
+    /// seeds' ≈ 9 s think time and ≈ 1,000 output tokens (replaces both scales).
+    #[arg(long, env = "INFERA_BENCH_MATCH_SEED_LOAD", conflicts_with_all = ["think_time_scale", "output_scale"])]
+    match_seed_load: bool,
+    /// The worker runs emulated time this many times faster (the sim's `--sim-speedup`): waits
+    /// and `--duration-s` are divided by it, measured times multiplied (report in emulated time).
+    #[arg(long, env = "INFERA_BENCH_TIME_COMPRESSION", default_value_t = 1.0)]
+    time_compression: f64,
+    /// Also sample this worker's `/v1/loads` (the decode, `http://host:port`) for per-rank load.
+    #[arg(long, env = "INFERA_BENCH_SAMPLE_LOADS")]
+    sample_loads: Option<String>,
+    /// Rank sampling interval, in (emulated) seconds.
+    #[arg(long, env = "INFERA_BENCH_SAMPLE_INTERVAL_S", default_value_t = 1.0)]
+    sample_interval_s: f64,
     /// Trace gaps (inter-arrival, think time) are capped at this many trace seconds.
     #[arg(long, env = "INFERA_BENCH_IDLE_GAP_CAP_S", default_value_t = 300.0)]
     idle_gap_cap_s: f64,
@@ -71,6 +91,13 @@ pub(crate) struct ReplayArgs {
     /// Requests per lane left out of the report (open loop: the first N requests).
     #[arg(long, env = "INFERA_BENCH_WARMUP_PER_LANE", default_value_t = 0)]
     warmup_per_lane: usize,
+    /// Requests sent in the first this many (emulated) seconds are left out too.
+    #[arg(long, env = "INFERA_BENCH_WARMUP_S", default_value_t = 0.0)]
+    warmup_s: f64,
+    /// Cut the requests still in flight at the end of `--duration-s` (a fixed window) instead
+    /// of waiting for them.
+    #[arg(long, env = "INFERA_BENCH_CUT_AT_END", requires = "duration_s")]
+    cut_at_end: bool,
     /// Stop sending after this many requests (warm-up included).
     #[arg(long, env = "INFERA_BENCH_MAX_REQUESTS")]
     max_requests: Option<usize>,
@@ -92,6 +119,9 @@ impl ReplayArgs {
             ("--think-time-scale", self.think_time_scale + 1.0),
             ("--output-scale", self.output_scale),
             ("--idle-gap-cap-s", self.idle_gap_cap_s + 1.0),
+            ("--time-compression", self.time_compression),
+            ("--sample-interval-s", self.sample_interval_s),
+            ("--warmup-s", self.warmup_s + 1.0),
         ] {
             anyhow::ensure!(
                 v.is_finite() && v > 0.0,
@@ -106,15 +136,73 @@ impl ReplayArgs {
             idle_gap_cap_s: self.idle_gap_cap_s,
             concurrency: self.concurrency,
             warmup_per_lane: self.warmup_per_lane,
+            warmup_s: self.warmup_s,
+            cut_at_end: self.cut_at_end,
             max_requests: self.max_requests,
             duration_s: self.duration_s,
+            compression: self.time_compression,
+        })
+    }
+
+    /// The run these flags describe (`--match-seed-load` reads the trace's first sessions).
+    pub(crate) fn plan(&self) -> anyhow::Result<Plan> {
+        let mut shaping = self.shaping()?;
+        let format = match self.format {
+            Format::Auto => detect(&self.trace)?,
+            f => f,
+        };
+        if self.match_seed_load {
+            let load =
+                seed_load::from_trace(&self.trace, format, shaping.concurrency, shaping.idle_gap_cap_s)?;
+            eprintln!("{load}");
+            (shaping.think_time_scale, shaping.output_scale) = (load.think_time_scale, load.output_scale);
+        }
+        Ok(Plan {
+            trace: self.trace.clone(),
+            format,
+            url: self.url.clone(),
+            model: self.model.clone(),
+            mode: self.mode,
+            shaping,
+            quiet: self.quiet,
+            loads: self.sample_loads.clone().map(|url| Loads {
+                url,
+                interval_s: self.sample_interval_s,
+                model: None,
+            }),
         })
     }
 }
 
+/// Per-rank sampling during a replay.
+#[derive(Clone, Debug)]
+pub(crate) struct Loads {
+    /// The decode worker's base URL.
+    pub(crate) url: String,
+    /// Emulated seconds between readings.
+    pub(crate) interval_s: f64,
+    /// The emulated engine's timing, for the modelled step (`None` for a real engine).
+    pub(crate) model: Option<TimingParams>,
+}
+
+/// One replay, fully decided.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub(crate) trace: PathBuf,
+    /// Never `Auto`.
+    pub(crate) format: Format,
+    pub(crate) url: String,
+    pub(crate) model: String,
+    pub(crate) mode: Option<Mode>,
+    pub(crate) shaping: Shaping,
+    pub(crate) quiet: bool,
+    pub(crate) loads: Option<Loads>,
+}
+
 pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    let plan = args.plan()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = rt.block_on(replay(&args))?;
+    let report = rt.block_on(replay(&plan))?;
     println!("{report}");
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report.json())? + "\n")?;
@@ -132,27 +220,28 @@ fn detect(path: &Path) -> anyhow::Result<Format> {
 }
 
 /// Replays the trace and summarises it.
-pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<Report> {
-    let shaping = args.shaping()?;
-    let format = match args.format {
-        Format::Auto => detect(&args.trace)?,
-        f => f,
-    };
-    let mode = args.mode.unwrap_or(if format == Format::Agentic { Mode::Closed } else { Mode::Open });
+pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
+    let (shaping, format) = (plan.shaping.clone(), plan.format);
+    let mode = plan.mode.unwrap_or(if format == Format::Agentic { Mode::Closed } else { Mode::Open });
     anyhow::ensure!(
         !(mode == Mode::Open && format == Format::Agentic),
         "open-loop replay needs trace-wide timestamps (Mooncake); agentic sessions replay closed loop"
     );
-    let sessions = trace::open(&args.trace, format)?;
-    let target = Target::new(&args.url, &args.model, Instant::now())?;
-    let ticker = (!args.quiet).then(|| tokio::spawn(progress_line(target.clone())));
+    let sessions = trace::open(&plan.trace, format)?;
+    let origin = Instant::now();
+    let target = Target::new(&plan.url, &plan.model, origin)?;
+    let sampler = plan
+        .loads
+        .as_ref()
+        .map(|l| Sampler::start(&l.url, Duration::from_secs_f64(l.interval_s / shaping.compression), origin));
+    let ticker = (!plan.quiet).then(|| tokio::spawn(progress_line(target.clone())));
     let send_shaping = shaping.clone();
     let send = move |job: Job| {
         let (target, shaping) = (target.clone(), send_shaping.clone());
         async move {
             let turn = &job.session.turns[job.turn];
             let max_tokens = shaping.max_tokens(turn.output_tokens);
-            target.send(prompt::prompt(&job.session, job.turn), max_tokens).await
+            target.send(prompt::prompt(&job.session, job.turn), turn.input_tokens, max_tokens).await
         }
     };
     let ran: Ran<Result<Sample, DriveError>> = match mode {
@@ -163,6 +252,10 @@ pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<Report> {
         t.abort();
         eprintln!();
     }
+    let rank_samples = match sampler {
+        Some(s) => Some(s.stop().await),
+        None => None,
+    };
     if let Some(e) = ran.trace_error {
         return Err(e.into());
     }
@@ -182,7 +275,18 @@ pub(crate) async fn replay(args: &ReplayArgs) -> anyhow::Result<Report> {
         eprintln!("{failed} requests failed; the first: {e}");
     }
     let mode_name = if mode == Mode::Open { "open" } else { "closed" };
-    Ok(Report::new(args.trace.display().to_string(), mode_name, shaping, &samples, failed, warmup))
+    let mut report =
+        Report::new(plan.trace.display().to_string(), mode_name, shaping, &samples, failed, warmup);
+    report.cut = ran.cut;
+    Ok(match (rank_samples, &plan.loads) {
+        (Some((ranks, errors)), Some(loads)) => {
+            if errors > 0 {
+                eprintln!("{errors} readings of {}/v1/loads failed", loads.url);
+            }
+            report.with_ranks(ranks, loads.model.as_ref())
+        }
+        _ => report,
+    })
 }
 
 /// `sent / done / failed` on stderr, once a second, overwriting itself.

@@ -1,8 +1,9 @@
 //! Sends one streamed chat completion to an OpenAI-compatible server and times it: TTFT (send →
 //! first non-empty `delta.content`) and every gap between content chunks after that.
 //!
-//! The request asks for `stream_options.include_usage`, so the token count comes from
-//! `usage.completion_tokens` when the server sends it, else from the content chunks.
+//! The request asks for `stream_options.include_usage`, so the token counts come from
+//! `usage.completion_tokens` (else the content chunks) and `usage.prompt_tokens` (else the
+//! trace's input length).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,16 +69,22 @@ impl Target {
         t.duration_since(self.origin).as_secs_f64() * 1e3
     }
 
-    /// Sends `prompt` asking for `max_tokens` and times the stream.
-    pub(crate) async fn send(&self, prompt: String, max_tokens: u32) -> Result<Sample, DriveError> {
+    /// Sends `prompt` (`input_tokens` long by the trace) asking for `max_tokens` and times the
+    /// stream.
+    pub(crate) async fn send(
+        &self,
+        prompt: String,
+        input_tokens: u32,
+        max_tokens: u32,
+    ) -> Result<Sample, DriveError> {
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let out = self.stream(prompt, max_tokens).await;
+        let out = self.stream(prompt, input_tokens, max_tokens).await;
         let counter = if out.is_ok() { &self.progress.done } else { &self.progress.failed };
         counter.fetch_add(1, Ordering::Relaxed);
         out
     }
 
-    async fn stream(&self, prompt: String, max_tokens: u32) -> Result<Sample, DriveError> {
+    async fn stream(&self, prompt: String, input_tokens: u32, max_tokens: u32) -> Result<Sample, DriveError> {
         let body = json!({
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -100,7 +107,7 @@ impl Target {
         }
         let mut sse = SseLines::default();
         let mut stamps: Vec<Instant> = Vec::new();
-        let (mut usage, mut done) = (None, false);
+        let (mut usage, mut prompt_usage, mut done) = (None, None, false);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| DriveError::Body(e.to_string()))?;
             let Some(data) = frame.data_ref() else { continue };
@@ -119,6 +126,9 @@ impl Target {
                         if let Some(n) = v.pointer("/usage/completion_tokens").and_then(Value::as_u64) {
                             usage = Some(n);
                         }
+                        if let Some(n) = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64) {
+                            prompt_usage = Some(n);
+                        }
                     }
                 }
             }
@@ -134,6 +144,7 @@ impl Target {
             end_ms: self.ms(end),
             gaps_ms: stamps.windows(2).map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e3).collect(),
             tokens: usage.unwrap_or(stamps.len() as u64),
+            input_tokens: prompt_usage.unwrap_or(u64::from(input_tokens)),
         })
     }
 }

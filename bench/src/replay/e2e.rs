@@ -82,7 +82,7 @@ async fn replays_a_mooncake_trace_against_a_sim() {
         "--quiet",
     ])
     .unwrap();
-    let report = replay(&cli.replay).await.unwrap();
+    let report = replay(&cli.replay.plan().unwrap()).await.unwrap();
     assert_eq!((report.completed, report.failed, report.warmup), (28, 0, 2), "{report}");
     assert_eq!(report.mode, "open");
     // max_tokens = round(output × 0.05) for every measured request (the first two are warm-up).

@@ -87,7 +87,7 @@ mod tests {
                 blocks: ids.iter().map(|&id| BlockId { scope, id }).collect(),
             })
             .collect();
-        Session { index, name: String::new(), block_tokens: 512, turns }
+        Session { index, name: String::new(), block_tokens: 512, turns, subagents: Vec::new() }
     }
 
     fn common_prefix(a: &str, b: &str) -> usize {

@@ -6,11 +6,19 @@
 //! - **Closed loop** ([`closed_loop`]): `concurrency` lanes; a lane takes the next session from
 //!   the trace, sends its turns one at a time, and before each turn after the first waits
 //!   [`Shaping::think_delay`] after the previous response ended. So at most `concurrency`
-//!   requests are in flight.
+//!   main-session requests are in flight. A session's sub-agents run before the turn they
+//!   precede, each group concurrently (each sub-agent closed loop over its own turns), and the
+//!   parent waits for the whole group: sub-agents add their requests to the lane's.
+//! - **Time compression** ([`Shaping::compression`]): against an emulated engine running `c`
+//!   times faster than the wall clock, every wait and `--duration-s` is divided by `c`, and
+//!   the report multiplies measured times by `c`, so the run is stated in emulated time.
 //!
 //! The runners take the send as a function, so tests drive them with a fake under paused
 //! tokio time. Both stop issuing at `--max-requests` (warm-up included) or `--duration-s`; what
-//! is in flight then finishes.
+//! is in flight then finishes, or with [`Shaping::cut_at_end`] is cut at the end of
+//! `--duration-s` (dropped, so the server sees the client go away, and counted in
+//! [`Ran::cut`]) and the measurement is a fixed window. Warm-up is the first requests of each
+//! lane and, with [`Shaping::warmup_s`], every request sent in the run's first seconds.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,10 +46,16 @@ pub(crate) struct Shaping {
     pub(crate) concurrency: usize,
     /// Requests per lane (open loop: the first requests of the one stream) left out of the report.
     pub(crate) warmup_per_lane: usize,
+    /// Requests sent in the first this many (emulated) seconds are warm-up too.
+    pub(crate) warmup_s: f64,
+    /// Requests still in flight at the end of `duration_s` are cut instead of awaited.
+    pub(crate) cut_at_end: bool,
     /// Stop issuing after this many requests (warm-up included).
     pub(crate) max_requests: Option<usize>,
-    /// Stop issuing after this many seconds.
+    /// Stop issuing after this many (emulated) seconds.
     pub(crate) duration_s: Option<f64>,
+    /// The emulated clock runs this many times faster than the wall clock (1: no emulation).
+    pub(crate) compression: f64,
 }
 
 impl Shaping {
@@ -50,9 +64,11 @@ impl Shaping {
         (f64::from(output) * self.output_scale).round().clamp(1.0, f64::from(u32::MAX)) as u32
     }
 
-    /// The wait before a turn whose trace think time is `think_s`: capped, then scaled.
+    /// The wall-clock wait before a turn whose trace think time is `think_s`: capped, scaled,
+    /// then compressed.
     pub(crate) fn think_delay(&self, think_s: f64) -> Duration {
-        Duration::from_secs_f64((think_s.max(0.0).min(self.idle_gap_cap_s) * self.think_time_scale).max(0.0))
+        let emulated = think_s.max(0.0).min(self.idle_gap_cap_s) * self.think_time_scale;
+        Duration::from_secs_f64((emulated / self.compression).max(0.0))
     }
 }
 
@@ -67,7 +83,8 @@ pub(crate) struct OpenClock {
 
 impl OpenClock {
     pub(crate) fn new(shaping: &Shaping) -> Self {
-        Self { speedup: shaping.speedup, cap_ms: shaping.idle_gap_cap_s * 1e3, last_ms: None, at_ms: 0.0 }
+        let speedup = shaping.speedup * shaping.compression;
+        Self { speedup, cap_ms: shaping.idle_gap_cap_s * 1e3, last_ms: None, at_ms: 0.0 }
     }
 
     /// The offset from the run's start at which the request stamped `trace_ms` is sent.
@@ -89,10 +106,12 @@ pub(crate) struct Job {
     pub(crate) warmup: bool,
 }
 
-/// What a run did: each job with its outcome, and whether the trace failed to read.
+/// What a run did: each job with its outcome, whether the trace failed to read, and how many
+/// requests were cut at the end.
 pub(crate) struct Ran<T> {
     pub(crate) done: Vec<(Job, T)>,
     pub(crate) trace_error: Option<TraceError>,
+    pub(crate) cut: usize,
 }
 
 /// Limits shared by all lanes.
@@ -100,12 +119,25 @@ struct Budget {
     issued: AtomicUsize,
     max: Option<usize>,
     deadline: Option<Instant>,
+    warmup_until: Instant,
+    /// When in-flight requests are cut (the deadline, with `cut_at_end`).
+    cut_at: Option<Instant>,
+    cut: AtomicUsize,
 }
 
 impl Budget {
     fn new(shaping: &Shaping) -> Self {
-        let deadline = shaping.duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-        Self { issued: AtomicUsize::new(0), max: shaping.max_requests, deadline }
+        let now = Instant::now();
+        let wall = |s: f64| Duration::from_secs_f64((s / shaping.compression).max(0.0));
+        let deadline = shaping.duration_s.map(|s| now + wall(s));
+        Self {
+            issued: AtomicUsize::new(0),
+            max: shaping.max_requests,
+            deadline,
+            warmup_until: now + wall(shaping.warmup_s),
+            cut_at: deadline.filter(|_| shaping.cut_at_end),
+            cut: AtomicUsize::new(0),
+        }
     }
 
     /// Takes one request from the budget; false once it is spent.
@@ -116,9 +148,102 @@ impl Budget {
         let n = self.issued.fetch_add(1, Ordering::SeqCst);
         self.max.is_none_or(|m| n < m)
     }
+
+    /// Sleeps `delay`, but not past the deadline (a lane thinking at the end stops then).
+    async fn think(&self, delay: Duration) {
+        let until = Instant::now() + delay;
+        tokio::time::sleep_until(self.deadline.map_or(until, |d| until.min(d))).await;
+    }
+
+    /// Whether a request sent now is warm-up by time.
+    fn warming_up(&self) -> bool {
+        Instant::now() < self.warmup_until
+    }
+
+    /// Awaits a request, or drops it at the cut (`None`, counted).
+    async fn run<T>(&self, request: impl Future<Output = T>) -> Option<T> {
+        let Some(at) = self.cut_at else { return Some(request.await) };
+        let out = tokio::time::timeout_at(at, request).await.ok();
+        if out.is_none() {
+            self.cut.fetch_add(1, Ordering::SeqCst);
+        }
+        out
+    }
 }
 
 type Sessions = Arc<Mutex<dyn Iterator<Item = Result<Session, TraceError>> + Send>>;
+
+/// What every request of one lane shares.
+struct Lane<F> {
+    send: Arc<F>,
+    budget: Arc<Budget>,
+    shaping: Shaping,
+    /// Requests this lane sent (warm-up is the first `warmup_per_lane`).
+    sent: AtomicUsize,
+}
+
+impl<F> Lane<F> {
+    /// Sends turn `turn` of `session` after its think time; `None` once the budget is spent.
+    async fn turn<T, Fut>(&self, session: &Arc<Session>, turn: usize, think: bool) -> Option<(Job, T)>
+    where
+        F: Fn(Job) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if think {
+            self.budget.think(self.shaping.think_delay(session.turns[turn].think_s)).await;
+        }
+        if !self.budget.take() {
+            return None;
+        }
+        let warmup = self.sent.fetch_add(1, Ordering::SeqCst) < self.shaping.warmup_per_lane
+            || self.budget.warming_up();
+        let job = Job { session: session.clone(), turn, warmup };
+        let out = self.budget.run((self.send)(job.clone())).await?;
+        Some((job, out))
+    }
+
+    /// A session's turns in order, each sub-agent group before the turn it precedes; false
+    /// once the budget is spent.
+    async fn session<T, Fut>(&self, session: &Arc<Session>, done: &mut Vec<(Job, T)>) -> bool
+    where
+        F: Fn(Job) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        for turn in 0..=session.turns.len() {
+            let group: Vec<_> = session.subagents.iter().filter(|a| a.before_turn == turn).collect();
+            let ran = futures_util::future::join_all(group.iter().map(|a| self.subagent(&a.session))).await;
+            let mut spent = false;
+            for (out, more) in ran {
+                done.extend(out);
+                spent |= !more;
+            }
+            if spent || turn == session.turns.len() {
+                return !spent;
+            }
+            match self.turn(session, turn, turn > 0 || !group.is_empty()).await {
+                Some(d) => done.push(d),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// A sub-agent's turns in order (sub-agents have none of their own).
+    async fn subagent<T, Fut>(&self, agent: &Arc<Session>) -> (Vec<(Job, T)>, bool)
+    where
+        F: Fn(Job) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut done = Vec::new();
+        for turn in 0..agent.turns.len() {
+            match self.turn(agent, turn, turn > 0).await {
+                Some(d) => done.push(d),
+                None => return (done, false),
+            }
+        }
+        (done, true)
+    }
+}
 
 /// Closed-loop lanes over `sessions`; `send` is awaited once per turn.
 pub(crate) async fn closed_loop<T, F, Fut>(
@@ -136,11 +261,15 @@ where
     let send = Arc::new(send);
     let mut lanes = JoinSet::new();
     for _ in 0..shaping.concurrency.max(1) {
-        let (sessions, budget, send, shaping) =
-            (sessions.clone(), budget.clone(), send.clone(), shaping.clone());
+        let sessions = sessions.clone();
+        let lane = Lane {
+            send: send.clone(),
+            budget: budget.clone(),
+            shaping: shaping.clone(),
+            sent: AtomicUsize::new(0),
+        };
         lanes.spawn(async move {
             let mut done = Vec::new();
-            let mut sent = 0usize;
             loop {
                 let next = sessions.lock().expect("trace lock").next();
                 let session = match next {
@@ -148,27 +277,19 @@ where
                     Some(Err(e)) => return (done, Some(e)),
                     Some(Ok(s)) => Arc::new(s),
                 };
-                for turn in 0..session.turns.len() {
-                    if turn > 0 {
-                        tokio::time::sleep(shaping.think_delay(session.turns[turn].think_s)).await;
-                    }
-                    if !budget.take() {
-                        return (done, None);
-                    }
-                    let job = Job { session: session.clone(), turn, warmup: sent < shaping.warmup_per_lane };
-                    sent += 1;
-                    let out = send(job.clone()).await;
-                    done.push((job, out));
+                if !lane.session(&session, &mut done).await {
+                    return (done, None);
                 }
             }
         });
     }
-    let mut ran = Ran { done: Vec::new(), trace_error: None };
+    let mut ran = Ran { done: Vec::new(), trace_error: None, cut: 0 };
     while let Some(lane) = lanes.join_next().await {
         let (done, err) = lane.expect("a lane panicked");
         ran.done.extend(done);
         ran.trace_error = ran.trace_error.or(err);
     }
+    ran.cut = budget.cut.load(Ordering::SeqCst);
     ran
 }
 
@@ -185,7 +306,7 @@ where
     Fut: Future<Output = T> + Send + 'static,
 {
     let start = Instant::now();
-    let budget = Budget::new(shaping);
+    let budget = Arc::new(Budget::new(shaping));
     let mut clock = OpenClock::new(shaping);
     let mut inflight = JoinSet::new();
     let mut trace_error = None;
@@ -203,122 +324,19 @@ where
             if !budget.take() {
                 break 'trace;
             }
-            let job = Job { session: session.clone(), turn, warmup: sent < shaping.warmup_per_lane };
+            let warmup = sent < shaping.warmup_per_lane || budget.warming_up();
+            let job = Job { session: session.clone(), turn, warmup };
             sent += 1;
-            let fut = send(job.clone());
-            inflight.spawn(async move { (job, fut.await) });
+            let (fut, budget) = (send(job.clone()), budget.clone());
+            inflight.spawn(async move { budget.run(fut).await.map(|out| (job, out)) });
         }
     }
     let mut done = Vec::new();
     while let Some(r) = inflight.join_next().await {
-        done.push(r.expect("a request task panicked"));
+        done.extend(r.expect("a request task panicked"));
     }
-    Ran { done, trace_error }
+    Ran { done, trace_error, cut: budget.cut.load(Ordering::SeqCst) }
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::super::trace::Turn;
-    use super::*;
-
-    pub(crate) fn shaping() -> Shaping {
-        Shaping {
-            speedup: 1.0,
-            think_time_scale: 1.0,
-            output_scale: 1.0,
-            idle_gap_cap_s: 300.0,
-            concurrency: 2,
-            warmup_per_lane: 0,
-            max_requests: None,
-            duration_s: None,
-        }
-    }
-
-    fn sessions(n: u64, turns: usize, think_s: f64) -> Vec<Result<Session, TraceError>> {
-        (0..n)
-            .map(|index| {
-                let turn = Turn { at_ms: 0.0, think_s, input_tokens: 1, output_tokens: 1, blocks: vec![] };
-                Ok(Session { index, name: String::new(), block_tokens: 512, turns: vec![turn; turns] })
-            })
-            .collect()
-    }
-
-    #[test]
-    fn open_clock_divides_by_speedup_and_caps_gaps() {
-        let mut c = OpenClock::new(&Shaping { speedup: 10.0, idle_gap_cap_s: 60.0, ..shaping() });
-        let at: Vec<_> = [1_000.0, 4_000.0, 4_000.0, 1_004_000.0, 1_005_000.0].map(|t| c.next(t)).into();
-        let ms: Vec<_> = at.iter().map(Duration::as_millis).collect();
-        assert_eq!(ms, vec![0, 300, 300, 6_300, 6_400]);
-    }
-
-    #[test]
-    fn think_delay_is_capped_then_scaled_and_tokens_scaled() {
-        let s = Shaping { think_time_scale: 0.1, idle_gap_cap_s: 300.0, output_scale: 0.5, ..shaping() };
-        assert_eq!(s.think_delay(20.0), Duration::from_secs(2));
-        assert_eq!(s.think_delay(100_000.0), Duration::from_secs(30));
-        assert_eq!((s.max_tokens(101), s.max_tokens(0)), (51, 1));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn lanes_never_exceed_the_concurrency_and_respect_think_time() {
-        let inflight = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let (i, p) = (inflight.clone(), peak.clone());
-        let s = Shaping { concurrency: 3, think_time_scale: 0.5, ..shaping() };
-        let ran = closed_loop(sessions(7, 4, 10.0).into_iter(), &s, move |job: Job| {
-            let (i, p) = (i.clone(), p.clone());
-            async move {
-                let sent = Instant::now();
-                p.fetch_max(i.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                i.fetch_sub(1, Ordering::SeqCst);
-                (job.session.index, job.turn, sent, Instant::now())
-            }
-        })
-        .await;
-        assert_eq!(ran.done.len(), 28);
-        assert_eq!(peak.load(Ordering::SeqCst), 3);
-        for (_, (session, turn, sent, _)) in &ran.done {
-            if *turn > 0 {
-                let (.., prev_end) =
-                    ran.done.iter().map(|(_, o)| o).find(|o| o.0 == *session && o.1 == turn - 1).unwrap();
-                assert_eq!(*sent - *prev_end, Duration::from_secs(5), "10 s think × 0.5");
-            }
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn warmup_is_per_lane_and_bounds_stop_issuing() {
-        let s = Shaping { concurrency: 2, warmup_per_lane: 2, max_requests: Some(9), ..shaping() };
-        let ran =
-            closed_loop(sessions(10, 3, 0.0).into_iter(), &s, |_| tokio::time::sleep(Duration::from_secs(1)))
-                .await;
-        assert_eq!(ran.done.len(), 9);
-        assert_eq!(ran.done.iter().filter(|(j, _)| j.warmup).count(), 4);
-        let s = Shaping { duration_s: Some(10.5), concurrency: 1, ..shaping() };
-        let ran = closed_loop(sessions(100, 1, 0.0).into_iter(), &s, |_| {
-            tokio::time::sleep(Duration::from_secs(1))
-        })
-        .await;
-        assert_eq!(ran.done.len(), 11);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn open_loop_sends_on_the_compressed_clock() {
-        let trace: Vec<_> = [0.0, 3_000.0, 3_000.0, 9_000.0]
-            .iter()
-            .enumerate()
-            .map(|(i, &at_ms)| {
-                let turn = Turn { at_ms, think_s: 0.0, input_tokens: 1, output_tokens: 1, blocks: vec![] };
-                Ok(Session { index: i as u64, name: String::new(), block_tokens: 512, turns: vec![turn] })
-            })
-            .collect();
-        let start = Instant::now();
-        let s = Shaping { speedup: 3.0, warmup_per_lane: 1, ..shaping() };
-        let ran = open_loop(trace.into_iter(), &s, |_| async move { Instant::now() - start }).await;
-        let mut at: Vec<_> =
-            ran.done.iter().map(|(j, d)| (j.session.index, j.warmup, d.as_millis())).collect();
-        at.sort();
-        assert_eq!(at, vec![(0, true, 0), (1, false, 1_000), (2, false, 1_000), (3, false, 3_000)]);
-    }
-}
+pub(crate) mod tests;

@@ -3,10 +3,18 @@
 //! held whole).
 //!
 //! Both formats come out as [`Session`]s: a Mooncake line is a session of one turn, an agentic
-//! line a session of its model requests in order. Sub-agent markers are skipped (their inner
-//! requests are not replayed yet). Block ids are namespaced by [`BlockId::scope`]: 0 for
-//! global ids (Mooncake, `hash_id_scope: "global"`), the session index + 1 for `"local"` ones,
-//! so unrelated v8 sessions never appear to share a prefix.
+//! line a session of its model requests in order. Block ids are namespaced by
+//! [`BlockId::scope`]: 0 for global ids (Mooncake, `hash_id_scope: "global"`), the session
+//! index + 1 for `"local"` ones, so unrelated v8 sessions never appear to share a prefix.
+//!
+//! **Sub-agents.** A `type: "subagent"` marker becomes a [`SubAgent`]: a session of its inner
+//! requests (in the parent's id scope, as upstream), started before the parent's next turn.
+//! Consecutive markers form one group that runs concurrently, and the parent waits for the
+//! whole group (kv-cache-tester's replay). In the raw data a marker's `t` is the sub-agent's
+//! *end* (`t − duration_ms` is right after the parent's previous response), so the parent's
+//! next `think_time` spans the sub-agents' run: that turn's think time here is the trace's
+//! less the group's longest `duration_ms`, at least 0. Markers nested inside a sub-agent are
+//! dropped (none occur in the published sets).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -51,12 +59,23 @@ pub(crate) struct Turn {
 /// A sequence of turns replayed one after another (closed loop) or one turn (Mooncake).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Session {
-    /// Position in the trace (0-based line of a session).
+    /// Position in the trace (0-based line of a session); a sub-agent's is its parent's with
+    /// its ordinal in the high bits, so its filler text is its own.
     pub(crate) index: u64,
     pub(crate) name: String,
     /// Tokens per hash block.
     pub(crate) block_tokens: u32,
     pub(crate) turns: Vec<Turn>,
+    /// Sub-agents, in trace order (never nested).
+    pub(crate) subagents: Vec<SubAgent>,
+}
+
+/// A sub-agent: its own session, run before the parent's turn `before_turn`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SubAgent {
+    /// The parent's turn it precedes (`turns.len()`: after the last one).
+    pub(crate) before_turn: usize,
+    pub(crate) session: std::sync::Arc<Session>,
 }
 
 /// Why a trace cannot be read.
@@ -173,6 +192,7 @@ fn mooncake(v: &Value, index: u64, line: usize) -> Result<Session, TraceError> {
         name: format!("line-{line}"),
         block_tokens: MOONCAKE_BLOCK_TOKENS,
         turns: vec![turn],
+        subagents: Vec::new(),
     })
 }
 
@@ -180,24 +200,57 @@ fn agentic(v: &Value, index: u64, line: usize) -> Result<Session, TraceError> {
     let local = v.get("hash_id_scope").and_then(Value::as_str) == Some("local");
     let scope = if local { index + 1 } else { 0 };
     let block_tokens = v.get("block_size").and_then(Value::as_u64).unwrap_or(64).clamp(1, 1 << 20) as u32;
-    let requests = field(v, "requests", line)?
-        .as_array()
-        .ok_or_else(|| TraceError::Field { line, what: "`requests` is not an array".into() })?;
-    let mut turns = Vec::with_capacity(requests.len());
-    for r in requests {
+    let name = v.get("id").and_then(Value::as_str).unwrap_or("?").to_owned();
+    let mut turns = Vec::new();
+    let mut subagents = Vec::new();
+    // The longest trace duration of the sub-agent group since the last turn, in seconds.
+    let mut group_s: Option<f64> = None;
+    for r in requests(v, line)? {
         if r.get("type").and_then(Value::as_str) == Some("subagent") {
+            let ordinal = subagents.len() as u64 + 1;
+            let agent =
+                r.get("agent_id").and_then(Value::as_str).map_or_else(|| ordinal.to_string(), str::to_owned);
+            let mut inner = Vec::new();
+            for q in requests(r, line)? {
+                if q.get("type").and_then(Value::as_str) != Some("subagent") {
+                    inner.push(turn(q, scope, line)?);
+                }
+            }
+            let session = Session {
+                index: index | (ordinal << 40),
+                name: format!("{name}/{agent}"),
+                block_tokens,
+                turns: inner,
+                subagents: Vec::new(),
+            };
+            subagents.push(SubAgent { before_turn: turns.len(), session: std::sync::Arc::new(session) });
+            let duration_s = r.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0).max(0.0) / 1e3;
+            group_s = Some(group_s.unwrap_or(0.0).max(duration_s));
             continue;
         }
-        turns.push(Turn {
-            at_ms: num(r, "t", line)? * 1e3,
-            think_s: r.get("think_time").and_then(Value::as_f64).unwrap_or(0.0).max(0.0),
-            input_tokens: tokens(r, "in", line)?,
-            output_tokens: tokens(r, "out", line)?,
-            blocks: blocks(r, scope, line)?,
-        });
+        let mut t = turn(r, scope, line)?;
+        if let Some(spent) = group_s.take() {
+            t.think_s = (t.think_s - spent).max(0.0);
+        }
+        turns.push(t);
     }
-    let name = v.get("id").and_then(Value::as_str).unwrap_or("?").to_owned();
-    Ok(Session { index, name, block_tokens, turns })
+    Ok(Session { index, name, block_tokens, turns, subagents })
+}
+
+fn requests(v: &Value, line: usize) -> Result<&Vec<Value>, TraceError> {
+    field(v, "requests", line)?
+        .as_array()
+        .ok_or_else(|| TraceError::Field { line, what: "`requests` is not an array".into() })
+}
+
+fn turn(r: &Value, scope: u64, line: usize) -> Result<Turn, TraceError> {
+    Ok(Turn {
+        at_ms: num(r, "t", line)? * 1e3,
+        think_s: r.get("think_time").and_then(Value::as_f64).unwrap_or(0.0).max(0.0),
+        input_tokens: tokens(r, "in", line)?,
+        output_tokens: tokens(r, "out", line)?,
+        blocks: blocks(r, scope, line)?,
+    })
 }
 
 #[cfg(test)]
@@ -222,12 +275,11 @@ mod tests {
     }
 
     #[test]
-    fn agentic_local_ids_are_namespaced_and_subagents_skipped() {
+    fn agentic_local_ids_are_namespaced() {
         let line = |id: &str, scope: &str| {
             format!(
                 "{{\"id\":\"{id}\",\"block_size\":64,\"hash_id_scope\":\"{scope}\",\"requests\":[\
                  {{\"t\":0,\"type\":\"s\",\"in\":130,\"out\":7,\"hash_ids\":[1,2],\"think_time\":0}},\
-                 {{\"t\":5,\"type\":\"subagent\",\"requests\":[]}},\
                  {{\"t\":9,\"type\":\"n\",\"in\":200,\"out\":3,\"hash_ids\":[1,2,3],\"think_time\":4.5}}]}}\n"
             )
         };
@@ -237,6 +289,31 @@ mod tests {
         assert_ne!(s[0].turns[0].blocks[0], s[1].turns[0].blocks[0], "local ids collide across sessions");
         let g = read(&(line("a", "global") + &line("b", "global")), Format::Agentic);
         assert_eq!(g[0].turns[0].blocks[0], g[1].turns[0].blocks[0]);
+    }
+
+    #[test]
+    fn subagent_markers_become_concurrent_groups_before_the_next_turn() {
+        // As in the data: the parent's turn at 0 ends at ~7 s; two sub-agents run from ~8 s and
+        // end at their markers' `t`; the parent's next turn comes 12 s after the longer one.
+        let text = "{\"id\":\"trace_0003\",\"block_size\":64,\"hash_id_scope\":\"local\",\"requests\":[\
+            {\"t\":0,\"type\":\"n\",\"in\":64,\"out\":5,\"hash_ids\":[1],\"think_time\":0},\
+            {\"t\":108,\"type\":\"subagent\",\"agent_id\":\"a\",\"duration_ms\":100000,\"requests\":[\
+               {\"t\":0,\"type\":\"s\",\"in\":128,\"out\":4,\"hash_ids\":[1,7],\"think_time\":0},\
+               {\"t\":6,\"type\":\"s\",\"in\":192,\"out\":4,\"hash_ids\":[1,7,8],\"think_time\":3}]},\
+            {\"t\":158,\"type\":\"subagent\",\"duration_ms\":150000,\"requests\":[\
+               {\"t\":0,\"type\":\"s\",\"in\":64,\"out\":2,\"hash_ids\":[1],\"think_time\":0}]},\
+            {\"t\":170,\"type\":\"n\",\"in\":256,\"out\":9,\"hash_ids\":[1,2,3,4],\"think_time\":163},\
+            {\"t\":180,\"type\":\"subagent\",\"duration_ms\":1000,\"requests\":[]}]}\n";
+        let s = &read(text, Format::Agentic)[0];
+        assert_eq!(s.turns.len(), 2);
+        assert!((s.turns[1].think_s - 13.0).abs() < 1e-9, "163 s less the group's 150 s");
+        let groups: Vec<_> = s.subagents.iter().map(|a| (a.before_turn, a.session.turns.len())).collect();
+        assert_eq!(groups, vec![(1, 2), (1, 1), (2, 0)]);
+        let a = &s.subagents[0].session;
+        assert_eq!((a.name.as_str(), a.turns[1].think_s), ("trace_0003/a", 3.0));
+        assert_eq!(a.turns[0].blocks[0], s.turns[0].blocks[0], "sub-agents share the parent's id scope");
+        assert_ne!(a.index, s.index);
+        assert_ne!(a.index, s.subagents[1].session.index);
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! One arm of the study: how control picks decode targets.
+//!
+//! - a weight `W`: `--decode-input-demand on --decode-request-weight W` (the cost
+//!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
+//! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A decode selection to compare.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Arm {
+    /// Demand on with this request weight (tokens per held request).
+    Weight(f64),
+    /// Demand off; the legacy policy selects.
+    Legacy(Legacy),
+}
+
+/// Control's `--decode-policy` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Legacy {
+    RoundRobin,
+    PowerOfTwo,
+    Random,
+}
+
+impl Legacy {
+    fn name(self) -> &'static str {
+        match self {
+            Legacy::RoundRobin => "round-robin",
+            Legacy::PowerOfTwo => "power-of-two",
+            Legacy::Random => "random",
+        }
+    }
+}
+
+impl Arm {
+    /// Control's flags for this arm.
+    pub(crate) fn control_flags(&self) -> Vec<String> {
+        match self {
+            Arm::Weight(w) => {
+                vec![
+                    "--decode-input-demand".into(),
+                    "on".into(),
+                    "--decode-request-weight".into(),
+                    w.to_string(),
+                ]
+            }
+            Arm::Legacy(p) => {
+                vec!["--decode-input-demand".into(), "off".into(), "--decode-policy".into(), p.name().into()]
+            }
+        }
+    }
+
+    /// A file-name-safe key: `w0`, `w1000000`, `round-robin`.
+    pub(crate) fn key(&self) -> String {
+        match self {
+            Arm::Weight(w) => format!("w{w}"),
+            Arm::Legacy(p) => p.name().to_owned(),
+        }
+    }
+}
+
+/// `1000000` → `1,000,000` (integers; others as they are).
+pub(crate) fn thousands(v: f64) -> String {
+    if v.fract() != 0.0 || v.abs() >= 1e15 {
+        return v.to_string();
+    }
+    let digits = format!("{}", v.abs() as u64);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+impl fmt::Display for Arm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
+            Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
+        }
+    }
+}
+
+impl FromStr for Arm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let legacy = match s {
+            "round-robin" => Some(Legacy::RoundRobin),
+            "power-of-two" => Some(Legacy::PowerOfTwo),
+            "random" => Some(Legacy::Random),
+            _ => None,
+        };
+        if let Some(p) = legacy {
+            return Ok(Arm::Legacy(p));
+        }
+        let w: f64 = s.replace('_', "").parse().map_err(|_| {
+            format!(
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6) or round-robin, power-of-two, random"
+            )
+        })?;
+        if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
+            return Err(format!("{s:?}: the weight must be between 0 and 1e12"));
+        }
+        Ok(Arm::Weight(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arms_parse_and_map_to_control_flags() {
+        let arms: Vec<Arm> = ["0", "180_000", "1e6", "round-robin", "power-of-two"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(arms[2], Arm::Weight(1e6));
+        assert_eq!(
+            arms[1].control_flags().join(" "),
+            "--decode-input-demand on --decode-request-weight 180000"
+        );
+        assert_eq!(
+            arms[4].control_flags().join(" "),
+            "--decode-input-demand off --decode-policy power-of-two"
+        );
+        assert_eq!(
+            arms.iter().map(Arm::key).collect::<Vec<_>>(),
+            ["w0", "w180000", "w1000000", "round-robin", "power-of-two"]
+        );
+        assert_eq!(arms[2].to_string(), "W = 1,000,000");
+        assert!("-1".parse::<Arm>().is_err() && "fastest".parse::<Arm>().is_err());
+    }
+}
