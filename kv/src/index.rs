@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
 use crate::hash::{ChainDigest, PageHash, chain_page};
@@ -45,6 +45,29 @@ enum Op {
     Orphans(u64),
     OtherMedium,
 }
+
+/// The hasher of maps keyed by page and block hashes: the keys are already SHA-256 output, so one
+/// multiply spreads them over the buckets; SipHash would be most of a lookup's cost.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_i64(&mut self, v: i64) {
+        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 /// One block a target holds.
 #[derive(Clone, Copy, Debug)]
@@ -92,9 +115,9 @@ pub struct IndexStats {
 pub struct PrefixIndex<K> {
     /// Our page hash → the targets holding it, each with how many of its engine blocks map there
     /// (two namespaced engine blocks can carry the same tokens).
-    holders: HashMap<PageHash, Vec<(K, u32)>>,
+    holders: KeyMap<PageHash, Vec<(K, u32)>>,
     /// Per target: engine block hash → the block.
-    targets: HashMap<K, HashMap<i64, Block>>,
+    targets: HashMap<K, KeyMap<i64, Block>>,
     blocks: usize,
     max_blocks: usize,
     counts: IngestCounts,
@@ -104,7 +127,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     /// An empty index that records at most `max_blocks` blocks.
     pub fn new(max_blocks: usize) -> Self {
         Self {
-            holders: HashMap::new(),
+            holders: KeyMap::default(),
             targets: HashMap::new(),
             blocks: 0,
             max_blocks,
@@ -130,7 +153,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     pub fn prepare(&self, target: K, events: &[KvEvent]) -> Prepared {
         let held = self.targets.get(&target);
         // What this batch did so far, over what the index held before it.
-        let mut stored: HashMap<i64, ChainDigest> = HashMap::new();
+        let mut stored: KeyMap<i64, ChainDigest> = KeyMap::default();
         let mut removed: std::collections::HashSet<i64> = std::collections::HashSet::new();
         let mut cleared = false;
         let mut ops = Vec::with_capacity(events.len());
@@ -299,7 +322,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         Self::unhold_in(&mut self.holders, target, page);
     }
 
-    fn hold_in(holders: &mut HashMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
+    fn hold_in(holders: &mut KeyMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
         let hs = holders.entry(page).or_default();
         match hs.iter_mut().find(|(k, _)| *k == target) {
             Some((_, n)) => *n += 1,
@@ -307,7 +330,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         }
     }
 
-    fn unhold_in(holders: &mut HashMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
+    fn unhold_in(holders: &mut KeyMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
         let Entry::Occupied(mut e) = holders.entry(page) else { return };
         let hs = e.get_mut();
         if let Some(i) = hs.iter().position(|(k, _)| *k == target) {
