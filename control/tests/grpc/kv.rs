@@ -178,3 +178,44 @@ async fn real_sglang_0_5_18_events_feed_control() {
 async fn real_sglang_0_5_23_events_feed_control() {
     real_sglang_events_feed_control("0.5.23").await;
 }
+
+/// A worker whose etcd lease ends takes its KV state with it: its subscriber stops and the index
+/// holds nothing of it any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_leaves_takes_its_index_with_it() {
+    use infera_proto::types::{KvEventsSource, ModelName, Role, WorkerId, WorkerRecord};
+    let etcd = infera_registry::test_server::EtcdServer::start();
+    let url = etcd.url();
+    let p = publisher().await;
+    let record = WorkerRecord {
+        id: WorkerId::new("prefill-a"),
+        role: Role::Prefill,
+        url: "http://127.0.0.1:30000".into(),
+        model: ModelName::new("m"),
+        bootstrap_port: None,
+        dp_size: 1,
+        page_size: PS as u32,
+        sglang_version: None,
+        kv_events: Some(KvEventsSource {
+            endpoint: format!("tcp://127.0.0.1:{}", p.port()),
+            replay_endpoint: Some(format!("tcp://127.0.0.1:{}", p.replay_port().unwrap())),
+            topic: String::new(),
+        }),
+        labels: Default::default(),
+    };
+    let control = Control::start_with(&["--etcd", &url], None).await;
+    let reg = infera_registry::Registration::start(vec![url.clone()], record, Duration::from_secs(2));
+    let prompt: Vec<u32> = (0..(6 * PS) as u32).collect();
+    p.publish(vec![KvEvent::AllBlocksCleared, stored(&prompt, 0, 6)]).unwrap();
+    let lease = control.lease(0).await;
+    until_overlap(&control, &lease, &prompt, 6).await;
+
+    drop(reg);
+    eventually(Duration::from_secs(15), "the worker left and its index and subscriber are gone", || async {
+        let m = control.metrics().await;
+        sample(&m, "infera_kv_index_blocks") == Some(0.0) && sample(&m, "infera_kv_subscribers") == Some(0.0)
+    })
+    .await;
+    control.stop().await;
+    p.close().await;
+}
