@@ -205,6 +205,11 @@ async fn a_worker_that_leaves_takes_its_index_with_it() {
     };
     let control = Control::start_with(&["--etcd", &url], None).await;
     let reg = infera_registry::Registration::start(vec![url.clone()], record, Duration::from_secs(2));
+    eventually(Duration::from_secs(10), "prefill-a registered", || async {
+        let req = pb::ListTargetsRequest { model: "m".into(), role: pb::Role::Prefill as i32 };
+        control.admin().await.list_targets(req).await.unwrap().into_inner().targets.len() == 1
+    })
+    .await;
     let prompt: Vec<u32> = (0..(6 * PS) as u32).collect();
     p.publish(vec![KvEvent::AllBlocksCleared, stored(&prompt, 0, 6)]).unwrap();
     let lease = control.lease(0).await;
