@@ -308,6 +308,14 @@ impl Scheduler {
             let Some(req) = self.reqs.get_mut(&id) else { continue };
             req.remaining -= n;
             if req.remaining > 0 {
+                // As SGLang's cache_unfinished_req: the pages a chunked prefill has computed are
+                // in the prefix cache (and published) before the rest of the prompt is.
+                let done = ((req.prompt_tokens - req.remaining) / req.pages.page_size.max(1)) as usize;
+                let inserted =
+                    self.ranks[rank].cache.insert(&req.pages.hashes[..done.min(req.pages.hashes.len())]);
+                if self.kv_events {
+                    kv.extend(inserted.events(&req.pages));
+                }
                 self.ranks[rank].chunked = Some(id);
                 continue;
             }

@@ -174,3 +174,22 @@ fn pd_roles_hold_for_the_transfer() {
     let rest = run(&mut s);
     assert_eq!(rest.last().map(|(_, e)| e), Some(&Event::Finished { id }));
 }
+
+#[test]
+fn a_chunked_prefill_caches_each_chunk_for_the_requests_behind_it() {
+    let mut s = engine(1, QueueOrder::Fcfs);
+    let p = prompt(20_000, 2);
+    // A needs three 8k chunks; B (the same prompt) arrives at once and starts in A's last batch,
+    // after A's first 16,384 tokens are cached (as SGLang's cache_unfinished_req does).
+    let a = s.submit(Duration::ZERO, prefill(0, &p, 1));
+    let b = s.submit(Duration::ZERO, prefill(0, &p, 1));
+    let events = run(&mut s);
+    let cached = |id| {
+        events.iter().find_map(|(_, e)| match e {
+            Event::Prefilled { id: x, cached_tokens } if *x == id => Some(*cached_tokens),
+            _ => None,
+        })
+    };
+    assert_eq!(cached(a), Some(0));
+    assert_eq!(cached(b), Some(16_384));
+}
