@@ -10,7 +10,8 @@
 //!
 //! A worker that leaves (or whose sockets change) has its subscribers stopped and its targets
 //! cleared from the index; events of a worker the feed no longer follows are dropped on arrival,
-//! so nothing of a departed worker comes back. A `Reset` from a subscriber (missed batches that
+//! so nothing of a departed worker comes back. The feed keeps each followed rank's target key, so
+//! ingest never takes the routing lock that picks wait on. A `Reset` from a subscriber (missed batches that
 //! replay could not recover, a restarted publisher, an undecodable batch) clears that target,
 //! which then rebuilds from the batches that follow.
 
@@ -18,11 +19,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use infera_kv::subscribe::{EventKind, StatsSnapshot, Subscriber, SubscriberConfig, SubscriberEvent};
-use infera_proto::types::{DpRank, KvEventsSource, Target, WorkerId, WorkerRecord};
+use infera_proto::types::{KvEventsSource, WorkerId, WorkerRecord};
 use tokio::sync::mpsc;
 
 use crate::metrics::{KvCounters, KvMetrics};
 use crate::state::ControlState;
+use crate::view::TargetKey;
 
 /// Batches that may wait between the subscribers and the consumer; a slow consumer makes the
 /// subscribers wait (ZMQ then buffers, up to its high-water mark).
@@ -32,7 +34,8 @@ const QUEUE: usize = 4096;
 #[derive(Debug)]
 struct Followed {
     source: KvEventsSource,
-    dp_size: u32,
+    /// Each rank's target key, by rank.
+    keys: Vec<TargetKey>,
     ranks: Vec<Subscriber>,
     /// Subscriber counters already exported, per rank.
     exported: Vec<StatsSnapshot>,
@@ -52,13 +55,14 @@ impl KvFeed {
         (Self { followed: Mutex::new(HashMap::new()), tx }, rx)
     }
 
-    /// Follows a worker's KV events (or stops, when its record names none). Returns the ranks whose
-    /// index must be cleared because their subscribers were replaced or stopped.
-    pub fn follow(&self, record: &WorkerRecord) -> Vec<Target> {
+    /// Follows a worker's KV events (or stops, when its record names none); `keys` are its ranks'
+    /// target keys, by rank. Returns the keys whose index must be cleared because their subscribers
+    /// were replaced or stopped.
+    pub fn follow(&self, record: &WorkerRecord, keys: Vec<TargetKey>) -> Vec<TargetKey> {
         let mut followed = self.lock();
         let unchanged = followed
             .get(&record.id)
-            .is_some_and(|f| Some(&f.source) == record.kv_events.as_ref() && f.dp_size == record.dp_size);
+            .is_some_and(|f| Some(&f.source) == record.kv_events.as_ref() && f.keys == keys);
         if unchanged {
             return Vec::new();
         }
@@ -80,17 +84,14 @@ impl KvFeed {
             ranks.push(Subscriber::spawn(config, self.tx.clone()));
         }
         tracing::info!(worker = %record.id, ranks = ranks.len(), endpoint = %source.endpoint, "following KV events");
-        cleared.extend(record.targets());
+        cleared.extend(keys.iter().copied());
         let exported = vec![StatsSnapshot::default(); ranks.len()];
-        followed.insert(
-            record.id.clone(),
-            Followed { source: source.clone(), dp_size: record.dp_size, ranks, exported },
-        );
+        followed.insert(record.id.clone(), Followed { source: source.clone(), keys, ranks, exported });
         cleared
     }
 
-    /// Stops following a worker; returns its targets, to clear from the index.
-    pub fn forget(&self, worker: &WorkerId) -> Vec<Target> {
+    /// Stops following a worker; returns its targets' keys, to clear from the index.
+    pub fn forget(&self, worker: &WorkerId) -> Vec<TargetKey> {
         Self::stop(&mut self.lock(), worker)
     }
 
@@ -99,9 +100,10 @@ impl KvFeed {
         self.lock().clear();
     }
 
-    /// Whether events of `worker` are wanted now.
-    pub fn follows(&self, worker: &WorkerId) -> bool {
-        self.lock().contains_key(worker)
+    /// The target key of `rank` of `worker`, while the feed follows the worker (events of a
+    /// worker it no longer follows are not wanted).
+    pub fn key_of(&self, worker: &str, rank: u32) -> Option<TargetKey> {
+        self.lock().get(worker).and_then(|f| f.keys.get(rank as usize).copied())
     }
 
     /// Subscribers running now.
@@ -120,12 +122,9 @@ impl KvFeed {
         }
     }
 
-    fn stop(followed: &mut HashMap<WorkerId, Followed>, worker: &WorkerId) -> Vec<Target> {
-        match followed.remove(worker) {
-            // Dropping a subscriber stops its task.
-            Some(f) => (0..f.dp_size).map(|r| Target::new(worker.clone(), DpRank(r))).collect(),
-            None => Vec::new(),
-        }
+    fn stop(followed: &mut HashMap<WorkerId, Followed>, worker: &WorkerId) -> Vec<TargetKey> {
+        // Dropping a subscriber stops its task.
+        followed.remove(worker).map(|f| f.keys).unwrap_or_default()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, Followed>> {
@@ -158,11 +157,7 @@ pub async fn consume(
                 None => break,
             },
         };
-        let target = Target::new(WorkerId::new(&*ev.worker), DpRank(ev.rank));
-        if !state.kv_feed().follows(&target.worker) {
-            continue;
-        }
-        let Some(key) = state.target_key(&target) else { continue };
+        let Some(key) = state.kv_feed().key_of(&ev.worker, ev.rank) else { continue };
         let poisoned = "kv index poisoned by an earlier panic";
         match &ev.kind {
             EventKind::Batch { batch, .. } => {
@@ -171,7 +166,8 @@ pub async fn consume(
                 state.kv().write().expect(poisoned).commit(key, prepared);
             }
             EventKind::Reset(reason) => {
-                tracing::warn!(%target, %reason, "KV events lost; the target's index is rebuilt from here");
+                tracing::warn!(worker = %ev.worker, rank = ev.rank, %reason,
+                    "KV events lost; the target's index is rebuilt from here");
                 state.kv().write().expect(poisoned).clear_target(key);
             }
         }

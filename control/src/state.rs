@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
-    Role, Target, WorkerId, WorkerRecord,
+    Role, WorkerId, WorkerRecord,
 };
 use rand::rngs::SmallRng;
 
@@ -66,14 +66,18 @@ impl ControlState {
         &self.kv_feed
     }
 
-    /// A target's dense key, if it was ever registered.
-    pub fn target_key(&self, target: &Target) -> Option<TargetKey> {
-        self.core().target_key(target)
-    }
-
-    /// Follows a worker's KV events (static workers at start; registry changes call it too).
+    /// Follows a worker's KV events (static workers at start; registry changes call it too). The
+    /// worker must be in the view already.
     pub fn follow_kv(&self, record: &WorkerRecord) {
-        let cleared = self.kv_feed.follow(record);
+        let keys: Option<Vec<TargetKey>> = {
+            let core = self.core();
+            record.targets().map(|t| core.target_key(&t)).collect()
+        };
+        let Some(keys) = keys else {
+            tracing::warn!(worker = %record.id, "not following KV events of a worker the view does not hold");
+            return;
+        };
+        let cleared = self.kv_feed.follow(record, keys);
         self.clear_kv(&cleared);
     }
 
@@ -84,13 +88,12 @@ impl ControlState {
         self.kv_metrics.index(&stats, self.kv_feed.subscribers());
     }
 
-    fn clear_kv(&self, targets: &[Target]) {
-        if targets.is_empty() {
+    fn clear_kv(&self, keys: &[TargetKey]) {
+        if keys.is_empty() {
             return;
         }
-        let keys: Vec<TargetKey> = targets.iter().filter_map(|t| self.target_key(t)).collect();
         let mut index = self.kv.write().expect("kv index poisoned by an earlier panic");
-        for k in keys {
+        for &k in keys {
             index.clear_target(k);
         }
     }

@@ -30,6 +30,13 @@ macro_rules! name_newtype {
             }
         }
 
+        // Hashes and compares as its text, so maps keyed by the id are looked up by `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(f, "{}({:?})", stringify!($name), &*self.0)
