@@ -5,17 +5,15 @@
 //! `infera-proxy` (with `--tokenizer` when the arm hashes prompts).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::study::deploy::{Server, counter_sum, get, until};
+use crate::study::deploy::{Server, counter_sum, get, poll, until};
 
 /// The served model name.
 pub(crate) const MODEL: &str = "m";
-const DEADLINE: Duration = Duration::from_secs(30);
 
 /// What to start.
 #[derive(Clone, Debug)]
@@ -96,7 +94,9 @@ impl Deployment {
             servers
                 .push(Server::spawn("prefill sim", move |rx| infera_sim::run(listeners, config, until(rx))));
             let url = format!("http://{addr}");
-            let info = ready_get(&format!("{url}/server_info")).await?;
+            let info =
+                poll("a prefill sim to answer", async || get(&format!("{url}/server_info")).await.ok())
+                    .await?;
             let info: Value = serde_json::from_str(&info)?;
             let k = &info["kv_events"];
             toml += &format!(
@@ -166,19 +166,15 @@ impl Deployment {
     /// Until control holds the proxy's lease, the proxy lists the model, and control has a
     /// subscriber per prefill that has caught up (bounded).
     async fn wait_ready(&self, prefills: usize) -> anyhow::Result<()> {
-        let end = Instant::now() + DEADLINE;
-        loop {
+        poll("the deployment to be ready", async || {
             let control = get(&self.control_metrics_url).await.unwrap_or_default();
             let leased = counter_sum(&control, "infera_router_leases", "") >= 1.0;
             let following = counter_sum(&control, "infera_kv_subscribers", "") >= prefills as f64
                 && counter_sum(&control, "infera_kv_batches_total", "") >= prefills as f64;
             let models = get(&format!("{}/v1/models", self.proxy_url)).await.unwrap_or_default();
-            if leased && following && models.contains(&format!("\"{MODEL}\"")) {
-                return Ok(());
-            }
-            anyhow::ensure!(Instant::now() < end, "the deployment was not ready within {DEADLINE:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            (leased && following && models.contains(&format!("\"{MODEL}\""))).then_some(())
+        })
+        .await
     }
 
     /// Every prefill's log: (prompt tokens, cached tokens, requests) of the legs that finished.
@@ -205,17 +201,5 @@ impl Deployment {
             server.stop().await?;
         }
         Ok(())
-    }
-}
-
-/// GET until the server answers (it was just spawned), bounded.
-async fn ready_get(url: &str) -> anyhow::Result<String> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match get(url).await {
-            Ok(body) => return Ok(body),
-            Err(e) => anyhow::ensure!(Instant::now() < end, "{url} did not answer within {DEADLINE:?}: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

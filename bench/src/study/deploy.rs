@@ -210,18 +210,14 @@ impl Deployment {
     /// Until control holds the proxy's lease and the proxy lists the model (bounded): a pick
     /// before the lease would be routed by the proxy's local fallback, not by the arm.
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let end = Instant::now() + DEADLINE;
-        loop {
+        poll("the deployment to be ready", async || {
             let control = get(&self.control_metrics_url).await.unwrap_or_default();
             let leased = counter_sum(&control, "infera_router_leases", "") >= 1.0;
             let ready = get(&format!("{}/readiness", self.proxy_url)).await.is_ok();
             let models = get(&format!("{}/v1/models", self.proxy_url)).await.unwrap_or_default();
-            if leased && ready && models.contains(&format!("\"{MODEL}\"")) {
-                return Ok(());
-            }
-            anyhow::ensure!(Instant::now() < end, "the deployment was not ready within {DEADLINE:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            (leased && ready && models.contains(&format!("\"{MODEL}\""))).then_some(())
+        })
+        .await
     }
 
     /// Control's decode picks so far (`infera_router_picks_total{kind="decode"}`, all outcomes).
@@ -242,6 +238,18 @@ impl Deployment {
             server.stop().await?;
         }
         Ok(())
+    }
+}
+
+/// Calls `check` every 20 ms until it yields a value, for at most the deployment deadline.
+pub(crate) async fn poll<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> anyhow::Result<T> {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        anyhow::ensure!(Instant::now() < end, "waited {DEADLINE:?} for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
