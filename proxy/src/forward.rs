@@ -7,24 +7,27 @@
 //!   `follow_bootstrap_room` requires), `routed_dp_rank` (each leg its own rank);
 //! - decode: `disagg_prefill_dp_rank`;
 //! - `rid` = the request id, unless the client set one or the request is a batch.
+//!
+//! Headers: `content-type`, the client's `authorization`, `accept` and `x-request-id`, and the
+//! W3C trace context — the proxy's span when OTLP export is on, else the client's unchanged.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use infera_proto::pb::ReleaseReason;
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
 
 use crate::control::{ControlLink, Pick};
 use crate::error::{Leg, ProxyError, upstream_error_text};
 use crate::facts::{Api, Facts};
 use crate::metrics::ProxyMetrics;
+use crate::prefill::PrefillLeg;
 use crate::targets::Endpoint;
 
 /// The HTTP client to the workers.
@@ -47,16 +50,6 @@ pub struct Upstreams {
     pub link: Arc<ControlLink>,
     /// Metrics.
     pub metrics: Arc<ProxyMetrics>,
-}
-
-/// A prefill leg in flight; its task releases its own reservation.
-#[derive(Debug)]
-pub struct PrefillLeg {
-    /// Fires when the prefill leg fails (`None` once it finished without failing).
-    pub failed: Option<oneshot::Receiver<ProxyError>>,
-    /// Send a reason to cancel the leg (it releases with that reason); dropping it lets the
-    /// leg finish on its own.
-    pub cancel: oneshot::Sender<ReleaseReason>,
 }
 
 /// The legs of a request once the decode head arrived.
@@ -138,11 +131,7 @@ pub async fn dispatch(
     let prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
             let req = leg_request(&pick.endpoint, facts.api, headers, &body);
-            let (failed_tx, failed) = oneshot::channel();
-            let (cancel, cancel_rx) = oneshot::channel();
-            let rid = facts.request_id.clone();
-            tokio::spawn(prefill_leg(up.clone(), pick, req, rid, failed_tx, cancel_rx));
-            Some(PrefillLeg { failed: Some(failed), cancel })
+            Some(PrefillLeg::spawn(up.clone(), pick, req, facts.request_id.clone()))
         }
         _ => None,
     };
@@ -154,7 +143,7 @@ pub async fn dispatch(
                 head = &mut send => break match head {
                     Ok(h) => Ok((h, Some(PrefillLeg { failed, cancel }))),
                     Err(e) => {
-                        let _ = cancel.send(ReleaseReason::Failed);
+                        cancel.cancel(ReleaseReason::Failed);
                         Err(ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() })
                     }
                 },
@@ -183,7 +172,7 @@ pub async fn dispatch(
     if !response.status().is_success() {
         up.metrics.upstream_error(Leg::Decode);
         if let Some(p) = prefill {
-            let _ = p.cancel.send(ReleaseReason::Failed);
+            p.cancel.cancel(ReleaseReason::Failed);
         }
         let status = response.status();
         let body = upstream_error_text(response.into_body()).await;
@@ -209,62 +198,24 @@ fn leg_request(
             headers.insert(name, v.clone());
         }
     }
-    infera_proto::telemetry::inject_headers(&tracing::Span::current(), headers);
+    trace_context(client_headers, headers);
     req
 }
 
-async fn prefill_leg(
-    up: Upstreams,
-    pick: Pick,
-    req: Request<Full<Bytes>>,
-    rid: String,
-    failed: oneshot::Sender<ProxyError>,
-    cancel: oneshot::Receiver<ReleaseReason>,
-) {
-    let url = pick.endpoint.url.clone();
-    let run = async {
-        let resp = up.client.request(req).await.map_err(|e| ProxyError::Upstream {
-            leg: Leg::Prefill,
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = upstream_error_text(resp.into_body()).await;
-            return Err(ProxyError::UpstreamStatus { leg: Leg::Prefill, url: url.clone(), status, body });
-        }
-        // The prefill answers once the decode pulled the KV; its body is drained, not relayed.
-        resp.into_body().collect().await.map(|_| ()).map_err(|e| ProxyError::Upstream {
-            leg: Leg::Prefill,
-            url: url.clone(),
-            reason: e.to_string(),
-        })
-    };
-    let mut run = std::pin::pin!(run);
-    let mut cancel = Some(cancel);
-    let outcome = loop {
-        tokio::select! {
-            r = &mut run => break r,
-            reason = async { cancel.as_mut().expect("guarded by the branch condition").await }, if cancel.is_some() => {
-                match reason {
-                    Ok(reason) => {
-                        pick.release(reason);
-                        abort(&up.client, &url, &rid);
-                        return;
-                    }
-                    // The request ended normally: let the prefill finish on its own.
-                    Err(_) => cancel = None,
-                }
-            }
-        }
-    };
-    match outcome {
-        Ok(()) => pick.release(ReleaseReason::Eof),
-        Err(e) => {
-            tracing::warn!(error = %e, "prefill leg failed");
-            up.metrics.upstream_error(Leg::Prefill);
-            pick.release(ReleaseReason::Failed);
-            let _ = failed.send(e);
+/// W3C trace-context headers.
+const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// Writes the trace context of a leg: the proxy's span when it has one (OTLP export on; the
+/// span continues the client's `traceparent`), else the client's `traceparent` and
+/// `tracestate` unchanged, so the workers join the client's trace either way.
+fn trace_context(client_headers: &http::HeaderMap, headers: &mut http::HeaderMap) {
+    infera_proto::telemetry::inject_headers(&tracing::Span::current(), headers);
+    if headers.contains_key(TRACE_HEADERS[0]) {
+        return;
+    }
+    for name in TRACE_HEADERS {
+        if let Some(v) = client_headers.get(name) {
+            headers.insert(name, v.clone());
         }
     }
 }
@@ -322,6 +273,29 @@ mod tests {
         assert_eq!(d["rid"], facts.request_id);
         // The client's keys come first, in their order.
         assert_eq!(d.keys().take(3).collect::<Vec<_>>(), ["model", "messages", "stream"]);
+    }
+
+    #[test]
+    fn without_a_span_context_the_client_trace_context_passes_through() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut client = HeaderMap::new();
+        client.insert("traceparent", parent.parse().unwrap());
+        client.insert("tracestate", "vendor=x".parse().unwrap());
+        client.insert("x-request-id", "r-7".parse().unwrap());
+        client.insert("cookie", "secret".parse().unwrap());
+        let facts = derive(Api::Generate, &client, br#"{"text":"x"}"#).unwrap();
+        let bodies = leg_bodies(&facts, None, &endpoint("d", None, 1, 0), 7);
+        // No OpenTelemetry layer is installed here: the proxy has no span context of its own.
+        let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &client, &bodies.decode);
+        let h = req.headers();
+        assert_eq!(
+            (h["traceparent"].to_str().unwrap(), h["tracestate"].to_str().unwrap()),
+            (parent, "vendor=x")
+        );
+        assert_eq!(h["x-request-id"], "r-7");
+        assert!(h.get("cookie").is_none(), "only the listed headers are forwarded");
+        let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &HeaderMap::new(), &bodies.decode);
+        assert!(req.headers().get("traceparent").is_none(), "no trace context is made up");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!   prompt's token ids and exact input tokens when a tokenizer is configured.
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once, with a local fallback from
 //!   [`targets`] when control does not answer in time; the lease; releases.
-//! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently.
+//! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently;
+//!   [`prefill`]: the prefill leg's own task and the handle that cancels it.
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
 
@@ -20,6 +21,7 @@ pub mod error;
 pub mod facts;
 pub mod forward;
 pub mod metrics;
+pub mod prefill;
 pub mod relay;
 pub mod route;
 pub mod server;

@@ -16,8 +16,9 @@ use tokio::sync::oneshot;
 use crate::body::BodyError;
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError};
-use crate::forward::{PrefillLeg, Upstreams, abort};
+use crate::forward::{Upstreams, abort};
 use crate::metrics::InflightGuard;
+use crate::prefill::{PrefillCancel, PrefillLeg};
 
 /// The end of a request: releases the decode reservation exactly once, cancels the prefill
 /// leg and aborts upstream work when the request did not end normally.
@@ -25,19 +26,14 @@ use crate::metrics::InflightGuard;
 pub struct EndGuard {
     up: Upstreams,
     decode: Option<Pick>,
-    prefill_cancel: Option<oneshot::Sender<ReleaseReason>>,
+    prefill_cancel: Option<PrefillCancel>,
     rid: String,
     done: bool,
 }
 
 impl EndGuard {
     /// Guards the decode pick of a dispatched request.
-    pub fn new(
-        up: Upstreams,
-        decode: Pick,
-        prefill_cancel: Option<oneshot::Sender<ReleaseReason>>,
-        rid: String,
-    ) -> Self {
+    pub fn new(up: Upstreams, decode: Pick, prefill_cancel: Option<PrefillCancel>, rid: String) -> Self {
         Self { up, decode: Some(decode), prefill_cancel, rid, done: false }
     }
 
@@ -49,13 +45,15 @@ impl EndGuard {
         let Some(decode) = self.decode.take() else { return };
         if reason != ReleaseReason::Eof {
             if let Some(cancel) = self.prefill_cancel.take() {
-                let _ = cancel.send(reason);
+                cancel.cancel(reason);
             }
             abort(&self.up.client, &decode.endpoint.url, &self.rid);
         }
         decode.release(reason);
-        // On EOF the prefill sender is dropped: the prefill leg finishes on its own.
-        self.prefill_cancel = None;
+        // On EOF the prefill leg finishes on its own.
+        if let Some(cancel) = self.prefill_cancel.take() {
+            cancel.detach();
+        }
     }
 }
 

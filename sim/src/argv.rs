@@ -1,6 +1,6 @@
 //! SGLang's command line is large and grows every release: flags this emulator does not know
-//! are dropped with a warning before clap sees the rest, together with their value when the
-//! next token does not start with `--`.
+//! (by long name or alias) are dropped with a warning before clap sees the rest, together with
+//! their value when the next token does not start with `--`.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -9,7 +9,8 @@ use std::ffi::OsString;
 pub fn strip_unknown(command: &clap::Command, argv: Vec<OsString>) -> (Vec<OsString>, Vec<String>) {
     let known: HashSet<String> = command
         .get_arguments()
-        .filter_map(|a| a.get_long().map(str::to_owned))
+        .flat_map(|a| a.get_long().into_iter().chain(a.get_all_aliases().unwrap_or_default()))
+        .map(str::to_owned)
         .chain(["help".to_owned(), "version".to_owned()])
         .collect();
     let mut kept = Vec::with_capacity(argv.len());
@@ -51,7 +52,7 @@ mod tests {
 
     fn command() -> clap::Command {
         clap::Command::new("x")
-            .arg(clap::Arg::new("port").long("port"))
+            .arg(clap::Arg::new("port").long("port").alias("p0rt"))
             .arg(clap::Arg::new("on").long("on").action(clap::ArgAction::SetTrue))
     }
 
@@ -82,9 +83,9 @@ mod tests {
     }
 
     #[test]
-    fn known_flags_with_inline_values_stay() {
-        let (kept, dropped) = strip(&["x", "--port=5", "--help"]);
-        assert_eq!(kept, ["x", "--port=5", "--help"]);
+    fn known_flags_aliases_and_inline_values_stay() {
+        let (kept, dropped) = strip(&["x", "--port=5", "--p0rt", "6", "--help"]);
+        assert_eq!(kept, ["x", "--port=5", "--p0rt", "6", "--help"], "aliases are known flags");
         assert!(dropped.is_empty());
     }
 }

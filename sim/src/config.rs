@@ -137,11 +137,12 @@ struct SchedulingArgs {
 #[derive(ClapArgs, Debug, Clone)]
 #[command(next_help_heading = "Emulator")]
 struct SimOnlyArgs {
-    /// Seed for request ids and output text; unset = from the OS.
-    #[arg(long, env = "INFERA_SIM_SEED")]
+    /// Seed for request ids and output text; unset = from the OS. Alias `--seed` (SGLang has
+    /// no such flag: its sampling seed is `--random-seed`).
+    #[arg(long, visible_alias = "seed", env = "INFERA_SIM_SEED")]
     sim_seed: Option<u64>,
-    /// Time compression: every modeled duration is divided by this.
-    #[arg(long, env = "INFERA_SIM_SPEEDUP", default_value_t = 1.0)]
+    /// Time compression: every modeled duration is divided by this. Alias `--speedup`.
+    #[arg(long, visible_alias = "speedup", env = "INFERA_SIM_SPEEDUP", default_value_t = 1.0)]
     sim_speedup: f64,
     /// TOML file overriding timing parameters (see the manual).
     #[arg(long, env = "INFERA_SIM_PARAMS")]

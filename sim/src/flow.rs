@@ -95,6 +95,9 @@ pub fn start(app: &Arc<App>, route: Route, req: GenRequest) -> Result<Run, ApiEr
         bootstrap_host: req.pd.bootstrap_host.clone(),
         bootstrap_port: req.pd.bootstrap_port,
         prompt_tokens,
+        traceparent: req.trace.traceparent.clone(),
+        tracestate: req.trace.tracestate.clone(),
+        x_request_id: req.trace.x_request_id.clone(),
         ..Entry::default()
     });
     let job = match admit(app, &rid, req, started) {

@@ -1,5 +1,6 @@
 //! `GET /sim/requests`: the data-plane requests received, newest last, bounded. Tests read it
-//! to see what each leg carried (room, ranks, bootstrap address) and how it ended.
+//! to see what each leg carried (room, ranks, bootstrap address, tracing headers) and how it
+//! ended.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -53,6 +54,12 @@ pub struct Entry {
     pub completion_tokens: u32,
     /// How it ended.
     pub outcome: Outcome,
+    /// The `traceparent` header as received.
+    pub traceparent: Option<String>,
+    /// The `tracestate` header as received.
+    pub tracestate: Option<String>,
+    /// The `x-request-id` header as received.
+    pub x_request_id: Option<String>,
 }
 
 /// A handle on an entry, for the final update.

@@ -4,17 +4,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::Parser;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
+use http::StatusCode;
 use infera_proto::pb::{self, admin_client::AdminClient};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+pub(crate) use crate::client::*;
 
 /// Sim time compression: a 40 ms decode step takes 2 ms.
 pub(crate) const SPEEDUP: &str = "20";
@@ -138,6 +135,10 @@ pub(crate) struct Shape {
     pub(crate) prefill_dp: u32,
     pub(crate) proxies: usize,
     pub(crate) control_flags: Vec<&'static str>,
+    /// Extra flags of every proxy.
+    pub(crate) proxy_flags: Vec<&'static str>,
+    /// Extra flags of the prefill sim.
+    pub(crate) prefill_flags: Vec<String>,
 }
 
 impl Default for Shape {
@@ -148,13 +149,17 @@ impl Default for Shape {
             prefill_dp: 1,
             proxies: 2,
             control_flags: vec!["--decode-input-demand", "on"],
+            proxy_flags: Vec::new(),
+            prefill_flags: Vec::new(),
         }
     }
 }
 
 impl Cluster {
     pub(crate) async fn start(shape: Shape) -> Self {
-        let prefill = if shape.pd { Some(Sim::start("prefill", shape.prefill_dp, &[]).await) } else { None };
+        let prefill_flags: Vec<&str> = shape.prefill_flags.iter().map(String::as_str).collect();
+        let prefill =
+            if shape.pd { Some(Sim::start("prefill", shape.prefill_dp, &prefill_flags).await) } else { None };
         let decode = Sim::start(if shape.pd { "decode" } else { "null" }, shape.decode_dp, &[]).await;
         let mut toml = String::new();
         if let Some(p) = &prefill {
@@ -180,7 +185,7 @@ impl Cluster {
         let mut proxies = Vec::new();
         let mut proxy_tasks = Vec::new();
         for _ in 0..shape.proxies {
-            let (addr, task) = start_proxy(control_addr, &[]).await;
+            let (addr, task) = start_proxy(control_addr, &shape.proxy_flags).await;
             proxies.push(addr);
             proxy_tasks.push(task);
         }
@@ -343,45 +348,4 @@ pub(crate) async fn wait_ready(proxy: &str) {
         assert!(Instant::now() < end, "proxy {proxy} not ready: {status} {body}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-pub(crate) async fn get(url: &str) -> (StatusCode, String) {
-    let req = Request::get(url).body(Full::new(Bytes::new())).unwrap();
-    let resp = client().request(req).await.unwrap();
-    let status = resp.status();
-    (status, String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
-}
-
-/// Sends a request and returns the response head and body (unread).
-pub(crate) async fn send(url: &str, body: Bytes, headers: &[(&str, &str)]) -> http::Response<Incoming> {
-    let mut req = Request::post(url).header("content-type", "application/json");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    client().request(req.body(Full::new(body)).unwrap()).await.unwrap()
-}
-
-pub(crate) async fn post_json(url: &str, body: &Value, headers: &[(&str, &str)]) -> (StatusCode, String) {
-    let resp = send(url, Bytes::from(body.to_string()), headers).await;
-    let status = resp.status();
-    let body = resp.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-/// The `data:` payloads of an SSE body.
-pub(crate) fn sse_events(body: &str) -> Vec<String> {
-    body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_owned).collect()
-}
-
-pub(crate) fn chat(max_tokens: u32, stream: bool) -> Value {
-    serde_json::json!({
-        "model": MODEL,
-        "messages": [{"role": "user", "content": "Tell me about prefill and decode disaggregation."}],
-        "max_tokens": max_tokens,
-        "stream": stream,
-    })
 }

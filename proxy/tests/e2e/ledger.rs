@@ -1,7 +1,5 @@
 //! The ledger returns to exactly zero however a request ends. One test per way of ending.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -88,6 +86,50 @@ async fn zero_after_the_decode_dies_mid_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_after_the_prefill_fails_while_the_decode_streams() {
+    // The prefill breaks its connection once the decode has pulled the KV (die fault), and the
+    // KV transfer takes ~200 ms of wall time, so the decode's stream has begun long before.
+    let params = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(params.path(), "kv_bandwidth_bytes_per_s = 250000.0\n").unwrap();
+    let prefill_flags = vec!["--sim-params".into(), params.path().to_str().unwrap().into()];
+    let cluster = Cluster::start(Shape { proxies: 1, prefill_flags, ..Shape::default() }).await;
+    cluster.prefill.as_ref().unwrap().faults(json!({"die_after_tokens": 1})).await;
+    let resp = send(
+        &url(&cluster, "/v1/chat/completions"),
+        Bytes::from(chat(4_000, true).to_string()),
+        &[("x-request-id", "prefill-dies")],
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK, "the decode's stream had begun");
+    let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let events = sse_events(&text);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+    let err: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(err["error"]["code"], "upstream_error", "{text}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("prefill"), "{text}");
+    cluster.ledger_returns_to_zero().await;
+    // Both reservations ended FAILED, and the decode was stopped long before its 4,000 tokens.
+    let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
+    assert!(metrics.contains("infera_proxy_releases_total{reason=\"failed\"} 2"), "{metrics}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = cluster.decode.requests().await;
+        let r = log.iter().find(|r| r["rid"] == "prefill-dies").cloned().unwrap();
+        if r["outcome"] != "running" {
+            assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
+            assert!(r["completion_tokens"].as_u64().unwrap() < 4_000, "{r}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the decode was never stopped: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let prefill_log = cluster.prefill.as_ref().unwrap().requests().await;
+    let p = prefill_log.iter().find(|r| r["rid"] == "prefill-dies").unwrap();
+    assert_eq!(p["outcome"], "failed", "{p}");
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
     let cluster = Cluster::start(Shape::default()).await;
     let prefill = cluster.prefill.as_ref().unwrap();
@@ -112,25 +154,15 @@ async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_after_a_proxy_is_killed_by_its_lease_expiring() {
     let cluster = Cluster::start(Shape { proxies: 0, ..Shape::default() }).await;
-    let mut proxy = Command::new(env!("CARGO_BIN_EXE_infera-proxy"))
-        .args(["--listen", "127.0.0.1:0", "--lease-ttl-ms", "600", "--control"])
-        .arg(format!("http://{}", cluster.control_addr))
-        .env("INFERA_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(proxy.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = format!("http://{}", line.trim().rsplit("http=").next().unwrap());
+    let mut proxy = ProxyProcess::spawn(cluster.control_addr, &["--lease-ttl-ms", "600"]);
+    let addr = proxy.url.clone();
     wait_ready(&addr).await;
     let resp =
         send(&format!("{addr}/v1/chat/completions"), Bytes::from(chat(4_000, true).to_string()), &[]).await;
     let mut body = resp.into_body();
     body.frame().await.unwrap().unwrap();
     assert_ne!(cluster.ledger().await, (0, 0));
-    proxy.kill().unwrap(); // SIGKILL: no release, no CloseLease.
-    proxy.wait().unwrap();
+    proxy.kill(); // SIGKILL: no release, no CloseLease.
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }

@@ -1,5 +1,6 @@
 //! End to end on loopback: HTTP client → proxies → control → sim prefill + decode workers.
 
+mod client;
 mod harness;
 
 mod errors;
@@ -8,3 +9,6 @@ mod ledger;
 mod load;
 mod openai;
 mod pd;
+mod slow_control;
+mod timeout;
+mod trace;

@@ -29,6 +29,32 @@ pub struct GenRequest {
     pub model: Option<String>,
     /// PD and DP fields.
     pub pd: PdFields,
+    /// Tracing headers, recorded in the request log.
+    pub trace: TraceHeaders,
+}
+
+/// The headers a router forwards for tracing, as received (the request log records them so
+/// tests can see what each leg carried).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceHeaders {
+    /// W3C `traceparent`.
+    pub traceparent: Option<String>,
+    /// W3C `tracestate`.
+    pub tracestate: Option<String>,
+    /// `x-request-id`.
+    pub x_request_id: Option<String>,
+}
+
+impl TraceHeaders {
+    /// The tracing headers of `headers` (values that are not visible ASCII are skipped).
+    pub fn of(headers: &HeaderMap) -> Self {
+        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Self {
+            traceparent: get("traceparent"),
+            tracestate: get("tracestate"),
+            x_request_id: get("x-request-id"),
+        }
+    }
 }
 
 /// The PD and DP-rank fields a router injects.
@@ -161,6 +187,7 @@ pub fn parse(
         include_usage: b.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
         model: field(b, "model")?,
         pd,
+        trace: TraceHeaders::of(headers),
     })
 }
 
@@ -294,6 +321,22 @@ mod tests {
         assert_eq!(
             parse(Route::Generate, &headers, br#"{"text":"x"}"#, None).unwrap().pd.routed_dp_rank,
             None
+        );
+    }
+
+    #[test]
+    fn tracing_headers_are_kept_as_received() {
+        let mut headers = HeaderMap::new();
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        headers.insert("traceparent", parent.parse().unwrap());
+        headers.insert("x-request-id", "r-1".parse().unwrap());
+        let g = parse(Route::Generate, &headers, br#"{"text":"x"}"#, None).unwrap();
+        assert_eq!(g.trace.traceparent.as_deref(), Some(parent));
+        assert_eq!(g.trace.x_request_id.as_deref(), Some("r-1"));
+        assert_eq!(g.trace.tracestate, None);
+        assert_eq!(
+            parse_json(Route::Generate, serde_json::json!({"text": "x"})).unwrap().trace,
+            TraceHeaders::default()
         );
     }
 }

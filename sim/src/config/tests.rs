@@ -74,3 +74,20 @@ fn bad_values_are_config_errors() {
         SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--disaggregation-mode", "x"]).is_err()
     );
 }
+
+#[test]
+fn the_seed_and_speedup_flags_have_short_aliases() {
+    let c = config(&["--seed", "9", "--speedup", "50"]).unwrap();
+    assert_eq!((c.seed, c.speedup), (Some(9), 50.0));
+    assert!(c.warnings.is_empty(), "aliases are not unknown flags: {:?}", c.warnings);
+    let c = config(&["--seed=4", "--speedup=2.5"]).unwrap();
+    assert_eq!((c.seed, c.speedup), (Some(4), 2.5));
+    let c = config(&["--sim-seed", "5", "--sim-speedup", "3"]).unwrap();
+    assert_eq!((c.seed, c.speedup), (Some(5), 3.0));
+    assert!(matches!(config(&["--speedup", "0"]), Err(ConfigError::Speedup(_))));
+    // One flag under two names is given once.
+    assert!(
+        SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--seed", "1", "--sim-seed", "2"])
+            .is_err()
+    );
+}

@@ -1,0 +1,143 @@
+//! The prefill leg of a PD request: its own task sends it, drains the answer (SGLang completes
+//! it after the KV transfer) and releases its reservation once — `EOF`, `FAILED` (reported to
+//! the request, which fails the answer), or the reason it was cancelled with (the worker is then
+//! asked to abort).
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use infera_proto::pb::ReleaseReason;
+use tokio::sync::oneshot;
+
+use crate::control::Pick;
+use crate::error::{Leg, ProxyError, upstream_error_text};
+use crate::forward::{Upstreams, abort};
+
+/// A prefill leg in flight; its task releases its own reservation.
+#[derive(Debug)]
+pub struct PrefillLeg {
+    /// Fires when the prefill leg fails (`None` once it finished without failing).
+    pub failed: Option<oneshot::Receiver<ProxyError>>,
+    /// Ends the leg from outside its task.
+    pub cancel: PrefillCancel,
+}
+
+impl PrefillLeg {
+    /// Sends `req` to the prefill `pick` chose, in a task of its own; `rid` names the request
+    /// when the worker is asked to abort it.
+    pub fn spawn(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: String) -> Self {
+        let (failed_tx, failed) = oneshot::channel();
+        let (cancel, cancel_rx) = oneshot::channel();
+        tokio::spawn(run(up, pick, req, rid, failed_tx, cancel_rx));
+        Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)) }
+    }
+}
+
+/// The handle that ends a prefill leg from outside its task: [`PrefillCancel::cancel`] with a
+/// reason (the leg releases with it and the worker is asked to abort), or
+/// [`PrefillCancel::detach`] to let the leg finish on its own (the request ended normally).
+///
+/// Dropped without either, it cancels the leg as `CANCELLED`: the request was abandoned before
+/// its decode answered (the request timed out, the client went away), and a prefill waiting for
+/// a decode that will never pull its KV must not hold its reservation until its own timeout.
+#[derive(Debug)]
+pub struct PrefillCancel(Option<oneshot::Sender<ReleaseReason>>);
+
+impl PrefillCancel {
+    /// Cancels the leg with `reason`.
+    pub fn cancel(mut self, reason: ReleaseReason) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(reason);
+        }
+    }
+
+    /// Lets the leg finish on its own.
+    pub fn detach(mut self) {
+        // A closed channel tells the leg's task to stop listening for a cancel.
+        self.0 = None;
+    }
+}
+
+impl Drop for PrefillCancel {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(ReleaseReason::Cancelled);
+        }
+    }
+}
+
+/// The leg's task: sends, drains, releases; a cancel ends it at once (release + abort), a
+/// failure is reported on `failed`.
+async fn run(
+    up: Upstreams,
+    pick: Pick,
+    req: Request<Full<Bytes>>,
+    rid: String,
+    failed: oneshot::Sender<ProxyError>,
+    cancel: oneshot::Receiver<ReleaseReason>,
+) {
+    let url = pick.endpoint.url.clone();
+    let run = async {
+        let resp = up.client.request(req).await.map_err(|e| ProxyError::Upstream {
+            leg: Leg::Prefill,
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = upstream_error_text(resp.into_body()).await;
+            return Err(ProxyError::UpstreamStatus { leg: Leg::Prefill, url: url.clone(), status, body });
+        }
+        // The prefill answers once the decode pulled the KV; its body is drained, not relayed.
+        resp.into_body().collect().await.map(|_| ()).map_err(|e| ProxyError::Upstream {
+            leg: Leg::Prefill,
+            url: url.clone(),
+            reason: e.to_string(),
+        })
+    };
+    let mut run = std::pin::pin!(run);
+    let mut cancel = Some(cancel);
+    let outcome = loop {
+        tokio::select! {
+            r = &mut run => break r,
+            reason = async { cancel.as_mut().expect("guarded by the branch condition").await }, if cancel.is_some() => {
+                match reason {
+                    Ok(reason) => {
+                        pick.release(reason);
+                        abort(&up.client, &url, &rid);
+                        return;
+                    }
+                    // The request ended normally: let the prefill finish on its own.
+                    Err(_) => cancel = None,
+                }
+            }
+        }
+    };
+    match outcome {
+        Ok(()) => pick.release(ReleaseReason::Eof),
+        Err(e) => {
+            tracing::warn!(error = %e, "prefill leg failed");
+            up.metrics.upstream_error(Leg::Prefill);
+            pick.release(ReleaseReason::Failed);
+            let _ = failed.send(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_prefill_handle_cancels_and_a_detached_one_does_not() {
+        let (tx, rx) = oneshot::channel();
+        drop(PrefillCancel(Some(tx)));
+        assert_eq!(rx.await, Ok(ReleaseReason::Cancelled), "abandoned: cancelled");
+        let (tx, rx) = oneshot::channel();
+        PrefillCancel(Some(tx)).cancel(ReleaseReason::Failed);
+        assert_eq!(rx.await, Ok(ReleaseReason::Failed));
+        let (tx, rx) = oneshot::channel::<ReleaseReason>();
+        PrefillCancel(Some(tx)).detach();
+        assert!(rx.await.is_err(), "detached: the leg finishes on its own");
+    }
+}

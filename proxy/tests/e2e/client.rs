@@ -1,0 +1,97 @@
+//! The test client: HTTP requests to proxies and sims, SSE parsing, request bodies, and an
+//! `infera-proxy` binary run as a child process.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+use crate::harness::MODEL;
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub(crate) async fn get(url: &str) -> (StatusCode, String) {
+    let req = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    let resp = client().request(req).await.unwrap();
+    let status = resp.status();
+    (status, String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
+}
+
+/// Sends a request and returns the response head and body (unread).
+pub(crate) async fn send(url: &str, body: Bytes, headers: &[(&str, &str)]) -> http::Response<Incoming> {
+    let mut req = Request::post(url).header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    client().request(req.body(Full::new(body)).unwrap()).await.unwrap()
+}
+
+pub(crate) async fn post_json(url: &str, body: &Value, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let resp = send(url, Bytes::from(body.to_string()), headers).await;
+    let status = resp.status();
+    let body = resp.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The `data:` payloads of an SSE body.
+pub(crate) fn sse_events(body: &str) -> Vec<String> {
+    body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_owned).collect()
+}
+
+pub(crate) fn chat(max_tokens: u32, stream: bool) -> Value {
+    serde_json::json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me about prefill and decode disaggregation."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    })
+}
+
+/// An `infera-proxy` binary run as a child process; killed (SIGKILL) when dropped, so a failed
+/// test leaves no process behind.
+pub(crate) struct ProxyProcess {
+    child: Child,
+    /// Its base URL.
+    pub(crate) url: String,
+}
+
+impl ProxyProcess {
+    /// Starts the binary against control at `control` on a free port with `flags`; its URL is
+    /// read from its `listening` line (not yet ready: see [`crate::harness::wait_ready`]).
+    pub(crate) fn spawn(control: SocketAddr, flags: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_infera-proxy"))
+            .args(["--listen", "127.0.0.1:0", "--control"])
+            .arg(format!("http://{control}"))
+            .args(flags)
+            .env("INFERA_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = format!("http://{}", line.trim().rsplit("http=").next().unwrap());
+        Self { child, url }
+    }
+
+    /// SIGKILL: no release, no `CloseLease`.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
