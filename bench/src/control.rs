@@ -251,6 +251,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         weight: RequestWeight::new(1e6).expect("valid weight"),
         policy: DecodePolicy::RoundRobin,
         prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+        overlap_credit: infera_control::settings::OverlapCredit::new(1.0).unwrap(),
         session_slack_tokens: 0,
         session_ttl: Duration::from_secs(600),
         lease_ttl: Duration::from_secs(300),

@@ -293,6 +293,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
         weight: RequestWeight::ZERO,
         policy: DecodePolicy::RoundRobin,
         prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+        overlap_credit: infera_control::settings::OverlapCredit::new(1.0).unwrap(),
         session_slack_tokens: 0,
         session_ttl: Duration::from_secs(600),
         lease_ttl: Duration::from_secs(300),

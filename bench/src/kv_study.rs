@@ -55,6 +55,10 @@ pub(crate) struct Args {
     /// KV page size of the prefills.
     #[arg(long, env = "INFERA_BENCH_KV_STUDY_PAGE_SIZE", default_value_t = 16)]
     page_size: u32,
+    /// `--prefill-overlap-credit` of a cache-aware arm's control; repeat (or comma-separate) for
+    /// one cache-aware arm per value. Unset: one arm with control's default.
+    #[arg(long, env = "INFERA_BENCH_KV_STUDY_OVERLAP_CREDIT", value_delimiter = ',')]
+    overlap_credit: Vec<f64>,
     /// Seed of control's tie-breaks and the sims.
     #[arg(long, env = "INFERA_BENCH_KV_STUDY_SEED", default_value_t = 7)]
     seed: u64,
@@ -65,7 +69,7 @@ pub(crate) struct Args {
 
 /// One arm's result.
 struct ArmResult {
-    name: &'static str,
+    name: String,
     picks: PickStats,
     hit_ratio: f64,
     per_prefill: Vec<u64>,
@@ -81,10 +85,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Both arms tokenize in the proxy, so both pay its encode time (which the replay's time
     // compression magnifies in the emulated TTFT) and differ only in the prefill choice.
-    let arms: [(&'static str, Vec<String>, bool); 2] = [
-        ("cache-aware", vec![], true),
-        ("round-robin", vec!["--prefill-policy".into(), "round-robin".into()], true),
-    ];
+    let mut arms: Vec<(String, Vec<String>, bool)> = match args.overlap_credit.as_slice() {
+        [] => vec![("cache-aware".into(), vec![], true)],
+        credits => credits
+            .iter()
+            .map(|c| (format!("cache-aware ×{c}"), vec!["--prefill-overlap-credit".into(), c.to_string()], true))
+            .collect(),
+    };
+    arms.push(("round-robin".into(), vec!["--prefill-policy".into(), "round-robin".into()], true));
     let mut results = Vec::new();
     for (name, control_flags, proxy_tokenizes) in arms {
         eprintln!("kv-study: arm {name}");
@@ -96,7 +104,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             control_flags,
             proxy_tokenizes,
         };
-        results.push(rt.block_on(arm(name, &spec, dir.path(), &args))?);
+        results.push(rt.block_on(arm(&name, &spec, dir.path(), &args))?);
     }
     print_table(&args, bound, &results);
     if let Some(path) = &args.json {
@@ -116,7 +124,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn arm(
-    name: &'static str,
+    name: &str,
     spec: &Spec,
     model_dir: &std::path::Path,
     args: &Args,
@@ -154,7 +162,7 @@ async fn arm(
     eprintln!("kv-study: arm {name}: (prompt, cached, requests) per prefill {hits:?}; picks {picks:?}");
     anyhow::ensure!(prompt > 0, "arm {name}: no prefill finished");
     Ok(ArmResult {
-        name,
+        name: name.to_owned(),
         picks,
         hit_ratio: cached as f64 / prompt as f64,
         per_prefill: hits.iter().map(|h| h.2).collect(),
@@ -241,14 +249,14 @@ fn print_table(args: &Args, bound: f64, results: &[ArmResult]) {
         args.requests, args.prefills, args.page_size, args.speedup, bound
     );
     println!(
-        "{:<12} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>6} {:>12}  requests per prefill",
+        "{:<16} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>6} {:>12}  requests per prefill",
         "arm", "hit", "÷bound", "done", "TTFT p50", "TTFT p90", "TTFT mean", "failed", "on holder"
     );
     for r in results {
         let t = &r.report.ttft_ms;
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0} ms"));
         println!(
-            "{:<12} {:>7.3} {:>7.3} {:>6} {:>10} {:>10} {:>10} {:>6} {:>12}  {:?}",
+            "{:<16} {:>7.3} {:>7.3} {:>6} {:>10} {:>10} {:>10} {:>6} {:>12}  {:?}",
             r.name,
             r.hit_ratio,
             r.hit_ratio / bound,
@@ -289,6 +297,7 @@ mod tests {
             output_scale: 0.5,
             page_size: 16,
             seed: 7,
+            overlap_credit: Vec::new(),
             json: None,
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WorkerRecord};
 
-use crate::settings::Settings;
+use crate::settings::{OverlapCredit, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
@@ -79,6 +79,11 @@ struct PrefillArgs {
     /// round-robin: each prefill target in turn (a baseline to measure cache-aware routing by).
     #[arg(long, env = "INFERA_PREFILL_POLICY", value_enum, default_value_t = PrefillPolicy::CacheAware)]
     prefill_policy: PrefillPolicy,
+    /// Cost credit per prompt token a prefill target holds in its KV cache (0–100):
+    /// cost = in-flight prefill tokens + request tokens − credit × cached tokens. 1 counts the
+    /// tokens the pick would not compute; more keeps prefixes together under load.
+    #[arg(long, env = "INFERA_PREFILL_OVERLAP_CREDIT", default_value = "1")]
+    prefill_overlap_credit: OverlapCredit,
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
     #[arg(long, env = "INFERA_PREFILL_SESSION_SLACK_TOKENS", default_value_t = 32_768)]
@@ -169,6 +174,7 @@ impl TryFrom<Args> for Config {
             weight: a.decode.decode_request_weight,
             policy: a.decode.decode_policy,
             prefill_policy: a.prefill.prefill_policy,
+            overlap_credit: a.prefill.prefill_overlap_credit,
             session_slack_tokens: a.prefill.prefill_session_slack_tokens,
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),

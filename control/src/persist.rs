@@ -136,6 +136,7 @@ mod tests {
             weight: RequestWeight::ZERO,
             policy: DecodePolicy::RoundRobin,
             prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+            overlap_credit: crate::settings::OverlapCredit::new(1.0).unwrap(),
             session_slack_tokens: 0,
             session_ttl: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1),

@@ -17,6 +17,7 @@ use infera_proto::types::{DecodePolicy, RequestWeight};
 use rand::Rng;
 
 use crate::ledger::Load;
+use crate::settings::OverlapCredit;
 use crate::view::TargetKey;
 
 mod choose;
@@ -55,10 +56,11 @@ pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f6
 }
 
 /// The prefill cost of a candidate: the prefill tokens in flight there once this one is added,
-/// counting only the tokens of this one the target does not hold in its KV cache already
-/// (DESIGN §4: load minus overlap credit).
-pub fn prefill_cost(load: Load, request_tokens: u64, cached_tokens: u64) -> f64 {
-    load.booked_input_tokens as f64 + request_tokens.saturating_sub(cached_tokens) as f64
+/// minus `credit` per token of this one the target holds in its KV cache already (DESIGN §4:
+/// load minus overlap credit). With credit 1 that is the tokens the target would compute.
+pub fn prefill_cost(load: Load, request_tokens: u64, cached_tokens: u64, credit: OverlapCredit) -> f64 {
+    let cached = cached_tokens.min(request_tokens) as f64;
+    load.booked_input_tokens as f64 + request_tokens as f64 - credit.get() * cached
 }
 
 /// Index (into `costs`) of the lowest cost; ties are broken uniformly at random with one pass

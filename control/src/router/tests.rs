@@ -32,6 +32,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
         weight: RequestWeight::new(w).unwrap(),
         policy,
         prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+        overlap_credit: crate::settings::OverlapCredit::new(1.0).unwrap(),
         session_slack_tokens: 1_000,
         session_ttl: Duration::from_secs(60),
         lease_ttl: Duration::from_secs(10),
@@ -298,9 +299,15 @@ mod kv {
     const PS: u32 = 16;
 
     fn prefill_pool(page_size: u32) -> Fixture {
+        prefill_pool_with_credit(page_size, 1.0)
+    }
+
+    fn prefill_pool_with_credit(page_size: u32, credit: f64) -> Fixture {
         let mut p = worker("p", Role::Prefill, "m", 2);
         p.page_size = page_size;
-        Fixture::new(vec![p], settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin))
+        let mut s = settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin);
+        s.overlap_credit = crate::settings::OverlapCredit::new(credit).unwrap();
+        Fixture::new(vec![p], s)
     }
 
     fn key(f: &mut Fixture, r: u32) -> TargetKey {
@@ -354,7 +361,26 @@ mod kv {
 
     #[test]
     fn load_outweighs_an_overlap_that_saves_less_than_it_costs() {
-        let mut f = prefill_pool(PS);
+        let (chosen, costs) = holder_under_load(1.0);
+        assert_eq!(chosen, 0);
+        assert_eq!(costs, vec![1_000.0, 5_360.0]);
+    }
+
+    #[test]
+    fn a_larger_overlap_credit_keeps_the_holder_under_the_same_load() {
+        // 640 cached tokens × 10 outweigh the 4,000 more tokens rank 1 has queued.
+        let (chosen, costs) = holder_under_load(10.0);
+        assert_eq!(chosen, 1);
+        assert_eq!(costs, vec![1_000.0, 5_000.0 + 1_000.0 - 6_400.0]);
+        // Credit 0 is load only: the holder's overlap does not count at all.
+        let (chosen, costs) = holder_under_load(0.0);
+        assert_eq!((chosen, costs), (0, vec![1_000.0, 6_000.0]));
+    }
+
+    /// Rank 1 holds 40 pages (640 tokens) of a 1,000-token prompt and already computes 5,000
+    /// tokens; rank 0 is idle. The rank the prompt goes to and every candidate's cost.
+    fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
+        let mut f = prefill_pool_with_credit(PS, credit);
         let prompt: Vec<u32> = (0..1_000).collect();
         let holder = key(&mut f, 1);
         let index = index_holding(holder, &prompt, 40);
@@ -368,11 +394,8 @@ mod kv {
             f.core.release(p.reservation).unwrap();
         }
         let p = kv_pick(&mut f, &index, &prompt, PS);
-        assert_eq!(rank(&p), 0);
-        assert_eq!(
-            p.decision.unwrap().candidates.iter().map(|c| c.cost).collect::<Vec<_>>(),
-            vec![1_000.0, 5_360.0]
-        );
+        let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
+        (rank(&p), costs)
     }
 
     #[test]

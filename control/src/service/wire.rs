@@ -20,6 +20,7 @@ pub(super) fn config(s: &Settings) -> pb::Config {
         prefill_session_slack_tokens: s.session_slack_tokens,
         session_ttl_ms: millis(s.session_ttl),
         prefill_policy: s.prefill_policy.as_str().to_owned(),
+        prefill_overlap_credit: s.overlap_credit.get(),
     }
 }
 
