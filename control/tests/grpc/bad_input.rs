@@ -5,11 +5,14 @@ use tonic::Code;
 
 use crate::harness::*;
 
-async fn snapshot(control: &Control) -> (pb::Config, Vec<(u64, u64)>, usize) {
+/// Everything an operator can see: the settings, every target of every role with its ledger
+/// terms and drain flag, and every live reservation.
+async fn snapshot(control: &Control) -> (pb::Config, pb::ListTargetsResponse, pb::ListReservationsResponse) {
     let mut admin = control.admin().await;
     let cfg = admin.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    let targets = admin.list_targets(pb::ListTargetsRequest::default()).await.unwrap().into_inner();
     let res = admin.list_reservations(pb::ListReservationsRequest::default()).await.unwrap().into_inner();
-    (cfg, held(control, "d").await, res.reservations.len())
+    (cfg, targets, res)
 }
 
 #[tokio::test]
@@ -21,7 +24,10 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
     let mut router = control.router().await;
     let mut admin = control.admin().await;
     let held_one = router.pick_decode(pick(&lease, "m", 40)).await.unwrap().into_inner();
+    let held_prefill = router.pick_prefill(pick(&lease, "m", 30)).await.unwrap().into_inner();
+    admin.drain_target(pb::DrainTargetRequest { worker_id: "x".into(), dp_rank: Some(1) }).await.unwrap();
     let before = snapshot(&control).await;
+    assert!(before.1.targets.iter().any(|t| t.drained) && before.2.reservations.len() == 2);
 
     for w in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e13] {
         let err = admin
@@ -105,6 +111,7 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         "invalid picks are counted"
     );
     router.release(release(&held_one.reservation_id, ReleaseReason::Eof)).await.unwrap();
+    router.release(release(&held_prefill.reservation_id, ReleaseReason::Eof)).await.unwrap();
     assert_eq!(held(&control, "d").await, vec![(0, 0); 2]);
     control.stop().await;
 }

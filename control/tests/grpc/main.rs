@@ -7,4 +7,5 @@ mod bad_input;
 mod kv;
 mod leases;
 mod picks;
+mod reflection;
 mod registry;
