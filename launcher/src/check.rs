@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use infera_proto::types::Role;
 use toml::Spanned;
 
-use crate::deployment::{DeploymentFile, RoleSection, line_column};
-use crate::plan::Plan;
+use crate::deployment::{DeploymentFile, Engine, RoleSection, line_column};
+use crate::detect;
+use crate::plan::{Plan, Resolved, VersionSource};
 use crate::sglang::{OWNED_FLAGS, Speculative};
 use crate::version::SglangVersion;
 
@@ -78,7 +79,8 @@ struct RoleRef<'a> {
 /// Checks a parsed file and builds its plan.
 pub fn plan(file: &DeploymentFile, text: &str, path: &Path) -> Result<Plan, Invalid> {
     let mut c = Checker { text, problems: Vec::new() };
-    let version = check_version(file, &mut c);
+    let sglang = check_version(file, &mut c);
+    let version = sglang.version;
     let roles = check_shape(file, &mut c);
     let spec = check_speculative(file, &mut c);
     let mut workers = Vec::new();
@@ -93,30 +95,57 @@ pub fn plan(file: &DeploymentFile, text: &str, path: &Path) -> Result<Plan, Inva
     router::check(file, &mut c);
     c.problems.sort_by_key(|p| p.line);
     if c.problems.is_empty() {
-        Ok(Plan { workers })
+        Ok(Plan { sglang, workers })
     } else {
         Err(Invalid { path: path.to_owned(), problems: c.problems })
     }
 }
 
-fn check_version(file: &DeploymentFile, c: &mut Checker<'_>) -> SglangVersion {
-    match file.sglang_version.get_ref().parse::<SglangVersion>() {
-        Ok(v) if v.is_supported() => v,
-        Ok(v) => {
-            let msg = format!(
-                "SGLang {v} is not supported: generated command lines are checked against SGLang's own \
-                 parser for {} – {}",
-                SglangVersion::OLDEST,
-                SglangVersion::NEWEST
-            );
-            c.at(&file.sglang_version, "sglang_version", msg);
-            v
+/// The file's `sglang_version`; unset, the version `python` has installed (engine `sglang`)
+/// or the newest supported release (engine `sim`, stated in the plan).
+fn check_version(file: &DeploymentFile, c: &mut Checker<'_>) -> Resolved {
+    let resolved = |version, source| Resolved { version, source };
+    let (field, span, version, source) = match (&file.sglang_version, file.engine) {
+        (Some(v), _) => match v.get_ref().parse::<SglangVersion>() {
+            Ok(version) => ("sglang_version", v.span(), version, VersionSource::File),
+            Err(e) => {
+                c.at(v, "sglang_version", e.to_string());
+                return resolved(SglangVersion::NEWEST, VersionSource::File);
+            }
+        },
+        (None, Engine::Sim) => return resolved(SglangVersion::NEWEST, VersionSource::SimDefault),
+        (None, Engine::Sglang) => {
+            let python = file.python.get_ref();
+            // A `python` the file sets is where to look; the default one is the unset version's fault.
+            let field = if file.python.span() == (0..0) { "sglang_version" } else { "python" };
+            let source = VersionSource::Detected { python: python.clone() };
+            match detect::detect(python) {
+                Ok(version) => (field, file.python.span(), version, source),
+                Err(e) => {
+                    let msg = format!(
+                        "sglang_version is not set and cannot be detected: {e}; set sglang_version, or python to \
+                         the interpreter that has SGLang installed"
+                    );
+                    c.report(file.python.span(), field, msg);
+                    return resolved(SglangVersion::NEWEST, source);
+                }
+            }
         }
-        Err(e) => {
-            c.at(&file.sglang_version, "sglang_version", e.to_string());
+    };
+    if !version.is_supported() {
+        let whose = match &source {
+            VersionSource::Detected { python } => format!("{python} has SGLang {version} installed, which"),
+            _ => format!("SGLang {version}"),
+        };
+        let msg = format!(
+            "{whose} is not supported: generated command lines are checked against SGLang's own parser for \
+             {} – {}",
+            SglangVersion::OLDEST,
             SglangVersion::NEWEST
-        }
+        );
+        c.report(span, field, msg);
     }
+    resolved(version, source)
 }
 
 /// PD (prefill + decode) or aggregated (mixed), each role with workers.

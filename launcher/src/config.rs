@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::deployment::Engine;
 use crate::error::LaunchError;
+use crate::hosts::HostError;
 use crate::plan::Plan;
 use crate::router::RouterPlan;
 use crate::supervise::{Policy, Restart};
@@ -65,6 +66,14 @@ struct UpArgs {
     /// infera-launch executable.
     #[arg(long, env = "INFERA_LAUNCH_BIN_DIR")]
     bin_dir: Option<PathBuf>,
+    /// Start only the workers whose `host` is HOST (as written in the file; the whole file is
+    /// still checked): one `up` per node of a deployment over several nodes. Needs --etcd.
+    #[arg(long, env = "INFERA_LAUNCH_ONLY_HOST", value_name = "HOST")]
+    only_host: Option<String>,
+    /// Start no control and no proxies: this node only runs and registers workers (the router
+    /// runs on another node, following the same etcd). Needs --etcd.
+    #[arg(long, env = "INFERA_LAUNCH_NO_ROUTER")]
+    no_router: bool,
 }
 
 /// What to do, with a checked deployment.
@@ -97,7 +106,17 @@ impl TryFrom<Args> for Config {
 
 fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
     let (file, text) = crate::deployment::load(&a.file)?;
-    let plan = crate::check::plan(&file, &text, &a.file)?;
+    let mut plan = crate::check::plan(&file, &text, &a.file)?;
+    let etcd: Vec<String> = a.etcd.into_iter().filter(|e| !e.trim().is_empty()).collect();
+    if etcd.is_empty() {
+        for (flag, set) in [("--only-host", a.only_host.is_some()), ("--no-router", a.no_router)] {
+            if set {
+                return Err(HostError::NeedsEtcd { flag }.into());
+            }
+        }
+    }
+    let mut notes = vec![format!("deployment {}: {}", a.file.display(), plan.sglang)];
+    notes.extend(crate::hosts::select(&mut plan, a.only_host.as_deref(), a.file.clone())?);
     let health_default = match file.engine {
         Engine::Sglang => 600_000,
         Engine::Sim => 30_000,
@@ -112,8 +131,9 @@ fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
     Ok(UpConfig {
         plan,
         engine: file.engine,
-        router: RouterPlan::from_section(file.router.as_ref()),
-        etcd: a.etcd.into_iter().filter(|e| !e.trim().is_empty()).collect(),
+        router: (!a.no_router).then(|| RouterPlan::from_section(file.router.as_ref())),
+        etcd,
+        notes,
         state_dir: a.state_dir,
         bin_dir,
         policy: Policy {

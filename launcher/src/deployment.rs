@@ -16,14 +16,15 @@ use crate::sglang::{HiCache, SchedulePolicy, Speculative, TransferBackend};
 pub struct DeploymentFile {
     /// `sglang` (`python -m sglang.launch_server`) or `sim` (`infera-sim`, same argv).
     pub engine: Engine,
-    /// The SGLang version the workers run (decides flag spellings).
-    pub sglang_version: Spanned<String>,
+    /// The SGLang version the workers run (decides flag spellings). Unset: asked of `python`
+    /// (engine `sglang`), or the newest supported release (engine `sim`).
+    pub sglang_version: Option<Spanned<String>>,
     /// Which variable makes a worker's GPUs visible.
     #[serde(default)]
     pub platform: Platform,
     /// The Python interpreter that runs `-m sglang.launch_server` (engine `sglang`).
     #[serde(default = "default_python")]
-    pub python: String,
+    pub python: Spanned<String>,
     /// The model.
     pub model: ModelSection,
     /// KV transfer between prefill and decode (PD only).
@@ -41,8 +42,8 @@ pub struct DeploymentFile {
     pub router: Option<RouterSection>,
 }
 
-fn default_python() -> String {
-    "python3".to_owned()
+fn default_python() -> Spanned<String> {
+    Spanned::new(0..0, "python3".to_owned())
 }
 
 /// What runs the workers.
@@ -209,13 +210,25 @@ pub struct RouterSection {
     pub decode_request_weight: Option<Spanned<f64>>,
     /// `--decode-policy`.
     pub decode_policy: Option<Spanned<String>>,
+    /// `--prefill-policy` (cache-aware, round-robin).
+    pub prefill_policy: Option<Spanned<String>>,
+    /// `--prefill-overlap-credit`, 0 – 100.
+    pub prefill_overlap_credit: Option<Spanned<f64>>,
     /// `--prefill-session-slack-tokens`.
     pub prefill_session_slack_tokens: Option<u64>,
     /// `--session-ttl-ms`.
-    pub session_ttl_ms: Option<u64>,
+    pub session_ttl_ms: Option<Spanned<u64>>,
+    /// `--kv-index-max-blocks`.
+    pub kv_index_max_blocks: Option<Spanned<u64>>,
+    /// `--lease-ttl-ms` of control and of each proxy.
+    pub lease_ttl_ms: Option<Spanned<u64>>,
     /// `--listen` of each proxy.
     #[serde(default)]
     pub proxies: Vec<String>,
+    /// `--tokenizer` of each proxy (the model's `tokenizer.json`).
+    pub tokenizer: Option<String>,
+    /// `--chat-template` of each proxy (needs `tokenizer`).
+    pub chat_template: Option<Spanned<String>>,
 }
 
 /// A file that cannot be read or parsed.

@@ -2,6 +2,7 @@
 
 use crate::check::Invalid;
 use crate::deployment::LoadError;
+use crate::hosts::HostError;
 
 /// A deployment that cannot be launched.
 #[derive(Debug, thiserror::Error)]
@@ -12,4 +13,7 @@ pub enum LaunchError {
     /// Values that cannot work together.
     #[error(transparent)]
     Invalid(#[from] Invalid),
+    /// `up`: workers that cannot run on this node, or node flags without etcd.
+    #[error(transparent)]
+    Host(#[from] HostError),
 }

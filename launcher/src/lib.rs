@@ -5,6 +5,7 @@
 //!
 //! - [`config`]: the `infera-launch` command line → [`Config`].
 //! - [`deployment`]: the TOML format (unknown keys rejected with their line).
+//! - [`detect`]: the SGLang version of an interpreter, for a file that names none.
 //! - [`check`]: cross-field rules (GPU and port overlap, PP partition, parallelism, speculative
 //!   mirroring, router settings) and the build of the [`Plan`].
 //! - [`sglang`]: the typed SGLang arguments, rendered per flag group and per [`version`].
@@ -12,6 +13,7 @@
 //!
 //! And for `infera-launch up`, which runs a plan:
 //!
+//! - [`hosts`]: which workers this node starts (`--only-host`), and that they belong here.
 //! - [`records`]: the worker records (etcd or the static workers file), from the plan.
 //! - [`router`]: `[router]` → control's flags and the proxies.
 //! - [`up`]: the orchestration — workers, then control and proxies; the reverse on a signal.
@@ -23,8 +25,10 @@ pub mod check;
 pub mod child;
 pub mod config;
 pub mod deployment;
+pub mod detect;
 pub mod error;
 pub mod health;
+pub mod hosts;
 pub mod plan;
 pub mod records;
 pub mod router;

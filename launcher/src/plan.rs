@@ -7,12 +7,54 @@ use std::fmt::Write as _;
 use infera_proto::types::Role;
 
 use crate::sglang::SglangArgs;
+use crate::version::SglangVersion;
 
 /// Every worker of a deployment, in file order (prefills, decodes, mixed).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The SGLang version the command lines are spelled for, and where it came from.
+    pub sglang: Resolved,
     /// The workers.
     pub workers: Vec<WorkerPlan>,
+}
+
+/// The SGLang version of a deployment and its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The version.
+    pub version: SglangVersion,
+    /// Where it came from.
+    pub source: VersionSource,
+}
+
+/// Where a deployment's SGLang version came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionSource {
+    /// The file's `sglang_version`.
+    File,
+    /// Asked of the file's `python` (engine `sglang` without `sglang_version`).
+    Detected {
+        /// The interpreter.
+        python: String,
+    },
+    /// Engine `sim` without `sglang_version`: the newest supported release.
+    SimDefault,
+}
+
+impl std::fmt::Display for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.version;
+        match &self.source {
+            VersionSource::File => write!(f, "SGLang {v} (sglang_version)"),
+            VersionSource::Detected { python } => write!(f, "SGLang {v} (detected from {})", quote(python)),
+            VersionSource::SimDefault => {
+                write!(
+                    f,
+                    "SGLang {v} (sglang_version unset: engine sim emulates the newest supported release)"
+                )
+            }
+        }
+    }
 }
 
 /// One worker, ready to exec.
@@ -63,13 +105,12 @@ impl WorkerPlan {
 }
 
 impl Plan {
-    /// What `infera-launch plan` prints: per worker a comment line and its command.
+    /// What `infera-launch plan` prints: the SGLang version the command lines are spelled for,
+    /// then per worker a comment line and its command.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        for (i, w) in self.workers.iter().enumerate() {
-            if i > 0 {
-                out.push('\n');
-            }
+        let mut out = format!("# {}\n", self.sglang);
+        for w in &self.workers {
+            out.push('\n');
             let gpus = w.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             let _ = writeln!(out, "# {} ({} on {}, GPUs {gpus})", w.name, w.role.as_str(), w.host);
             out.push_str(&w.shell());

@@ -1,5 +1,5 @@
 //! `[router]` → the `infera-control` flags and the proxies `up` starts. A setting is forwarded
-//! only when the file gives it, so control's own defaults stay the defaults.
+//! only when the file gives it, so control's and the proxy's own defaults stay the defaults.
 
 use crate::deployment::RouterSection;
 
@@ -10,34 +10,57 @@ pub struct RouterPlan {
     pub control_args: Vec<String>,
     /// `--listen` of each proxy; one proxy on control-chosen defaults when the file lists none.
     pub proxies: Vec<String>,
+    /// Every proxy's flags from `[router]` (`up` adds `--listen` and `--control`).
+    pub proxy_args: Vec<String>,
 }
 
 /// The proxy address when `[router] proxies` is empty (the proxy's own default).
 pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:8000";
 
+/// Appends `--name value` when the value is given.
+fn flag(args: &mut Vec<String>, name: &str, value: Option<String>) {
+    if let Some(v) = value {
+        args.push(format!("--{name}"));
+        args.push(v);
+    }
+}
+
 impl RouterPlan {
     /// Control flags and proxies from `[router]` (absent: control's defaults, one proxy).
     pub fn from_section(router: Option<&RouterSection>) -> Self {
         let Some(r) = router else {
-            return Self { control_args: Vec::new(), proxies: vec![DEFAULT_PROXY_LISTEN.to_owned()] };
+            return Self { proxies: vec![DEFAULT_PROXY_LISTEN.to_owned()], ..Self::default() };
         };
-        let mut a = Vec::new();
-        let mut flag = |name: &str, value: Option<String>| {
-            if let Some(v) = value {
-                a.push(format!("--{name}"));
-                a.push(v);
-            }
-        };
-        flag("listen", r.listen.clone());
-        flag("metrics-listen", r.metrics_listen.clone());
-        flag("decode-input-demand", r.decode_input_demand.as_ref().map(|d| d.get_ref().clone()));
-        flag("decode-request-weight", r.decode_request_weight.as_ref().map(|w| w.get_ref().to_string()));
-        flag("decode-policy", r.decode_policy.as_ref().map(|p| p.get_ref().clone()));
-        flag("prefill-session-slack-tokens", r.prefill_session_slack_tokens.map(|t| t.to_string()));
-        flag("session-ttl-ms", r.session_ttl_ms.map(|t| t.to_string()));
+        let mut c = Vec::new();
+        flag(&mut c, "listen", r.listen.clone());
+        flag(&mut c, "metrics-listen", r.metrics_listen.clone());
+        flag(&mut c, "decode-input-demand", r.decode_input_demand.as_ref().map(|d| d.get_ref().clone()));
+        flag(
+            &mut c,
+            "decode-request-weight",
+            r.decode_request_weight.as_ref().map(|w| w.get_ref().to_string()),
+        );
+        flag(&mut c, "decode-policy", r.decode_policy.as_ref().map(|p| p.get_ref().clone()));
+        flag(&mut c, "prefill-policy", r.prefill_policy.as_ref().map(|p| p.get_ref().clone()));
+        flag(
+            &mut c,
+            "prefill-overlap-credit",
+            r.prefill_overlap_credit.as_ref().map(|o| o.get_ref().to_string()),
+        );
+        flag(&mut c, "prefill-session-slack-tokens", r.prefill_session_slack_tokens.map(|t| t.to_string()));
+        flag(&mut c, "session-ttl-ms", r.session_ttl_ms.as_ref().map(|t| t.get_ref().to_string()));
+        flag(&mut c, "kv-index-max-blocks", r.kv_index_max_blocks.as_ref().map(|b| b.get_ref().to_string()));
+        let lease_ttl = r.lease_ttl_ms.as_ref().map(|t| t.get_ref().to_string());
+        flag(&mut c, "lease-ttl-ms", lease_ttl.clone());
+        // A proxy asks control for its own TTL (control's applies to proxies that ask none), so
+        // the setting reaches the proxies `up` starts only through their own flag.
+        let mut p = Vec::new();
+        flag(&mut p, "lease-ttl-ms", lease_ttl);
+        flag(&mut p, "tokenizer", r.tokenizer.clone());
+        flag(&mut p, "chat-template", r.chat_template.as_ref().map(|t| t.get_ref().clone()));
         let proxies =
             if r.proxies.is_empty() { vec![DEFAULT_PROXY_LISTEN.to_owned()] } else { r.proxies.clone() };
-        Self { control_args: a, proxies }
+        Self { control_args: c, proxies, proxy_args: p }
     }
 }
 
@@ -59,15 +82,23 @@ mod tests {
     #[test]
     fn only_given_settings_are_forwarded() {
         let none = router("");
-        assert!(none.control_args.is_empty());
+        assert!(none.control_args.is_empty() && none.proxy_args.is_empty());
         assert_eq!(none.proxies, [DEFAULT_PROXY_LISTEN]);
         let empty = router("[router]\n");
-        assert!(empty.control_args.is_empty());
+        assert!(empty.control_args.is_empty() && empty.proxy_args.is_empty());
+        assert_eq!(empty.proxies, [DEFAULT_PROXY_LISTEN]);
         let weight = router("[router]\ndecode_input_demand = \"on\"\ndecode_request_weight = 1000000\n");
         assert_eq!(
             weight.control_args,
             ["--decode-input-demand", "on", "--decode-request-weight", "1000000"]
         );
+        assert!(weight.proxy_args.is_empty(), "control settings stay with control");
+        let credit = router("[router]\nprefill_overlap_credit = 2.5\n");
+        assert_eq!(credit.control_args, ["--prefill-overlap-credit", "2.5"]);
+        assert!(credit.proxy_args.is_empty());
+        let tokenizer = router("[router]\ntokenizer = \"/m/tokenizer.json\"\n");
+        assert!(tokenizer.control_args.is_empty(), "proxy settings stay with the proxies");
+        assert_eq!(tokenizer.proxy_args, ["--tokenizer", "/m/tokenizer.json"]);
     }
 
     #[test]
@@ -75,7 +106,10 @@ mod tests {
         let all = router(
             "[router]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
              decode_input_demand = \"shadow\"\ndecode_request_weight = 0.5\ndecode_policy = \"random\"\n\
-             prefill_session_slack_tokens = 7\nsession_ttl_ms = 9\nproxies = [\"127.0.0.1:0\", \"127.0.0.1:1\"]\n",
+             prefill_policy = \"round-robin\"\nprefill_overlap_credit = 4\n\
+             prefill_session_slack_tokens = 7\nsession_ttl_ms = 9\nkv_index_max_blocks = 1000\n\
+             lease_ttl_ms = 3000\nproxies = [\"127.0.0.1:0\", \"127.0.0.1:1\"]\n\
+             tokenizer = \"/m/tokenizer.json\"\nchat_template = \"/m/chat.jinja\"\n",
         );
         assert_eq!(
             all.control_args,
@@ -90,12 +124,31 @@ mod tests {
                 "0.5",
                 "--decode-policy",
                 "random",
+                "--prefill-policy",
+                "round-robin",
+                "--prefill-overlap-credit",
+                "4",
                 "--prefill-session-slack-tokens",
                 "7",
                 "--session-ttl-ms",
                 "9",
+                "--kv-index-max-blocks",
+                "1000",
+                "--lease-ttl-ms",
+                "3000",
             ]
         );
         assert_eq!(all.proxies, ["127.0.0.1:0", "127.0.0.1:1"]);
+        assert_eq!(
+            all.proxy_args,
+            [
+                "--lease-ttl-ms",
+                "3000",
+                "--tokenizer",
+                "/m/tokenizer.json",
+                "--chat-template",
+                "/m/chat.jinja"
+            ]
+        );
     }
 }

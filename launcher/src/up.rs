@@ -1,12 +1,13 @@
-//! `infera-launch up`: the whole deployment on this node, in order — workers (each
-//! supervised: health, registration, restarts), then `infera-control` (following etcd, or
-//! reading the static workers file written here), then the proxies — and, on SIGTERM/SIGINT,
-//! the reverse: proxies, control, every worker deregistered and stopped.
+//! `infera-launch up`: the deployment's workers on this node (all of them, or `--only-host`'s),
+//! in order — workers (each supervised: health, registration, restarts), then `infera-control`
+//! (following etcd, or reading the static workers file written here), then the proxies (not
+//! with `--no-router`) — and, on SIGTERM/SIGINT, the reverse: proxies, control, every worker
+//! deregistered and stopped.
 //!
 //! stdout carries one line per fact a script may wait for (`infera-launch started NAME
-//! pid=PID`, `infera-launch healthy NAME`, `infera-launch ready proxies=URL[,URL] control=URL`,
-//! `infera-launch stopped`); stderr carries the progress and every child's output, prefixed
-//! `[NAME]`.
+//! pid=PID`, `infera-launch healthy NAME`, `infera-launch ready proxies=URL[,URL] control=URL`
+//! or, with `--no-router`, `infera-launch ready workers=NAME[,NAME]`, `infera-launch stopped`);
+//! stderr carries the progress and every child's output, prefixed `[NAME]`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,8 +37,8 @@ pub struct UpConfig {
     pub plan: Plan,
     /// What runs them.
     pub engine: Engine,
-    /// Control flags and proxies.
-    pub router: RouterPlan,
+    /// Control flags and proxies; `None` with `--no-router`.
+    pub router: Option<RouterPlan>,
     /// etcd endpoints; empty = static workers file.
     pub etcd: Vec<String>,
     /// Where the static workers file goes (`None`: a temporary directory).
@@ -46,6 +47,8 @@ pub struct UpConfig {
     pub bin_dir: PathBuf,
     /// Failure handling.
     pub policy: Policy,
+    /// What the operator should know before the start (the SGLang version, the host selection).
+    pub notes: Vec<String>,
 }
 
 struct Signals {
@@ -99,8 +102,13 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
             )
         }
     };
-    let control_bin = bin("infera-control")?;
-    let proxy_bin = bin("infera-proxy")?;
+    for note in &config.notes {
+        eprintln!("infera-launch: {note}");
+    }
+    let router_bins = match &config.router {
+        Some(_) => Some((bin("infera-control")?, bin("infera-proxy")?)),
+        None => None,
+    };
     let engine_bin = match config.engine {
         Engine::Sim => Some(bin("infera-sim")?),
         Engine::Sglang => None,
@@ -150,7 +158,7 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
     drop(events_tx);
     let (exits_tx, mut exits) = mpsc::unbounded_channel();
     let mut router = Router { children: Vec::new(), exits: exits_tx };
-    let bins = (control_bin.as_path(), proxy_bin.as_path());
+    let bins = router_bins.as_ref().map(|(c, p)| (c.as_path(), p.as_path()));
     let reason = match start(&config, &mut signals, &mut events, bins, registry_args, &mut router).await {
         Err(reason) => reason,
         Ok(()) => serve(&mut signals, &mut events, &mut exits).await,
@@ -176,12 +184,13 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
     }
 }
 
-/// Waits for every worker's first health, then starts control and the proxies.
+/// Waits for every worker's first health, then starts control and the proxies (`bins`, unless
+/// `--no-router`).
 async fn start(
     config: &UpConfig,
     signals: &mut Signals,
     events: &mut mpsc::UnboundedReceiver<Event>,
-    (control_bin, proxy_bin): (&Path, &Path),
+    bins: Option<(&Path, &Path)>,
     registry_args: Vec<String>,
     router: &mut Router,
 ) -> Result<(), Reason> {
@@ -206,15 +215,23 @@ async fn start(
         }
     }
 
-    let mut control_args = config.router.control_args.clone();
+    let (Some(plan), Some((control_bin, proxy_bin))) = (&config.router, bins) else {
+        let names: Vec<&str> = config.plan.workers.iter().map(|w| w.name.as_str()).collect();
+        println!("infera-launch ready workers={}", names.join(","));
+        eprintln!("infera-launch: ready: workers registered; no router on this node (--no-router)");
+        return Ok(());
+    };
+    let mut control_args = plan.control_args.clone();
     control_args.extend(registry_args);
     let line = spawn_router("control", control_bin, control_args, signals, router).await?;
     let grpc =
         field(&line, "grpc").ok_or_else(|| Reason::Failed(anyhow!("control's line has no grpc=: {line}")))?;
     let control_url = format!("http://{}", loopback(grpc));
     let mut proxies = Vec::new();
-    for (i, listen) in config.router.proxies.iter().enumerate() {
-        let args = vec!["--listen".to_owned(), listen.clone(), "--control".to_owned(), control_url.clone()];
+    for (i, listen) in plan.proxies.iter().enumerate() {
+        let mut args =
+            vec!["--listen".to_owned(), listen.clone(), "--control".to_owned(), control_url.clone()];
+        args.extend(plan.proxy_args.iter().cloned());
         let line = spawn_router(&format!("proxy-{i}"), proxy_bin, args, signals, router).await?;
         let http = field(&line, "http")
             .ok_or_else(|| Reason::Failed(anyhow!("proxy's line has no http=: {line}")))?;

@@ -1,5 +1,5 @@
-//! Golden command lines: every example's plan (argv + env of each role and shape) against a
-//! checked-in file, and the version-dependent spellings of one worker across SGLang versions.
+//! Golden command lines: every example's plan, and the kitchen-sink fixture's (every key of
+//! the format set), argv + env of each role and shape, against a checked-in file, and the version-dependent spellings of one worker across SGLang versions.
 //! `INFERA_BLESS=1 cargo test -p infera-launcher --test argv` rewrites the golden files.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("examples/sglang_2p1d_glm5.2/1p1d_decode4.toml", "glm5.2_1p1d_decode4.plan"),
     ("examples/sglang_mix_glm5.2/deployment.toml", "glm5.2_mix.plan"),
     ("examples/sim_1p1d/deployment.toml", "sim_1p1d.plan"),
+    ("launcher/tests/fixtures/kitchen_sink.toml", "kitchen_sink.plan"),
 ];
 
 #[test]

@@ -187,3 +187,34 @@ fn every_problem_is_reported_at_once() {
     assert!(matches!(plan_text(Path::new("x"), "engine = 1"), Err(LaunchError::Load(_))));
     assert_eq!(e.lines().count(), 3, "{e}");
 }
+
+#[test]
+fn router_settings_outside_their_flags_ranges_name_their_key() {
+    let router = |extra: &str| {
+        error_of(&edited("decode_request_weight = 1000\n", &format!("decode_request_weight = 1000\n{extra}")))
+    };
+    let e = router("prefill_overlap_credit = 100.5\n");
+    assert!(e.contains("deploy.toml:29: router.prefill_overlap_credit: 100.5 is outside 0 – 100"), "{e}");
+    let e = router("prefill_overlap_credit = nan\n");
+    assert!(e.contains("router.prefill_overlap_credit: must be a finite number from 0 to 100"), "{e}");
+    let e = router("prefill_policy = \"cache_aware\"\n");
+    assert!(
+        e.contains("router.prefill_policy: \"cache_aware\" is not one of cache-aware, round-robin"),
+        "{e}"
+    );
+    let e = router("lease_ttl_ms = 200\n");
+    assert!(e.contains("router.lease_ttl_ms: 200 is outside 300 – 300000"), "{e}");
+    let e = router("kv_index_max_blocks = 0\n");
+    assert!(e.contains("router.kv_index_max_blocks: 0 is outside 1 – 1000000000"), "{e}");
+    let e = router("session_ttl_ms = 86400001\n");
+    assert!(e.contains("router.session_ttl_ms: 86400001 is outside 0 – 86400000"), "{e}");
+    let e = router("chat_template = \"/m/chat.jinja\"\n");
+    assert!(e.contains("deploy.toml:29: router.chat_template: needs router.tokenizer"), "{e}");
+    // In range, and the template with its tokenizer: accepted.
+    let fine = edited(
+        "decode_request_weight = 1000\n",
+        "decode_request_weight = 1000\nprefill_overlap_credit = 100\nprefill_policy = \"round-robin\"\n\
+         lease_ttl_ms = 300\ntokenizer = \"/m/tokenizer.json\"\nchat_template = \"/m/chat.jinja\"\n",
+    );
+    plan_text(Path::new("deploy.toml"), &fine).unwrap();
+}

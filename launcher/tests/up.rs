@@ -1,212 +1,23 @@
 //! `infera-launch up` end to end: the sim 1P1D example (ports chosen at run time) with real
-//! etcd and with the static workers file; a request through the proxy; SIGTERM leaves no
-//! child process and no etcd key. And a worker that cannot start fails `up` with its reason.
+//! etcd and with the static workers file; a request through the proxy; SIGTERM and SIGINT
+//! leave no child process and no etcd key. And a worker that cannot start fails `up` with its
+//! reason. (Several nodes, `--only-host`: tests/up_nodes.rs.)
 //!
 //! The infera-sim/control/proxy binaries come from `INFERA_BIN_DIR` (set by `cargo xtask
 //! test`), else `<workspace>/target/debug` (`cargo test --workspace` builds them first).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use infera_registry::test_server::EtcdServer;
+use support::{DEADLINE, Launch, deployment, etcd_workers, http, until_ok};
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-fn bin_dir() -> PathBuf {
-    let dir = std::env::var_os("INFERA_BIN_DIR").map_or_else(|| root().join("target/debug"), PathBuf::from);
-    for bin in ["infera-sim", "infera-control", "infera-proxy"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: run `cargo build -p infera-sim -p infera-control -p infera-proxy` (or `cargo \
-             test --workspace`), or set INFERA_BIN_DIR",
-            dir.join(bin).display()
-        );
-    }
-    dir
-}
-
-fn free_port() -> i64 {
-    i64::from(TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
-}
-
-/// The sim example with the workers' ports picked now and control/proxy on port 0.
-fn deployment(dir: &Path, prefill_port: Option<i64>) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("examples/sim_1p1d/deployment.toml")).unwrap();
-    let mut doc: toml::Table = toml::from_str(&text).unwrap();
-    for (role, port) in [("prefill", prefill_port.unwrap_or_else(free_port)), ("decode", free_port())] {
-        let workers = doc[role]["workers"].as_array_mut().unwrap();
-        let w = workers[0].as_table_mut().unwrap();
-        w.insert("port".into(), port.into());
-        w.remove("kv_events_port");
-        if role == "prefill" {
-            w.insert("bootstrap_port".into(), free_port().into());
-        }
-    }
-    let router = doc["router"].as_table_mut().unwrap();
-    router.insert("listen".into(), "127.0.0.1:0".into());
-    router.insert("metrics_listen".into(), "127.0.0.1:0".into());
-    router.insert("proxies".into(), toml::Value::Array(vec!["127.0.0.1:0".into()]));
-    let path = dir.join("deployment.toml");
-    std::fs::write(&path, toml::to_string(&doc).unwrap()).unwrap();
-    path
-}
-
-/// A running `infera-launch up`, its stdout lines and its stderr.
-struct Launch {
-    child: Child,
-    lines: Receiver<String>,
-    stderr: Arc<Mutex<String>>,
-    /// (name, pid) of every child started, in order.
-    pids: Vec<(String, u32)>,
-}
-
-impl Launch {
-    fn start(file: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_infera-launch"))
-            .arg("up")
-            .arg(file)
-            .arg("--bin-dir")
-            .arg(bin_dir())
-            .args(["--health-timeout-ms", "30000", "--stop-timeout-ms", "5000"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, lines) = channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (mut err, sink) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        Self { child, lines, stderr, pids: Vec::new() }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Reads stdout until a line starting with `prefix` (collecting child pids on the way).
-    fn until(&mut self, prefix: &str) -> Option<String> {
-        let end = Instant::now() + DEADLINE;
-        while let Ok(line) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            if let Some((name, pid)) =
-                line.strip_prefix("infera-launch started ").and_then(|r| r.split_once(" pid="))
-            {
-                self.pids.push((name.to_owned(), pid.trim().parse().unwrap()));
-            }
-            if line.starts_with(prefix) {
-                return Some(line);
-            }
-        }
-        None
-    }
-
-    fn terminate(&mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    }
-
-    fn wait(&mut self) -> std::process::ExitStatus {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < end, "infera-launch did not exit:\n{}", self.stderr());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Every child pid is gone (or reused by something that is not ours).
-    fn assert_children_gone(&self) {
-        assert!(!self.pids.is_empty());
-        for (_, pid) in &self.pids {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            assert!(
-                !cmdline.contains("infera-"),
-                "child {pid} ({cmdline}) is still there:\n{}",
-                self.stderr()
-            );
-        }
-    }
-}
-
-impl Drop for Launch {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            self.terminate();
-            let _ = self.wait();
-        }
-    }
-}
-
-/// One HTTP/1.1 request; (status, body as text).
-fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, out))
-}
-
-/// Polls until `method path` answers 200 (readiness with a deadline); the last response.
-fn until_ok(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let r = http(addr, method, path, body).unwrap_or_else(|e| (0, e.to_string()));
-        if r.0 == 200 || Instant::now() >= end {
-            return r;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn etcd_workers(url: &str) -> Vec<(String, String)> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect([url], None).await.unwrap();
-        let opts = etcd_client::GetOptions::new().with_prefix();
-        let r = c.get(infera_registry::keys::WORKERS, Some(opts)).await.unwrap();
-        r.kvs()
-            .iter()
-            .map(|kv| (kv.key_str().unwrap().to_owned(), kv.value_str().unwrap().to_owned()))
-            .collect()
-    })
-}
-
-/// Up → ready → a streamed chat through the proxy → SIGTERM → exit 0, nothing left.
-fn serve_one_request_and_stop(etcd: Option<&EtcdServer>, state_dir: &Path) {
+/// Up → ready → a streamed chat through the proxy → `signal` (TERM, INT) → exit 0, nothing left.
+fn serve_one_request_and_stop(etcd: Option<&EtcdServer>, state_dir: &Path, signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = deployment(dir.path(), None);
     let mut extra = vec!["--state-dir", state_dir.to_str().unwrap()];
@@ -241,9 +52,11 @@ fn serve_one_request_and_stop(etcd: Option<&EtcdServer>, state_dir: &Path) {
         }
     }
 
-    up.terminate();
+    up.signal(signal);
     let status = up.wait();
-    assert!(status.success(), "{status}:\n{}", up.stderr());
+    let stderr = up.final_stderr();
+    assert!(status.success(), "{status}:\n{stderr}");
+    assert!(stderr.contains(&format!("infera-launch: SIG{signal}: stopping")), "{stderr}");
     assert_eq!(up.until("infera-launch stopped").as_deref(), Some("infera-launch stopped"));
     up.assert_children_gone();
     assert!(http(&proxy, "GET", "/health", "").is_err(), "the proxy still answers");
@@ -256,13 +69,13 @@ fn serve_one_request_and_stop(etcd: Option<&EtcdServer>, state_dir: &Path) {
 fn up_with_etcd_serves_and_stops_clean() {
     let etcd = EtcdServer::start();
     let state = tempfile::tempdir().unwrap();
-    serve_one_request_and_stop(Some(&etcd), state.path());
+    serve_one_request_and_stop(Some(&etcd), state.path(), "TERM");
 }
 
 #[test]
-fn up_with_a_static_workers_file_serves_and_stops_clean() {
+fn up_with_a_static_workers_file_serves_and_stops_clean_on_sigint() {
     let state = tempfile::tempdir().unwrap();
-    serve_one_request_and_stop(None, state.path());
+    serve_one_request_and_stop(None, state.path(), "INT");
 }
 
 #[test]
@@ -275,7 +88,7 @@ fn a_worker_that_cannot_start_fails_up_with_its_reason() {
     let status = up.wait();
     assert_eq!(status.code(), Some(1), "{}", up.stderr());
     let _ = up.until("infera-launch stopped");
-    let err = up.stderr();
+    let err = up.final_stderr();
     assert!(err.contains("worker prefill-0 did not start"), "{err}");
     assert!(err.contains("exited before it was healthy"), "{err}");
     assert!(err.contains("cannot bind"), "the worker's own stderr is quoted: {err}");

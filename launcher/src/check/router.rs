@@ -1,14 +1,66 @@
 //! `[router]`: the control and proxy settings a deployment forwards.
 
+use std::ops::RangeInclusive;
+
 use clap::ValueEnum;
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, RequestWeight};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight};
+use toml::Spanned;
 
 use super::Checker;
 use crate::deployment::DeploymentFile;
 
-/// Choices spell as the flags do; W > 0 needs a demand mode that scores.
+/// `--prefill-overlap-credit` of control.
+const OVERLAP_CREDIT: RangeInclusive<f64> = 0.0..=100.0;
+/// `--session-ttl-ms` of control (at most a day).
+const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
+/// `--kv-index-max-blocks` of control.
+const KV_INDEX_MAX_BLOCKS: RangeInclusive<u64> = 1..=1_000_000_000;
+/// `--lease-ttl-ms`: control takes 100 – 300,000, the proxy 300 – 300,000; both get it.
+const LEASE_TTL_MS: RangeInclusive<u64> = 300..=300_000;
+
+/// A number outside the range its flag accepts (control or the proxy would exit 64 at start).
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    value: Option<&Spanned<T>>,
+    range: &RangeInclusive<T>,
+    field: &str,
+    c: &mut Checker<'_>,
+) {
+    if let Some(v) = value
+        && !range.contains(v.get_ref())
+    {
+        let msg = format!("{} is outside {} – {}", v.get_ref(), range.start(), range.end());
+        c.at(v, field, msg);
+    }
+}
+
+/// Choices spell as the flags do; numbers are in their flags' ranges; W > 0 needs a demand
+/// mode that scores; a chat template needs the tokenizer.
 pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
     let Some(router) = &file.router else { return };
+    if let Some(p) = &router.prefill_policy
+        && PrefillPolicy::from_str(p.get_ref(), false).is_err()
+    {
+        c.at(p, "router.prefill_policy", format!("{:?} is not one of cache-aware, round-robin", p.get_ref()));
+    }
+    if let Some(credit) = &router.prefill_overlap_credit
+        && !credit.get_ref().is_finite()
+    {
+        c.at(credit, "router.prefill_overlap_credit", "must be a finite number from 0 to 100");
+    } else {
+        in_range(router.prefill_overlap_credit.as_ref(), &OVERLAP_CREDIT, "router.prefill_overlap_credit", c);
+    }
+    in_range(router.session_ttl_ms.as_ref(), &SESSION_TTL_MS, "router.session_ttl_ms", c);
+    in_range(router.kv_index_max_blocks.as_ref(), &KV_INDEX_MAX_BLOCKS, "router.kv_index_max_blocks", c);
+    in_range(router.lease_ttl_ms.as_ref(), &LEASE_TTL_MS, "router.lease_ttl_ms", c);
+    if let Some(t) = &router.chat_template
+        && router.tokenizer.is_none()
+    {
+        c.at(
+            t,
+            "router.chat_template",
+            "needs router.tokenizer (the proxy applies the template to tokenize)",
+        );
+    }
     let demand = router.decode_input_demand.as_ref().and_then(|d| {
         let parsed = DecodeInputDemand::from_str(d.get_ref(), false).ok();
         if parsed.is_none() {

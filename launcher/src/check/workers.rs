@@ -119,7 +119,9 @@ pub(super) fn build(
         env.entry(k.clone()).or_insert_with(|| v.clone());
     }
     let program = match file.engine {
-        Engine::Sglang => vec![file.python.clone(), "-m".to_owned(), "sglang.launch_server".to_owned()],
+        Engine::Sglang => {
+            vec![file.python.get_ref().clone(), "-m".to_owned(), "sglang.launch_server".to_owned()]
+        }
         Engine::Sim => vec!["infera-sim".to_owned()],
     };
     WorkerPlan {

@@ -1,0 +1,76 @@
+//! `[router]` → flags that `infera-control` and `infera-proxy` really accept: the kitchen-sink
+//! fixture sets every key, and their own command-line parsers (not a copy of their flag names)
+//! read what `up` would pass them, values included.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use infera_launcher::records::{worker_records, workers_file};
+use infera_launcher::router::RouterPlan;
+
+fn kitchen_sink() -> (PathBuf, infera_launcher::deployment::DeploymentFile) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kitchen_sink.toml");
+    let (file, _) = infera_launcher::deployment::load(&path).unwrap();
+    (path, file)
+}
+
+#[test]
+fn control_accepts_every_forwarded_setting() {
+    let (path, file) = kitchen_sink();
+    let router = RouterPlan::from_section(file.router.as_ref());
+    // Every key of the fixture's [router] that is control's reaches it.
+    for flag in [
+        "--decode-input-demand",
+        "--decode-request-weight",
+        "--decode-policy",
+        "--prefill-policy",
+        "--prefill-overlap-credit",
+        "--prefill-session-slack-tokens",
+        "--session-ttl-ms",
+        "--kv-index-max-blocks",
+        "--lease-ttl-ms",
+    ] {
+        assert!(router.control_args.iter().any(|a| a == flag), "{flag} missing: {:?}", router.control_args);
+    }
+    // The static workers file `up` writes, from the same plan.
+    let dir = tempfile::tempdir().unwrap();
+    let workers = dir.path().join("workers.toml");
+    let plan = infera_launcher::plan_file(&path).unwrap();
+    std::fs::write(&workers, workers_file(&worker_records(&plan))).unwrap();
+    let argv = std::iter::once("infera-control".to_owned())
+        .chain(router.control_args.iter().cloned())
+        .chain(["--workers".to_owned(), workers.display().to_string()]);
+    let args = infera_control::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
+    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.kv_index_max_blocks, 2_000_000);
+    assert_eq!(config.settings.session_slack_tokens, 16_384);
+    assert_eq!(config.settings.session_ttl.as_millis(), 120_000);
+    assert_eq!(config.settings.lease_ttl.as_millis(), 5_000);
+    assert_eq!(config.settings.overlap_credit.get(), 1.5);
+    assert_eq!(config.settings.weight.to_string(), "2500.5");
+    assert_eq!(config.workers.len(), plan.workers.len());
+}
+
+#[test]
+fn every_proxy_accepts_its_forwarded_settings() {
+    let (_, file) = kitchen_sink();
+    let router = RouterPlan::from_section(file.router.as_ref());
+    assert_eq!(
+        router.proxy_args,
+        [
+            "--lease-ttl-ms",
+            "5000",
+            "--tokenizer",
+            "/models/target/tokenizer.json",
+            "--chat-template",
+            "/models/target/chat_template.jinja"
+        ]
+    );
+    for listen in &router.proxies {
+        let argv = ["infera-proxy", "--listen", listen, "--control", "http://127.0.0.1:50051"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(router.proxy_args.iter().cloned());
+        infera_proxy::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
