@@ -19,7 +19,7 @@ const OPENAI_PACKAGE: &str = "openai==3.57.0";
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
 /// import stand-in of `launcher/tests/sglang_cli_check.py`; `reference/sglang.md` §4).
 /// `msgspec`, `pyzmq`, `pydantic` and `psutil` also run SGLang's real KV-event publisher
-/// (`kv/tests/sglang_kv_publisher.py`, §2.8).
+/// (`control/kv/tests/sglang_kv_publisher.py`, §2.8).
 const SGLANG_PARSER_PACKAGES: &[&str] = &[
     "numpy==2.4.6",
     "orjson==3.13.0",
@@ -63,7 +63,7 @@ pub(crate) struct SglangVenv {
 
 /// The SGLang releases whose real argparse checks the launcher's command lines
 /// (`launcher/tests/conformance.rs`) and whose real KV-event publisher feeds our subscriber
-/// (`kv/tests/sglang_real.rs`): the oldest and the newest supported.
+/// (`control/kv/tests/sglang_real.rs`): the oldest and the newest supported.
 pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
     SglangVenv {
         version: "0.5.18",

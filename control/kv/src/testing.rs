@@ -1,6 +1,6 @@
 //! Test support (feature `testing`): SGLang's real KV-event publisher, driven from Rust.
 //!
-//! `kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv that
+//! `control/kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv that
 //! holds the sglang wheel (`cargo xtask setup`; `reference/sglang.md` §2.8) and publishes what it
 //! is told over stdin, one JSON line per command, answering on stdout. The venv's Python is
 //! `INFERA_SGLANG_<X_Y_Z>_PYTHON` (what `cargo xtask test` sets, as for the launcher's
@@ -19,8 +19,14 @@ use tokio::time::timeout;
 /// Generous: a loaded CI machine; SGLang's import takes about a second.
 const WAIT: Duration = Duration::from_secs(30);
 
+/// This crate's folder (`control/kv`).
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The workspace root, two folders up.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the kv crate is in the workspace").to_owned()
+    crate_dir().ancestors().nth(2).expect("the kv crate is in the workspace").to_owned()
 }
 
 /// The venv Python holding SGLang `version`.
@@ -56,7 +62,7 @@ impl SglangPublisher {
     /// # Panics
     /// When the script cannot start or greet, or the venv holds another SGLang.
     pub async fn start(version: &str) -> (Self, Value) {
-        let script = root().join("kv/tests/sglang_kv_publisher.py");
+        let script = crate_dir().join("tests/sglang_kv_publisher.py");
         let mut child = Command::new(sglang_python(version))
             .arg(script)
             .stdin(Stdio::piped())
