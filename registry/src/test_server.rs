@@ -26,12 +26,25 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A temp dir for etcd's data, in memory where the machine has `/dev/shm`: etcd fsyncs every
+/// write, and on a disk busy with builds one fsync can take seconds, which tests would read as
+/// lost writes.
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::Builder::new().prefix("infera-etcd-").tempdir_in(shm)
+    {
+        return dir;
+    }
+    tempfile::tempdir().expect("a temp dir")
+}
+
 impl EtcdServer {
     /// Starts etcd and waits (bounded) until it answers `/health`.
     pub fn start() -> Self {
         let mut server = Self {
             child: None,
-            dir: tempfile::tempdir().expect("a temp dir"),
+            dir: data_dir(),
             client_port: free_port(),
             peer_port: free_port(),
         };
