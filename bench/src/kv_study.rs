@@ -17,9 +17,9 @@
 //! Arms: `cache-aware` (the proxy sends page hashes, control credits overlap) and `round-robin`
 //! (`--prefill-policy round-robin`); the proxy tokenizes in both.
 
+mod bound;
 pub(crate) mod deploy;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
@@ -27,8 +27,9 @@ use serde_json::json;
 
 use crate::replay::report::Report;
 use crate::replay::schedule::Shaping;
-use crate::replay::trace::{self, Format};
+use crate::replay::trace::Format;
 use crate::replay::{Mode, Plan};
+use bound::{Offline, infinite_cache_bound, offline_longest_prefix};
 use deploy::{Deployment, MODEL, Spec};
 
 /// Flags of `infera-bench kv-study`.
@@ -80,6 +81,7 @@ struct ArmResult {
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.prefills > 0 && args.requests > 0, "--prefills and --requests must be positive");
     let bound = infinite_cache_bound(&args)?;
+    let offline = offline_longest_prefix(&args, args.prefills)?;
     let dir = tempfile::tempdir()?;
     infera_tokenize::fixture::write_model_dir(dir.path(), 4_000)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -106,7 +108,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         };
         results.push(rt.block_on(arm(&name, &spec, dir.path(), &args))?);
     }
-    print_table(&args, bound, &results);
+    print_table(&args, bound, &offline, &results);
     if let Some(path) = &args.json {
         let arms: Vec<_> = results
             .iter()
@@ -117,7 +119,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect();
         let out = json!({"trace": args.trace.display().to_string(), "requests": args.requests, "prefills": args.prefills,
-                         "infinite_cache_bound": bound, "arms": arms});
+                         "infinite_cache_bound": bound,
+                         "offline_longest_prefix": {"hit_ratio": offline.hit_ratio, "computed_tokens": offline.computed},
+                         "arms": arms});
         std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")?;
     }
     Ok(())
@@ -223,30 +227,19 @@ async fn watch_prefill_decisions(control: &str) -> anyhow::Result<Watch> {
     Ok(Watch { stop, task })
 }
 
-/// Token-weighted prefix reuse of the first `--requests` requests with one infinite cache.
-fn infinite_cache_bound(args: &Args) -> anyhow::Result<f64> {
-    let (mut seen, mut hit, mut total) = (HashSet::new(), 0u64, 0u64);
-    for session in trace::open(&args.trace, Format::Mooncake)?.take(args.requests) {
-        for turn in &session?.turns {
-            let mut left = u64::from(turn.input_tokens);
-            for block in &turn.blocks {
-                let tokens = left.min(u64::from(trace::MOONCAKE_BLOCK_TOKENS));
-                left -= tokens;
-                total += tokens;
-                if !seen.insert(*block) {
-                    hit += tokens;
-                }
-            }
-        }
-    }
-    anyhow::ensure!(total > 0, "the trace window is empty");
-    Ok(hit as f64 / total as f64)
-}
-
-fn print_table(args: &Args, bound: f64, results: &[ArmResult]) {
+fn print_table(args: &Args, bound: f64, offline: &Offline, results: &[ArmResult]) {
     println!(
         "kv-study: {} Mooncake requests, {} prefill sims (page {}), arrivals ×{}; infinite-cache bound {:.3}",
         args.requests, args.prefills, args.page_size, args.speedup, bound
+    );
+    let (lo, hi) = (offline.computed.iter().min(), offline.computed.iter().max());
+    let spread = lo.zip(hi).map_or(0.0, |(lo, hi)| (*hi - *lo) as f64 / (*hi).max(1) as f64);
+    println!(
+        "offline over {} caches, longest prefix else least computed (no timing): hit {:.3} ({:.3} of the bound), work spread {:.1} %",
+        offline.computed.len(),
+        offline.hit_ratio,
+        offline.hit_ratio / bound,
+        spread * 100.0
     );
     println!(
         "{:<16} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>6} {:>12}  requests per prefill",
@@ -310,6 +303,20 @@ mod tests {
         assert!((bound - 1536.0 / 3436.0).abs() < 1e-12, "{bound}");
         let first_two = infinite_cache_bound(&args(t.path(), 2)).unwrap();
         assert!((first_two - 512.0 / 1724.0).abs() < 1e-12, "{first_two}");
+    }
+
+    #[test]
+    fn offline_routing_keeps_prefixes_longer_than_the_shared_first_block_together() {
+        let t = trace(&[(0, 1024, &[0, 1]), (10, 700, &[0, 2]), (20, 1200, &[0, 1, 3]), (30, 512, &[9])]);
+        let a = args(t.path(), 4);
+        // One cache holds everything: the bound itself.
+        let one = offline_longest_prefix(&a, 1).unwrap();
+        assert_eq!((one.hit_ratio, one.computed.clone()), (infinite_cache_bound(&a).unwrap(), vec![1_900]));
+        // Two: request 2 shares only block 0 and goes to the idle cache; request 3 follows its
+        // prefix [0, 1] to cache 0; request 4 goes to the cache that computed less.
+        let two = offline_longest_prefix(&a, 2).unwrap();
+        assert_eq!(two.computed, vec![1_024 + 176, 700 + 512]);
+        assert!((two.hit_ratio - 1_024.0 / 3_436.0).abs() < 1e-12, "{two:?}");
     }
 
     /// Three "conversations" of two turns; each second turn shares three 512-token blocks with its

@@ -80,9 +80,10 @@ struct PrefillArgs {
     #[arg(long, env = "INFERA_PREFILL_POLICY", value_enum, default_value_t = PrefillPolicy::CacheAware)]
     prefill_policy: PrefillPolicy,
     /// Cost credit per prompt token a prefill target holds in its KV cache (0–100):
-    /// cost = in-flight prefill tokens + request tokens − credit × cached tokens. 1 counts the
-    /// tokens the pick would not compute; more keeps prefixes together under load.
-    #[arg(long, env = "INFERA_PREFILL_OVERLAP_CREDIT", default_value = "1")]
+    /// cost = in-flight prefill tokens + request tokens − credit × cached tokens. 1 counts only
+    /// the tokens this pick would not compute; the default 8 also values what the pool does not
+    /// recompute and the prefix kept whole for the next turn (measured: manual, KV-aware routing).
+    #[arg(long, env = "INFERA_PREFILL_OVERLAP_CREDIT", default_value = "8")]
     prefill_overlap_credit: OverlapCredit,
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
