@@ -1,0 +1,108 @@
+//! `deploy/systemd`: every variable of each env file is one its binary reads, and the unit's
+//! command line plus the env file's values parse and check as the binary would at start-up.
+//! Site-specific values (the model's tokenizer, the node's deployment file and host) are
+//! replaced by this machine's; everything else is taken as written.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::{CommandFactory, Parser};
+
+fn deploy(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/systemd").join(file)
+}
+
+/// `KEY=VALUE` lines, comments and blank lines skipped.
+fn env_file(name: &str) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(deploy(name)).unwrap();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("{name}: not KEY=VALUE: {l}"));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// The unit's `ExecStart` words after the program, with the instance `%i` and host `%H`.
+fn exec_start(unit: &str, instance: &str) -> (String, Vec<String>) {
+    let text = std::fs::read_to_string(deploy(unit)).unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("an ExecStart line");
+    let mut words = line.split_whitespace().map(|w| w.replace("%i", instance).replace("%H", "node-1"));
+    let program = words.next().unwrap();
+    let name = Path::new(&program).file_name().unwrap().to_str().unwrap().to_owned();
+    (name, words.collect())
+}
+
+/// The env file as the flags the binary's parser maps those variables to; panics on a variable
+/// the binary does not read.
+fn as_flags(cmd: &clap::Command, env: &BTreeMap<String, String>) -> Vec<String> {
+    let mut flags = Vec::new();
+    for (key, value) in env {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == key.as_str()))
+            .unwrap_or_else(|| panic!("{key} is not a variable {} reads", cmd.get_name()));
+        match arg.get_long() {
+            Some(long) if arg.get_action().takes_values() => flags.extend([format!("--{long}"), value.clone()]),
+            Some(long) if value == "true" => flags.push(format!("--{long}")),
+            Some(_) => {}
+            None => flags.push(value.clone()),
+        }
+    }
+    flags
+}
+
+#[test]
+fn control_unit_and_env_start_a_valid_control() {
+    let (name, words) = exec_start("infera-control.service", "");
+    assert_eq!(name, "infera-control");
+    let env = env_file("control.env");
+    let argv: Vec<String> = std::iter::once(name)
+        .chain(words)
+        .chain(as_flags(&infera_control::Args::command(), &env))
+        .collect();
+    let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.etcd, vec![env["INFERA_CONTROL_ETCD"].clone()]);
+    assert_eq!(config.settings.overlap_credit.get().to_string(), env["INFERA_PREFILL_OVERLAP_CREDIT"]);
+    assert!(config.admin_token.is_some(), "the unit ships with an admin token to replace");
+}
+
+#[test]
+fn proxy_unit_and_env_start_a_valid_proxy() {
+    let (name, words) = exec_start("infera-proxy@.service", "8000");
+    assert_eq!(name, "infera-proxy");
+    let mut env = env_file("proxy.env");
+    let dir = tempfile::tempdir().unwrap();
+    infera_tokenize::fixture::write_model_dir(dir.path(), 300).unwrap();
+    let tokenizer = env.get_mut("INFERA_PROXY_TOKENIZER").expect("the proxies tokenize");
+    *tokenizer = dir.path().join("tokenizer.json").display().to_string();
+    let argv: Vec<String> =
+        std::iter::once(name).chain(words).chain(as_flags(&infera_proxy::Args::command(), &env)).collect();
+    let args = infera_proxy::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let config = infera_proxy::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.listen.port(), 8000);
+    assert_eq!(config.name.as_deref(), Some("proxy-node-1-8000"));
+    assert!(config.tokenizer.is_some());
+}
+
+#[test]
+fn launch_unit_and_env_start_one_nodes_workers() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sim_1p1d/deployment.toml");
+    let (name, words) = exec_start("infera-launch@.service", "deployment");
+    assert_eq!(name, "infera-launch");
+    let words: Vec<String> = words
+        .into_iter()
+        .map(|w| if w == "/etc/infera/deployment.toml" { example.display().to_string() } else { w })
+        .collect();
+    let mut env = env_file("launch.env");
+    *env.get_mut("INFERA_LAUNCH_ONLY_HOST").expect("one node of several") = "127.0.0.1".into();
+    let cmd = infera_launcher::Args::command();
+    let up = cmd.find_subcommand("up").expect("an up subcommand");
+    let argv: Vec<String> = std::iter::once(name).chain(words).chain(as_flags(up, &env)).collect();
+    let args = infera_launcher::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let config = infera_launcher::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(config.command, infera_launcher::Command::Up(_)), "{argv:?}");
+}
