@@ -91,7 +91,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         [] => vec![("cache-aware".into(), vec![], true)],
         credits => credits
             .iter()
-            .map(|c| (format!("cache-aware ×{c}"), vec!["--prefill-overlap-credit".into(), c.to_string()], true))
+            .map(|c| {
+                (format!("cache-aware ×{c}"), vec!["--prefill-overlap-credit".into(), c.to_string()], true)
+            })
             .collect(),
     };
     arms.push(("round-robin".into(), vec!["--prefill-policy".into(), "round-robin".into()], true));
@@ -127,12 +129,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn arm(
-    name: &str,
-    spec: &Spec,
-    model_dir: &std::path::Path,
-    args: &Args,
-) -> anyhow::Result<ArmResult> {
+async fn arm(name: &str, spec: &Spec, model_dir: &std::path::Path, args: &Args) -> anyhow::Result<ArmResult> {
     let deployment = Deployment::start(spec, model_dir).await?;
     let plan = Plan {
         trace: args.trace.clone(),

@@ -300,7 +300,9 @@ impl<R: Rng> RoutingState<R> {
     ) -> CandidateTerms {
         let cost = match kind {
             PickKind::Decode => scoring::decode_cost(c.load, tokens, self.settings.weight),
-            PickKind::Prefill => scoring::prefill_cost(c.load, tokens, c.cached_tokens, self.settings.overlap_credit),
+            PickKind::Prefill => {
+                scoring::prefill_cost(c.load, tokens, c.cached_tokens, self.settings.overlap_credit)
+            }
         };
         CandidateTerms {
             target: self.view.slot(c.key).target.clone(),

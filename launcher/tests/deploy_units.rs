@@ -45,7 +45,9 @@ fn as_flags(cmd: &clap::Command, env: &BTreeMap<String, String>) -> Vec<String> 
             .find(|a| a.get_env().is_some_and(|e| e == key.as_str()))
             .unwrap_or_else(|| panic!("{key} is not a variable {} reads", cmd.get_name()));
         match arg.get_long() {
-            Some(long) if arg.get_action().takes_values() => flags.extend([format!("--{long}"), value.clone()]),
+            Some(long) if arg.get_action().takes_values() => {
+                flags.extend([format!("--{long}"), value.clone()])
+            }
             Some(long) if value == "true" => flags.push(format!("--{long}")),
             Some(_) => {}
             None => flags.push(value.clone()),
@@ -59,10 +61,8 @@ fn control_unit_and_env_start_a_valid_control() {
     let (name, words) = exec_start("infera-control.service", "");
     assert_eq!(name, "infera-control");
     let env = env_file("control.env");
-    let argv: Vec<String> = std::iter::once(name)
-        .chain(words)
-        .chain(as_flags(&infera_control::Args::command(), &env))
-        .collect();
+    let argv: Vec<String> =
+        std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
     let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.etcd, vec![env["INFERA_CONTROL_ETCD"].clone()]);

@@ -42,12 +42,8 @@ fn data_dir() -> tempfile::TempDir {
 impl EtcdServer {
     /// Starts etcd and waits (bounded) until it answers `/health`.
     pub fn start() -> Self {
-        let mut server = Self {
-            child: None,
-            dir: data_dir(),
-            client_port: free_port(),
-            peer_port: free_port(),
-        };
+        let mut server =
+            Self { child: None, dir: data_dir(), client_port: free_port(), peer_port: free_port() };
         server.resume();
         server
     }

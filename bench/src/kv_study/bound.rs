@@ -67,7 +67,8 @@ pub(super) fn offline_longest_prefix(args: &Args, caches: usize) -> anyhow::Resu
         let prefix: Vec<u64> = held.iter().map(|c| prefix_tokens(c, &request)).collect();
         let first_block = request.first().map_or(0, |(_, t)| *t);
         let least_loaded = (0..held.len()).min_by_key(|&i| (computed[i], i)).expect("one cache");
-        let longest = (0..held.len()).max_by_key(|&i| (prefix[i], std::cmp::Reverse(computed[i]))).expect("one cache");
+        let longest =
+            (0..held.len()).max_by_key(|&i| (prefix[i], std::cmp::Reverse(computed[i]))).expect("one cache");
         let to = if prefix[longest] > first_block { longest } else { least_loaded };
         hit += prefix[to];
         total += prompt;

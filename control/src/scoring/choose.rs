@@ -71,7 +71,8 @@ pub fn choose_prefill(
     now: Instant,
     rng: &mut impl Rng,
 ) -> Choice {
-    let cost = |c: &Candidate| prefill_cost(c.load, req.input_tokens, c.cached_tokens, settings.overlap_credit);
+    let cost =
+        |c: &Candidate| prefill_cost(c.load, req.input_tokens, c.cached_tokens, settings.overlap_credit);
     let (low, min) = lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
     if settings.prefill_policy == PrefillPolicy::RoundRobin {
         let i = legacy(DecodePolicy::RoundRobin, candidates, pool.cursor, pool.len, rng);

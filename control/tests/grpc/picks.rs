@@ -57,7 +57,8 @@ async fn concurrent_picks_from_many_clients_never_overbook() {
     );
     // Every pick's time inside control is in the latency histogram.
     assert_eq!(sample(&metrics, "infera_router_pick_duration_seconds_count{kind=\"decode\"}"), Some(800.0));
-    let in_the_buckets = sample(&metrics, "infera_router_pick_duration_seconds_bucket{le=\"+Inf\",kind=\"decode\"}");
+    let in_the_buckets =
+        sample(&metrics, "infera_router_pick_duration_seconds_bucket{le=\"+Inf\",kind=\"decode\"}");
     assert_eq!(in_the_buckets, Some(800.0));
 
     // Release all of them concurrently: the ledger is back to exactly zero.

@@ -18,7 +18,8 @@ async fn reflection_v1_and_v1alpha_list_the_services() {
     };
     let mut answers = client.server_reflection_info(tokio_stream::iter([ask])).await.unwrap().into_inner();
     let answer = answers.message().await.unwrap().expect("one answer");
-    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) = answer.message_response
+    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        answer.message_response
     else {
         panic!("not a service list: {answer:?}")
     };
