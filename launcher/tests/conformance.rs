@@ -27,18 +27,10 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
-/// The venv Python holding SGLang `version`.
+/// The venv Python holding SGLang `version` (`INFERA_SGLANG_<X_Y_Z>_PYTHON`, else the venv
+/// `cargo xtask setup` made).
 fn python(version: &str) -> PathBuf {
-    let var = format!("INFERA_SGLANG_{}_PYTHON", version.replace('.', "_"));
-    let python = std::env::var_os(&var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(format!(".venv-sglang-{version}/bin/python")));
-    assert!(
-        python.exists(),
-        "no Python with SGLang {version} at {} ({var}): run `cargo xtask setup`",
-        python.display()
-    );
-    python
+    infera_kv::testing::sglang_python(version)
 }
 
 /// Parses each argv (arguments after the program) in one Python process; one JSON per argv.
