@@ -209,6 +209,11 @@ impl Cluster {
         AdminClient::connect(format!("http://{}", self.control_addr)).await.unwrap()
     }
 
+    /// Every pick control makes from now on (`Admin/WatchDecisions`, all kinds and models).
+    pub(crate) async fn decisions(&self) -> tonic::Streaming<pb::DecisionEvent> {
+        self.admin().await.watch_decisions(pb::WatchDecisionsRequest::default()).await.unwrap().into_inner()
+    }
+
     /// Held requests and booked tokens summed over every target.
     pub(crate) async fn ledger(&self) -> (u64, u64) {
         let rows =

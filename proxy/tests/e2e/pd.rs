@@ -13,13 +13,7 @@ use crate::harness::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_api_streams_and_answers_through_both_legs_with_the_rooms_and_ranks_control_chose() {
     let cluster = Cluster::start(Shape::default()).await;
-    let mut decisions = cluster
-        .admin()
-        .await
-        .watch_decisions(pb::WatchDecisionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let mut decisions = cluster.decisions().await;
 
     let cases: Vec<(&str, Value)> = vec![
         ("/v1/chat/completions", chat(6, true)),
@@ -110,13 +104,7 @@ fn traceparent(i: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dp_prefill_gets_the_rank_control_chose_and_a_room_that_follows_it() {
     let cluster = Cluster::start(Shape { prefill_dp: 2, ..Shape::default() }).await;
-    let mut decisions = cluster
-        .admin()
-        .await
-        .watch_decisions(pb::WatchDecisionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let mut decisions = cluster.decisions().await;
     const N: usize = 6;
     for i in 0..N {
         let (status, text) = post_json(
