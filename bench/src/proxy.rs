@@ -6,6 +6,11 @@
 //! memory can be read from `/proc`. For each concurrency, rounds alternate direct and proxied
 //! (same requests, same worker) and the report gives TTFT p50 of each, the difference, and
 //! the streamed tokens/s ratio.
+//!
+//! By default all of it shares the machine's CPUs; `--proxy-cpus` pins the proxy to CPUs of its
+//! own and the bench process to the rest (see [`placement`]).
+
+mod placement;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -19,6 +24,8 @@ use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 use tokio::net::TcpListener;
+
+use placement::{CpuList, Placement};
 
 const MODEL: &str = "m";
 const RANKS: u32 = 8;
@@ -46,6 +53,10 @@ pub(crate) struct ProxyArgs {
     /// In-flight streams for the memory measurement (0 = skip).
     #[arg(long, env = "INFERA_BENCH_RSS_STREAMS", default_value_t = 1_000)]
     rss_streams: usize,
+    /// Pin the proxy process to these CPUs (e.g. `1`, `2-3`, `0,2`) and the bench process
+    /// (clients, control, sim) to the CPUs left; default: unpinned, all share every CPU.
+    #[arg(long, env = "INFERA_BENCH_PROXY_CPUS", value_name = "LIST")]
+    proxy_cpus: Option<CpuList>,
     /// The proxy binary (default: `infera-proxy` beside this binary).
     #[arg(long, env = "INFERA_BENCH_PROXY_BIN")]
     proxy_bin: Option<PathBuf>,
@@ -63,11 +74,13 @@ impl Drop for ProxyProcess {
 }
 
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
+    // Before any thread starts: every thread of the bench inherits this thread's CPUs.
+    let placement = Placement::apply(args.proxy_cpus.clone())?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(bench(args))
+    rt.block_on(bench(args, placement))
 }
 
-async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
+async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     // The worker and control each run on a runtime of their own (as on machines of their own):
     // a pick must not queue behind the sim's streams in one shared runtime.
     let http = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -135,30 +148,34 @@ async fn bench(args: ProxyArgs) -> anyhow::Result<()> {
         Some(b) => b,
         None => std::env::current_exe()?.with_file_name("infera-proxy"),
     };
-    let mut child = Command::new(&bin)
-        .args(["--listen", "127.0.0.1:0", "--control", &format!("http://{control_addr}")])
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--listen", "127.0.0.1:0", "--control", &format!("http://{control_addr}")])
         .env("INFERA_LOG", "warn")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot start {}: {e} (build it: cargo build --release -p infera-proxy)",
-                bin.display()
-            )
-        })?;
+        .stdout(Stdio::piped());
+    let mut child = placement.spawn(&mut cmd).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot start {}: {e:#} (build it: cargo build --release -p infera-proxy)",
+            bin.display()
+        )
+    })?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
     let proxy = ProxyProcess(child);
     let proxy_addr = line.trim().rsplit("http=").next().unwrap_or_default().to_owned();
     let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
     wait_ready(&client, &proxy_addr).await?;
+    // Every thread of both processes has started by now (runtimes are built before serving).
+    let (proxy_cpus, bench_cpus) = placement.check(proxy.0.id())?;
 
     let direct = format!("http://{sim_addr}/v1/chat/completions");
     let proxied = format!("http://{proxy_addr}/v1/chat/completions");
     println!(
         "proxy path vs direct to the worker: {} rounds per side, {} requests per round, {} tokens each, sim speed-up {}",
         args.rounds, args.requests, args.max_tokens, args.sim_speedup
+    );
+    println!(
+        "placement: {placement} (checked in /proc: proxy threads on CPUs {proxy_cpus}, bench threads on CPUs {bench_cpus})"
     );
     println!(
         "  {:>11} {:>16} {:>16} {:>12} {:>14} {:>14} {:>8}",
