@@ -83,7 +83,7 @@ struct PrefillArgs {
     /// cost = in-flight prefill tokens + request tokens − credit × cached tokens. 1 counts only
     /// the tokens this pick would not compute; the default 8 also values what the pool does not
     /// recompute and the prefix kept whole for the next turn (measured: manual, KV-aware routing).
-    #[arg(long, env = "INFERA_PREFILL_OVERLAP_CREDIT", default_value = "8")]
+    #[arg(long, env = "INFERA_PREFILL_OVERLAP_CREDIT", default_value = "8", allow_negative_numbers = true)]
     prefill_overlap_credit: OverlapCredit,
     /// A session keeps its previous prefill target unless that target's load exceeds the
     /// least-loaded one's by more than this many tokens.
@@ -236,6 +236,20 @@ mod tests {
             let mut argv = vec!["infera-control", "--workers", "w.toml"];
             argv.extend(bad);
             assert!(Args::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_overlap_credit_defaults_to_8_and_rejects_what_is_not_a_credit() {
+        let base = ["infera-control", "--workers", "w.toml"];
+        let a = Args::try_parse_from(base).unwrap();
+        assert_eq!(a.prefill.prefill_overlap_credit.get(), 8.0);
+        let a = Args::try_parse_from([&base[..], &["--prefill-overlap-credit", "0"]].concat()).unwrap();
+        assert_eq!(a.prefill.prefill_overlap_credit.get(), 0.0);
+        for bad in ["-1", "100.5", "NaN", "inf", "eight"] {
+            let argv = [&base[..], &["--prefill-overlap-credit", bad]].concat();
+            let e = Args::try_parse_from(argv).unwrap_err();
+            assert!(e.to_string().contains("prefill overlap credit must be"), "{bad}: {e}");
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use infera_proto::types::OverlapCredit;
 use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight};
 
 use crate::error::ControlError;
@@ -38,47 +39,5 @@ impl Settings {
             return Err(ControlError::WeightNeedsDemand { weight: self.weight, mode: self.mode });
         }
         Ok(())
-    }
-}
-
-/// Prefill cost credit per prompt token a target already holds in its KV cache:
-/// `cost = booked + request − credit × cached`. 1 counts exactly the tokens the pick would not
-/// compute; above 1, a cache hit outweighs that much queued work elsewhere (the tokens not
-/// recomputed free the whole pool, and the target keeps the longer prefix for the next turn).
-/// Finite, from 0 (load only) to [`OverlapCredit::MAX`].
-#[derive(Clone, Copy, PartialEq, PartialOrd, Debug)]
-pub struct OverlapCredit(f64);
-
-impl OverlapCredit {
-    /// The largest accepted credit.
-    pub const MAX: f64 = 100.0;
-
-    /// Checks a credit.
-    pub fn new(c: f64) -> Result<Self, String> {
-        if c.is_finite() && (0.0..=Self::MAX).contains(&c) {
-            Ok(Self(c + 0.0))
-        } else {
-            Err(format!("the prefill overlap credit must be a number from 0 to {}, got {c}", Self::MAX))
-        }
-    }
-
-    /// The credit per cached token.
-    pub fn get(self) -> f64 {
-        self.0
-    }
-}
-
-impl std::str::FromStr for OverlapCredit {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let c: f64 = s.trim().parse().map_err(|_| format!("not a number: {s:?}"))?;
-        Self::new(c)
-    }
-}
-
-impl std::fmt::Display for OverlapCredit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
     }
 }

@@ -194,9 +194,10 @@ fn router_settings_outside_their_flags_ranges_name_their_key() {
         error_of(&edited("decode_request_weight = 1000\n", &format!("decode_request_weight = 1000\n{extra}")))
     };
     let e = router("prefill_overlap_credit = 100.5\n");
-    assert!(e.contains("deploy.toml:29: router.prefill_overlap_credit: 100.5 is outside 0 – 100"), "{e}");
+    let want = "deploy.toml:29: router.prefill_overlap_credit: the prefill overlap credit must be a finite number from 0 to 100, got 100.5";
+    assert!(e.contains(want), "{e}");
     let e = router("prefill_overlap_credit = nan\n");
-    assert!(e.contains("router.prefill_overlap_credit: must be a finite number from 0 to 100"), "{e}");
+    assert!(e.contains("router.prefill_overlap_credit: the prefill overlap credit must be a finite number from 0 to 100, got NaN"), "{e}");
     let e = router("prefill_policy = \"cache_aware\"\n");
     assert!(
         e.contains("router.prefill_policy: \"cache_aware\" is not one of cache-aware, round-robin"),

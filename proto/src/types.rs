@@ -9,7 +9,8 @@ pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
 pub use modes::{
-    DecodeInputDemand, DecodePolicy, PickKind, PrefillPolicy, ReleaseReason, RequestWeight, WeightError,
+    CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, ReleaseReason,
+    RequestWeight, WeightError,
 };
 pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
 pub use worker::{KvEventsSource, Role, WorkerRecord};

@@ -3,14 +3,12 @@
 use std::ops::RangeInclusive;
 
 use clap::ValueEnum;
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight};
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, OverlapCredit, PrefillPolicy, RequestWeight};
 use toml::Spanned;
 
 use super::Checker;
 use crate::deployment::DeploymentFile;
 
-/// `--prefill-overlap-credit` of control.
-const OVERLAP_CREDIT: RangeInclusive<f64> = 0.0..=100.0;
 /// `--session-ttl-ms` of control (at most a day).
 const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
 /// `--kv-index-max-blocks` of control.
@@ -43,11 +41,9 @@ pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
         c.at(p, "router.prefill_policy", format!("{:?} is not one of cache-aware, round-robin", p.get_ref()));
     }
     if let Some(credit) = &router.prefill_overlap_credit
-        && !credit.get_ref().is_finite()
+        && let Err(e) = OverlapCredit::new(*credit.get_ref())
     {
-        c.at(credit, "router.prefill_overlap_credit", "must be a finite number from 0 to 100");
-    } else {
-        in_range(router.prefill_overlap_credit.as_ref(), &OVERLAP_CREDIT, "router.prefill_overlap_credit", c);
+        c.at(credit, "router.prefill_overlap_credit", e.to_string());
     }
     in_range(router.session_ttl_ms.as_ref(), &SESSION_TTL_MS, "router.session_ttl_ms", c);
     in_range(router.kv_index_max_blocks.as_ref(), &KV_INDEX_MAX_BLOCKS, "router.kv_index_max_blocks", c);

@@ -222,3 +222,57 @@ mod tests {
         assert!("abc".parse::<RequestWeight>().is_err());
     }
 }
+
+/// Prefill cost credit per prompt token a target already holds in its KV cache:
+/// `cost = booked + request − credit × cached`. 1 counts exactly the tokens the pick would not
+/// compute; above 1, a cache hit outweighs that much more queued work at its holder (the tokens
+/// not recomputed free the whole pool, and the holder keeps the prefix whole for the next turn).
+/// Finite, from 0 (load only) to [`OverlapCredit::MAX`].
+#[derive(Clone, Copy, PartialEq, PartialOrd, Debug)]
+pub struct OverlapCredit(f64);
+
+/// A credit outside its domain.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CreditError {
+    /// Not a number at all.
+    #[error("the prefill overlap credit must be a number, got {0:?}")]
+    NotANumber(String),
+    /// NaN, infinite, negative or above the maximum.
+    #[error("the prefill overlap credit must be a finite number from 0 to {max}, got {0}", max = OverlapCredit::MAX)]
+    OutOfRange(f64),
+}
+
+impl OverlapCredit {
+    /// The largest accepted credit.
+    pub const MAX: f64 = 100.0;
+
+    /// Checks a credit.
+    pub fn new(c: f64) -> Result<Self, CreditError> {
+        if c.is_finite() && (0.0..=Self::MAX).contains(&c) {
+            // Normalise -0.0.
+            Ok(Self(c + 0.0))
+        } else {
+            Err(CreditError::OutOfRange(c))
+        }
+    }
+
+    /// The credit per cached token.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for OverlapCredit {
+    type Err = CreditError;
+
+    fn from_str(s: &str) -> Result<Self, CreditError> {
+        let c: f64 = s.trim().parse().map_err(|_| CreditError::NotANumber(s.to_owned()))?;
+        Self::new(c)
+    }
+}
+
+impl fmt::Display for OverlapCredit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
