@@ -7,9 +7,10 @@
 //! ```
 //!
 //! The incoming request is not in its own held term: `held_requests` is what the target held
-//! before this pick. Prefill cost is the in-flight prefill load, `booked_input_tokens +
-//! request_tokens - cached_tokens`, where `cached_tokens` is what the KV prefix index says the
-//! target already holds of this prompt (zero without a tokenizer or KV events); session affinity
+//! before this pick. Prefill cost is the in-flight prefill load less the overlap credit,
+//! `booked_input_tokens + request_tokens - C × cached_tokens`, where `cached_tokens` is what the
+//! KV prefix index says the target already holds of this prompt (zero without a tokenizer or KV
+//! events) and C is `--prefill-overlap-credit`; session affinity
 //! keeps a session on its previous prefill target unless that target costs more than the cheapest
 //! by the slack.
 

@@ -1,0 +1,149 @@
+//! Prefill picks credited with the KV prefix index's overlap.
+
+use infera_kv::event::{KvEvent, Medium};
+use infera_kv::hash::page_hashes;
+
+use super::*;
+
+const PS: u32 = 16;
+
+fn prefill_pool(page_size: u32) -> Fixture {
+    prefill_pool_with_credit(page_size, 1.0)
+}
+
+fn prefill_pool_with_credit(page_size: u32, credit: f64) -> Fixture {
+    let mut p = worker("p", Role::Prefill, "m", 2);
+    p.page_size = page_size;
+    let mut s = settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin);
+    s.overlap_credit = crate::settings::OverlapCredit::new(credit).unwrap();
+    Fixture::new(vec![p], s)
+}
+
+fn key(f: &mut Fixture, r: u32) -> TargetKey {
+    f.core.view_mut().worker_targets(&WorkerId::new("p"), Some(DpRank(r))).unwrap()[0]
+}
+
+/// An index where rank `r` holds the first `pages` pages of `prompt`.
+fn index_holding(key: TargetKey, prompt: &[u32], pages: usize) -> KvIndex {
+    let mut index = KvIndex::new(1 << 20);
+    let hashes = page_hashes(prompt, PS as usize);
+    index.apply(
+        key,
+        &KvEvent::BlockStored {
+            block_hashes: hashes[..pages].iter().map(|h| h.0).collect(),
+            parent_block_hash: None,
+            token_ids: prompt[..pages * PS as usize].iter().map(|&t| u64::from(t)).collect(),
+            block_size: PS,
+            medium: Medium::Gpu,
+        },
+    );
+    index
+}
+
+fn kv_pick(f: &mut Fixture, index: &KvIndex, prompt: &[u32], page_size: u32) -> Picked {
+    let mut req = f.req("m", prompt.len() as u64, None);
+    req.page_hashes = page_hashes(prompt, page_size as usize).iter().map(|h| h.0).collect();
+    req.page_size = page_size;
+    f.core.pick(PickKind::Prefill, &req, Some(index), true, f.now, SystemTime::now()).unwrap()
+}
+
+#[test]
+fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
+    let mut f = prefill_pool(PS);
+    let prompt: Vec<u32> = (0..1_000).collect();
+    let holder = key(&mut f, 1);
+    let index = index_holding(holder, &prompt, 40);
+    let p = kv_pick(&mut f, &index, &prompt, PS);
+    assert_eq!(rank(&p), 1);
+    assert_eq!((p.chosen.overlap_pages, p.chosen.cached_tokens), (40, 640));
+    let d = p.decision.unwrap();
+    let other = d.candidates.iter().find(|c| c.target.rank.0 == 0).unwrap();
+    assert_eq!((other.overlap_pages, other.cached_tokens), (0, 0), "the decision shows every overlap");
+    // Booked: the 360 tokens rank 1 still has to compute, not the 1,000 of the prompt.
+    assert_eq!(f.core.target_rows(&[holder])[0].1.booked_input_tokens, 360);
+    f.core.release(p.reservation).unwrap();
+    // The index, not the picks, says what a target holds: the same prompt again sees 40 pages.
+    let again = kv_pick(&mut f, &index, &prompt, PS);
+    assert_eq!((rank(&again), again.chosen.overlap_pages), (1, 40));
+    f.core.release(again.reservation).unwrap();
+}
+
+#[test]
+fn load_outweighs_an_overlap_that_saves_less_than_it_costs() {
+    let (chosen, costs) = holder_under_load(1.0);
+    assert_eq!(chosen, 0);
+    assert_eq!(costs, vec![1_000.0, 5_360.0]);
+}
+
+#[test]
+fn a_larger_overlap_credit_keeps_the_holder_under_the_same_load() {
+    // 640 cached tokens × 10 outweigh the 4,000 more tokens rank 1 has queued.
+    let (chosen, costs) = holder_under_load(10.0);
+    assert_eq!(chosen, 1);
+    assert_eq!(costs, vec![1_000.0, 5_000.0 + 1_000.0 - 6_400.0]);
+    // Credit 0 is load only: the holder's overlap does not count at all.
+    let (chosen, costs) = holder_under_load(0.0);
+    assert_eq!((chosen, costs), (0, vec![1_000.0, 6_000.0]));
+}
+
+/// Rank 1 holds 40 pages (640 tokens) of a 1,000-token prompt and already computes 5,000
+/// tokens; rank 0 is idle. The rank the prompt goes to and every candidate's cost.
+fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
+    let mut f = prefill_pool_with_credit(PS, credit);
+    let prompt: Vec<u32> = (0..1_000).collect();
+    let holder = key(&mut f, 1);
+    let index = index_holding(holder, &prompt, 40);
+    // Rank 1 already computes 5,000 tokens: 5,000 + 360 against 0 + 1,000 on rank 0.
+    let req = f.req("m", 5_000, None);
+    loop {
+        let p = f.core.pick(PickKind::Prefill, &req, None, false, f.now, SystemTime::now()).unwrap();
+        if rank(&p) == 1 {
+            break;
+        }
+        f.core.release(p.reservation).unwrap();
+    }
+    let p = kv_pick(&mut f, &index, &prompt, PS);
+    let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
+    (rank(&p), costs)
+}
+
+#[test]
+fn a_prompt_hashed_with_another_page_size_gets_no_credit() {
+    let mut f = prefill_pool(PS);
+    let prompt: Vec<u32> = (0..1_000).collect();
+    let holder = key(&mut f, 1);
+    let index = index_holding(holder, &prompt, 40);
+    let p = kv_pick(&mut f, &index, &prompt, 32);
+    assert!(p.decision.unwrap().candidates.iter().all(|c| c.cached_tokens == 0));
+}
+
+/// A session's previous prefill target keeps it within the slack (1,000 here); a target holding
+/// the prompt wins it when its credited cost undercuts the old target's by more than that.
+fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
+    let mut f = prefill_pool_with_credit(PS, credit);
+    let prompt: Vec<u32> = (0..1_000).collect();
+    let first =
+        f.core.pick(PickKind::Prefill, &f.req("m", 1_000, Some("s")), None, false, f.now, SystemTime::now());
+    let first = first.unwrap();
+    f.core.release(first.reservation).unwrap();
+    let other = 1 - rank(&first);
+    let index = index_holding(key(&mut f, other), &prompt, 40);
+    let mut req = f.req("m", 1_000, Some("s"));
+    req.page_hashes = page_hashes(&prompt, PS as usize).iter().map(|h| h.0).collect();
+    req.page_size = PS;
+    let p = f.core.pick(PickKind::Prefill, &req, Some(&index), true, f.now, SystemTime::now()).unwrap();
+    let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
+    (rank(&first), rank(&p), costs)
+}
+
+#[test]
+fn a_session_keeps_its_target_at_credit_1_and_follows_the_prefix_at_credit_8() {
+    // Credit 1: the holder costs 360, the session's target 1,000, within the slack.
+    let (first, then, costs) = session_moves_to_the_holder(1.0);
+    assert_eq!(then, first);
+    assert_eq!(costs.iter().copied().fold(f64::INFINITY, f64::min), 360.0);
+    // Credit 8: the holder's cost goes below zero (1,000 − 8 × 640) and takes the session.
+    let (first, then, costs) = session_moves_to_the_holder(8.0);
+    assert_eq!(then, 1 - first);
+    assert_eq!(costs.iter().copied().fold(f64::INFINITY, f64::min), 1_000.0 - 5_120.0);
+}
