@@ -300,6 +300,10 @@ mod tests {
         assert!((bound - 1536.0 / 3436.0).abs() < 1e-12, "{bound}");
         let first_two = infinite_cache_bound(&args(t.path(), 2)).unwrap();
         assert!((first_two - 512.0 / 1724.0).abs() < 1e-12, "{first_two}");
+        // A block first seen partly (188 tokens of block 2) counts only that part later.
+        let t = trace(&[(0, 700, &[0, 2]), (10, 1024, &[0, 2])]);
+        let bound = infinite_cache_bound(&args(t.path(), 2)).unwrap();
+        assert!((bound - (512.0 + 188.0) / 1724.0).abs() < 1e-12, "{bound}");
     }
 
     #[test]

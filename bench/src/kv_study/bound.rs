@@ -2,7 +2,7 @@
 //! routing over N separate caches can come to it when every choice is made with hindsight-free
 //! knowledge of what each cache holds (no queues, no prefills in flight).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::Args;
 use crate::replay::trace::{self, BlockId, Format};
@@ -32,14 +32,15 @@ fn requests(args: &Args) -> anyhow::Result<Vec<Request>> {
 }
 
 /// Token-weighted prefix reuse of the first `--requests` requests with one infinite cache: a
-/// block's tokens count as a hit when any earlier request had the block.
+/// block's tokens count as hits up to the most of it an earlier request had (a request that
+/// had only part of a block cached only that part).
 pub(super) fn infinite_cache_bound(args: &Args) -> anyhow::Result<f64> {
-    let (mut seen, mut hit, mut total) = (HashSet::new(), 0u64, 0u64);
+    let (mut held, mut hit, mut total) = (HashMap::<BlockId, u64>::new(), 0u64, 0u64);
     for (block, tokens) in requests(args)?.into_iter().flatten() {
         total += tokens;
-        if !seen.insert(block) {
-            hit += tokens;
-        }
+        let have = held.entry(block).or_default();
+        hit += (*have).min(tokens);
+        *have = (*have).max(tokens);
     }
     Ok(hit as f64 / total as f64)
 }
