@@ -3,6 +3,8 @@
 //! the request, which fails the answer), or the reason it was cancelled with (the worker is then
 //! asked to abort).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -95,31 +97,66 @@ async fn run(
             reason: e.to_string(),
         })
     };
-    let mut run = std::pin::pin!(run);
-    let mut cancel = Some(cancel);
-    let outcome = loop {
-        tokio::select! {
-            r = &mut run => break r,
-            reason = async { cancel.as_mut().expect("guarded by the branch condition").await }, if cancel.is_some() => {
-                match reason {
-                    Ok(reason) => {
-                        pick.release(reason);
-                        abort(&up.client, &url, &rid);
-                        return;
-                    }
-                    // The request ended normally: let the prefill finish on its own.
-                    Err(_) => cancel = None,
-                }
-            }
-        }
-    };
-    match outcome {
-        Ok(()) => pick.release(ReleaseReason::Eof),
-        Err(e) => {
+    match drive(run, cancel, DETACHED_GRACE).await {
+        Ending::Finished(Ok(())) => pick.release(ReleaseReason::Eof),
+        Ending::Finished(Err(e)) => {
             tracing::warn!(error = %e, "prefill leg failed");
             up.metrics.upstream_error(Leg::Prefill);
             pick.release(ReleaseReason::Failed);
             let _ = failed.send(e);
+        }
+        Ending::Cancelled(reason) => {
+            pick.release(reason);
+            abort(&up.client, &url, &rid);
+        }
+        Ending::Overdue => {
+            tracing::warn!(%url, rid, grace_s = DETACHED_GRACE.as_secs(), "prefill leg still open after its request ended; aborted");
+            pick.release(ReleaseReason::Cancelled);
+            abort(&up.client, &url, &rid);
+        }
+    }
+}
+
+/// How long a prefill may take to answer once its request has ended normally. The decode has
+/// streamed its answer, so the KV was pulled long ago: a prefill still open this much later is
+/// stuck, and must not hold its reservation (a hung engine is not a crash; its lease lives on).
+pub const DETACHED_GRACE: Duration = Duration::from_secs(60);
+
+/// How a prefill leg ended.
+#[derive(Debug)]
+enum Ending {
+    /// The prefill answered (or failed) by itself.
+    Finished(Result<(), ProxyError>),
+    /// The request cancelled it with this reason.
+    Cancelled(ReleaseReason),
+    /// The request ended normally and the prefill was still open `grace` later.
+    Overdue,
+}
+
+/// Runs the leg until it finishes, is cancelled, or outlives its request by `grace` (a closed
+/// `cancel` channel means the request ended normally).
+async fn drive(
+    run: impl Future<Output = Result<(), ProxyError>>,
+    cancel: oneshot::Receiver<ReleaseReason>,
+    grace: Duration,
+) -> Ending {
+    let mut run = std::pin::pin!(run);
+    let mut cancel = Some(cancel);
+    let mut overdue = std::pin::pin!(tokio::time::sleep(Duration::MAX));
+    loop {
+        tokio::select! {
+            r = &mut run => return Ending::Finished(r),
+            reason = async { cancel.as_mut().expect("guarded by the branch condition").await }, if cancel.is_some() => {
+                match reason {
+                    Ok(reason) => return Ending::Cancelled(reason),
+                    // The request ended normally: the prefill may finish on its own, within grace.
+                    Err(_) => {
+                        cancel = None;
+                        overdue.as_mut().reset(tokio::time::Instant::now() + grace);
+                    }
+                }
+            }
+            () = &mut overdue => return Ending::Overdue,
         }
     }
 }
@@ -139,5 +176,35 @@ mod tests {
         let (tx, rx) = oneshot::channel::<ReleaseReason>();
         PrefillCancel(Some(tx)).detach();
         assert!(rx.await.is_err(), "detached: the leg finishes on its own");
+    }
+
+    fn leg_ok() -> Result<(), ProxyError> {
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_detached_leg_may_finish_within_its_grace_and_is_ended_after_it() {
+        let grace = Duration::from_secs(60);
+        // Finishes 59 s after its request ended: its own ending.
+        let (tx, rx) = oneshot::channel();
+        PrefillCancel(Some(tx)).detach();
+        let late = async {
+            tokio::time::sleep(Duration::from_secs(59)).await;
+            leg_ok()
+        };
+        assert!(matches!(drive(late, rx, grace).await, Ending::Finished(Ok(()))));
+        // Never answers: overdue exactly at the grace, not before.
+        let (tx, rx) = oneshot::channel();
+        PrefillCancel(Some(tx)).detach();
+        let start = tokio::time::Instant::now();
+        let stuck = std::future::pending::<Result<(), ProxyError>>();
+        assert!(matches!(drive(stuck, rx, grace).await, Ending::Overdue));
+        assert_eq!(start.elapsed(), grace);
+        // Still attached, a leg is never overdue: it ends with its request's cancel.
+        let (tx, rx) = oneshot::channel();
+        let attached = tokio::spawn(drive(std::future::pending::<Result<(), ProxyError>>(), rx, grace));
+        tokio::time::sleep(grace * 10).await;
+        PrefillCancel(Some(tx)).cancel(ReleaseReason::Failed);
+        assert!(matches!(attached.await.unwrap(), Ending::Cancelled(ReleaseReason::Failed)));
     }
 }
