@@ -161,8 +161,11 @@ async fn real_sglang_events_arrive_exactly(version: &str) {
     );
     let stats = sub.stats().snapshot();
     // The late join is caught up from SGLang's replay socket right after connecting; the dropped
-    // batch is the one gap, filled from it too.
-    assert_eq!((stats.gaps, stats.replays), (1, 2), "SGLang {version}: the catch-up and the dropped batch");
+    // batch is a gap, filled from it too. A probe published while the subscription was still
+    // being set up can be lost as well (ZMQ's slow joiner): another gap, filled the same way.
+    // Every gap costs a replay, and the catch-up one more (a reconnect check would add one).
+    assert!(stats.gaps >= 1, "SGLang {version}: the dropped batch is a gap");
+    assert!(stats.replays > stats.gaps, "SGLang {version}: the catch-up and a replay per gap: {stats:?}");
     assert_eq!((stats.resets, stats.malformed), (0, 0), "SGLang {version}");
     assert!(stats.replayed_batches >= 4, "SGLang {version}: seqs 0..3 and seq {dropped} came from replay");
     sub.stop().await;
