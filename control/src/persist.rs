@@ -37,29 +37,58 @@ pub async fn load(endpoints: &[String], flags: Settings) -> (Settings, Vec<Targe
     }
 }
 
-/// Stores the drained set, latest first: one writer task takes the newest set whenever it changes,
-/// so two quick drains can never land in etcd in the wrong order.
+/// One writer task for one persisted value: it takes the newest value whenever it changes, so
+/// two quick changes (two drains, W right after the mode) can never land in etcd in the wrong
+/// order, whatever order their transactions would have finished in.
 #[derive(Debug)]
-pub struct DrainSaver(tokio::sync::watch::Sender<Vec<Target>>);
+pub struct Saver<T>(tokio::sync::watch::Sender<Option<T>>);
 
-impl DrainSaver {
-    /// Starts the writer task.
-    pub fn start(endpoints: Vec<String>) -> Self {
-        let (tx, mut rx) = tokio::sync::watch::channel(Vec::new());
+/// The drained set, as `drained_targets`.
+pub type DrainSaver = Saver<Vec<Target>>;
+/// W and the mode, as `decode_request_weight` and `decode_input_demand`.
+pub type SettingsSaver = Saver<Settings>;
+
+impl<T: Send + Sync + 'static> Saver<T> {
+    /// Starts the writer task; `render` turns a value into the keys it is stored under.
+    fn start_with(
+        endpoints: Vec<String>,
+        what: &'static str,
+        render: fn(&T) -> Vec<(&'static str, String)>,
+    ) -> Self {
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
         tokio::spawn(async move {
             while rx.changed().await.is_ok() {
-                let value: String = rx.borrow_and_update().iter().map(|t| format!("{t}\n")).collect();
-                if let Err(e) = infera_registry::config::store(&endpoints, &[(DRAINED, value)]).await {
-                    tracing::warn!(error = %e, "cannot persist the drains in etcd; they hold until control restarts");
+                let Some(values) = rx.borrow_and_update().as_ref().map(render) else { continue };
+                if let Err(e) = infera_registry::config::store(&endpoints, &values).await {
+                    tracing::warn!(error = %e, what, "cannot persist in etcd; the change holds until control restarts");
                 }
             }
         });
         Self(tx)
     }
 
-    /// Hands the writer the drained set as it is now.
-    pub fn save(&self, drained: Vec<Target>) {
-        self.0.send_replace(drained);
+    /// Hands the writer the value as it is now (call it while the change is still exclusive, so
+    /// the last value handed over is the last change made).
+    pub fn save(&self, value: T) {
+        self.0.send_replace(Some(value));
+    }
+}
+
+impl DrainSaver {
+    /// Starts the drains' writer.
+    pub fn start(endpoints: Vec<String>) -> Self {
+        Self::start_with(endpoints, "drains", |drained| {
+            vec![(DRAINED, drained.iter().map(|t| format!("{t}\n")).collect())]
+        })
+    }
+}
+
+impl SettingsSaver {
+    /// Starts the writer of W and the mode (one transaction per write).
+    pub fn start(endpoints: Vec<String>) -> Self {
+        Self::start_with(endpoints, "W and the mode", |s| {
+            vec![(MODE, s.mode.as_str().to_owned()), (WEIGHT, s.weight.get().to_string())]
+        })
     }
 }
 
@@ -111,17 +140,6 @@ pub fn merge(flags: Settings, persisted: &BTreeMap<String, String>) -> Settings 
             flags
         }
     }
-}
-
-/// Stores W and the mode in the background (one transaction; a failure is logged).
-pub fn save(endpoints: &[String], s: &Settings) {
-    let endpoints = endpoints.to_vec();
-    let values = [(MODE, s.mode.as_str().to_owned()), (WEIGHT, s.weight.get().to_string())];
-    tokio::spawn(async move {
-        if let Err(e) = infera_registry::config::store(&endpoints, &values).await {
-            tracing::warn!(error = %e, "cannot persist the settings in etcd; they hold until control restarts");
-        }
-    });
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@ pub struct ControlState {
     kv_metrics: KvMetrics,
     metrics: ControlMetrics,
     decisions: DecisionHub,
-    /// etcd endpoints to persist admin changes to (`--etcd`).
-    persist_to: Option<Vec<String>>,
+    /// Writers of admin changes to etcd (`--etcd`).
+    settings_saver: Option<crate::persist::SettingsSaver>,
     drains: Option<crate::persist::DrainSaver>,
 }
 
@@ -51,8 +51,8 @@ impl ControlState {
             kv_metrics,
             metrics,
             decisions: DecisionHub::new(4096),
-            drains: persist_to.clone().map(crate::persist::DrainSaver::start),
-            persist_to,
+            settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
+            drains: persist_to.map(crate::persist::DrainSaver::start),
         })
     }
 
@@ -98,9 +98,11 @@ impl ControlState {
         }
     }
 
+    /// Hands the settings to the etcd writer; called with the core locked, so the last value
+    /// handed over is the last change made.
     fn persist(&self, s: &Settings) {
-        if let Some(endpoints) = &self.persist_to {
-            crate::persist::save(endpoints, s);
+        if let Some(saver) = &self.settings_saver {
+            saver.save(s.clone());
         }
     }
 
@@ -271,7 +273,8 @@ impl ControlState {
 
     /// Sets W.
     pub fn set_weight(&self, w: RequestWeight) -> Result<Settings, ControlError> {
-        let s = self.core().set_weight(w)?.clone();
+        let mut core = self.core();
+        let s = core.set_weight(w)?.clone();
         tracing::info!(weight = w.get(), "decode request weight changed");
         self.persist(&s);
         Ok(s)
@@ -279,7 +282,8 @@ impl ControlState {
 
     /// Sets the demand mode.
     pub fn set_mode(&self, mode: DecodeInputDemand) -> Result<Settings, ControlError> {
-        let s = self.core().set_mode(mode)?.clone();
+        let mut core = self.core();
+        let s = core.set_mode(mode)?.clone();
         tracing::info!(mode = mode.as_str(), "decode input demand changed");
         self.persist(&s);
         Ok(s)

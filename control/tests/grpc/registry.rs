@@ -78,10 +78,14 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
         })
         .await
         .unwrap();
-    admin
-        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: 180_000.0 })
-        .await
-        .unwrap();
+    // A burst of changes: etcd must end with the last one, whatever order writes would finish in.
+    for i in 1..=30 {
+        let w = f64::from(i) * 6_000.0;
+        admin
+            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: w })
+            .await
+            .unwrap();
+    }
     let endpoints = vec![url.clone()];
     eventually(Duration::from_secs(10), "both settings persisted", || {
         let endpoints = endpoints.clone();
