@@ -1,4 +1,4 @@
-//! Admin changes of W, the demand mode and drains, persisted in etcd (`/infera/v1/config/…`)
+//! Admin changes of W, the demand mode, the prefill overlap credit and drains, persisted in etcd (`/infera/v1/config/…`)
 //! when control runs with `--etcd`, and read at start: what operators set at run time outlives a
 //! restart, and a second control starts with it. Persisted values win over the flags; a
 //! persisted pair that does not validate (W > 0 with mode off) is ignored with a warning.
@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use infera_proto::types::{DecodeInputDemand, DpRank, RequestWeight, Target, WorkerId};
+use infera_proto::types::{DecodeInputDemand, DpRank, OverlapCredit, RequestWeight, Target, WorkerId};
 
 use crate::settings::Settings;
 
 const MODE: &str = "decode_input_demand";
 const WEIGHT: &str = "decode_request_weight";
+const CREDIT: &str = "prefill_overlap_credit";
 const DRAINED: &str = "drained_targets";
 
 /// What control starts with: the settings (flags overridden by etcd) and the persisted drains.
@@ -45,7 +46,8 @@ pub struct Saver<T>(tokio::sync::watch::Sender<Option<T>>);
 
 /// The drained set, as `drained_targets`.
 pub type DrainSaver = Saver<Vec<Target>>;
-/// W and the mode, as `decode_request_weight` and `decode_input_demand`.
+/// W, the mode and the prefill overlap credit, as `decode_request_weight`,
+/// `decode_input_demand` and `prefill_overlap_credit`.
 pub type SettingsSaver = Saver<Settings>;
 
 impl<T: Send + Sync + 'static> Saver<T> {
@@ -84,10 +86,14 @@ impl DrainSaver {
 }
 
 impl SettingsSaver {
-    /// Starts the writer of W and the mode (one transaction per write).
+    /// Starts the writer of W, the mode and the credit (one transaction per write).
     pub fn start(endpoints: Vec<String>) -> Self {
-        Self::start_with(endpoints, "W and the mode", |s| {
-            vec![(MODE, s.mode.as_str().to_owned()), (WEIGHT, s.weight.get().to_string())]
+        Self::start_with(endpoints, "the routing settings", |s| {
+            vec![
+                (MODE, s.mode.as_str().to_owned()),
+                (WEIGHT, s.weight.get().to_string()),
+                (CREDIT, s.overlap_credit.get().to_string()),
+            ]
         })
     }
 }
@@ -127,12 +133,19 @@ pub fn merge(flags: Settings, persisted: &BTreeMap<String, String>) -> Settings 
             }
         }
     }
+    if let Some(c) = persisted.get(CREDIT) {
+        match c.parse::<OverlapCredit>() {
+            Ok(credit) => next.overlap_credit = credit,
+            Err(e) => tracing::warn!(value = %c, error = %e, "ignoring a persisted prefill_overlap_credit"),
+        }
+    }
     if next == flags {
         return flags;
     }
     match next.validate() {
         Ok(()) => {
-            tracing::info!(mode = %next.mode, weight = next.weight.get(), "using the settings persisted in etcd");
+            tracing::info!(mode = %next.mode, weight = next.weight.get(), credit = next.overlap_credit.get(),
+                "using the settings persisted in etcd");
             next
         }
         Err(e) => {
@@ -174,6 +187,11 @@ mod tests {
         let s = merge(flags(), &map(&[(MODE, "sideways"), (WEIGHT, "-1")]));
         assert_eq!(s, flags(), "values that do not parse are ignored");
         assert_eq!(merge(flags(), &BTreeMap::new()), flags());
+        let s = merge(flags(), &map(&[(CREDIT, "2.5")]));
+        assert_eq!(s.overlap_credit.get(), 2.5);
+        for bad in ["101", "NaN", "x"] {
+            assert_eq!(merge(flags(), &map(&[(CREDIT, bad)])), flags(), "credit {bad} is ignored");
+        }
     }
 
     #[test]

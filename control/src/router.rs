@@ -27,7 +27,7 @@ use crate::decisions::{CandidateTerms, Decision};
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Load, Released, Reservation};
 use crate::scoring::{self, Candidate, Choice};
-use crate::settings::Settings;
+use crate::settings::{OverlapCredit, Settings};
 use crate::view::{Slot, TargetKey, View};
 
 #[cfg(test)]
@@ -218,6 +218,11 @@ impl<R: Rng> RoutingState<R> {
     /// Sets the demand mode; effective from the next pick.
     pub fn set_mode(&mut self, mode: DecodeInputDemand) -> Result<&Settings, ControlError> {
         self.update(Settings { mode, ..self.settings.clone() })
+    }
+
+    /// Sets the prefill overlap credit; it applies from the next pick.
+    pub fn set_overlap_credit(&mut self, overlap_credit: OverlapCredit) -> Result<&Settings, ControlError> {
+        self.update(Settings { overlap_credit, ..self.settings.clone() })
     }
 
     /// Drains (or resumes) a worker's targets, all ranks or one. Returns the targets touched.

@@ -17,7 +17,7 @@ use crate::ledger::Load;
 use crate::metrics::ControlMetrics;
 use crate::metrics::KvMetrics;
 use crate::router::{Ended, KvIndex, Picked, ReservationRow, RoutingState};
-use crate::settings::Settings;
+use crate::settings::{OverlapCredit, Settings};
 use crate::view::{Slot, TargetKey};
 
 /// Shared state of a running control.
@@ -285,6 +285,15 @@ impl ControlState {
         let mut core = self.core();
         let s = core.set_mode(mode)?.clone();
         tracing::info!(mode = mode.as_str(), "decode input demand changed");
+        self.persist(&s);
+        Ok(s)
+    }
+
+    /// Sets the prefill overlap credit.
+    pub fn set_overlap_credit(&self, credit: OverlapCredit) -> Result<Settings, ControlError> {
+        let mut core = self.core();
+        let s = core.set_overlap_credit(credit)?.clone();
+        tracing::info!(credit = credit.get(), "prefill overlap credit changed");
         self.persist(&s);
         Ok(s)
     }

@@ -6,9 +6,9 @@ use std::time::SystemTime;
 
 use crate::pb;
 use crate::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS,
-    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, ReservationId, Role,
-    SessionKey, Target, WeightError, WorkerId, WorkerRecord,
+    CreditError, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_PAGE_HASHES,
+    MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest, ReleaseReason, RequestId,
+    RequestWeight, ReservationId, Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -45,6 +45,9 @@ pub enum Problem {
     /// A weight outside its domain.
     #[error(transparent)]
     Weight(#[from] WeightError),
+    /// An overlap credit outside its domain.
+    #[error(transparent)]
+    Credit(#[from] CreditError),
     /// A number above its maximum.
     #[error("{value} exceeds the maximum {max}")]
     TooLarge {
@@ -125,6 +128,11 @@ pub fn release_request(m: &pb::ReleaseRequest) -> Result<(ReservationId, Release
 /// A request weight.
 pub fn request_weight(field: &'static str, w: f64) -> Result<RequestWeight, ConvertError> {
     RequestWeight::new(w).map_err(|e| err(field, e))
+}
+
+/// A prefill overlap credit.
+pub fn overlap_credit(field: &'static str, c: f64) -> Result<OverlapCredit, ConvertError> {
+    OverlapCredit::new(c).map_err(|e| err(field, e))
 }
 
 /// A demand mode; UNSPECIFIED is rejected.

@@ -64,6 +64,15 @@ impl Admin for AdminService {
         Ok(Response::new(wire::config(&self.state.set_mode(mode)?)))
     }
 
+    async fn set_prefill_overlap_credit(
+        &self,
+        req: Request<pb::SetPrefillOverlapCreditRequest>,
+    ) -> Result<Response<pb::Config>, Status> {
+        let c = convert::overlap_credit("prefill_overlap_credit", req.get_ref().prefill_overlap_credit)
+            .map_err(ControlError::from)?;
+        Ok(Response::new(wire::config(&self.state.set_overlap_credit(c)?)))
+    }
+
     async fn list_targets(
         &self,
         req: Request<pb::ListTargetsRequest>,

@@ -35,6 +35,20 @@ async fn admin_calls_need_the_token_and_router_calls_do_not() {
 }
 
 #[tokio::test]
+async fn the_overlap_credit_changes_at_run_time() {
+    let control = Control::start(&pd_workers(2), &[]).await;
+    let mut admin = control.admin().await;
+    let before = admin.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    assert_eq!(before.prefill_overlap_credit, 8.0, "the default");
+    let set = pb::SetPrefillOverlapCreditRequest { prefill_overlap_credit: 2.5 };
+    let cfg = admin.set_prefill_overlap_credit(set).await.unwrap().into_inner();
+    assert_eq!(cfg.prefill_overlap_credit, 2.5);
+    assert_eq!(pb::Config { prefill_overlap_credit: 8.0, ..cfg.clone() }, before, "nothing else changed");
+    assert_eq!(admin.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner(), cfg);
+    control.stop().await;
+}
+
+#[tokio::test]
 async fn weight_without_demand_is_rejected_at_run_time_and_changes_nothing() {
     let control = Control::start(&pd_workers(2), &[]).await;
     let mut admin = control.admin().await;

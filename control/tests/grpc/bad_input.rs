@@ -37,6 +37,14 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         assert_eq!(err.code(), Code::InvalidArgument, "W = {w}: {err:?}");
         assert!(err.message().contains("decode_request_weight"), "{}", err.message());
     }
+    for c in [-1.0, f64::NAN, f64::INFINITY, 100.5] {
+        let err = admin
+            .set_prefill_overlap_credit(pb::SetPrefillOverlapCreditRequest { prefill_overlap_credit: c })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "credit = {c}: {err:?}");
+        assert!(err.message().contains("prefill_overlap_credit"), "{}", err.message());
+    }
     for mode in [0, 4, -1] {
         let err = admin
             .set_decode_input_demand(pb::SetDecodeInputDemandRequest { decode_input_demand: mode })

@@ -86,13 +86,18 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
             .await
             .unwrap();
     }
+    admin
+        .set_prefill_overlap_credit(pb::SetPrefillOverlapCreditRequest { prefill_overlap_credit: 2.5 })
+        .await
+        .unwrap();
     let endpoints = vec![url.clone()];
-    eventually(Duration::from_secs(10), "both settings persisted", || {
+    eventually(Duration::from_secs(10), "the settings persisted", || {
         let endpoints = endpoints.clone();
         async move {
             let stored = infera_registry::config::load(&endpoints).await.unwrap_or_default();
             stored.get("decode_input_demand").map(String::as_str) == Some("on")
                 && stored.get("decode_request_weight").map(String::as_str) == Some("180000")
+                && stored.get("prefill_overlap_credit").map(String::as_str) == Some("2.5")
         }
     })
     .await;
@@ -103,6 +108,7 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
     let cfg = second.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
     assert_eq!(cfg.decode_request_weight, 180_000.0);
+    assert_eq!(cfg.prefill_overlap_credit, 2.5);
     second.stop().await;
 }
 
