@@ -98,14 +98,6 @@ impl ControlState {
         }
     }
 
-    /// Hands the settings to the etcd writer; called with the core locked, so the last value
-    /// handed over is the last change made.
-    fn persist(&self, s: &Settings) {
-        if let Some(saver) = &self.settings_saver {
-            saver.save(s.clone());
-        }
-    }
-
     /// Applies a registry change to the worker view. A removed worker's targets take no new
     /// picks; what they hold is released as its streams end.
     pub fn apply(&self, change: infera_registry::Change) {
@@ -273,28 +265,36 @@ impl ControlState {
 
     /// Sets W.
     pub fn set_weight(&self, w: RequestWeight) -> Result<Settings, ControlError> {
-        let mut core = self.core();
-        let s = core.set_weight(w)?.clone();
+        let s = self.change_settings(|core| core.set_weight(w))?;
         tracing::info!(weight = w.get(), "decode request weight changed");
-        self.persist(&s);
         Ok(s)
     }
 
     /// Sets the demand mode.
     pub fn set_mode(&self, mode: DecodeInputDemand) -> Result<Settings, ControlError> {
-        let mut core = self.core();
-        let s = core.set_mode(mode)?.clone();
+        let s = self.change_settings(|core| core.set_mode(mode))?;
         tracing::info!(mode = mode.as_str(), "decode input demand changed");
-        self.persist(&s);
         Ok(s)
     }
 
     /// Sets the prefill overlap credit.
     pub fn set_overlap_credit(&self, credit: OverlapCredit) -> Result<Settings, ControlError> {
-        let mut core = self.core();
-        let s = core.set_overlap_credit(credit)?.clone();
+        let s = self.change_settings(|core| core.set_overlap_credit(credit))?;
         tracing::info!(credit = credit.get(), "prefill overlap credit changed");
-        self.persist(&s);
+        Ok(s)
+    }
+
+    /// Applies one settings change and hands the result to the etcd writer while the routing
+    /// lock is still held, so the last value handed over is the last change made.
+    fn change_settings(
+        &self,
+        change: impl FnOnce(&mut RoutingState<SmallRng>) -> Result<&Settings, ControlError>,
+    ) -> Result<Settings, ControlError> {
+        let mut core = self.core();
+        let s = change(&mut core)?.clone();
+        if let Some(saver) = &self.settings_saver {
+            saver.save(s.clone());
+        }
         Ok(s)
     }
 
