@@ -29,7 +29,7 @@ use crate::replay::report::Report;
 use crate::replay::schedule::Shaping;
 use crate::replay::trace::Format;
 use crate::replay::{Mode, Plan};
-use bound::{Offline, infinite_cache_bound, offline_longest_prefix};
+use bound::{Offline, infinite_cache_bound, offline_longest_prefix, requests};
 use deploy::{Deployment, MODEL, Spec};
 
 /// Flags of `infera-bench kv-study`.
@@ -80,8 +80,8 @@ struct ArmResult {
 /// Runs every arm and prints the table.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.prefills > 0 && args.requests > 0, "--prefills and --requests must be positive");
-    let bound = infinite_cache_bound(&args)?;
-    let offline = offline_longest_prefix(&args, args.prefills)?;
+    let window = requests(&args)?;
+    let (bound, offline) = (infinite_cache_bound(&window), offline_longest_prefix(&window, args.prefills));
     let dir = tempfile::tempdir()?;
     infera_tokenize::fixture::write_model_dir(dir.path(), 4_000)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -296,26 +296,26 @@ mod tests {
     fn the_bound_counts_tokens_of_blocks_seen_before() {
         let t = trace(&[(0, 1024, &[0, 1]), (10, 700, &[0, 2]), (20, 1200, &[0, 1, 3]), (30, 512, &[9])]);
         // Hits: request 2's block 0 (512), request 3's blocks 0 and 1 (1,024) of 3,436 tokens.
-        let bound = infinite_cache_bound(&args(t.path(), 4)).unwrap();
+        let bound = infinite_cache_bound(&requests(&args(t.path(), 4)).unwrap());
         assert!((bound - 1536.0 / 3436.0).abs() < 1e-12, "{bound}");
-        let first_two = infinite_cache_bound(&args(t.path(), 2)).unwrap();
+        let first_two = infinite_cache_bound(&requests(&args(t.path(), 2)).unwrap());
         assert!((first_two - 512.0 / 1724.0).abs() < 1e-12, "{first_two}");
         // A block first seen partly (188 tokens of block 2) counts only that part later.
         let t = trace(&[(0, 700, &[0, 2]), (10, 1024, &[0, 2])]);
-        let bound = infinite_cache_bound(&args(t.path(), 2)).unwrap();
+        let bound = infinite_cache_bound(&requests(&args(t.path(), 2)).unwrap());
         assert!((bound - (512.0 + 188.0) / 1724.0).abs() < 1e-12, "{bound}");
     }
 
     #[test]
     fn offline_routing_keeps_prefixes_longer_than_the_shared_first_block_together() {
         let t = trace(&[(0, 1024, &[0, 1]), (10, 700, &[0, 2]), (20, 1200, &[0, 1, 3]), (30, 512, &[9])]);
-        let a = args(t.path(), 4);
+        let window = requests(&args(t.path(), 4)).unwrap();
         // One cache holds everything: the bound itself.
-        let one = offline_longest_prefix(&a, 1).unwrap();
-        assert_eq!((one.hit_ratio, one.computed.clone()), (infinite_cache_bound(&a).unwrap(), vec![1_900]));
+        let one = offline_longest_prefix(&window, 1);
+        assert_eq!((one.hit_ratio, one.computed.clone()), (infinite_cache_bound(&window), vec![1_900]));
         // Two: request 2 shares only block 0 and goes to the idle cache; request 3 follows its
         // prefix [0, 1] to cache 0; request 4 goes to the cache that computed less.
-        let two = offline_longest_prefix(&a, 2).unwrap();
+        let two = offline_longest_prefix(&window, 2);
         assert_eq!(two.computed, vec![1_024 + 176, 700 + 512]);
         assert!((two.hit_ratio - 1_024.0 / 3_436.0).abs() < 1e-12, "{two:?}");
     }
@@ -361,7 +361,7 @@ mod tests {
         // its first one went.
         assert_eq!(rr.hit_ratio, 0.0, "the order defeats round-robin");
         assert!(aware.hit_ratio > 0.0);
-        let bound = infinite_cache_bound(&a).unwrap();
+        let bound = infinite_cache_bound(&requests(&a).unwrap());
         assert!(aware.hit_ratio > 0.8 * bound, "{} vs bound {bound}", aware.hit_ratio);
     }
 }

@@ -8,9 +8,10 @@ use super::Args;
 use crate::replay::trace::{self, BlockId, Format};
 
 /// One request: its blocks and the prompt tokens each covers (the last one is partial).
-type Request = Vec<(BlockId, u64)>;
+pub(super) type Request = Vec<(BlockId, u64)>;
 
-fn requests(args: &Args) -> anyhow::Result<Vec<Request>> {
+/// The first `--requests` requests of the trace as blocks, read once for both measures.
+pub(super) fn requests(args: &Args) -> anyhow::Result<Vec<Request>> {
     let mut out: Vec<Request> = Vec::new();
     for session in trace::open(&args.trace, Format::Mooncake)?.take(args.requests) {
         for turn in &session?.turns {
@@ -34,15 +35,15 @@ fn requests(args: &Args) -> anyhow::Result<Vec<Request>> {
 /// Token-weighted prefix reuse of the first `--requests` requests with one infinite cache: a
 /// block's tokens count as hits up to the most of it an earlier request had (a request that
 /// had only part of a block cached only that part).
-pub(super) fn infinite_cache_bound(args: &Args) -> anyhow::Result<f64> {
+pub(super) fn infinite_cache_bound(requests: &[Request]) -> f64 {
     let (mut held, mut hit, mut total) = (HashMap::<BlockId, u64>::new(), 0u64, 0u64);
-    for (block, tokens) in requests(args)?.into_iter().flatten() {
+    for &(block, tokens) in requests.iter().flatten() {
         total += tokens;
         let have = held.entry(block).or_default();
         hit += (*have).min(tokens);
         *have = (*have).max(tokens);
     }
-    Ok(hit as f64 / total as f64)
+    hit as f64 / total as f64
 }
 
 /// The offline replay over N caches.
@@ -59,13 +60,13 @@ pub(super) struct Offline {
 /// prompt every request shares, which every cache soon holds), else to the cache that has
 /// computed the fewest tokens. A block id names its whole prefix (Mooncake's ids do), so a cache
 /// is a map from block to the most tokens of it it holds.
-pub(super) fn offline_longest_prefix(args: &Args, caches: usize) -> anyhow::Result<Offline> {
+pub(super) fn offline_longest_prefix(requests: &[Request], caches: usize) -> Offline {
     let mut held: Vec<HashMap<BlockId, u64>> = vec![HashMap::new(); caches.max(1)];
     let mut computed = vec![0u64; held.len()];
     let (mut hit, mut total) = (0u64, 0u64);
-    for request in requests(args)? {
+    for request in requests {
         let prompt: u64 = request.iter().map(|(_, t)| t).sum();
-        let prefix: Vec<u64> = held.iter().map(|c| prefix_tokens(c, &request)).collect();
+        let prefix: Vec<u64> = held.iter().map(|c| prefix_tokens(c, request)).collect();
         let first_block = request.first().map_or(0, |(_, t)| *t);
         let least_loaded = (0..held.len()).min_by_key(|&i| (computed[i], i)).expect("one cache");
         let longest =
@@ -74,12 +75,12 @@ pub(super) fn offline_longest_prefix(args: &Args, caches: usize) -> anyhow::Resu
         hit += prefix[to];
         total += prompt;
         computed[to] += prompt - prefix[to];
-        for (block, tokens) in &request {
+        for (block, tokens) in request {
             let t = held[to].entry(*block).or_default();
             *t = (*t).max(*tokens);
         }
     }
-    Ok(Offline { hit_ratio: hit as f64 / total as f64, computed })
+    Offline { hit_ratio: hit as f64 / total as f64, computed }
 }
 
 /// The leading tokens of `request` a cache holds.
