@@ -246,16 +246,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         kv_events: None,
         labels: Default::default(),
     });
-    let settings = Settings {
-        mode: DecodeInputDemand::On,
-        weight: RequestWeight::new(1e6).expect("valid weight"),
-        policy: DecodePolicy::RoundRobin,
-        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
-        overlap_credit: infera_control::settings::OverlapCredit::new(1.0).unwrap(),
-        session_slack_tokens: 0,
-        session_ttl: Duration::from_secs(600),
-        lease_ttl: Duration::from_secs(300),
-    };
+    let settings = core_settings(RequestWeight::new(1e6).expect("valid weight"));
     let mut core = RoutingState::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
         .expect("valid settings");
     let now = Instant::now();
@@ -286,4 +277,19 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
     samples.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     (us(samples[picks / 2]), us(samples[picks * 99 / 100]), us(samples[picks - 1]))
+}
+
+/// The settings the in-process benchmarks pick with: mode on with `weight`, cache-aware prefill
+/// at credit 1, no session stickiness, long leases.
+pub(crate) fn core_settings(weight: RequestWeight) -> Settings {
+    Settings {
+        mode: DecodeInputDemand::On,
+        weight,
+        policy: DecodePolicy::RoundRobin,
+        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
+        overlap_credit: infera_control::settings::OverlapCredit::new(1.0).expect("valid credit"),
+        session_slack_tokens: 0,
+        session_ttl: Duration::from_secs(600),
+        lease_ttl: Duration::from_secs(300),
+    }
 }

@@ -18,13 +18,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
 use infera_control::router::{KvIndex, RoutingState};
-use infera_control::settings::Settings;
 use infera_control::view::{TargetKey, View};
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, ModelName, PickKind, PickRequest, RequestId, RequestWeight, Role,
-    WorkerId, WorkerRecord,
+    ModelName, PickKind, PickRequest, RequestId, RequestWeight, Role, WorkerId, WorkerRecord,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -288,16 +286,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
         kv_events: None,
         labels: Default::default(),
     };
-    let settings = Settings {
-        mode: DecodeInputDemand::On,
-        weight: RequestWeight::ZERO,
-        policy: DecodePolicy::RoundRobin,
-        prefill_policy: infera_proto::types::PrefillPolicy::CacheAware,
-        overlap_credit: infera_control::settings::OverlapCredit::new(1.0).unwrap(),
-        session_slack_tokens: 0,
-        session_ttl: Duration::from_secs(600),
-        lease_ttl: Duration::from_secs(300),
-    };
+    let settings = crate::control::core_settings(RequestWeight::ZERO);
     let view = View::new([worker]);
     // The view interns the worker's ranks as keys 0..targets, the keys the events used.
     let keys = view.worker_targets(&WorkerId::new("prefill"), None).expect("registered");
