@@ -254,3 +254,27 @@ fn the_unmapped_cuda_graph_flag_is_ambiguous_on_0_5_23_only() {
     assert_eq!(old["ok"], true, "{old}");
     assert_eq!(old["args"]["cuda_graph_max_bs_decode"], 8);
 }
+
+/// The sim's tables of SGLang's flags (`sim/src/sglang_flags/`) are what SGLang's own parser
+/// lists, so the sim warns exactly on the flags SGLang would reject.
+#[test]
+fn the_sims_sglang_flag_tables_are_sglangs_own() {
+    for version in ["0.5.18", "0.5.23"] {
+        let mut cmd = Command::new(python(version));
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sglang_cli_check.py"));
+        if version == "0.5.18" {
+            cmd.arg("--fake-transformers");
+        }
+        let out = cmd.arg("--list-flags").stderr(Stdio::null()).output().expect("start the probe");
+        assert!(out.status.success(), "the SGLang {version} probe failed (run `cargo xtask setup`)");
+        let listed = String::from_utf8(out.stdout).unwrap();
+        let table =
+            std::fs::read_to_string(root().join(format!("sim/src/sglang_flags/{version}.tsv"))).unwrap();
+        assert!(
+            listed.trim_end() == table.trim_end(),
+            "sim/src/sglang_flags/{version}.tsv is stale: regenerate it with `.venv-sglang-{version}/bin/python \
+             launcher/tests/sglang_cli_check.py{} --list-flags`",
+            if version == "0.5.18" { " --fake-transformers" } else { "" }
+        );
+    }
+}

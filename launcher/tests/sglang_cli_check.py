@@ -7,10 +7,15 @@ replaced by an import-time stand-in that only lets imports complete: SGLang's pa
 construction is static, so the parser is SGLang's own.
 
 usage: python sglang_cli_check.py [--fake-transformers] < argvs
+       python sglang_cli_check.py [--fake-transformers] --list-flags
 stdin:  one JSON array of strings per line (the args after `python -m sglang.launch_server`)
 stdout: one JSON line per input line:
         {"ok": true, "version", "warnings", "args": {dest: value}}
         or {"ok": false, "version", "exit_code": 2, "stderr": [last line]}
+--list-flags: every option string of the parser and how many values it takes, one
+        "--flag<TAB>N" line each (N: 0 for a switch, 1 for one value, + for one or more,
+        * for any number, ? for an optional one), sorted; the sim's table of SGLang's flags
+        (sim/src/sglang_flags/) is this output.
 """
 import abc, contextlib, importlib.abc, importlib.machinery, io, json, sys, types
 
@@ -84,6 +89,8 @@ def main(argv):
     fake = ["torch", "triton", "torchvision"]
     if argv and argv[0] == "--fake-transformers":
         fake.append("transformers")
+        argv = argv[1:]
+    list_flags = argv[:1] == ["--list-flags"]
     sys.meta_path.insert(0, _Finder(fake))
     import argparse, logging
     from sglang.srt.server_args import ServerArgs
@@ -97,6 +104,14 @@ def main(argv):
     logging.getLogger().addHandler(_Collect(logging.WARNING))
     parser = argparse.ArgumentParser(prog="sglang serve")  # as in prepare_server_args
     ServerArgs.add_cli_args(parser)
+    if list_flags:
+        rows = set()
+        for action in parser._actions:
+            n = action.nargs
+            arity = "0" if n == 0 else "1" if n is None else str(n)
+            rows.update(f"{o}\t{arity}" for o in action.option_strings if o.startswith("--"))
+        print("\n".join(sorted(rows)))
+        return 0
     for line in sys.stdin:
         if not line.strip():
             continue

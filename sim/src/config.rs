@@ -1,5 +1,5 @@
-//! SGLang's command line (the flags the emulator honours; unknown ones are dropped with a
-//! warning, see [`crate::argv`]) plus `--sim-*` flags → validated [`SimConfig`]. Every flag is
+//! SGLang's command line (the flags the emulator honours; SGLang's others are dropped, and
+//! flags SGLang itself would reject with a warning, see [`crate::argv`]) plus `--sim-*` flags → validated [`SimConfig`]. Every flag is
 //! also an `INFERA_SIM_*` environment variable.
 
 #[cfg(test)]
@@ -15,6 +15,10 @@ use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::params::{ParamsError, TimingParams};
 use crate::scheduler::QueueOrder;
+use crate::sglang_flags::SglangFlags;
+
+/// The SGLang release the sim emulates unless told otherwise.
+pub const DEFAULT_SGLANG_VERSION: &str = "0.5.23";
 
 /// infera-sim: an emulated SGLang engine (`python -m sglang.launch_server` without a GPU).
 #[derive(Parser, Debug, Clone)]
@@ -28,9 +32,12 @@ pub struct SimArgs {
     scheduling: SchedulingArgs,
     #[command(flatten)]
     sim: SimOnlyArgs,
-    /// SGLang flags this emulator does not know, dropped before parsing.
+    /// SGLang flags this emulator does not model, dropped before parsing.
     #[arg(skip)]
     ignored: Vec<String>,
+    /// Flags SGLang would reject, dropped before parsing (each with why).
+    #[arg(skip)]
+    rejected: Vec<String>,
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -148,7 +155,7 @@ struct SimOnlyArgs {
     #[arg(long, env = "INFERA_SIM_PARAMS")]
     sim_params: Option<PathBuf>,
     /// The SGLang version the emulator reports and mimics.
-    #[arg(long, env = "INFERA_SIM_SGLANG_VERSION", default_value = "0.5.23")]
+    #[arg(long, env = "INFERA_SIM_SGLANG_VERSION", default_value = DEFAULT_SGLANG_VERSION)]
     sim_sglang_version: String,
     /// Bootstrap / waiting timeout of a PD request, wall-clock ms (SGLang: 300 s).
     #[arg(long, env = "INFERA_SIM_BOOTSTRAP_TIMEOUT_MS", default_value_t = 300_000)]
@@ -313,15 +320,18 @@ impl SimArgs {
         T: Into<OsString>,
     {
         let mut command = Self::command();
-        let (kept, ignored) =
-            crate::argv::strip_unknown(&command, argv.into_iter().map(Into::into).collect());
-        let matches = command.try_get_matches_from_mut(kept)?;
+        let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+        let sglang = SglangFlags::for_version(&crate::argv::emulated_version(&argv));
+        let stripped = crate::argv::strip_unknown(&command, &sglang, argv);
+        let matches = command.try_get_matches_from_mut(stripped.kept)?;
         let mut args = Self::from_arg_matches(&matches)?;
-        args.ignored = ignored;
+        args.ignored = stripped.inert;
+        let why = |f: String| format!("{f} ({} has no such flag)", sglang.source);
+        args.rejected = stripped.rejected.into_iter().map(why).collect();
         Ok(args)
     }
 
-    /// The flags dropped by [`SimArgs::parse_lenient`].
+    /// The SGLang flags dropped by [`SimArgs::parse_lenient`] that the emulator does not model.
     pub fn ignored_flags(&self) -> &[String] {
         &self.ignored
     }
@@ -332,7 +342,7 @@ impl TryFrom<SimArgs> for SimConfig {
 
     fn try_from(a: SimArgs) -> Result<Self, ConfigError> {
         let mut warnings: Vec<String> =
-            a.ignored.iter().map(|f| format!("ignoring unknown SGLang flag {f}")).collect();
+            a.rejected.iter().map(|f| format!("ignoring unknown flag {f}")).collect();
         let (server, parallel, scheduling, sim) = (a.server, a.parallel, a.scheduling, a.sim);
         if !(sim.sim_speedup.is_finite() && sim.sim_speedup > 0.0) {
             return Err(ConfigError::Speedup(sim.sim_speedup));

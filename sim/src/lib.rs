@@ -5,7 +5,8 @@
 //!
 //! Module map, in the order a request flows through it:
 //!
-//! - [`config`] (with [`argv`]): SGLang flags + `--sim-*` → validated [`SimConfig`].
+//! - [`config`] (with [`argv`] and [`sglang_flags`], SGLang's own flag set): SGLang flags +
+//!   `--sim-*` → validated [`SimConfig`].
 //! - [`server`]: the hyper accept loop; [`api`] routes the SGLang API, [`bootstrap`] serves
 //!   the prefill's bootstrap port.
 //! - [`api::input`] parses bodies; [`flow`] runs one request: [`ranks`] picks the DP rank,
@@ -37,6 +38,7 @@ pub mod request_log;
 pub mod rooms;
 pub mod scheduler;
 pub mod server;
+pub mod sglang_flags;
 pub mod timing;
 pub mod tokens;
 

@@ -56,11 +56,16 @@ fn sglang_defaults_and_policies() {
 }
 
 #[test]
-fn unknown_flags_are_accepted_with_a_warning() {
-    let c = config(&["--trust-remote-code", "--mem-fraction-static", "0.85", "--port", "1"]).unwrap();
+fn sglang_flags_pass_silently_and_others_with_a_warning() {
+    let argv = ["--trust-remote-code", "--mem-fraction-static", "0.85", "--port", "1", "--bogus", "x"];
+    let c = config(&argv).unwrap();
     assert_eq!(c.port, 1);
-    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
-    assert!(c.warnings[1].contains("--mem-fraction-static 0.85"));
+    assert_eq!(c.warnings, ["ignoring unknown flag --bogus x (SGLang 0.5.23 has no such flag)"]);
+    // Each emulated version is checked against its own release's flags.
+    let c = config(&["--sim-sglang-version", "0.5.18", "--enable-hierarchical-cache", "--bogus"]).unwrap();
+    assert_eq!(c.warnings, ["ignoring unknown flag --bogus (SGLang 0.5.18 has no such flag)"]);
+    let args = SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--trust-remote-code"]).unwrap();
+    assert_eq!(args.ignored_flags(), ["--trust-remote-code"]);
 }
 
 #[test]
