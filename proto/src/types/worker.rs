@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{DpRank, ModelName, Target, WorkerId};
 
+mod build;
+
 /// What a worker does.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

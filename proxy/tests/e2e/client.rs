@@ -1,10 +1,6 @@
 //! The test client: HTTP requests to proxies and sims, SSE parsing, request bodies, and an
 //! `infera-proxy` binary run as a child process.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -54,44 +50,4 @@ pub(crate) fn chat(max_tokens: u32, stream: bool) -> Value {
         "max_tokens": max_tokens,
         "stream": stream,
     })
-}
-
-/// An `infera-proxy` binary run as a child process; killed (SIGKILL) when dropped, so a failed
-/// test leaves no process behind.
-pub(crate) struct ProxyProcess {
-    child: Child,
-    /// Its base URL.
-    pub(crate) url: String,
-}
-
-impl ProxyProcess {
-    /// Starts the binary against control at `control` on a free port with `flags`; its URL is
-    /// read from its `listening` line (not yet ready: see [`crate::harness::wait_ready`]).
-    pub(crate) fn spawn(control: SocketAddr, flags: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_infera-proxy"))
-            .args(["--listen", "127.0.0.1:0", "--control"])
-            .arg(format!("http://{control}"))
-            .args(flags)
-            .env("INFERA_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = format!("http://{}", line.trim().rsplit("http=").next().unwrap());
-        Self { child, url }
-    }
-
-    /// SIGKILL: no release, no `CloseLease`.
-    pub(crate) fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

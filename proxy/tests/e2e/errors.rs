@@ -100,7 +100,7 @@ async fn a_restarted_control_gets_a_new_lease_and_books_again() {
         let mut body = resp.into_body();
         http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
         // Booked by the new control while the stream is open?
-        if leases && cluster.ledger().await != (0, 0) {
+        if leases && cluster.ledger().await != Ledger::default() {
             drop(body);
             break;
         }

@@ -7,52 +7,31 @@ use std::time::{Duration, Instant};
 
 use infera_proto::pb::{self, admin_client::AdminClient};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
-use crate::harness::*;
+use infera_testkit::SimSpec;
+
+use crate::harness::{self, *};
 
 const PAGE: u32 = 16;
-
-/// A prefill's `[[workers]]` entry, its KV sockets read from its `/server_info`.
-async fn prefill_record(id: &str, sim: &Sim) -> String {
-    let (_, info) = get(&format!("{}/server_info", sim.url)).await;
-    let kv = serde_json::from_str::<Value>(&info).unwrap()["kv_events"].clone();
-    format!(
-        "[[workers]]\nid='{id}'\nrole='prefill'\nurl='{}'\nmodel='{MODEL}'\nbootstrap_port={}\npage_size={PAGE}\n\
-         kv_events={{ endpoint='tcp://127.0.0.1:{}', replay_endpoint='tcp://127.0.0.1:{}', topic='{}' }}\n",
-        sim.url,
-        sim.bootstrap_port.unwrap(),
-        kv["endpoint_port_base"],
-        kv["replay_endpoint_port_base"],
-        kv["topic"].as_str().unwrap()
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_turn_of_a_conversation_goes_to_the_prefill_that_holds_its_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let tokenizer = infera_tokenize::fixture::write_model_dir(dir.path(), 2_000).unwrap();
     let model_dir = dir.path().to_str().unwrap();
-    let kv = r#"{"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"kv"}"#;
-    let page = PAGE.to_string();
-    let common = ["--tokenizer-path", model_dir, "--page-size", &page, "--enable-cache-report"];
-    let prefill_flags: Vec<&str> = common.iter().copied().chain(["--kv-events-config", kv]).collect();
-    let prefills =
-        [Sim::start("prefill", 1, &prefill_flags).await, Sim::start("prefill", 1, &prefill_flags).await];
-    let decode = Sim::start("decode", 2, &common).await;
-    let mut toml =
-        prefill_record("prefill-0", &prefills[0]).await + &prefill_record("prefill-1", &prefills[1]).await;
-    toml += &format!(
-        "[[workers]]\nid='decode-0'\nrole='decode'\nurl='{}'\nmodel='{MODEL}'\ndp_size=2\npage_size={PAGE}\n",
-        decode.url
-    );
-    let workers = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(workers.path(), toml).unwrap();
-    let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let control_addr = grpc.local_addr().unwrap();
-    let _control = start_control(grpc, &workers, &["--decode-input-demand", "on"]).await;
-    let (proxy, _proxy_task) = start_proxy(control_addr, &["--tokenizer", tokenizer.to_str().unwrap()]).await;
-    wait_ready(&proxy).await;
+    let common = ["--tokenizer-path", model_dir, "--enable-cache-report"];
+    let sim = |spec: SimSpec| harness::sim(spec).page_size(PAGE).extra(common);
+    let prefills = [
+        sim(SimSpec::prefill("prefill-0", MODEL).kv_events("kv")).start().await.unwrap(),
+        sim(SimSpec::prefill("prefill-1", MODEL).kv_events("kv")).start().await.unwrap(),
+    ];
+    let decode = sim(SimSpec::decode("decode-0", MODEL, 2)).start().await.unwrap();
+    let workers = vec![prefills[0].record.clone(), prefills[1].record.clone(), decode.record.clone()];
+    let control = start_control(workers, &["--decode-input-demand", "on"]).await;
+    let control_addr = control.addr;
+    let proxy_node = start_proxy(control_addr, &["--tokenizer", tokenizer.to_str().unwrap()]).await;
+    wait_ready(&proxy_node).await;
+    let proxy = proxy_node.url.clone();
 
     let mut admin = AdminClient::connect(format!("http://{control_addr}")).await.unwrap();
     let req = pb::WatchDecisionsRequest { kind: pb::PickKind::Prefill as i32, model: MODEL.into() };

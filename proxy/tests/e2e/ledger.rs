@@ -53,13 +53,13 @@ async fn zero_after_a_client_disconnects_mid_stream() {
     let mut body = resp.into_body();
     let first = body.frame().await.unwrap().unwrap();
     assert!(first.data_ref().is_some_and(|d| d.starts_with(b"data: ")));
-    assert_ne!(cluster.ledger().await, (0, 0), "the decode reservation is held while streaming");
+    assert_ne!(cluster.ledger().await, Ledger::default(), "the decode reservation is held while streaming");
     drop(body);
     cluster.ledger_returns_to_zero().await;
     // The decode worker saw the request go away (SGLang aborts it).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let log = cluster.decode.requests().await;
+        let log = cluster.decode().requests().await;
         let r = log.iter().find(|r| r["rid"] == "gone-1").cloned().unwrap();
         if r["outcome"] != "ok" && !r["outcome"].is_null() && r["outcome"] != "running" {
             assert!(["client_gone", "aborted"].contains(&r["outcome"].as_str().unwrap()), "{r}");
@@ -74,7 +74,7 @@ async fn zero_after_a_client_disconnects_mid_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_after_the_decode_dies_mid_stream() {
     let cluster = Cluster::start(Shape::default()).await;
-    cluster.decode.faults(json!({"die_after_tokens": 3})).await;
+    cluster.decode().faults(json!({"die_after_tokens": 3})).await;
     let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(50, true), &[]).await;
     assert_eq!(status, StatusCode::OK, "the stream had begun");
     let events = sse_events(&text);
@@ -93,7 +93,7 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
     std::fs::write(params.path(), "kv_bandwidth_bytes_per_s = 250000.0\n").unwrap();
     let prefill_flags = vec!["--sim-params".into(), params.path().to_str().unwrap().into()];
     let cluster = Cluster::start(Shape { proxies: 1, prefill_flags, ..Shape::default() }).await;
-    cluster.prefill.as_ref().unwrap().faults(json!({"die_after_tokens": 1})).await;
+    cluster.prefill().unwrap().faults(json!({"die_after_tokens": 1})).await;
     let resp = send(
         &url(&cluster, "/v1/chat/completions"),
         Bytes::from(chat(4_000, true).to_string()),
@@ -113,7 +113,7 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
     assert!(metrics.contains("infera_proxy_releases_total{reason=\"failed\"} 2"), "{metrics}");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let log = cluster.decode.requests().await;
+        let log = cluster.decode().requests().await;
         let r = log.iter().find(|r| r["rid"] == "prefill-dies").cloned().unwrap();
         if r["outcome"] != "running" {
             assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
@@ -123,7 +123,7 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
         assert!(std::time::Instant::now() < deadline, "the decode was never stopped: {r}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let prefill_log = cluster.prefill.as_ref().unwrap().requests().await;
+    let prefill_log = cluster.prefill().unwrap().requests().await;
     let p = prefill_log.iter().find(|r| r["rid"] == "prefill-dies").unwrap();
     assert_eq!(p["outcome"], "failed", "{p}");
     cluster.stop().await;
@@ -132,7 +132,7 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
     let cluster = Cluster::start(Shape::default()).await;
-    let prefill = cluster.prefill.as_ref().unwrap();
+    let prefill = cluster.prefill().unwrap();
     // One failure: the proxy picks again before the first byte and the client never knows.
     prefill.faults(json!({"fail_next": 1})).await;
     let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
@@ -154,15 +154,15 @@ async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_after_a_proxy_is_killed_by_its_lease_expiring() {
     let cluster = Cluster::start(Shape { proxies: 0, ..Shape::default() }).await;
-    let mut proxy = ProxyProcess::spawn(cluster.control_addr, &["--lease-ttl-ms", "600"]);
+    let mut proxy = spawn_proxy(cluster.control_addr, &["--lease-ttl-ms", "600"]).await;
     let addr = proxy.url.clone();
-    wait_ready(&addr).await;
+    wait_ready(&proxy).await;
     let resp =
         send(&format!("{addr}/v1/chat/completions"), Bytes::from(chat(4_000, true).to_string()), &[]).await;
     let mut body = resp.into_body();
     body.frame().await.unwrap().unwrap();
-    assert_ne!(cluster.ledger().await, (0, 0));
-    proxy.kill(); // SIGKILL: no release, no CloseLease.
+    assert_ne!(cluster.ledger().await, Ledger::default());
+    proxy.node.kill(); // SIGKILL: no release, no CloseLease.
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }

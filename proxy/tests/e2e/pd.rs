@@ -67,8 +67,8 @@ async fn every_api_streams_and_answers_through_both_legs_with_the_rooms_and_rank
         let entry = chosen.entry(e.request_id.clone()).or_default();
         if e.kind == pb::PickKind::Prefill as i32 { entry.0 = Some(rank) } else { entry.1 = Some(rank) }
     }
-    let prefill_log = cluster.prefill.as_ref().unwrap().requests().await;
-    let decode_log = cluster.decode.requests().await;
+    let prefill_log = cluster.prefill().unwrap().requests().await;
+    let decode_log = cluster.decode().requests().await;
     for (i, id) in ids.iter().enumerate() {
         let find = |log: &[Value]| {
             log.iter()
@@ -123,8 +123,8 @@ async fn a_dp_prefill_gets_the_rank_control_chose_and_a_room_that_follows_it() {
             chosen.insert(e.request_id.clone(), e.chosen.as_ref().unwrap().dp_rank.into());
         }
     }
-    let prefill_log = cluster.prefill.as_ref().unwrap().requests().await;
-    let decode_log = cluster.decode.requests().await;
+    let prefill_log = cluster.prefill().unwrap().requests().await;
+    let decode_log = cluster.decode().requests().await;
     assert_eq!(prefill_log.len(), N, "{prefill_log:?}");
     for r in &prefill_log {
         let (room, rank) = (r["room"].as_u64().unwrap(), r["routed_dp_rank"].as_u64().unwrap());
@@ -153,7 +153,7 @@ async fn aggregated_models_take_one_leg_without_bootstrap_fields() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
-    let log = cluster.decode.requests().await;
+    let log = cluster.decode().requests().await;
     let r = log.iter().find(|r| r["rid"] == "agg-1").unwrap();
     assert!(r["room"].is_null(), "{r}");
     cluster.ledger_returns_to_zero().await;

@@ -105,8 +105,9 @@ async fn counter(proxy: &str, name: &str) -> f64 {
 async fn a_control_slower_than_the_pick_deadline_serves_by_fallback_and_releases_the_late_picks() {
     let cluster = Cluster::start(Shape { proxies: 0, ..Shape::default() }).await;
     let link = SlowLink::start(cluster.control_addr).await;
-    let (proxy, _task) = start_proxy(link.addr, &["--pick-timeout-ms", "200"]).await;
-    wait_ready(&proxy).await;
+    let proxy_node = start_proxy(link.addr, &["--pick-timeout-ms", "200"]).await;
+    wait_ready(&proxy_node).await;
+    let proxy = proxy_node.url.clone();
     let chat_url = format!("{proxy}/v1/chat/completions");
 
     // While control is fast: poll until a request is booked by control (the proxy holds its

@@ -61,24 +61,24 @@ async fn a_request_without_an_answer_head_in_time_is_a_504_and_both_legs_are_let
         Shape { proxies: 1, proxy_flags: vec!["--request-timeout-ms", TIMEOUT_MS], ..Shape::default() };
     let cluster = Cluster::start(shape).await;
     let proxy = cluster.proxies[0].clone();
-    let prefill = cluster.prefill.as_ref().unwrap();
+    let prefill = cluster.prefill().unwrap();
 
     // A normal answer comes well within the timeout.
     let (status, text) = post_json(&format!("{proxy}/v1/chat/completions"), &chat(4, false), &[]).await;
     assert_eq!(status, StatusCode::OK, "{text}");
 
     // The decode stalls after 2 tokens: a whole (non-streamed) answer never gets its head.
-    cluster.decode.faults(json!({"stall_after_tokens": 2})).await;
+    cluster.decode().faults(json!({"stall_after_tokens": 2})).await;
     times_out(&proxy, "stalled-decode").await;
     cluster.ledger_returns_to_zero().await;
-    let d = ended(&cluster.decode, "stalled-decode").await;
+    let d = ended(cluster.decode(), "stalled-decode").await;
     assert_eq!(
         (d["outcome"].as_str(), d["completion_tokens"].as_u64()),
         (Some("client_gone"), Some(2)),
         "{d}"
     );
     assert_eq!(ended(prefill, "stalled-decode").await["outcome"], "ok", "the prefill had finished");
-    cluster.decode.faults(json!({"stall_after_tokens": null})).await;
+    cluster.decode().faults(json!({"stall_after_tokens": null})).await;
 
     // The prefill stalls before its KV is ready: the decode waits for it, the prefill waits for
     // a decode that will never pull. Both must be let go, not left to their bootstrap timeout.
@@ -88,7 +88,7 @@ async fn a_request_without_an_answer_head_in_time_is_a_504_and_both_legs_are_let
     let p = ended(prefill, "stalled-prefill").await;
     assert!(["aborted", "client_gone"].contains(&p["outcome"].as_str().unwrap()), "{p}");
     // The decode ends as its connection closes, or first as the aborted prefill fails its room.
-    let d = ended(&cluster.decode, "stalled-prefill").await;
+    let d = ended(cluster.decode(), "stalled-prefill").await;
     assert!(["client_gone", "failed"].contains(&d["outcome"].as_str().unwrap()), "{d}");
     assert_eq!(d["completion_tokens"], 0, "it never got the KV: {d}");
     prefill.faults(json!({"stall_after_tokens": null})).await;

@@ -27,9 +27,9 @@ async fn with_otlp_export_both_legs_continue_the_client_trace_under_the_proxy_sp
     // are not affected.
     let collector = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let otlp = format!("http://{}", collector.local_addr().unwrap());
-    let child = ProxyProcess::spawn(cluster.control_addr, &["--otlp-endpoint", &otlp]);
+    let child = spawn_proxy(cluster.control_addr, &["--otlp-endpoint", &otlp]).await;
     let proxy = child.url.clone();
-    wait_ready(&proxy).await;
+    wait_ready(&child).await;
 
     let client_parent = format!("00-{TRACE_ID}-{CLIENT_SPAN}-01");
     let headers = [("x-request-id", "traced-1"), ("traceparent", client_parent.as_str())];
@@ -40,8 +40,8 @@ async fn with_otlp_export_both_legs_continue_the_client_trace_under_the_proxy_sp
     resp.into_body().collect().await.unwrap();
 
     let find = |log: Vec<Value>| log.into_iter().find(|r| r["rid"] == "traced-1").unwrap();
-    let p = find(cluster.prefill.as_ref().unwrap().requests().await);
-    let d = find(cluster.decode.requests().await);
+    let p = find(cluster.prefill().unwrap().requests().await);
+    let d = find(cluster.decode().requests().await);
     let (pp, dp) = (parts(p["traceparent"].as_str().unwrap()), parts(d["traceparent"].as_str().unwrap()));
     assert_eq!(
         (pp.0.as_str(), pp.1.as_str(), pp.3.as_str()),

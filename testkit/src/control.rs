@@ -1,0 +1,245 @@
+//! `infera-control` on port-0 listeners, in this process or as a process, with a static
+//! workers file written from worker records (or raw TOML, for tests of the file itself), or
+//! reading its workers from etcd.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use clap::Parser as _;
+use infera_proto::pb::admin_client::AdminClient;
+use infera_proto::pb::router_client::RouterClient;
+use infera_proto::pb::{self};
+use infera_proto::types::WorkerRecord;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+use crate::http;
+use crate::node::Node;
+use crate::process::{Process, ProcessSpec, Rebind, binary};
+use crate::server::Server;
+
+/// Where control's workers come from.
+#[derive(Clone, Debug, Default)]
+pub enum Workers {
+    /// No static file (with `--etcd`, or to test an empty registry).
+    #[default]
+    None,
+    /// A static file listing these records (`infera-launch up` writes the same).
+    Records(Vec<WorkerRecord>),
+    /// A static file with exactly this text.
+    Toml(String),
+}
+
+/// A control to start.
+#[derive(Clone, Debug)]
+pub struct ControlSpec {
+    /// Its workers file.
+    pub workers: Workers,
+    /// `--etcd` endpoints (comma-joined on the command line).
+    pub etcd: Vec<String>,
+    /// `--seed` (tie-breaks); `None` leaves it to the OS.
+    pub seed: Option<u64>,
+    /// Every other flag, as the binary takes them.
+    pub flags: Vec<String>,
+}
+
+impl ControlSpec {
+    /// Control over these workers with seed 7 and no other flag.
+    pub fn new(workers: Workers) -> Self {
+        Self { workers, etcd: Vec::new(), seed: Some(7), flags: Vec::new() }
+    }
+
+    /// Adds flags.
+    pub fn flags<S: Into<String>>(mut self, flags: impl IntoIterator<Item = S>) -> Self {
+        self.flags.extend(flags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Reads its workers (and persisted settings) from etcd at `url`.
+    pub fn etcd(mut self, url: impl Into<String>) -> Self {
+        self.etcd.push(url.into());
+        self
+    }
+
+    fn workers_file(&self) -> anyhow::Result<Option<tempfile::NamedTempFile>> {
+        let text = match &self.workers {
+            Workers::None => return Ok(None),
+            Workers::Records(records) => infera_launcher::records::workers_file(records),
+            Workers::Toml(text) => text.clone(),
+        };
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(file.path(), text)?;
+        Ok(Some(file))
+    }
+
+    fn argv(&self, file: Option<&tempfile::NamedTempFile>) -> Vec<String> {
+        let mut argv = Vec::new();
+        if let Some(f) = file {
+            argv.extend(["--workers".to_owned(), f.path().display().to_string()]);
+        }
+        if !self.etcd.is_empty() {
+            argv.extend(["--etcd".to_owned(), self.etcd.join(",")]);
+        }
+        if let Some(seed) = self.seed {
+            argv.extend(["--seed".to_owned(), seed.to_string()]);
+        }
+        argv.extend(self.flags.iter().cloned());
+        argv
+    }
+
+    /// Starts it in this process.
+    ///
+    /// # Errors
+    /// When the flags do not parse or validate.
+    pub async fn start(self) -> anyhow::Result<Control> {
+        let grpc = TcpListener::bind("127.0.0.1:0").await?;
+        let metrics = TcpListener::bind("127.0.0.1:0").await?;
+        let addrs = (grpc.local_addr()?, metrics.local_addr()?);
+        let file = self.workers_file()?;
+        let node = Node::InProcess(in_process(&self, file.as_ref(), grpc, metrics)?);
+        Ok(Control { addr: addrs.0, metrics_addr: addrs.1, node, spec: self, _workers: file })
+    }
+
+    /// Starts it as an `infera-control` process (its ports kept on restart).
+    ///
+    /// # Errors
+    /// When the binary is missing or does not start.
+    pub async fn spawn(self) -> anyhow::Result<Control> {
+        let file = self.workers_file()?;
+        let mut args = vec!["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        args.extend(self.argv(file.as_ref()));
+        let spec = ProcessSpec {
+            name: "infera-control".to_owned(),
+            program: binary("infera-control")?,
+            args,
+            env: BTreeMap::from([("INFERA_LOG".to_owned(), "warn".to_owned())]),
+            rebind: vec![
+                Rebind { flag: "--listen", key: "grpc=", port_only: false },
+                Rebind { flag: "--metrics-listen", key: "metrics=", port_only: false },
+            ],
+        };
+        let process = tokio::task::spawn_blocking(move || Process::start(spec)).await??;
+        let (addr, metrics_addr) = (process.addr("grpc="), process.addr("metrics="));
+        Ok(Control { addr, metrics_addr, node: Node::Process(process), spec: self, _workers: file })
+    }
+}
+
+fn in_process(
+    spec: &ControlSpec,
+    file: Option<&tempfile::NamedTempFile>,
+    grpc: TcpListener,
+    metrics: TcpListener,
+) -> anyhow::Result<Server> {
+    let mut argv = vec!["infera-control".to_owned()];
+    argv.extend(spec.argv(file));
+    let config = infera_control::Config::try_from(infera_control::Args::try_parse_from(argv)?)?;
+    let listeners = infera_control::Listeners { grpc, metrics };
+    Ok(Server::spawn("infera-control", move |stop| infera_control::run(listeners, config, stop)))
+}
+
+/// A running control.
+#[derive(Debug)]
+pub struct Control {
+    /// Its gRPC address.
+    pub addr: SocketAddr,
+    /// Its `/metrics` address.
+    pub metrics_addr: SocketAddr,
+    /// How it runs.
+    pub node: Node,
+    spec: ControlSpec,
+    _workers: Option<tempfile::NamedTempFile>,
+}
+
+impl Control {
+    /// Its gRPC URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A channel on its own connection.
+    ///
+    /// # Panics
+    /// When control does not accept.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url()).expect("a URL").connect().await.expect("control accepts")
+    }
+
+    /// A Router client on its own connection.
+    pub async fn router(&self) -> RouterClient<Channel> {
+        RouterClient::new(self.channel().await)
+    }
+
+    /// An Admin client on its own connection.
+    pub async fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::new(self.channel().await)
+    }
+
+    /// Its `/metrics` text.
+    ///
+    /// # Errors
+    /// When it does not answer 200.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        http::get_ok(&format!("http://{}/metrics", self.metrics_addr)).await
+    }
+
+    /// Every target's row (`Admin/ListTargets`).
+    ///
+    /// # Panics
+    /// When control does not answer.
+    pub async fn targets(&self) -> Vec<pb::TargetStatus> {
+        let rows =
+            self.admin().await.list_targets(pb::ListTargetsRequest::default()).await.expect("ListTargets");
+        rows.into_inner().targets
+    }
+
+    /// Held requests and booked input tokens summed over every target.
+    pub async fn ledger(&self) -> Ledger {
+        self.targets().await.iter().fold(Ledger::default(), |l, r| Ledger {
+            held_requests: l.held_requests + r.held_requests,
+            booked_tokens: l.booked_tokens + r.booked_input_tokens,
+        })
+    }
+
+    /// Stops it gracefully (bounded).
+    ///
+    /// # Errors
+    /// As [`Node::stop`].
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.node.stop().await
+    }
+
+    /// Stops it and starts a new instance (no leases, no reservations, a new epoch) with the
+    /// same flags on the same addresses. A crash first when `crash` (abort / SIGKILL).
+    ///
+    /// # Errors
+    /// When the old one does not stop or the new one does not start.
+    pub async fn restart(&mut self, crash: bool) -> anyhow::Result<()> {
+        if crash {
+            self.node.kill();
+        } else {
+            self.node.stop().await?;
+        }
+        match &mut self.node {
+            Node::InProcess(_) => {
+                let grpc = TcpListener::bind(self.addr).await?;
+                let metrics = TcpListener::bind(self.metrics_addr).await?;
+                self.node = Node::InProcess(in_process(&self.spec, self._workers.as_ref(), grpc, metrics)?);
+            }
+            // Waits for the listening line on this thread; the child needs nothing of it.
+            Node::Process(p) => p.restart()?,
+        }
+        Ok(())
+    }
+}
+
+/// What the ledger holds, summed over targets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Held requests.
+    pub held_requests: u64,
+    /// Booked input tokens.
+    pub booked_tokens: u64,
+}

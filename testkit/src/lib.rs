@@ -1,0 +1,28 @@
+//! infera-testkit: the one kit the workspace's cluster tests, benchmarks and the demo start
+//! deployments with. Every socket is bound on port 0; nothing waits on a sleep.
+//!
+//! - [`eventually`]: poll a condition with a deadline and a message that names it.
+//! - [`sim`]: emulated SGLang workers from the launcher's typed SGLang arguments, with the
+//!   worker record the launcher would register.
+//! - [`control`], [`proxy`]: `infera-control` and `infera-proxy` with the flags a test gives.
+//! - [`cluster`]: all of them together, with a static workers file or a real etcd.
+//! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
+//!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
+//! - [`http`]: a small probe client and a metric reader.
+
+pub mod cluster;
+pub mod control;
+pub mod eventually;
+pub mod http;
+pub mod node;
+pub mod process;
+pub mod proxy;
+pub mod server;
+pub mod sim;
+
+pub use cluster::{Cluster, ClusterSpec};
+pub use control::{Control, ControlSpec, Ledger, Workers};
+pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
+pub use infera_registry::test_server::EtcdServer;
+pub use proxy::{Proxy, ProxySpec};
+pub use sim::{Sim, SimSpec};

@@ -1,0 +1,145 @@
+//! `infera-proxy` on a port-0 listener, in this process or as a process, against one or more
+//! controls.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ::http::StatusCode;
+use clap::Parser as _;
+use tokio::net::TcpListener;
+
+use crate::eventually::poll;
+use crate::http;
+use crate::node::Node;
+use crate::process::{Process, ProcessSpec, Rebind, binary};
+use crate::server::Server;
+
+/// How long a proxy may take to hold a lease and list the model.
+const READY: Duration = Duration::from_secs(30);
+
+/// A proxy to start.
+#[derive(Clone, Debug)]
+pub struct ProxySpec {
+    /// Control's gRPC URL(s), `--control`.
+    pub control: String,
+    /// Every other flag.
+    pub flags: Vec<String>,
+}
+
+impl ProxySpec {
+    /// A proxy of `control` that refreshes its target list every 200 ms and waits up to 2 s
+    /// for a pick: a debug build on a loaded 2-core machine can take longer than the 50 ms
+    /// default, and a test that is not about the deadline must not see fallbacks.
+    pub fn new(control: impl Into<String>) -> Self {
+        let flags = ["--targets-refresh-ms", "200", "--pick-timeout-ms", "2000"];
+        Self { control: control.into(), flags: flags.map(str::to_owned).into() }
+    }
+
+    /// Sets `flag` to `value` (replacing an earlier value).
+    pub fn flag(mut self, flag: &str, value: impl ToString) -> Self {
+        match self.flags.iter().position(|f| f == flag) {
+            Some(i) if i + 1 < self.flags.len() => self.flags[i + 1] = value.to_string(),
+            _ => self.flags.extend([flag.to_owned(), value.to_string()]),
+        }
+        self
+    }
+
+    /// Adds flags (a flag given twice: clap keeps the last).
+    pub fn flags<S: Into<String>>(mut self, flags: impl IntoIterator<Item = S>) -> Self {
+        let flags: Vec<String> = flags.into_iter().map(Into::into).collect();
+        let mut rest = flags.iter();
+        while let Some(f) = rest.next() {
+            // Known two-token flags replace the defaults set by `new`.
+            if ["--targets-refresh-ms", "--pick-timeout-ms"].contains(&f.as_str())
+                && let Some(v) = rest.next()
+            {
+                self = self.flag(f, v);
+            } else {
+                self.flags.push(f.clone());
+            }
+        }
+        self
+    }
+
+    fn argv(&self) -> Vec<String> {
+        let mut argv = vec!["--control".to_owned(), self.control.clone()];
+        argv.extend(self.flags.iter().cloned());
+        argv
+    }
+
+    /// Starts it in this process.
+    ///
+    /// # Errors
+    /// When the flags do not parse or validate.
+    pub async fn start(self) -> anyhow::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let mut argv = vec!["infera-proxy".to_owned()];
+        argv.extend(self.argv());
+        let config = infera_proxy::Config::try_from(infera_proxy::Args::try_parse_from(argv)?)?;
+        let server = Server::spawn("infera-proxy", move |stop| infera_proxy::run(listener, config, stop));
+        Ok(Proxy { url, node: Node::InProcess(server) })
+    }
+
+    /// Starts it as an `infera-proxy` process (its port kept on restart).
+    ///
+    /// # Errors
+    /// When the binary is missing or does not start.
+    pub async fn spawn(self) -> anyhow::Result<Proxy> {
+        let mut args = vec!["--listen".to_owned(), "127.0.0.1:0".to_owned()];
+        args.extend(self.argv());
+        let spec = ProcessSpec {
+            name: "infera-proxy".to_owned(),
+            program: binary("infera-proxy")?,
+            args,
+            env: BTreeMap::from([("INFERA_LOG".to_owned(), "warn".to_owned())]),
+            rebind: vec![Rebind { flag: "--listen", key: "http=", port_only: false }],
+        };
+        let process = tokio::task::spawn_blocking(move || Process::start(spec)).await??;
+        Ok(Proxy { url: format!("http://{}", process.addr("http=")), node: Node::Process(process) })
+    }
+}
+
+/// A running proxy.
+#[derive(Debug)]
+pub struct Proxy {
+    /// Its base URL.
+    pub url: String,
+    /// How it runs.
+    pub node: Node,
+}
+
+impl Proxy {
+    /// Waits (bounded) until it is ready (`/readiness`: a lease and a target list) and lists
+    /// `model`.
+    ///
+    /// # Errors
+    /// When it is not ready in time.
+    pub async fn wait_ready(&self, model: &str) -> anyhow::Result<()> {
+        let needle = format!("\"id\":\"{model}\"");
+        poll(READY, &format!("proxy {} to be ready with model {model}", self.url), async || {
+            let models = http::get(&format!("{}/v1/models", self.url)).await.ok()?;
+            let ready = http::get(&format!("{}/readiness", self.url)).await.ok()?;
+            (models.0 == StatusCode::OK && models.1.contains(&needle) && ready.0 == StatusCode::OK)
+                .then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Its `/metrics` text.
+    ///
+    /// # Errors
+    /// When it does not answer 200.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        http::get_ok(&format!("{}/metrics", self.url)).await
+    }
+
+    /// Stops it gracefully (bounded): open requests finish, its lease is closed.
+    ///
+    /// # Errors
+    /// As [`Node::stop`].
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.node.stop().await
+    }
+}
