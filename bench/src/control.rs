@@ -19,7 +19,7 @@ use infera_control::{Args as ControlFlags, Config, Listeners};
 use infera_proto::pb::{self, router_client::RouterClient};
 use infera_proto::types::{
     DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, RequestId, RequestWeight,
-    Role, WorkerId, WorkerRecord,
+    WorkerRecord,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
@@ -234,17 +234,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// p50, p99 and max microseconds of one pick + book with `n` decode targets.
 fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
-    let workers = (0..n.div_ceil(DECODE_RANKS)).map(|i| WorkerRecord {
-        id: WorkerId::new(format!("decode-{i}")),
-        role: Role::Decode,
-        url: format!("http://10.0.{}.{}:30000", i / 256, i % 256),
-        model: ModelName::new("m"),
-        bootstrap_port: None,
-        dp_size: DECODE_RANKS.min(n - i * DECODE_RANKS),
-        page_size: 64,
-        sglang_version: None,
-        kv_events: None,
-        labels: Default::default(),
+    let workers = (0..n.div_ceil(DECODE_RANKS)).map(|i| {
+        let url = format!("http://10.0.{}.{}:30000", i / 256, i % 256);
+        WorkerRecord::decode(&format!("decode-{i}"), url, "m", DECODE_RANKS.min(n - i * DECODE_RANKS))
+            .with_page_size(64)
     });
     let settings = core_settings(RequestWeight::new(1e6).expect("valid weight"));
     let mut core = RoutingState::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))

@@ -22,7 +22,7 @@ use infera_control::view::{TargetKey, View};
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
 use infera_proto::types::{
-    ModelName, PickKind, PickRequest, RequestId, RequestWeight, Role, WorkerId, WorkerRecord,
+    ModelName, PickKind, PickRequest, RequestId, RequestWeight, WorkerId, WorkerRecord,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -274,18 +274,9 @@ fn under_ingest<T>(index: &Arc<RwLock<KvIndex>>, stores: &[Store], measure: impl
 
 /// Microseconds of a prefill pick + release, without and with the query's page hashes.
 fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f64>, Vec<f64>) {
-    let worker = WorkerRecord {
-        id: WorkerId::new("prefill"),
-        role: Role::Prefill,
-        url: "http://10.0.0.1:30000".into(),
-        model: ModelName::new("m"),
-        bootstrap_port: Some(8998),
-        dp_size: args.targets,
-        page_size: args.page_size as u32,
-        sglang_version: None,
-        kv_events: None,
-        labels: Default::default(),
-    };
+    let worker = WorkerRecord::prefill("prefill", "http://10.0.0.1:30000", "m", 8998)
+        .with_dp_size(args.targets)
+        .with_page_size(args.page_size as u32);
     let settings = crate::control::core_settings(RequestWeight::ZERO);
     let view = View::new([worker]);
     // The view interns the worker's ranks as keys 0..targets, the keys the events used.

@@ -36,23 +36,11 @@ pub fn apply(view: &mut Workers, change: &Change) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use infera_proto::types::{ModelName, Role};
 
     use super::*;
 
     fn w(id: &str, port: u16) -> WorkerRecord {
-        WorkerRecord {
-            id: WorkerId::new(id),
-            role: Role::Decode,
-            url: format!("http://h:{port}"),
-            model: ModelName::new("m"),
-            bootstrap_port: None,
-            dp_size: 1,
-            page_size: 1,
-            sglang_version: None,
-            kv_events: None,
-            labels: Default::default(),
-        }
+        WorkerRecord::decode(id, format!("http://h:{port}"), "m", 1)
     }
 
     fn view(ws: &[WorkerRecord]) -> Workers {

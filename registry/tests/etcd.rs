@@ -2,24 +2,15 @@
 
 use std::time::{Duration, Instant};
 
-use infera_proto::types::{ModelName, Role, WorkerId, WorkerRecord};
+use infera_proto::types::{WorkerId, WorkerRecord};
 use infera_registry::test_server::EtcdServer;
 use infera_registry::{Change, Registration, watch_workers};
 use tokio::sync::{mpsc, watch};
 
 fn record(id: &str) -> WorkerRecord {
-    WorkerRecord {
-        id: WorkerId::new(id),
-        role: Role::Decode,
-        url: "http://127.0.0.1:30001".into(),
-        model: ModelName::new("m"),
-        bootstrap_port: None,
-        dp_size: 4,
-        page_size: 64,
-        sglang_version: Some("0.5.23".into()),
-        kv_events: None,
-        labels: Default::default(),
-    }
+    WorkerRecord::decode(id, "http://127.0.0.1:30001", "m", 4)
+        .with_page_size(64)
+        .with_sglang_version("0.5.23")
 }
 
 async fn next(rx: &mut mpsc::Receiver<Change>, within: Duration) -> Change {

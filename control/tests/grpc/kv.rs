@@ -183,27 +183,18 @@ async fn real_sglang_0_5_23_events_feed_control() {
 /// holds nothing of it any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_leaves_takes_its_index_with_it() {
-    use infera_proto::types::{KvEventsSource, ModelName, Role, WorkerId, WorkerRecord};
+    use infera_proto::types::{KvEventsSource, Role, WorkerRecord};
     let etcd = infera_registry::test_server::EtcdServer::start();
     let url = etcd.url();
     let p = publisher().await;
-    let record = WorkerRecord {
-        id: WorkerId::new("prefill-a"),
-        role: Role::Prefill,
-        url: "http://127.0.0.1:30000".into(),
-        model: ModelName::new("m"),
-        bootstrap_port: None,
-        dp_size: 1,
-        page_size: PS as u32,
-        sglang_version: None,
-        kv_events: Some(KvEventsSource {
+    let record = WorkerRecord::new("prefill-a", Role::Prefill, "http://127.0.0.1:30000", "m")
+        .with_page_size(PS as u32)
+        .with_kv_events(KvEventsSource {
             endpoint: format!("tcp://127.0.0.1:{}", p.port()),
             replay_endpoint: Some(format!("tcp://127.0.0.1:{}", p.replay_port().unwrap())),
             topic: String::new(),
-        }),
-        labels: Default::default(),
-    };
-    let control = Control::start_with(&["--etcd", &url], None).await;
+        });
+    let control = Control::start_with(&["--etcd", &url]).await;
     let reg = infera_registry::Registration::start(vec![url.clone()], record, Duration::from_secs(2));
     eventually(Duration::from_secs(10), "prefill-a registered", || async {
         let req = pb::ListTargetsRequest { model: "m".into(), role: pb::Role::Prefill as i32 };

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use infera_proto::pb::{self, ReleaseReason};
-use infera_proto::types::{ModelName, Role, WorkerId, WorkerRecord};
+use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
 use infera_registry::test_server::EtcdServer;
 use tonic::Code;
@@ -11,18 +11,7 @@ use tonic::Code;
 use crate::harness::*;
 
 fn decode(id: &str, ranks: u32) -> WorkerRecord {
-    WorkerRecord {
-        id: WorkerId::new(id),
-        role: Role::Decode,
-        url: "http://127.0.0.1:30001".into(),
-        model: ModelName::new("m"),
-        bootstrap_port: None,
-        dp_size: ranks,
-        page_size: 64,
-        sglang_version: None,
-        kv_events: None,
-        labels: Default::default(),
-    }
+    WorkerRecord::decode(id, "http://127.0.0.1:30001", "m", ranks).with_page_size(64)
 }
 
 async fn decode_targets(control: &Control) -> usize {
@@ -34,7 +23,7 @@ async fn decode_targets(control: &Control) -> usize {
 async fn workers_registered_in_etcd_are_picked_until_their_lease_ends() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let control = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"], None).await;
+    let control = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"]).await;
     let lease = control.lease(0).await;
     let mut router = control.router().await;
     let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
@@ -70,7 +59,7 @@ async fn workers_registered_in_etcd_are_picked_until_their_lease_ends() {
 async fn admin_changes_persist_in_etcd_across_a_restart() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let first = Control::start_with(&["--etcd", &url], None).await;
+    let first = Control::start_with(&["--etcd", &url]).await;
     let mut admin = first.admin().await;
     admin
         .set_decode_input_demand(pb::SetDecodeInputDemandRequest {
@@ -104,7 +93,7 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
     first.stop().await;
 
     // A new control started with the default flags (mode off, W 0) takes the persisted values.
-    let second = Control::start_with(&["--etcd", &url], None).await;
+    let second = Control::start_with(&["--etcd", &url]).await;
     let cfg = second.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
     assert_eq!(cfg.decode_request_weight, 180_000.0);
@@ -116,7 +105,7 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
 async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let first = Control::start_with(&["--etcd", &url], None).await;
+    let first = Control::start_with(&["--etcd", &url]).await;
     let reg = Registration::start(vec![url.clone()], decode("decode-0", 2), Duration::from_secs(2));
     eventually(Duration::from_secs(10), "decode-0 registered", || async {
         decode_targets(&first).await == 2
@@ -137,7 +126,7 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
 
     // A new control reads the drain before etcd has told it about decode-0; the drain applies
     // when the worker arrives, and only to rank 1.
-    let second = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"], None).await;
+    let second = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"]).await;
     eventually(Duration::from_secs(10), "decode-0 known again", || async {
         decode_targets(&second).await == 2
     })
