@@ -18,13 +18,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clap::Parser as _;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use infera_launcher::records::worker_record;
+use infera_testkit::sim::Prepared;
+use infera_testkit::{ControlSpec, SimSpec, Workers};
 use placement::{CpuList, Placement};
 
 const MODEL: &str = "m";
@@ -86,50 +88,16 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     let http = std::net::TcpListener::bind("127.0.0.1:0")?;
     http.set_nonblocking(true)?;
     let sim_addr = http.local_addr()?;
-    let (port, ranks, speedup) =
-        (sim_addr.port().to_string(), RANKS.to_string(), args.sim_speedup.to_string());
-    let sim_argv = [
-        "infera-sim",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        &port,
-        "--model-path",
-        "m",
-        "--served-model-name",
-        MODEL,
-        "--disaggregation-mode",
-        "null",
-        "--enable-dp-attention",
-        "--dp-size",
-        &ranks,
-        "--sim-seed",
-        "1",
-        "--sim-speedup",
-        &speedup,
-    ];
-    let sim_config = infera_sim::SimConfig::try_from(infera_sim::SimArgs::try_parse_from(sim_argv)?)?;
+    let sim = SimSpec::mixed("mixed-0", MODEL, RANKS).model_path("m").seed(1).speedup(args.sim_speedup);
+    let Prepared { config: sim_config, plan, .. } = sim.config(sim_addr.port(), None)?;
     own_runtime("sim", move || async move {
         let http = TcpListener::from_std(http)?;
         infera_sim::run(infera_sim::Listeners { http, bootstrap: None }, sim_config, std::future::pending())
             .await
     })?;
 
-    let workers = tempfile::NamedTempFile::new()?;
-    std::fs::write(
-        workers.path(),
-        format!(
-            "[[workers]]\nid='mixed-0'\nrole='mixed'\nurl='http://{sim_addr}'\nmodel='{MODEL}'\ndp_size={RANKS}\n"
-        ),
-    )?;
-    let flags = infera_control::Args::try_parse_from([
-        "infera-control",
-        "--workers",
-        workers.path().to_str().expect("utf-8 path"),
-        "--decode-input-demand",
-        "on",
-    ])?;
-    let config = infera_control::Config::try_from(flags)?;
+    let control = ControlSpec::new(Workers::Records(vec![worker_record(&plan)])).flags(["--decode-input-demand", "on"]);
+    let (config, _workers) = ControlSpec { seed: None, ..control }.config()?;
     let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")?;
     grpc.set_nonblocking(true)?;

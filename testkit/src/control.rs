@@ -127,15 +127,31 @@ impl ControlSpec {
     }
 }
 
+impl ControlSpec {
+    /// Control's configuration, as the binary would parse these flags, with the workers file
+    /// it reads (keep it as long as control runs), for a caller that runs control itself.
+    ///
+    /// # Errors
+    /// When the flags do not parse or validate.
+    pub fn config(&self) -> anyhow::Result<(infera_control::Config, Option<tempfile::NamedTempFile>)> {
+        let file = self.workers_file()?;
+        Ok((parse(self, file.as_ref())?, file))
+    }
+}
+
+fn parse(spec: &ControlSpec, file: Option<&tempfile::NamedTempFile>) -> anyhow::Result<infera_control::Config> {
+    let mut argv = vec!["infera-control".to_owned()];
+    argv.extend(spec.argv(file));
+    Ok(infera_control::Config::try_from(infera_control::Args::try_parse_from(argv)?)?)
+}
+
 fn in_process(
     spec: &ControlSpec,
     file: Option<&tempfile::NamedTempFile>,
     grpc: TcpListener,
     metrics: TcpListener,
 ) -> anyhow::Result<Server> {
-    let mut argv = vec!["infera-control".to_owned()];
-    argv.extend(spec.argv(file));
-    let config = infera_control::Config::try_from(infera_control::Args::try_parse_from(argv)?)?;
+    let config = parse(spec, file)?;
     let listeners = infera_control::Listeners { grpc, metrics };
     Ok(Server::spawn("infera-control", move |stop| infera_control::run(listeners, config, stop)))
 }

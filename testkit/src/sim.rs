@@ -208,6 +208,20 @@ impl SimSpec {
         Ok(Some(file))
     }
 
+    /// The sim's configuration on these ports, as `infera-sim` would parse its command line,
+    /// for a caller that runs it itself; the params file must live as long as the sim.
+    ///
+    /// # Errors
+    /// When the command line does not parse or validate.
+    pub fn config(&self, port: u16, bootstrap_port: Option<u16>) -> anyhow::Result<Prepared> {
+        let plan = self.plan(port, bootstrap_port);
+        let params = self.params_file()?;
+        let mut argv = vec!["infera-sim".to_owned()];
+        argv.extend(self.argv(&plan, params.as_ref()));
+        let config = infera_sim::SimConfig::from_argv(argv)?;
+        Ok(Prepared { config, plan, params })
+    }
+
     /// Starts it in this process on port-0 listeners.
     ///
     /// # Errors
@@ -218,11 +232,7 @@ impl SimSpec {
             if self.role == Role::Prefill { Some(TcpListener::bind("127.0.0.1:0").await?) } else { None };
         let addr = http.local_addr()?;
         let bootstrap_addr = bootstrap.as_ref().map(TcpListener::local_addr).transpose()?;
-        let plan = self.plan(addr.port(), bootstrap_addr.map(|a| a.port()));
-        let params = self.params_file()?;
-        let mut argv = vec!["infera-sim".to_owned()];
-        argv.extend(self.argv(&plan, params.as_ref()));
-        let config = infera_sim::SimConfig::from_argv(argv)?;
+        let Prepared { config, plan, params } = self.config(addr.port(), bootstrap_addr.map(|a| a.port()))?;
         let listeners = infera_sim::Listeners { http, bootstrap };
         let server = Server::spawn(self.name.clone(), move |stop| infera_sim::run(listeners, config, stop));
         Sim::ready(Node::InProcess(server), plan, addr, bootstrap_addr, params).await
@@ -251,6 +261,17 @@ impl SimSpec {
         let plan = self.plan(addr.port(), bootstrap.map(|a| a.port()));
         Sim::ready(Node::Process(process), plan, addr, bootstrap, params).await
     }
+}
+
+/// A sim's parsed configuration and the plan it came from.
+#[derive(Debug)]
+pub struct Prepared {
+    /// What `infera_sim::run` takes.
+    pub config: infera_sim::SimConfig,
+    /// The worker's plan (its record: [`worker_record`]).
+    pub plan: WorkerPlan,
+    /// The `--sim-params` file, when there is one.
+    pub params: Option<tempfile::NamedTempFile>,
 }
 
 /// A running sim.
