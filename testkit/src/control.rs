@@ -170,6 +170,11 @@ pub struct Control {
 }
 
 impl Control {
+    /// The static workers file it reads, if any.
+    pub fn workers_file(&self) -> Option<&std::path::Path> {
+        self._workers.as_ref().map(tempfile::NamedTempFile::path)
+    }
+
     /// Its gRPC URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
