@@ -96,7 +96,8 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
             .await
     })?;
 
-    let control = ControlSpec::new(Workers::Records(vec![worker_record(&plan)])).flags(["--decode-input-demand", "on"]);
+    let control =
+        ControlSpec::new(Workers::Records(vec![worker_record(&plan)])).flags(["--decode-input-demand", "on"]);
     let (config, _workers) = ControlSpec { seed: None, ..control }.config()?;
     let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")?;

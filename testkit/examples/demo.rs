@@ -23,9 +23,13 @@ const DECODE_RANKS: u32 = 8;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let once = std::env::args().any(|a| a == "--once");
-    let grpcurl = PathBuf::from(std::env::var_os("INFERA_GRPCURL").context("INFERA_GRPCURL (run `cargo xtask demo`)")?);
+    let grpcurl =
+        PathBuf::from(std::env::var_os("INFERA_GRPCURL").context("INFERA_GRPCURL (run `cargo xtask demo`)")?);
     let sim = |s: SimSpec| s.model_path("zai-org/GLM-5.2").page_size(64).seed(1);
-    let sims = vec![sim(SimSpec::prefill("prefill-0", MODEL)), sim(SimSpec::decode("decode-0", MODEL, DECODE_RANKS))];
+    let sims = vec![
+        sim(SimSpec::prefill("prefill-0", MODEL)),
+        sim(SimSpec::decode("decode-0", MODEL, DECODE_RANKS)),
+    ];
     let mut spec = ClusterSpec::new(MODEL, sims);
     let control_flags = ["--decode-input-demand", "on", "--decode-request-weight", "1000000"];
     spec.control = ControlSpec::new(Workers::None).flags(control_flags);

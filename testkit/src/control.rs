@@ -139,7 +139,10 @@ impl ControlSpec {
     }
 }
 
-fn parse(spec: &ControlSpec, file: Option<&tempfile::NamedTempFile>) -> anyhow::Result<infera_control::Config> {
+fn parse(
+    spec: &ControlSpec,
+    file: Option<&tempfile::NamedTempFile>,
+) -> anyhow::Result<infera_control::Config> {
     let mut argv = vec!["infera-control".to_owned()];
     argv.extend(spec.argv(file));
     Ok(infera_control::Config::try_from(infera_control::Args::try_parse_from(argv)?)?)

@@ -3,7 +3,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use infera_sim::{DisaggregationMode, Listeners, SimConfig};
+use infera_testkit::server::Server;
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -21,12 +21,13 @@ use tokio::task::JoinHandle;
 pub struct Sim {
     pub http: SocketAddr,
     pub bootstrap: Option<SocketAddr>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    server: Server,
 }
 
 impl Sim {
-    /// Starts a sim with SGLang flags `flags` (plus `--model-path m --sim-seed 7`).
+    /// Starts a sim with SGLang flags `flags` (plus `--model-path m --sim-seed 7`), exactly as
+    /// the binary would parse them: these tests are about the sim's own command line, so they
+    /// give it raw flags rather than the test kit's typed ones.
     pub async fn start(flags: &[&str]) -> Self {
         let mut argv = vec!["infera-sim", "--model-path", "m", "--sim-seed", "7"];
         argv.extend_from_slice(flags);
@@ -38,19 +39,14 @@ impl Sim {
         };
         let addr = http.local_addr().unwrap();
         let bootstrap_addr = bootstrap.as_ref().map(|l| l.local_addr().unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        let task = tokio::spawn(infera_sim::run(Listeners { http, bootstrap }, config, shutdown));
-        Self { http: addr, bootstrap: bootstrap_addr, stop: Some(stop), task: Some(task) }
+        let listeners = Listeners { http, bootstrap };
+        let server = Server::spawn("infera-sim", move |stop| infera_sim::run(listeners, config, stop));
+        Self { http: addr, bootstrap: bootstrap_addr, server }
     }
 
     /// Stops the sim and waits for `run` to return.
     pub async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = tokio::time::timeout(Duration::from_secs(20), self.task.take().unwrap()).await;
-        result.expect("run returned").unwrap().unwrap();
+        self.server.stop().await.unwrap();
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -86,17 +82,9 @@ impl Sim {
     }
 }
 
-/// Polls `check` until it holds (bounded), yielding briefly between polls.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < end, "not within 20 s: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Polls `check` until it holds (bounded, 20 s).
+pub async fn eventually(what: &str, check: impl AsyncFnMut() -> bool) {
+    infera_testkit::eventually(Duration::from_secs(20), what, check).await;
 }
 
 /// One request on its own connection.
