@@ -17,8 +17,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
-use infera_control::router::{KvIndex, RoutingState};
-use infera_control::view::{TargetKey, View};
+use infera_control::router::{KvIndex, PickContext, RoutingState};
+use infera_control::target::TargetKey;
+use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
 use infera_proto::types::{
@@ -310,7 +311,13 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                 },
                 page_size: if with_hashes { args.page_size as u32 } else { 0 },
             };
-            let picked = core.pick(PickKind::Prefill, &req, Some(index), false, now, wall).expect("pick");
+            let picked = core
+                .pick(
+                    PickKind::Prefill,
+                    &req,
+                    PickContext { kv: Some(index), record_decision: false, now, wall },
+                )
+                .expect("pick");
             core.release(picked.reservation).expect("release");
         })
     };

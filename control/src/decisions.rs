@@ -8,7 +8,7 @@ use infera_proto::types::{
 };
 use tokio::sync::broadcast;
 
-use crate::ledger::Load;
+use crate::target::Load;
 
 /// One candidate's terms.
 #[derive(Clone, Debug, PartialEq)]

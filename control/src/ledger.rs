@@ -13,19 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 use infera_proto::types::{LeaseId, PickKind, RequestId, ReservationId};
 
 use crate::error::ControlError;
-use crate::view::TargetKey;
+use crate::target::{Load, TargetKey};
 
 #[cfg(test)]
 mod tests;
-
-/// What a target holds right now.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Load {
-    /// Sum of the input tokens of the live reservations on the target.
-    pub booked_input_tokens: u64,
-    /// Number of live reservations on the target.
-    pub held_requests: u64,
-}
 
 /// One booking.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,6 +28,7 @@ pub mod scoring;
 pub mod service;
 pub mod settings;
 pub mod state;
+pub mod target;
 pub mod view;
 pub mod workers_file;
 
@@ -87,10 +88,9 @@ pub async fn run(
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = router::KvIndex::new(config.kv_index_max_blocks);
-    let (feed, kv_events) = kv_feed::KvFeed::new();
-    let kv_metrics = metrics::KvMetrics::register(&mut registry);
-    let state =
-        ControlState::new(core, (kv, feed, kv_metrics), ControlMetrics::register(&mut registry), persist_to);
+    let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
+    let feed = Arc::new(feed);
+    let state = ControlState::new(core, feed.clone(), ControlMetrics::register(&mut registry), persist_to);
     for record in &static_workers {
         state.follow_kv(record);
     }
@@ -111,7 +111,7 @@ pub async fn run(
         let _ = stop_tx.send(());
     });
 
-    let feed = tokio::spawn(kv_feed::consume(state.clone(), kv_events, stopped()));
+    let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state, stopped()));
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {

@@ -49,7 +49,7 @@ impl Fixture {
     fn new(workers: Vec<WorkerRecord>, s: Settings) -> Self {
         let now = Instant::now();
         let mut core = RoutingState::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
-        let (lease, _) = core.open_lease("test".into(), Duration::ZERO, now);
+        let lease = core.open_lease("test".into(), Duration::ZERO, now).lease;
         Self { core, lease, now }
     }
 
@@ -67,7 +67,11 @@ impl Fixture {
 
     fn pick(&mut self, kind: PickKind, model: &str, tokens: u64) -> Result<Picked, ControlError> {
         let req = self.req(model, tokens, None);
-        self.core.pick(kind, &req, None, true, self.now, SystemTime::now())
+        self.core.pick(
+            kind,
+            &req,
+            PickContext { kv: None, record_decision: true, now: self.now, wall: SystemTime::now() },
+        )
     }
 
     fn decode(&mut self, tokens: u64) -> Picked {
@@ -211,7 +215,13 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     );
     let pick = |f: &mut Fixture, tokens, session| {
         let req = f.req("m", tokens, Some(session));
-        f.core.pick(PickKind::Prefill, &req, None, true, f.now, SystemTime::now()).unwrap()
+        f.core
+            .pick(
+                PickKind::Prefill,
+                &req,
+                PickContext { kv: None, record_decision: true, now: f.now, wall: SystemTime::now() },
+            )
+            .unwrap()
     };
     let home = rank(&pick(&mut f, 100, "s1"));
     // Home costs 200 against 100 elsewhere: within the 1,000-token slack, the session stays.
@@ -228,7 +238,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     // After the session TTL the session is forgotten.
     f.now += Duration::from_secs(61);
     f.core.sweep_sessions(f.now);
-    f.lease = f.core.open_lease("test".into(), Duration::ZERO, f.now).0;
+    f.lease = f.core.open_lease("test".into(), Duration::ZERO, f.now).lease;
     let fresh = pick(&mut f, 100, "s1");
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
