@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser as _;
-use infera_control::router::{PickContext, RoutingState};
+use infera_control::routing::{PickContext, RoutingCore};
 use infera_control::settings::Settings;
 use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
@@ -247,7 +247,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         labels: Default::default(),
     });
     let settings = core_settings(RequestWeight::new(1e6).expect("valid weight"));
-    let mut core = RoutingState::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
+    let mut core = RoutingCore::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
         .expect("valid settings");
     let now = Instant::now();
     let wall = SystemTime::now();

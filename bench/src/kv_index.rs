@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
-use infera_control::router::{KvIndex, PickContext, RoutingState};
+use infera_control::routing::{KvIndex, PickContext, RoutingCore};
 use infera_control::target::TargetKey;
 use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
@@ -292,7 +292,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
     // The view interns the worker's ranks as keys 0..targets, the keys the events used.
     let keys = view.worker_targets(&WorkerId::new("prefill"), None).expect("registered");
     assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
-    let mut core = RoutingState::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
+    let mut core = RoutingCore::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
     let (now, wall) = (Instant::now(), SystemTime::now());
     let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
     let tokens = (args.query_pages * args.page_size) as u64;

@@ -23,7 +23,7 @@ use infera_proto::types::{KvEventsSource, WorkerId, WorkerRecord};
 use tokio::sync::mpsc;
 
 use crate::metrics::{KvCounters, KvMetrics};
-use crate::router::KvIndex;
+use crate::routing::KvIndex;
 use crate::target::TargetKey;
 
 /// Batches that may wait between the subscribers and the consumer; a slow consumer makes the

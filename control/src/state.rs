@@ -14,8 +14,8 @@ use crate::decisions::DecisionHub;
 use crate::error::ControlError;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
-use crate::router::{
-    Ended, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow, RoutingState, TargetRow,
+use crate::routing::{
+    Ended, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow, RoutingCore, TargetRow,
 };
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
@@ -23,7 +23,7 @@ use crate::target::TargetKey;
 /// Shared state of a running control.
 #[derive(Debug)]
 pub struct ControlState {
-    core: Mutex<RoutingState<SmallRng>>,
+    core: Mutex<RoutingCore<SmallRng>>,
     /// The KV-event subscribers and the prefix index they fill (read by prefill picks, under the
     /// core lock: always taken in that order).
     kv_feed: Arc<KvFeed>,
@@ -37,7 +37,7 @@ pub struct ControlState {
 impl ControlState {
     /// Wraps a core; `kv_feed` is shared with its consumer task ([`crate::kv_feed::consume`]).
     pub fn new(
-        core: RoutingState<SmallRng>,
+        core: RoutingCore<SmallRng>,
         kv_feed: Arc<KvFeed>,
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
@@ -108,7 +108,7 @@ impl ControlState {
         }
     }
 
-    fn core(&self) -> MutexGuard<'_, RoutingState<SmallRng>> {
+    fn core(&self) -> MutexGuard<'_, RoutingCore<SmallRng>> {
         // The core panics only on a broken ledger invariant; serving on would be worse.
         self.core.lock().expect("routing state poisoned by an earlier panic")
     }
@@ -265,7 +265,7 @@ impl ControlState {
     /// lock is still held, so the last value handed over is the last change made.
     fn change_settings(
         &self,
-        change: impl FnOnce(&mut RoutingState<SmallRng>) -> Result<&Settings, ControlError>,
+        change: impl FnOnce(&mut RoutingCore<SmallRng>) -> Result<&Settings, ControlError>,
     ) -> Result<Settings, ControlError> {
         let mut core = self.core();
         let s = change(&mut core)?.clone();

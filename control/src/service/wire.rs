@@ -6,7 +6,7 @@ use infera_proto::pb;
 use infera_proto::types::RequestWeight;
 
 use crate::decisions::{CandidateTerms, Decision};
-use crate::router::{ReservationRow, TargetRow};
+use crate::routing::{ReservationRow, TargetRow};
 use crate::settings::Settings;
 
 pub(super) fn config(s: &Settings) -> pb::Config {

@@ -1,4 +1,5 @@
-//! One pick, as a short pipeline over the pure core:
+//! The pure routing core: a synchronous, clock-injected state machine over the worker view, the
+//! demand ledger, session affinity and the settings. One pick is a short pipeline:
 //!
 //! ```text
 //! lease live? → candidates (view: pool of model × role, minus drained; ledger: loads)
@@ -6,12 +7,11 @@
 //!             → book (ledger) → Picked (+ decision event when someone watches)
 //! ```
 //!
-//! [`RoutingState`] is synchronous and owns no tasks or sockets; time and randomness come in
+//! [`RoutingCore`] is synchronous and owns no tasks or sockets; time and randomness come in
 //! as arguments, so tests drive it deterministically. The gRPC shell holds it behind one
 //! mutex: choosing and booking happen under the same lock, so no two concurrent picks see
 //! the same stale load.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_kv::hash::PageHash;
@@ -29,101 +29,15 @@ use crate::ledger::{Booking, Ledger, Released, Reservation};
 use crate::scoring::{self, Candidate, Choice, RoundRobin, Scored};
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::{Load, TargetKey};
-use crate::view::{Slot, View};
+use crate::view::View;
 
+mod outcome;
 #[cfg(test)]
 mod tests;
 
-/// A target's load after a booking or release, for the per-target gauges.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoadChange {
-    /// The target.
-    pub target: Target,
-    /// Its worker's role.
-    pub role: Role,
-    /// Its load now.
-    pub load: Load,
-}
-
-/// A successful pick.
-#[derive(Clone, Debug)]
-pub struct Picked {
-    /// The booking.
-    pub reservation: ReservationId,
-    /// The chosen target's worker, whose URL the proxy sends the request to.
-    pub worker: Arc<WorkerRecord>,
-    /// The chosen target's terms before the booking.
-    pub chosen: CandidateTerms,
-    /// The mode in force.
-    pub mode: DecodeInputDemand,
-    /// W in force (decode picks; zero for prefill picks).
-    pub weight: RequestWeight,
-    /// Shadow mode: whether the legacy choice is also a lowest-cost one.
-    pub agree: Option<bool>,
-    /// The target's load after the booking.
-    pub change: LoadChange,
-    /// The full decision, when asked for.
-    pub decision: Option<Decision>,
-}
-
-/// A reservation as operators list it.
-#[derive(Clone, Debug)]
-pub struct ReservationRow {
-    /// The reservation.
-    pub reservation: Reservation,
-    /// Its target's name.
-    pub target: Target,
-    /// Its lease's holder ("" once the lease is gone).
-    pub holder: String,
-}
-
-/// An ended reservation and the load it left behind.
-#[derive(Clone, Debug)]
-pub struct Ended {
-    /// The reservation.
-    pub reservation: Reservation,
-    /// Its target's load after the release.
-    pub change: LoadChange,
-}
-
-/// A release that ended a reservation.
-#[derive(Clone, Debug)]
-pub struct ReleasedNow {
-    /// The reservation's leg.
-    pub kind: PickKind,
-    /// Its target's load after the release.
-    pub change: LoadChange,
-}
-
-/// A lease that expired, with the reservations its expiry ended (the ledger's
-/// [`Expired`](crate::ledger::Expired), with target names).
-#[derive(Clone, Debug)]
-pub struct LeaseExpired {
-    /// The lease.
-    pub lease: LeaseId,
-    /// Its holder (the proxy's name).
-    pub holder: String,
-    /// What it still held.
-    pub ended: Vec<Ended>,
-}
-
-/// A lease just opened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpenedLease {
-    /// Its id.
-    pub lease: LeaseId,
-    /// The TTL granted (the default, or the one asked for clamped to the range).
-    pub ttl: Duration,
-}
-
-/// A target as operators list it: the view's slot and the ledger's load.
-#[derive(Clone, Debug)]
-pub struct TargetRow {
-    /// What the view knows of it.
-    pub slot: Slot,
-    /// What it holds.
-    pub load: Load,
-}
+pub use outcome::{
+    Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
+};
 
 /// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
 /// to record the full decision, and the clocks.
@@ -144,7 +58,7 @@ pub type KvIndex = PrefixIndex<TargetKey>;
 
 /// The pure routing core.
 #[derive(Debug)]
-pub struct RoutingState<R> {
+pub struct RoutingCore<R> {
     view: View,
     ledger: Ledger,
     sessions: Sessions,
@@ -170,7 +84,7 @@ struct OverlapScratch {
     pages: Vec<u32>,
 }
 
-impl<R: Rng> RoutingState<R> {
+impl<R: Rng> RoutingCore<R> {
     /// A core over `view`; ids carry `epoch`; `rng` breaks ties and drives the legacy policies.
     pub fn new(view: View, settings: Settings, epoch: u32, rng: R) -> Result<Self, ControlError> {
         settings.validate()?;

@@ -40,7 +40,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
 }
 
 struct Fixture {
-    core: RoutingState<SmallRng>,
+    core: RoutingCore<SmallRng>,
     lease: LeaseId,
     now: Instant,
 }
@@ -48,7 +48,7 @@ struct Fixture {
 impl Fixture {
     fn new(workers: Vec<WorkerRecord>, s: Settings) -> Self {
         let now = Instant::now();
-        let mut core = RoutingState::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
+        let mut core = RoutingCore::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
         let lease = core.open_lease("test".into(), Duration::ZERO, now).lease;
         Self { core, lease, now }
     }
@@ -249,7 +249,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
 fn weight_needs_a_scoring_mode_both_ways() {
     let s = settings(DecodeInputDemand::Off, 5.0, DecodePolicy::RoundRobin);
     assert!(matches!(
-        RoutingState::new(View::default(), s, 1, SmallRng::seed_from_u64(0)),
+        RoutingCore::new(View::default(), s, 1, SmallRng::seed_from_u64(0)),
         Err(ControlError::WeightNeedsDemand { .. })
     ));
     let mut f = Fixture::new(vec![], settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin));
