@@ -1,6 +1,7 @@
-//! The deployment file (TOML): what to run, where, and how. Parsing only; the cross-field
-//! rules live in [`crate::check`]. Every table rejects unknown keys, so a misspelt key is an
-//! error naming its line. The fields named by [`crate::check`]'s messages keep their spans.
+//! The deployment file (TOML): what to run, where, and how. Parsing only; the cross-field rules
+//! are the checker's (`launcher/src/check.rs`), which reads these types. Every table rejects
+//! unknown keys, so a misspelt key is an error naming its line. The fields the checker's messages
+//! name keep their spans.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
