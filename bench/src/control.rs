@@ -251,7 +251,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         .expect("valid settings");
     let now = Instant::now();
     let wall = SystemTime::now();
-    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
     let mut rng = SmallRng::seed_from_u64(seed);
     let request = |rng: &mut SmallRng, lease: LeaseId| PickRequest {
         lease,

@@ -294,7 +294,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
     assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
     let mut core = RoutingCore::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
     let (now, wall) = (Instant::now(), SystemTime::now());
-    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
     let tokens = (args.query_pages * args.page_size) as u64;
     let mut run = |with_hashes: bool| {
         samples(args.queries, |i| {
