@@ -167,9 +167,9 @@ pub enum ConfigError {
          W only takes part in the demand cost"
     )]
     WeightNeedsDemand {
-        /// W.
+        /// The `--decode-request-weight` given.
         weight: RequestWeight,
-        /// The mode.
+        /// The `--decode-input-demand` given.
         mode: DecodeInputDemand,
     },
 }

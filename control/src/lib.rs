@@ -61,7 +61,7 @@ const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// The sockets control serves on, bound by the caller (tests bind port 0 and keep them).
 #[derive(Debug)]
 pub struct Listeners {
-    /// gRPC.
+    /// gRPC: Router, Admin, health and reflection.
     pub grpc: TcpListener,
     /// Prometheus `/metrics`.
     pub metrics: TcpListener,

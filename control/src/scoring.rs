@@ -34,7 +34,7 @@ pub use round_robin::{PoolCursor, PoolId, PoolRef, RoundRobin};
 /// One eligible candidate of a pool.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
-    /// The target.
+    /// The target's key.
     pub key: TargetKey,
     /// Its position in the pool (for round-robin).
     pub position: usize,
@@ -59,7 +59,7 @@ impl Candidate {
 /// the decision record all read this value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scored {
-    /// The candidate.
+    /// The candidate as the view and the KV index described it.
     pub candidate: Candidate,
     /// Its cost ([`decode_cost`] or [`prefill_cost`], by the pick's kind).
     pub cost: f64,

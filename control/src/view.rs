@@ -36,7 +36,7 @@ struct Pool {
     keys: Vec<TargetKey>,
 }
 
-/// The view.
+/// The worker view: every target ever registered, the live ones per model and role, and the drain flags.
 #[derive(Debug, Default)]
 pub struct View {
     workers: BTreeMap<WorkerId, Arc<WorkerRecord>>,

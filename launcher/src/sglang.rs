@@ -99,9 +99,9 @@ pub struct Disaggregation {
 /// `--disaggregation-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DisaggregationMode {
-    /// Prefill.
+    /// `prefill`: computes the prompt's KV and sends it to a decode worker.
     Prefill,
-    /// Decode.
+    /// `decode`: receives the KV and generates.
     Decode,
 }
 

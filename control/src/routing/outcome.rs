@@ -15,7 +15,7 @@ use crate::view::Slot;
 /// A target's load after a booking or release, for the per-target gauges.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadChange {
-    /// The target.
+    /// The target whose load changed.
     pub target: Target,
     /// Its worker's role.
     pub role: Role,
@@ -26,7 +26,7 @@ pub struct LoadChange {
 /// A successful pick.
 #[derive(Clone, Debug)]
 pub struct Picked {
-    /// The booking.
+    /// The reservation booked; the proxy releases it when the request ends.
     pub reservation: ReservationId,
     /// The chosen target's worker, whose URL the proxy sends the request to.
     pub worker: Arc<WorkerRecord>,
@@ -47,7 +47,7 @@ pub struct Picked {
 /// A reservation as operators list it.
 #[derive(Clone, Debug)]
 pub struct ReservationRow {
-    /// The reservation.
+    /// The reservation: lease, leg, target key, tokens booked and when.
     pub reservation: Reservation,
     /// Its target's name.
     pub target: Target,
@@ -58,7 +58,7 @@ pub struct ReservationRow {
 /// An ended reservation and the load it left behind.
 #[derive(Clone, Debug)]
 pub struct Ended {
-    /// The reservation.
+    /// The reservation that ended.
     pub reservation: Reservation,
     /// Its target's load after the release.
     pub change: LoadChange,
@@ -77,7 +77,7 @@ pub struct ReleasedNow {
 /// [`Expired`](crate::ledger::Expired), with target names).
 #[derive(Clone, Debug)]
 pub struct LeaseExpired {
-    /// The lease.
+    /// The lease that ran out.
     pub lease: LeaseId,
     /// Its holder (the proxy's name).
     pub holder: String,
@@ -88,7 +88,7 @@ pub struct LeaseExpired {
 /// A lease just opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpenedLease {
-    /// Its id.
+    /// The lease's id, which the proxy's keep-alives and picks carry.
     pub lease: LeaseId,
     /// The TTL granted (the default, or the one asked for clamped to the range).
     pub ttl: Duration,

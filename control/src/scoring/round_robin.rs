@@ -18,7 +18,7 @@ impl PoolId {
 /// The pool one pick draws its candidates from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolRef {
-    /// Which pool.
+    /// The pool's id (its round-robin position is kept under it).
     pub id: PoolId,
     /// Its size, eligible targets or not (round-robin positions count them all).
     pub len: usize,
