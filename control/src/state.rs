@@ -15,7 +15,8 @@ use crate::error::ControlError;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
 use crate::routing::{
-    Ended, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow, RoutingCore, TargetRow,
+    Ended, LeaseExpired, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow,
+    RoutingCore, TargetRow,
 };
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
@@ -219,8 +220,7 @@ impl ControlState {
             (core.tick(Instant::now()), core.lease_count())
         };
         self.metrics.leases(leases);
-        for e in &expired {
-            let (lease, holder, ended) = (e.lease, &e.holder, &e.ended);
+        for LeaseExpired { lease, holder, ended } in &expired {
             tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
             self.metrics.lease_expired();
             self.ended(ended, ReleaseReason::LeaseExpired);
