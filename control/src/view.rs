@@ -62,11 +62,13 @@ impl View {
     /// Adds or replaces a worker. Drain flags of its surviving ranks are kept.
     pub fn upsert(&mut self, record: WorkerRecord) {
         let record = Arc::new(record);
+        // Every target of the new record has a key before any pool is rebuilt from the workers
+        // (retiring the old record rebuilds its pool, which already counts the new record).
+        let keys: Vec<TargetKey> = record.targets().map(|t| self.intern(&t, &record)).collect();
         if let Some(old) = self.workers.insert(record.id.clone(), record.clone()) {
             self.retire(&old);
         }
-        for target in record.targets() {
-            let key = self.intern(&target, &record);
+        for key in keys {
             let slot = &mut self.slots[key.index()];
             slot.worker = record.clone();
             slot.live = true;

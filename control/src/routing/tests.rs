@@ -310,3 +310,25 @@ fn round_robin_prefill_ignores_overlap_and_load() {
     let ranks: Vec<u32> = (0..6).map(|_| rank(&f.pick(PickKind::Prefill, "m", 1_000).unwrap())).collect();
     assert_eq!(ranks, vec![0, 1, 2, 0, 1, 2], "bookings held, still in turn");
 }
+
+#[test]
+fn a_worker_that_registers_again_with_more_ranks_serves_all_of_them() {
+    let s = settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin);
+    let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 2)], s);
+    f.core.upsert_worker(worker("d", Role::Decode, "m", 4));
+    assert_eq!(f.core.targets(None, None).len(), 4);
+    let ranks: Vec<u32> = (0..4).map(|_| rank(&f.decode(1))).collect();
+    assert_eq!(ranks, [0, 1, 2, 3]);
+}
+
+#[test]
+fn round_robin_goes_on_while_a_pool_lives_and_starts_over_once_it_emptied() {
+    let s = settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin);
+    let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 3)], s);
+    assert_eq!((rank(&f.decode(1)), rank(&f.decode(1))), (0, 1));
+    f.core.upsert_worker(worker("e", Role::Decode, "other", 1));
+    assert_eq!(rank(&f.decode(1)), 2, "another pool's change keeps this pool's turn");
+    assert!(f.core.remove_worker(&WorkerId::new("d")));
+    f.core.upsert_worker(worker("d", Role::Decode, "m", 3));
+    assert_eq!(rank(&f.decode(1)), 0, "the pool emptied: its turn starts over");
+}
