@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser as _;
-use infera_control::router::RoutingState;
+use infera_control::routing::{PickContext, RoutingCore};
 use infera_control::settings::Settings;
 use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
@@ -240,11 +240,11 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
             .with_page_size(64)
     });
     let settings = core_settings(RequestWeight::new(1e6).expect("valid weight"));
-    let mut core = RoutingState::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
+    let mut core = RoutingCore::new(View::new(workers), settings, 1, SmallRng::seed_from_u64(seed))
         .expect("valid settings");
     let now = Instant::now();
     let wall = SystemTime::now();
-    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
     let mut rng = SmallRng::seed_from_u64(seed);
     let request = |rng: &mut SmallRng, lease: LeaseId| PickRequest {
         lease,
@@ -257,13 +257,16 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
     };
     for _ in 0..n as usize * WARM_PER_TARGET {
         let req = request(&mut rng, lease);
-        core.pick(PickKind::Decode, &req, None, false, now, wall).expect("warm-up pick");
+        core.pick(PickKind::Decode, &req, PickContext { kv: None, record_decision: false, now, wall })
+            .expect("warm-up pick");
     }
     let mut samples = Vec::with_capacity(picks);
     for _ in 0..picks {
         let req = request(&mut rng, lease);
         let t0 = Instant::now();
-        let picked = core.pick(PickKind::Decode, &req, None, false, now, wall).expect("pick");
+        let picked = core
+            .pick(PickKind::Decode, &req, PickContext { kv: None, record_decision: false, now, wall })
+            .expect("pick");
         samples.push(t0.elapsed());
         core.release(picked.reservation).expect("release");
     }

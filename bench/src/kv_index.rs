@@ -17,8 +17,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
-use infera_control::router::{KvIndex, RoutingState};
-use infera_control::view::{TargetKey, View};
+use infera_control::routing::{KvIndex, PickContext, RoutingCore};
+use infera_control::target::TargetKey;
+use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
 use infera_proto::types::{
@@ -282,9 +283,9 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
     // The view interns the worker's ranks as keys 0..targets, the keys the events used.
     let keys = view.worker_targets(&WorkerId::new("prefill"), None).expect("registered");
     assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
-    let mut core = RoutingState::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
+    let mut core = RoutingCore::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
     let (now, wall) = (Instant::now(), SystemTime::now());
-    let (lease, _) = core.open_lease("bench".into(), Duration::from_secs(300), now);
+    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
     let tokens = (args.query_pages * args.page_size) as u64;
     let mut run = |with_hashes: bool| {
         samples(args.queries, |i| {
@@ -301,7 +302,13 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                 },
                 page_size: if with_hashes { args.page_size as u32 } else { 0 },
             };
-            let picked = core.pick(PickKind::Prefill, &req, Some(index), false, now, wall).expect("pick");
+            let picked = core
+                .pick(
+                    PickKind::Prefill,
+                    &req,
+                    PickContext { kv: Some(index), record_decision: false, now, wall },
+                )
+                .expect("pick");
             core.release(picked.reservation).expect("release");
         })
     };

@@ -6,6 +6,7 @@
 //! - [`schedule`]: open loop by timestamp, or closed-loop lanes with think time.
 //! - [`drive`]: one streamed chat completion, timed.
 //! - [`ranks`]: the decode worker's DP ranks over time, from its `/v1/loads`.
+//! - [`percentile`]: the percentiles both summaries use.
 //! - [`seed_load`]: `--match-seed-load`, the seeds' operating point.
 //! - [`report`]: the summary, as text and as JSON (`--json FILE`).
 //!
@@ -13,6 +14,7 @@
 //! (closed loop over Mooncake treats each request as a one-turn session).
 
 mod drive;
+mod percentile;
 mod prompt;
 pub(crate) mod ranks;
 pub(crate) mod report;

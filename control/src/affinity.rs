@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use infera_proto::types::SessionKey;
 
-use crate::view::TargetKey;
+use crate::target::TargetKey;
 
 /// Session → last prefill target.
 #[derive(Debug, Default)]

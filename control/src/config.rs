@@ -144,6 +144,14 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
 }
 
+impl Config {
+    /// Whether no worker can ever be picked: the registry is the static file (no etcd, from which
+    /// workers would arrive later) and that file lists none.
+    pub fn has_no_workers(&self) -> bool {
+        self.etcd.is_empty() && self.workers.is_empty()
+    }
+}
+
 /// A configuration that cannot start (exit 64).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -159,9 +167,9 @@ pub enum ConfigError {
          W only takes part in the demand cost"
     )]
     WeightNeedsDemand {
-        /// W.
+        /// The `--decode-request-weight` given.
         weight: RequestWeight,
-        /// The mode.
+        /// The `--decode-input-demand` given.
         mode: DecodeInputDemand,
     },
 }

@@ -8,12 +8,12 @@ use infera_proto::types::{
 };
 use tokio::sync::broadcast;
 
-use crate::ledger::Load;
+use crate::target::Load;
 
 /// One candidate's terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CandidateTerms {
-    /// The candidate.
+    /// The candidate target.
     pub target: Target,
     /// What it held before this pick.
     pub load: Load,
@@ -30,7 +30,7 @@ pub struct CandidateTerms {
 /// One routing decision.
 #[derive(Clone, Debug)]
 pub struct Decision {
-    /// When.
+    /// Wall-clock time of the pick.
     pub at: SystemTime,
     /// Prefill or decode.
     pub kind: PickKind,
@@ -38,7 +38,7 @@ pub struct Decision {
     pub request_id: RequestId,
     /// The booking it made.
     pub reservation: ReservationId,
-    /// The model.
+    /// The model the request asked for.
     pub model: ModelName,
     /// The demand mode in force.
     pub mode: DecodeInputDemand,
@@ -50,7 +50,7 @@ pub struct Decision {
     pub suggested: Option<Target>,
     /// The chosen target's cost equals the lowest.
     pub agree: bool,
-    /// W.
+    /// W in force (zero for prefill picks).
     pub weight: RequestWeight,
     /// The request's input tokens.
     pub request_tokens: u64,

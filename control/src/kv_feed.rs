@@ -1,5 +1,5 @@
 //! The KV-event feed: keeps one subscriber per (worker, rank) of every worker whose record names
-//! KV-event sockets, and applies what they deliver to the prefix index.
+//! KV-event sockets, and applies what they deliver to the prefix index it owns.
 //!
 //! ```text
 //! registry change ──▶ KvFeed::follow / forget ──▶ Subscriber per rank (infera_kv::subscribe)
@@ -9,22 +9,22 @@
 //! ```
 //!
 //! A worker that leaves (or whose sockets change) has its subscribers stopped and its targets
-//! cleared from the index; events of a worker the feed no longer follows are dropped on arrival,
+//! cleared from the index (by the feed itself, as it stops them); events of a worker the feed no longer follows are dropped on arrival,
 //! so nothing of a departed worker comes back. The feed keeps each followed rank's target key, so
 //! ingest never takes the routing lock that picks wait on. A `Reset` from a subscriber (missed batches that
 //! replay could not recover, a restarted publisher, an undecodable batch) clears that target,
 //! which then rebuilds from the batches that follow.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use infera_kv::subscribe::{EventKind, StatsSnapshot, Subscriber, SubscriberConfig, SubscriberEvent};
 use infera_proto::types::{KvEventsSource, WorkerId, WorkerRecord};
 use tokio::sync::mpsc;
 
 use crate::metrics::{KvCounters, KvMetrics};
-use crate::state::ControlState;
-use crate::view::TargetKey;
+use crate::routing::KvIndex;
+use crate::target::TargetKey;
 
 /// Batches that may wait between the subscribers and the consumer; a slow consumer makes the
 /// subscribers wait (ZMQ then buffers, up to its high-water mark).
@@ -41,24 +41,46 @@ struct Followed {
     exported: Vec<StatsSnapshot>,
 }
 
-/// The feed's subscribers, by worker.
+/// The feed's subscribers, by worker, and the prefix index they fill.
 #[derive(Debug)]
 pub struct KvFeed {
     followed: Mutex<HashMap<WorkerId, Followed>>,
     tx: mpsc::Sender<SubscriberEvent>,
+    /// Written by the consumer and when subscribers stop; read by prefill picks (under the routing
+    /// lock, always taken first).
+    index: RwLock<KvIndex>,
+    metrics: KvMetrics,
 }
 
 impl KvFeed {
-    /// A feed and the receiving end its consumer ([`consume`]) drains.
-    pub fn new() -> (Self, mpsc::Receiver<SubscriberEvent>) {
+    /// A feed filling `index`, counting into `metrics`, and the receiving end its consumer
+    /// ([`consume`]) drains.
+    pub fn new(index: KvIndex, metrics: KvMetrics) -> (Self, mpsc::Receiver<SubscriberEvent>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (Self { followed: Mutex::new(HashMap::new()), tx }, rx)
+        (Self { followed: Mutex::new(HashMap::new()), tx, index: RwLock::new(index), metrics }, rx)
+    }
+
+    /// The prefix index, for a pick to read.
+    pub fn index(&self) -> RwLockReadGuard<'_, KvIndex> {
+        self.index.read().expect("kv index poisoned by an earlier panic")
     }
 
     /// Follows a worker's KV events (or stops, when its record names none); `keys` are its ranks'
-    /// target keys, by rank. Returns the keys whose index must be cleared because their subscribers
-    /// were replaced or stopped.
-    pub fn follow(&self, record: &WorkerRecord, keys: Vec<TargetKey>) -> Vec<TargetKey> {
+    /// target keys, by rank. The targets whose subscribers were replaced or stopped are cleared
+    /// from the index.
+    pub fn follow(&self, record: &WorkerRecord, keys: Vec<TargetKey>) {
+        let cleared = self.resubscribe(record, keys);
+        self.clear(&cleared);
+    }
+
+    /// Stops following a worker and clears its targets from the index.
+    pub fn forget(&self, worker: &WorkerId) {
+        let cleared = Self::stop(&mut self.lock(), worker);
+        self.clear(&cleared);
+    }
+
+    /// The subscriber change of [`follow`](Self::follow); returns the keys to clear.
+    fn resubscribe(&self, record: &WorkerRecord, keys: Vec<TargetKey>) -> Vec<TargetKey> {
         let mut followed = self.lock();
         let unchanged = followed
             .get(&record.id)
@@ -90,11 +112,6 @@ impl KvFeed {
         cleared
     }
 
-    /// Stops following a worker; returns its targets' keys, to clear from the index.
-    pub fn forget(&self, worker: &WorkerId) -> Vec<TargetKey> {
-        Self::stop(&mut self.lock(), worker)
-    }
-
     /// Stops every subscriber (shutdown).
     pub fn stop_all(&self) {
         self.lock().clear();
@@ -102,7 +119,7 @@ impl KvFeed {
 
     /// The target key of `rank` of `worker`, while the feed follows the worker (events of a
     /// worker it no longer follows are not wanted).
-    pub fn key_of(&self, worker: &str, rank: u32) -> Option<TargetKey> {
+    fn key_of(&self, worker: &str, rank: u32) -> Option<TargetKey> {
         self.lock().get(worker).and_then(|f| f.keys.get(rank as usize).copied())
     }
 
@@ -111,15 +128,49 @@ impl KvFeed {
         self.lock().values().map(|f| f.ranks.len()).sum()
     }
 
-    /// Moves every subscriber's counters since the last call into `metrics`.
-    pub fn export(&self, metrics: &KvMetrics) {
+    /// Moves every subscriber's counters since the last call, and the index's size, into the
+    /// metrics.
+    pub fn export_metrics(&self) {
         for (worker, f) in self.lock().iter_mut() {
             for (rank, (sub, last)) in f.ranks.iter().zip(f.exported.iter_mut()).enumerate() {
                 let now = sub.stats().snapshot();
-                metrics.subscriber(worker.as_str(), rank as u32, &delta(&now, last));
+                self.metrics.subscriber(worker.as_str(), rank as u32, &delta(&now, last));
                 *last = now;
             }
         }
+        let stats = self.index().stats();
+        self.metrics.index(&stats, self.subscribers());
+    }
+
+    /// Applies one subscriber event to the index; events of a worker no longer followed are dropped.
+    fn apply(&self, ev: &SubscriberEvent) {
+        let Some(key) = self.key_of(&ev.worker, ev.rank) else { return };
+        match &ev.kind {
+            EventKind::Batch { batch, .. } => {
+                // Hash under the read lock; only the map updates hold picks off.
+                let prepared = self.index().prepare(key, &batch.events);
+                self.write().commit(key, prepared);
+            }
+            EventKind::Reset(reason) => {
+                tracing::warn!(worker = %ev.worker, rank = ev.rank, %reason,
+                    "KV events lost; the target's index is rebuilt from here");
+                self.write().clear_target(key);
+            }
+        }
+    }
+
+    fn clear(&self, keys: &[TargetKey]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut index = self.write();
+        for &k in keys {
+            index.clear_target(k);
+        }
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, KvIndex> {
+        self.index.write().expect("kv index poisoned by an earlier panic")
     }
 
     fn stop(followed: &mut HashMap<WorkerId, Followed>, worker: &WorkerId) -> Vec<TargetKey> {
@@ -144,7 +195,7 @@ fn delta(now: &StatsSnapshot, last: &StatsSnapshot) -> KvCounters {
 
 /// Applies what the subscribers deliver to the index until `stop` resolves; then stops them.
 pub async fn consume(
-    state: Arc<ControlState>,
+    feed: Arc<KvFeed>,
     mut rx: mpsc::Receiver<SubscriberEvent>,
     stop: impl std::future::Future<Output = ()>,
 ) {
@@ -157,20 +208,7 @@ pub async fn consume(
                 None => break,
             },
         };
-        let Some(key) = state.kv_feed().key_of(&ev.worker, ev.rank) else { continue };
-        let poisoned = "kv index poisoned by an earlier panic";
-        match &ev.kind {
-            EventKind::Batch { batch, .. } => {
-                // Hash under the read lock; only the map updates hold picks off.
-                let prepared = state.kv().read().expect(poisoned).prepare(key, &batch.events);
-                state.kv().write().expect(poisoned).commit(key, prepared);
-            }
-            EventKind::Reset(reason) => {
-                tracing::warn!(worker = %ev.worker, rank = ev.rank, %reason,
-                    "KV events lost; the target's index is rebuilt from here");
-                state.kv().write().expect(poisoned).clear_target(key);
-            }
-        }
+        feed.apply(&ev);
     }
-    state.kv_feed().stop_all();
+    feed.stop_all();
 }

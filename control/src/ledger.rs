@@ -13,24 +13,15 @@ use std::time::{Duration, Instant, SystemTime};
 use infera_proto::types::{LeaseId, PickKind, RequestId, ReservationId};
 
 use crate::error::ControlError;
-use crate::view::TargetKey;
+use crate::target::{Load, TargetKey};
 
 #[cfg(test)]
 mod tests;
 
-/// What a target holds right now.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Load {
-    /// Sum of the input tokens of the live reservations on the target.
-    pub booked_input_tokens: u64,
-    /// Number of live reservations on the target.
-    pub held_requests: u64,
-}
-
 /// One booking.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
-    /// Its id.
+    /// Its id, which the proxy releases it by.
     pub id: ReservationId,
     /// The lease it belongs to.
     pub lease: LeaseId,
@@ -70,15 +61,15 @@ pub struct LeaseState {
 /// A lease that expired, with the reservations its expiry released.
 #[derive(Debug)]
 pub struct Expired {
-    /// The lease.
+    /// The lease that ran out.
     pub lease: LeaseId,
-    /// Its holder.
+    /// The proxy that held it (its name, for the log).
     pub holder: String,
     /// The reservations it still held, each with its target's load after the release.
     pub released: Vec<(Reservation, Load)>,
 }
 
-/// The ledger.
+/// The demand ledger: the reservations and leases, and the load they put on each target.
 #[derive(Debug)]
 pub struct Ledger {
     epoch: u32,
@@ -275,7 +266,7 @@ impl Ledger {
 pub struct Booking {
     /// Prefill or decode leg.
     pub kind: PickKind,
-    /// Where.
+    /// The target charged.
     pub target: TargetKey,
     /// For whom.
     pub request_id: RequestId,

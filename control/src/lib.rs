@@ -6,8 +6,11 @@
 //! - [`service`]: gRPC edge (Router for proxies, Admin for operators, health, reflection);
 //!   wire ⇄ domain at the edge, errors mapped once in [`error`].
 //! - [`state`]: the shell — one lock around the core, clock, metrics, decision fan-out.
-//! - [`router`]: one pick as a pipeline over the pure core:
+//! - [`routing`]: the pure routing core ([`routing::RoutingCore`]): a synchronous state machine,
+//!   time and randomness passed in; one pick is a pipeline over
 //!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
+//!   [`target`] holds what they all share: a target's key and load.
+//! - [`kv_feed`]: KV-event subscribers and the prefix index they fill.
 //! - [`settings`]: W, the mode and the policies in force.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
@@ -23,11 +26,12 @@ pub mod kv_feed;
 pub mod ledger;
 pub mod metrics;
 pub mod persist;
-pub mod router;
+pub mod routing;
 pub mod scoring;
 pub mod service;
 pub mod settings;
 pub mod state;
+pub mod target;
 pub mod view;
 pub mod workers_file;
 
@@ -43,7 +47,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 pub use config::{Args, Config, ConfigError};
 
 use crate::metrics::ControlMetrics;
-use crate::router::RoutingState;
+use crate::routing::RoutingCore;
 use crate::state::ControlState;
 use crate::view::View;
 
@@ -57,7 +61,7 @@ const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// The sockets control serves on, bound by the caller (tests bind port 0 and keep them).
 #[derive(Debug)]
 pub struct Listeners {
-    /// gRPC.
+    /// gRPC: Router, Admin, health and reflection.
     pub grpc: TcpListener,
     /// Prometheus `/metrics`.
     pub metrics: TcpListener,
@@ -83,14 +87,13 @@ pub async fn run(
     let static_workers = config.workers.clone();
     let mut view = View::new(config.workers);
     view.drain_by_name(drains);
-    let core = RoutingState::new(view, settings, epoch, rng)?;
+    let core = RoutingCore::new(view, settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
-    let kv = router::KvIndex::new(config.kv_index_max_blocks);
-    let (feed, kv_events) = kv_feed::KvFeed::new();
-    let kv_metrics = metrics::KvMetrics::register(&mut registry);
-    let state =
-        ControlState::new(core, (kv, feed, kv_metrics), ControlMetrics::register(&mut registry), persist_to);
+    let kv = routing::KvIndex::new(config.kv_index_max_blocks);
+    let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
+    let feed = Arc::new(feed);
+    let state = ControlState::new(core, feed.clone(), ControlMetrics::register(&mut registry), persist_to);
     for record in &static_workers {
         state.follow_kv(record);
     }
@@ -111,7 +114,7 @@ pub async fn run(
         let _ = stop_tx.send(());
     });
 
-    let feed = tokio::spawn(kv_feed::consume(state.clone(), kv_events, stopped()));
+    let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state, stopped()));
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {

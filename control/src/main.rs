@@ -20,7 +20,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = TcpListener::bind(config.metrics_listen).await.with_context(|| {
         format!("cannot bind the metrics address --metrics-listen {}", config.metrics_listen)
     })?;
-    if config.workers.is_empty() {
+    if config.has_no_workers() {
         tracing::warn!("the workers file lists no workers: every pick will fail with NOT_FOUND");
     }
     // One line on stdout that scripts and tests wait for (ports may have been 0).

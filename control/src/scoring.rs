@@ -1,6 +1,7 @@
 //! Scoring and selection: pure functions over the eligible candidates of one pool.
 //!
-//! Decode cost (DESIGN §3), computed for every candidate and logged term by term:
+//! Decode cost (`manual/features/decode_balancing.md`), computed once per candidate ([`score`])
+//! and logged term by term:
 //!
 //! ```text
 //! cost(target) = booked_input_tokens(target) + request_tokens + W × held_requests(target)
@@ -10,27 +11,30 @@
 //! before this pick. Prefill cost is the in-flight prefill load less the overlap credit,
 //! `booked_input_tokens + request_tokens - C × cached_tokens`, where `cached_tokens` is what the
 //! KV prefix index says the target already holds of this prompt (zero without a tokenizer or KV
-//! events) and C is `--prefill-overlap-credit`; session affinity
-//! keeps a session on its previous prefill target unless that target costs more than the cheapest
-//! by the slack.
+//! events) and C is `--prefill-overlap-credit` (`manual/features/kv_aware_routing.md`); session
+//! affinity keeps a session on its previous prefill target unless that target costs more than the
+//! cheapest by the slack.
 
-use infera_proto::types::{DecodePolicy, RequestWeight};
+use std::borrow::Borrow;
+
+use infera_proto::types::{DecodePolicy, PickKind, RequestWeight};
 use rand::Rng;
 
-use crate::ledger::Load;
-use crate::settings::OverlapCredit;
-use crate::view::TargetKey;
+use crate::settings::{OverlapCredit, Settings};
+use crate::target::{Load, TargetKey};
 
 mod choose;
+mod round_robin;
 #[cfg(test)]
 mod tests;
 
 pub use choose::{Choice, choose_decode, choose_prefill};
+pub use round_robin::{PoolCursor, PoolId, PoolRef, RoundRobin};
 
 /// One eligible candidate of a pool.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
-    /// The target.
+    /// The target's key.
     pub key: TargetKey,
     /// Its position in the pool (for round-robin).
     pub position: usize,
@@ -51,14 +55,52 @@ impl Candidate {
     }
 }
 
+/// A candidate with its cost for this pick, computed once: the choice, the shadow comparison and
+/// the decision record all read this value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scored {
+    /// The candidate as the view and the KV index described it.
+    pub candidate: Candidate,
+    /// Its cost ([`decode_cost`] or [`prefill_cost`], by the pick's kind).
+    pub cost: f64,
+}
+
+impl Borrow<Candidate> for Scored {
+    fn borrow(&self) -> &Candidate {
+        &self.candidate
+    }
+}
+
+/// Scores every candidate of a pick of `kind` for `request_tokens` under `settings` into `out`
+/// (cleared first), in the same order.
+pub fn score(
+    kind: PickKind,
+    settings: &Settings,
+    request_tokens: u64,
+    candidates: &[Candidate],
+    out: &mut Vec<Scored>,
+) {
+    out.clear();
+    out.extend(candidates.iter().map(|&c| {
+        let cost = match kind {
+            PickKind::Decode => decode_cost(c.load, request_tokens, settings.weight),
+            PickKind::Prefill => {
+                prefill_cost(c.load, request_tokens, c.cached_tokens, settings.overlap_credit)
+            }
+        };
+        Scored { candidate: c, cost }
+    }));
+}
+
 /// The decode cost of a candidate.
 pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f64 {
     load.booked_input_tokens as f64 + request_tokens as f64 + weight.get() * load.held_requests as f64
 }
 
 /// The prefill cost of a candidate: the prefill tokens in flight there once this one is added,
-/// minus `credit` per token of this one the target holds in its KV cache already (DESIGN §4:
-/// load minus overlap credit). With credit 1 that is the tokens the target would compute.
+/// minus `credit` per token of this one the target holds in its KV cache already (load minus
+/// overlap credit, `manual/features/kv_aware_routing.md`). With credit 1 that is the tokens the
+/// target would compute.
 pub fn prefill_cost(load: Load, request_tokens: u64, cached_tokens: u64, credit: OverlapCredit) -> f64 {
     let cached = cached_tokens.min(request_tokens) as f64;
     load.booked_input_tokens as f64 + request_tokens as f64 - credit.get() * cached
@@ -90,9 +132,9 @@ pub fn lowest(costs: impl IntoIterator<Item = f64>, rng: &mut impl Rng) -> Optio
 /// The legacy policy's choice, as an index into `candidates` (which must not be empty).
 /// `cursor` is the pool's round-robin position; `pool_len` the pool's size including targets
 /// that are not eligible now.
-pub fn legacy(
+pub fn legacy<C: Borrow<Candidate>>(
     policy: DecodePolicy,
-    candidates: &[Candidate],
+    candidates: &[C],
     cursor: &mut usize,
     pool_len: usize,
     rng: &mut impl Rng,
@@ -101,8 +143,8 @@ pub fn legacy(
     match policy {
         DecodePolicy::RoundRobin => {
             let start = *cursor % pool_len.max(1);
-            let i = candidates.iter().position(|c| c.position >= start).unwrap_or(0);
-            *cursor = candidates[i].position + 1;
+            let i = candidates.iter().position(|c| c.borrow().position >= start).unwrap_or(0);
+            *cursor = candidates[i].borrow().position + 1;
             i
         }
         DecodePolicy::Random => rng.random_range(0..candidates.len()),
@@ -116,7 +158,7 @@ pub fn legacy(
             if b >= a {
                 b += 1;
             }
-            let key = |c: &Candidate| (c.load.held_requests, c.load.booked_input_tokens);
+            let key = |c: &C| (c.borrow().load.held_requests, c.borrow().load.booked_input_tokens);
             if key(&candidates[b]) < key(&candidates[a]) { b } else { a }
         }
     }

@@ -1,7 +1,7 @@
 //! The effectful shell around the pure core: one lock, the clock, metrics and decision fan-out.
 //! Both gRPC services and the lease reaper go through [`ControlState`].
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
@@ -13,22 +13,21 @@ use rand::rngs::SmallRng;
 use crate::decisions::DecisionHub;
 use crate::error::ControlError;
 use crate::kv_feed::KvFeed;
-use crate::ledger::Load;
 use crate::metrics::ControlMetrics;
-use crate::metrics::KvMetrics;
-use crate::router::{Ended, KvIndex, Picked, ReservationRow, RoutingState};
+use crate::routing::{
+    Ended, LeaseExpired, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow,
+    RoutingCore, TargetRow,
+};
 use crate::settings::{OverlapCredit, Settings};
-use crate::view::{Slot, TargetKey};
+use crate::target::TargetKey;
 
 /// Shared state of a running control.
 #[derive(Debug)]
 pub struct ControlState {
-    core: Mutex<RoutingState<SmallRng>>,
-    /// The KV prefix index: written by the event feed, read by prefill picks (under the core lock,
-    /// always taken in that order).
-    kv: RwLock<KvIndex>,
-    kv_feed: KvFeed,
-    kv_metrics: KvMetrics,
+    core: Mutex<RoutingCore<SmallRng>>,
+    /// The KV-event subscribers and the prefix index they fill (read by prefill picks, under the
+    /// core lock: always taken in that order).
+    kv_feed: Arc<KvFeed>,
     metrics: ControlMetrics,
     decisions: DecisionHub,
     /// Writers of admin changes to etcd (`--etcd`).
@@ -37,33 +36,21 @@ pub struct ControlState {
 }
 
 impl ControlState {
-    /// Wraps a core.
+    /// Wraps a core; `kv_feed` is shared with its consumer task ([`crate::kv_feed::consume`]).
     pub fn new(
-        core: RoutingState<SmallRng>,
-        (kv, kv_feed, kv_metrics): (KvIndex, KvFeed, KvMetrics),
+        core: RoutingCore<SmallRng>,
+        kv_feed: Arc<KvFeed>,
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             core: Mutex::new(core),
-            kv: RwLock::new(kv),
             kv_feed,
-            kv_metrics,
             metrics,
             decisions: DecisionHub::new(4096),
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
             drains: persist_to.map(crate::persist::DrainSaver::start),
         })
-    }
-
-    /// The KV index, for the event feed and the metrics.
-    pub fn kv(&self) -> &RwLock<KvIndex> {
-        &self.kv
-    }
-
-    /// The KV-event subscribers.
-    pub fn kv_feed(&self) -> &KvFeed {
-        &self.kv_feed
     }
 
     /// Follows a worker's KV events (static workers at start; registry changes call it too). The
@@ -77,25 +64,12 @@ impl ControlState {
             tracing::warn!(worker = %record.id, "not following KV events of a worker the view does not hold");
             return;
         };
-        let cleared = self.kv_feed.follow(record, keys);
-        self.clear_kv(&cleared);
+        self.kv_feed.follow(record, keys);
     }
 
     /// Moves the feed's and the index's counters into the metrics.
     pub fn export_kv_metrics(&self) {
-        self.kv_feed.export(&self.kv_metrics);
-        let stats = self.kv.read().expect("kv index poisoned by an earlier panic").stats();
-        self.kv_metrics.index(&stats, self.kv_feed.subscribers());
-    }
-
-    fn clear_kv(&self, keys: &[TargetKey]) {
-        if keys.is_empty() {
-            return;
-        }
-        let mut index = self.kv.write().expect("kv index poisoned by an earlier panic");
-        for &k in keys {
-            index.clear_target(k);
-        }
+        self.kv_feed.export_metrics();
     }
 
     /// Applies a registry change to the worker view. A removed worker's targets take no new
@@ -106,12 +80,12 @@ impl ControlState {
             match &change {
                 infera_registry::Change::Upsert(record) => {
                     tracing::info!(worker = %record.id, role = record.role.as_str(), model = %record.model, url = %record.url, ranks = record.dp_size, "worker registered");
-                    core.view_mut().upsert(record.clone());
+                    core.upsert_worker(record.clone());
                     "upsert"
                 }
                 infera_registry::Change::Remove(id) => {
                     tracing::info!(worker = %id, "worker left");
-                    core.view_mut().remove(id);
+                    core.remove_worker(id);
                     "remove"
                 }
             }
@@ -119,10 +93,7 @@ impl ControlState {
         // The view knows the worker's targets now, so the feed's events find their keys.
         match &change {
             infera_registry::Change::Upsert(record) => self.follow_kv(record),
-            infera_registry::Change::Remove(id) => {
-                let cleared = self.kv_feed.forget(id);
-                self.clear_kv(&cleared);
-            }
+            infera_registry::Change::Remove(id) => self.kv_feed.forget(id),
         }
         self.metrics.registry_change(kind);
         self.publish_loads();
@@ -132,13 +103,13 @@ impl ControlState {
     /// series from the beginning rather than from its first booking.
     pub fn publish_loads(&self) {
         let rows = self.core().targets(None, None);
-        for (slot, load) in rows {
-            let change = crate::router::LoadChange { target: slot.target, role: slot.worker.role, load };
+        for TargetRow { slot, load } in rows {
+            let change = LoadChange { target: slot.target, role: slot.worker.role, load };
             self.metrics.load(&change);
         }
     }
 
-    fn core(&self) -> MutexGuard<'_, RoutingState<SmallRng>> {
+    fn core(&self) -> MutexGuard<'_, RoutingCore<SmallRng>> {
         // The core panics only on a broken ledger invariant; serving on would be worse.
         self.core.lock().expect("routing state poisoned by an earlier panic")
     }
@@ -151,8 +122,14 @@ impl ControlState {
         let (result, mode) = {
             let mut core = self.core();
             let mode = core.settings().mode;
-            let kv = self.kv.read().expect("kv index poisoned by an earlier panic");
-            (core.pick(kind, req, Some(&kv), watched, Instant::now(), SystemTime::now()), mode)
+            let kv = self.kv_feed.index();
+            let ctx = PickContext {
+                kv: Some(&kv),
+                record_decision: watched,
+                now: Instant::now(),
+                wall: SystemTime::now(),
+            };
+            (core.pick(kind, req, ctx), mode)
         };
         let mode = if kind == PickKind::Decode { mode.as_str() } else { "-" };
         let seconds = started.elapsed().as_secs_f64();
@@ -195,7 +172,7 @@ impl ControlState {
     pub fn release(&self, id: ReservationId, reason: ReleaseReason) -> Result<bool, ControlError> {
         let released = self.core().release(id)?;
         match released {
-            Some((kind, change)) => {
+            Some(ReleasedNow { kind, change }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
                 Ok(false)
@@ -208,7 +185,7 @@ impl ControlState {
     }
 
     /// Opens a lease.
-    pub fn open_lease(&self, holder: String, ttl: Duration) -> (LeaseId, Duration) {
+    pub fn open_lease(&self, holder: String, ttl: Duration) -> OpenedLease {
         let mut core = self.core();
         let opened = core.open_lease(holder, ttl, Instant::now());
         self.metrics.leases(core.lease_count());
@@ -243,7 +220,7 @@ impl ControlState {
             (core.tick(Instant::now()), core.lease_count())
         };
         self.metrics.leases(leases);
-        for (lease, holder, ended) in &expired {
+        for LeaseExpired { lease, holder, ended } in &expired {
             tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
             self.metrics.lease_expired();
             self.ended(ended, ReleaseReason::LeaseExpired);
@@ -252,8 +229,8 @@ impl ControlState {
     }
 
     fn ended(&self, ended: &[Ended], reason: ReleaseReason) {
-        for (r, change) in ended {
-            self.metrics.release(r.kind, reason);
+        for Ended { reservation, change } in ended {
+            self.metrics.release(reservation.kind, reason);
             self.metrics.load(change);
         }
     }
@@ -288,7 +265,7 @@ impl ControlState {
     /// lock is still held, so the last value handed over is the last change made.
     fn change_settings(
         &self,
-        change: impl FnOnce(&mut RoutingState<SmallRng>) -> Result<&Settings, ControlError>,
+        change: impl FnOnce(&mut RoutingCore<SmallRng>) -> Result<&Settings, ControlError>,
     ) -> Result<Settings, ControlError> {
         let mut core = self.core();
         let s = change(&mut core)?.clone();
@@ -304,18 +281,18 @@ impl ControlState {
         worker: &WorkerId,
         rank: Option<DpRank>,
         drained: bool,
-    ) -> Result<Vec<(Slot, Load)>, ControlError> {
+    ) -> Result<Vec<TargetRow>, ControlError> {
         let mut core = self.core();
         let keys = core.set_drained(worker, rank, drained)?;
         tracing::info!(%worker, rank = ?rank.map(|r| r.0), drained, "drain flag changed");
         if let Some(saver) = &self.drains {
-            saver.save(core.view_mut().drained_names());
+            saver.save(core.view().drained_names());
         }
         Ok(core.target_rows(&keys))
     }
 
     /// Live targets with loads.
-    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<(Slot, Load)> {
+    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<TargetRow> {
         self.core().targets(model, role)
     }
 

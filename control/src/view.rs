@@ -11,24 +11,8 @@ use std::sync::Arc;
 use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
 
 use crate::error::ControlError;
-use crate::ledger::Load;
-use crate::scoring::Candidate;
-
-/// Dense index of a target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TargetKey(u32);
-
-impl TargetKey {
-    /// The array index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// A key from an index (tests and benches that build ledgers without a view).
-    pub fn from_index(i: u32) -> Self {
-        Self(i)
-    }
-}
+use crate::scoring::{Candidate, PoolId, PoolRef};
+use crate::target::{Load, TargetKey};
 
 /// What the view knows about one target.
 #[derive(Clone, Debug)]
@@ -43,31 +27,24 @@ pub struct Slot {
     pub drained: bool,
 }
 
-/// Candidate pool of one model and role, with the legacy round-robin cursor.
-#[derive(Clone, Debug, Default)]
+/// Candidate pool of one model and role.
+#[derive(Clone, Debug)]
 struct Pool {
+    /// Given when the pool came into being; a pool emptied and filled again gets a new one.
+    id: PoolId,
     /// Live targets, ordered by name.
     keys: Vec<TargetKey>,
-    /// Next position for round-robin.
-    cursor: usize,
 }
 
-/// A pool's round-robin position, borrowed for one pick.
-#[derive(Debug)]
-pub struct PoolCursor<'a> {
-    /// Next position for round-robin.
-    pub cursor: &'a mut usize,
-    /// Size of the pool, eligible or not.
-    pub len: usize,
-}
-
-/// The view.
+/// The worker view: every target ever registered, the live ones per model and role, and the drain flags.
 #[derive(Debug, Default)]
 pub struct View {
     workers: BTreeMap<WorkerId, Arc<WorkerRecord>>,
     keys: HashMap<Target, TargetKey>,
     slots: Vec<Slot>,
     pools: HashMap<(ModelName, Role), Pool>,
+    /// The id the next new pool gets.
+    next_pool: u32,
     /// Drains persisted for targets not registered yet: applied when they first appear.
     pending_drains: HashSet<Target>,
 }
@@ -85,11 +62,13 @@ impl View {
     /// Adds or replaces a worker. Drain flags of its surviving ranks are kept.
     pub fn upsert(&mut self, record: WorkerRecord) {
         let record = Arc::new(record);
+        // Every target of the new record has a key before any pool is rebuilt from the workers
+        // (retiring the old record rebuilds its pool, which already counts the new record).
+        let keys: Vec<TargetKey> = record.targets().map(|t| self.intern(&t, &record)).collect();
         if let Some(old) = self.workers.insert(record.id.clone(), record.clone()) {
             self.retire(&old);
         }
-        for target in record.targets() {
-            let key = self.intern(&target, &record);
+        for key in keys {
             let slot = &mut self.slots[key.index()];
             slot.worker = record.clone();
             slot.live = true;
@@ -179,17 +158,22 @@ impl View {
         keys
     }
 
+    /// The pools there are now (a pool that emptied is gone, and its id with it).
+    pub fn pool_ids(&self) -> impl Iterator<Item = PoolId> + '_ {
+        self.pools.values().map(|p| p.id)
+    }
+
     /// Fills `out` with the eligible candidates a pick of `kind` for `model` chooses from, in
-    /// pool order, and returns the pool's round-robin cursor. Decode picks use the model's
+    /// pool order, and returns which pool that is. Decode picks use the model's
     /// decode workers, or its mixed workers in an aggregated deployment; prefill picks use its
     /// prefill workers.
     pub fn candidates(
-        &mut self,
+        &self,
         model: &ModelName,
         kind: PickKind,
         load: impl Fn(TargetKey) -> Load,
         out: &mut Vec<Candidate>,
-    ) -> Result<PoolCursor<'_>, ControlError> {
+    ) -> Result<PoolRef, ControlError> {
         let role = match kind {
             PickKind::Prefill => Role::Prefill,
             PickKind::Decode if self.has_pool(model, Role::Decode) => Role::Decode,
@@ -203,7 +187,7 @@ impl View {
                 ControlError::UnknownModel(model.clone())
             });
         }
-        let pool = self.pools.get_mut(&(model.clone(), role)).expect("checked above");
+        let pool = self.pools.get(&(model.clone(), role)).expect("checked above");
         out.clear();
         let slots = &self.slots;
         out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
@@ -213,7 +197,7 @@ impl View {
         if out.is_empty() {
             return Err(ControlError::NoEligibleTarget { model: model.clone(), kind });
         }
-        Ok(PoolCursor { cursor: &mut pool.cursor, len: pool.keys.len() })
+        Ok(PoolRef { id: pool.id, len: pool.keys.len() })
     }
 
     fn has_pool(&self, model: &ModelName, role: Role) -> bool {
@@ -224,7 +208,7 @@ impl View {
         if let Some(k) = self.keys.get(target) {
             return *k;
         }
-        let key = TargetKey(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
+        let key = TargetKey::from_index(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
         let drained = self.pending_drains.remove(target);
         self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained });
         self.keys.insert(target.clone(), key);
@@ -249,10 +233,16 @@ impl View {
             .map(|t| self.keys[&t])
             .collect();
         keys.sort_by(|a, b| self.slots[a.index()].target.cmp(&self.slots[b.index()].target));
-        let pool = self.pools.entry((model.clone(), role)).or_default();
-        pool.keys = keys;
-        if pool.keys.is_empty() {
+        if keys.is_empty() {
             self.pools.remove(&(model.clone(), role));
+            return;
         }
+        let next = &mut self.next_pool;
+        let pool = self.pools.entry((model.clone(), role)).or_insert_with(|| {
+            let id = PoolId::from_index(*next);
+            *next += 1;
+            Pool { id, keys: Vec::new() }
+        });
+        pool.keys = keys;
     }
 }

@@ -29,32 +29,32 @@ struct WorkersFile {
 /// A workers file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkersFileError {
-    /// Unreadable.
+    /// The file cannot be read.
     #[error("cannot read workers file {path}: {source}")]
     Read {
-        /// The file.
+        /// The workers file given to `--workers`.
         path: PathBuf,
-        /// Why.
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
     /// Not valid TOML of the expected shape (the message names line and column).
     #[error("workers file {path}: {source}")]
     Parse {
-        /// The file.
+        /// The workers file given to `--workers`.
         path: PathBuf,
-        /// Why.
+        /// toml's error (names the line and column).
         #[source]
         source: Box<toml::de::Error>,
     },
     /// A worker entry with a bad value.
     #[error("workers file {path}: workers[{index}] (id {id:?}): {problem}")]
     Invalid {
-        /// The file.
+        /// The workers file given to `--workers`.
         path: PathBuf,
         /// Position of the entry.
         index: usize,
-        /// Its id.
+        /// The entry's `id` as written.
         id: String,
         /// What is wrong.
         problem: &'static str,

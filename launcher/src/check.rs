@@ -36,7 +36,7 @@ pub struct Problem {
 /// A deployment file whose values cannot work together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct Invalid {
-    /// The file.
+    /// The deployment file checked.
     pub path: PathBuf,
     /// Every problem, in file order.
     pub problems: Vec<Problem>,

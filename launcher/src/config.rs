@@ -79,11 +79,11 @@ struct UpArgs {
 /// What to do, with a checked deployment.
 #[derive(Debug)]
 pub struct Config {
-    /// The task.
+    /// The subcommand, with what it needs.
     pub command: Command,
 }
 
-/// A task.
+/// A subcommand of `infera-launch`.
 #[derive(Debug)]
 pub enum Command {
     /// Print the plan.

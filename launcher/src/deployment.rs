@@ -1,6 +1,7 @@
-//! The deployment file (TOML): what to run, where, and how. Parsing only; the cross-field
-//! rules live in [`crate::check`]. Every table rejects unknown keys, so a misspelt key is an
-//! error naming its line. The fields named by [`crate::check`]'s messages keep their spans.
+//! The deployment file (TOML): what to run, where, and how. Parsing only; the cross-field rules
+//! are the checker's (`launcher/src/check.rs`), which reads these types. Every table rejects
+//! unknown keys, so a misspelt key is an error naming its line. The fields the checker's messages
+//! name keep their spans.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ pub struct DeploymentFile {
     /// The Python interpreter that runs `-m sglang.launch_server` (engine `sglang`).
     #[serde(default = "default_python")]
     pub python: Spanned<String>,
-    /// The model.
+    /// `[model]`: what every worker serves.
     pub model: ModelSection,
     /// KV transfer between prefill and decode (PD only).
     pub transfer: Option<Spanned<TransferSection>>,
@@ -157,7 +158,7 @@ pub struct RoleSection {
     /// Environment for the role's workers.
     #[serde(default = "empty")]
     pub env: Spanned<BTreeMap<String, String>>,
-    /// The workers.
+    /// `[[ROLE.workers]]`: the role's workers, each placed on a host and GPUs.
     #[serde(default)]
     pub workers: Vec<Spanned<Placement>>,
 }
@@ -234,19 +235,19 @@ pub struct RouterSection {
 /// A file that cannot be read or parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// Unreadable.
+    /// The file cannot be read.
     #[error("cannot read the deployment file {path}: {source}", path = path.display())]
     Read {
-        /// The file.
+        /// The deployment file given.
         path: PathBuf,
-        /// Why.
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
     /// Not TOML, or not this format (unknown key, wrong type, missing key).
     #[error("{path}:{line}:{column}: {message}")]
     Parse {
-        /// The file.
+        /// The deployment file given.
         path: PathBuf,
         /// 1-based line.
         line: usize,

@@ -22,7 +22,7 @@ pub enum DetectError {
     /// The interpreter could not be started.
     #[error("cannot run {python}: {reason}")]
     Spawn {
-        /// The interpreter.
+        /// The interpreter asked (the file's `python`).
         python: String,
         /// The OS's reason.
         reason: String,
@@ -30,7 +30,7 @@ pub enum DetectError {
     /// It ran and failed (typically: no SGLang installed for it).
     #[error("{} failed ({status}): {reason}", Shown(python))]
     Failed {
-        /// The interpreter.
+        /// The interpreter asked (the file's `python`).
         python: String,
         /// Its exit status.
         status: String,
@@ -40,13 +40,13 @@ pub enum DetectError {
     /// It did not answer in time (it was killed).
     #[error("{} did not answer within {} s", Shown(python), TIMEOUT.as_secs())]
     Timeout {
-        /// The interpreter.
+        /// The interpreter asked (the file's `python`).
         python: String,
     },
     /// It answered something that is not a version.
     #[error("{} printed {found:?}: {source}", Shown(python))]
     NotAVersion {
-        /// The interpreter.
+        /// The interpreter asked (the file's `python`).
         python: String,
         /// What it printed.
         found: String,

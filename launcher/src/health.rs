@@ -18,7 +18,7 @@ pub enum HealthError {
     /// The URL is not `http://host:port/path`.
     #[error("cannot check {url}: only http://host:port/path URLs")]
     BadUrl {
-        /// The URL.
+        /// The URL given.
         url: String,
     },
     /// Not healthy when the deadline passed.

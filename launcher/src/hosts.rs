@@ -45,7 +45,7 @@ pub enum HostError {
          another node, or started here) follows it"
     )]
     NeedsEtcd {
-        /// The flag.
+        /// The flag given without `--etcd` (`--only-host`, …).
         flag: &'static str,
     },
 }

@@ -14,14 +14,14 @@ use crate::version::SglangVersion;
 pub struct Plan {
     /// The SGLang version the command lines are spelled for, and where it came from.
     pub sglang: Resolved,
-    /// The workers.
+    /// One entry per worker process, in file order.
     pub workers: Vec<WorkerPlan>,
 }
 
 /// The SGLang version of a deployment and its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
-    /// The version.
+    /// The SGLang release the command lines are spelled for.
     pub version: SglangVersion,
     /// Where it came from.
     pub source: VersionSource,
@@ -34,7 +34,7 @@ pub enum VersionSource {
     File,
     /// Asked of the file's `python` (engine `sglang` without `sglang_version`).
     Detected {
-        /// The interpreter.
+        /// The file's `python`, which was asked for its SGLang version.
         python: String,
     },
     /// Engine `sim` without `sglang_version`: the newest supported release.

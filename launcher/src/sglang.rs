@@ -1,7 +1,9 @@
 //! A typed SGLang server command line ([`SglangArgs`]) and its rendering, one function per
 //! flag group. Rendering is version-aware: the same typed value is spelled the way the
-//! worker's SGLang version's argparse accepts it (`reference/sglang.md` §3). Flags are always
-//! emitted in full, since argparse prefix-matching makes abbreviations break across releases.
+//! worker's SGLang version's argparse accepts it (SGLang 0.5.23
+//! `python/sglang/srt/arg_groups/fields/*.py`, registered by `python/sglang/srt/server_args.py`;
+//! SGLang 0.5.18 `python/sglang/srt/server_args.py`). Flags are always emitted in full, since
+//! argparse prefix-matching makes abbreviations break across releases.
 
 mod choices;
 
@@ -97,9 +99,9 @@ pub struct Disaggregation {
 /// `--disaggregation-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DisaggregationMode {
-    /// Prefill.
+    /// `prefill`: computes the prompt's KV and sends it to a decode worker.
     Prefill,
-    /// Decode.
+    /// `decode`: receives the KV and generates.
     Decode,
 }
 

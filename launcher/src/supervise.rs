@@ -50,19 +50,19 @@ pub struct Policy {
 pub enum Event {
     /// A process was started.
     Started {
-        /// The worker.
+        /// The worker's name (as in the plan).
         name: String,
-        /// Its pid.
+        /// The process's id.
         pid: u32,
     },
     /// `/health` answered 200 (and the record is being registered).
     Healthy {
-        /// The worker.
+        /// The worker's name (as in the plan).
         name: String,
     },
     /// The worker failed and will not be restarted.
     GaveUp {
-        /// The worker.
+        /// The worker's name (as in the plan).
         name: String,
         /// The last failure.
         reason: String,
@@ -72,7 +72,7 @@ pub enum Event {
 /// One worker to run.
 #[derive(Debug)]
 pub struct WorkerSpec {
-    /// Its name.
+    /// Its name in the plan, in logs and events.
     pub name: String,
     /// The executable (`infera-sim` from the bin dir, or the python).
     pub program: PathBuf,

@@ -33,7 +33,7 @@ const ROUTER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Everything `up` needs, checked.
 #[derive(Debug)]
 pub struct UpConfig {
-    /// The workers.
+    /// The workers to run, with their command lines.
     pub plan: Plan,
     /// What runs them.
     pub engine: Engine,

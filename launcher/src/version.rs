@@ -1,5 +1,8 @@
 //! The SGLang version a deployment claims, and the command-line differences between the
-//! versions the launcher supports (`reference/sglang.md` §3).
+//! versions the launcher supports. The flags are SGLang's: SGLang 0.5.23
+//! `python/sglang/srt/server_args.py` (`ServerArgs.add_cli_args`) over the fields of
+//! `python/sglang/srt/arg_groups/fields/*.py` (the same layout since 0.5.21); SGLang 0.5.18
+//! `python/sglang/srt/server_args.py` alone.
 
 use std::fmt;
 use std::str::FromStr;

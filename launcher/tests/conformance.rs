@@ -1,7 +1,8 @@
 //! Every command line the launcher generates — all examples and the kitchen-sink fixture
-//! (every typed key), every role — parsed by SGLang's real argparse parser
-//! (`sglang_cli_check.py`, `reference/sglang.md` §4) for the oldest and the newest supported
-//! release, with the parsed values checked. The venvs come from `cargo xtask setup`; `cargo xtask test`
+//! (every typed key), every role — parsed by SGLang's real argparse parser (built as SGLang 0.5.23
+//! `python/sglang/srt/server_args.py` `prepare_server_args` builds it, by `sglang_cli_check.py`
+//! next to this file) for the oldest and the newest supported release, with the parsed values
+//! checked. The venvs come from `cargo xtask setup`; `cargo xtask test`
 //! passes their Pythons as `INFERA_SGLANG_<X_Y_Z>_PYTHON`.
 
 use std::collections::BTreeSet;

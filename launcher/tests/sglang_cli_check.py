@@ -1,6 +1,6 @@
 """Parse SGLang server command lines with SGLang's own argparse parser, no torch/CUDA.
 
-Our own code (reference/sglang.md §4.5), run by tests/conformance.rs in a venv that holds
+Our own code, not SGLang's; run by tests/conformance.rs in a venv that holds
 `pip install --no-deps sglang==X` and its light dependencies (`cargo xtask setup`).
 torch, triton and torchvision (and transformers with --fake-transformers, for 0.5.18) are
 replaced by an import-time stand-in that only lets imports complete: SGLang's parser

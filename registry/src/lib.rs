@@ -28,9 +28,9 @@ pub enum RegistryError {
     /// A worker record that is not valid JSON of the expected shape.
     #[error("worker record at {key}: {source}")]
     Record {
-        /// The key.
+        /// The etcd key of the record.
         key: String,
-        /// Why.
+        /// serde_json's error.
         #[source]
         source: serde_json::Error,
     },

@@ -12,7 +12,8 @@ use tokio::task::JoinHandle;
 
 use crate::{RegistryError, connect, keys};
 
-/// The lease TTL DESIGN §6 fixes for worker records.
+/// The lease TTL of worker records (`manual/operations/etcd.md`): a registrar that dies is gone
+/// from the view within this long.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// A live registration.

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::report::percentile;
+use super::percentile::percentile;
 
 /// One reading of every rank.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,4 +1,6 @@
-//! The publisher side, in SGLang's framing (`reference/sglang.md` §2.3), for the sim and tests.
+//! The publisher side, in SGLang's framing (`ZmqEventPublisher` in SGLang 0.5.23
+//! `python/sglang/srt/disaggregation/kv_events.py`; 0.5.18's replay reply in the same file lacks
+//! the topic frame), for the sim and tests.
 //!
 //! One [`Publisher`] is one DP rank's `ZmqEventPublisher`: a PUB socket sending
 //! `[topic, seq u64 BE, payload]` with `seq` counting from 0, and optionally a ROUTER replay
@@ -80,9 +82,9 @@ pub enum PublishError {
     /// Binding failed (port in use, bad host).
     #[error("cannot bind KV-event socket {endpoint}: {source}")]
     Bind {
-        /// The address.
+        /// The endpoint that could not be bound.
         endpoint: String,
-        /// Why.
+        /// ZeroMQ's error.
         #[source]
         source: zeromq::ZmqError,
     },
@@ -227,7 +229,7 @@ impl Publisher {
         self.replay_port
     }
 
-    /// The counters.
+    /// The publisher's counters, shared with its socket task.
     pub fn stats(&self) -> &Arc<PublisherStats> {
         &self.stats
     }

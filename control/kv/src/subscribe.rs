@@ -86,7 +86,7 @@ pub struct SubscriberEvent {
     pub worker: Arc<str>,
     /// The DP rank.
     pub rank: u32,
-    /// What happened.
+    /// A batch, or the loss of some.
     pub kind: EventKind,
 }
 
@@ -97,7 +97,7 @@ pub enum EventKind {
     Batch {
         /// Its sequence number.
         seq: u64,
-        /// The batch.
+        /// Its events, decoded.
         batch: EventBatch,
     },
     /// Drop everything held for this rank and rebuild from the batches that follow.
@@ -122,7 +122,7 @@ pub enum ResetReason {
     PublisherRestarted {
         /// What was expected.
         expected: u64,
-        /// What arrived.
+        /// The sequence number that arrived instead.
         got: u64,
     },
     /// A batch's payload could not be decoded, so its events are lost.
@@ -130,7 +130,7 @@ pub enum ResetReason {
     Undecodable {
         /// Its sequence number.
         seq: u64,
-        /// Why.
+        /// What the decoder rejected.
         error: WireError,
     },
 }
@@ -179,7 +179,7 @@ impl Subscriber {
         Self { stats, stop: Some(stop), task }
     }
 
-    /// The counters.
+    /// The subscriber's counters, shared with its task.
     pub fn stats(&self) -> &Arc<SubscriberStats> {
         &self.stats
     }

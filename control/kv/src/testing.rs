@@ -1,8 +1,9 @@
 //! Test support (feature `testing`): SGLang's real KV-event publisher, driven from Rust.
 //!
-//! `control/kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv that
-//! holds the sglang wheel (`cargo xtask setup`; `reference/sglang.md` §2.8) and publishes what it
-//! is told over stdin, one JSON line per command, answering on stdout. The venv's Python is
+//! `control/kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv
+//! that holds the sglang wheel (`cargo xtask setup`; how it loads without torch: the script's own
+//! docstring) and publishes what it is told over stdin, one JSON line per command, answering on
+//! stdout. The venv's Python is
 //! `INFERA_SGLANG_<X_Y_Z>_PYTHON` (what `cargo xtask test` sets, as for the launcher's
 //! conformance test), else `.venv-sglang-<X.Y.Z>/bin/python` under the workspace root; a missing
 //! one fails the test rather than skipping it.

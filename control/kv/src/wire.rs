@@ -1,5 +1,6 @@
 //! The KV-event payload: one msgpack [`EventBatch`] per ZMQ message, as SGLang's msgspec writes it
-//! (`reference/sglang.md` §2.4).
+//! (`EventBatch` and `KVCacheEvent` in `python/sglang/srt/disaggregation/kv_events.py`: SGLang
+//! 0.5.18 declares the events `array_like`, 0.5.23 `omit_defaults` maps).
 //!
 //! The batch is always the array `[ts, events, attn_dp_rank]`. Events are tagged **arrays**
 //! (`["BlockStored", …]`, SGLang ≤ 0.5.19, including 0.5.18's 8-element `BlockStoredWithMetadata`)

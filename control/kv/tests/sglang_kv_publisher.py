@@ -1,4 +1,5 @@
-"""Publishes KV events through SGLang's own, unmodified ZmqEventPublisher (reference/sglang.md §2.8).
+"""Publishes KV events through SGLang's own, unmodified ZmqEventPublisher
+(python/sglang/srt/disaggregation/kv_events.py of the installed wheel).
 
 Our test driver, not SGLang code. Run with the Python of a venv holding the sglang wheel
 (installed --no-deps) plus msgspec, pyzmq, pydantic and psutil. sglang/__init__.py and

@@ -1,5 +1,5 @@
-//! SGLang's real publisher (`sglang/srt/disaggregation/kv_events.py`, unmodified, loaded without
-//! torch by `sglang_kv_publisher.py`, `reference/sglang.md` §2.8) → our subscriber, for the
+//! SGLang's real publisher (`python/sglang/srt/disaggregation/kv_events.py`, unmodified, loaded
+//! without torch by `sglang_kv_publisher.py` next to this file) → our subscriber, for the
 //! oldest and the newest supported release (tagged arrays / tagged maps; both replay formats).
 //!
 //! Every batch is decoded exactly (against the script's own description of it) and, where the

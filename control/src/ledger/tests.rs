@@ -7,7 +7,7 @@ use infera_proto::types::{PickKind, RequestId, ReservationId};
 use proptest::prelude::*;
 
 use super::*;
-use crate::view::TargetKey;
+use crate::target::TargetKey;
 
 const TARGETS: u32 = 6;
 

@@ -6,10 +6,10 @@ use std::time::Instant;
 use infera_proto::types::{DecodeInputDemand, DecodePolicy, PickRequest, PrefillPolicy};
 use rand::Rng;
 
-use super::{Candidate, decode_cost, legacy, lowest, prefill_cost};
+use super::{PoolCursor, Scored, legacy, lowest};
 use crate::affinity::Sessions;
 use crate::settings::Settings;
-use crate::view::{PoolCursor, TargetKey};
+use crate::target::TargetKey;
 
 /// What a pick chose.
 #[derive(Debug)]
@@ -28,13 +28,12 @@ pub struct Choice {
 /// suggestion).
 pub fn choose_decode(
     settings: &Settings,
-    candidates: &[Candidate],
-    tokens: u64,
+    candidates: &[Scored],
     pool: PoolCursor<'_>,
     rng: &mut impl Rng,
 ) -> Choice {
-    let cost = |c: &Candidate| decode_cost(c.load, tokens, settings.weight);
-    let lowest = |rng: &mut _| lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    let lowest =
+        |rng: &mut _| lowest(candidates.iter().map(|c| c.cost), rng).expect("candidates are not empty");
     match settings.mode {
         DecodeInputDemand::On => {
             let (i, _) = lowest(rng);
@@ -45,7 +44,7 @@ pub fn choose_decode(
             let (s, min) = lowest(rng);
             // Among tied lowest costs the legacy choice is as good as any: suggest it then, so
             // "agree" and "suggested == chosen" say the same thing.
-            let agree = cost(&candidates[i]) == min;
+            let agree = candidates[i].cost == min;
             Choice {
                 index: i,
                 suggested: Some(if agree { i } else { s }),
@@ -65,22 +64,20 @@ pub fn choose_decode(
 pub fn choose_prefill(
     settings: &Settings,
     sessions: &Sessions,
-    candidates: &[Candidate],
+    candidates: &[Scored],
     req: &PickRequest,
     pool: PoolCursor<'_>,
     now: Instant,
     rng: &mut impl Rng,
 ) -> Choice {
-    let cost =
-        |c: &Candidate| prefill_cost(c.load, req.input_tokens, c.cached_tokens, settings.overlap_credit);
-    let (low, min) = lowest(candidates.iter().map(cost), rng).expect("candidates are not empty");
+    let (low, min) = lowest(candidates.iter().map(|c| c.cost), rng).expect("candidates are not empty");
     if settings.prefill_policy == PrefillPolicy::RoundRobin {
         let i = legacy(DecodePolicy::RoundRobin, candidates, pool.cursor, pool.len, rng);
         return Choice { index: i, suggested: Some(low), agree: None, affinity: None };
     }
     let affinity = req.session.as_ref().and_then(|s| sessions.get(s, now, settings.session_ttl));
     let sticky = affinity
-        .and_then(|k| candidates.iter().position(|c| c.key == k))
-        .filter(|i| cost(&candidates[*i]) <= min + settings.session_slack_tokens as f64);
+        .and_then(|k| candidates.iter().position(|c| c.candidate.key == k))
+        .filter(|i| candidates[*i].cost <= min + settings.session_slack_tokens as f64);
     Choice { index: sticky.unwrap_or(low), suggested: Some(low), agree: None, affinity }
 }

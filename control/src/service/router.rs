@@ -57,7 +57,8 @@ impl RouterService {
 impl Router for RouterService {
     async fn open_lease(&self, req: Request<pb::OpenLeaseRequest>) -> Result<Response<pb::Lease>, Status> {
         let m = req.into_inner();
-        let (lease, ttl) = self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()));
+        let crate::routing::OpenedLease { lease, ttl } =
+            self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()));
         tracing::info!(%lease, holder = %m.holder, ttl_ms = ttl.as_millis() as u64, "lease opened");
         Ok(Response::new(pb::Lease { lease_id: lease.to_string(), ttl_ms: wire::millis(ttl) }))
     }

@@ -6,10 +6,8 @@ use infera_proto::pb;
 use infera_proto::types::RequestWeight;
 
 use crate::decisions::{CandidateTerms, Decision};
-use crate::ledger::Load;
-use crate::router::ReservationRow;
+use crate::routing::{ReservationRow, TargetRow};
 use crate::settings::Settings;
-use crate::view::Slot;
 
 pub(super) fn config(s: &Settings) -> pb::Config {
     pb::Config {
@@ -28,7 +26,7 @@ pub(super) fn millis(d: std::time::Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
-pub(super) fn target_status((slot, load): &(Slot, Load)) -> pb::TargetStatus {
+pub(super) fn target_status(TargetRow { slot, load }: &TargetRow) -> pb::TargetStatus {
     pb::TargetStatus {
         target: Some((&slot.target).into()),
         worker: Some(slot.worker.as_ref().into()),
@@ -38,7 +36,7 @@ pub(super) fn target_status((slot, load): &(Slot, Load)) -> pb::TargetStatus {
     }
 }
 
-pub(super) fn targets(rows: &[(Slot, Load)]) -> pb::ListTargetsResponse {
+pub(super) fn targets(rows: &[TargetRow]) -> pb::ListTargetsResponse {
     pb::ListTargetsResponse { targets: rows.iter().map(target_status).collect() }
 }
 

@@ -69,6 +69,43 @@ fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
     assert!(err.contains("dp_sise") && err.contains("line 6"), "{err}");
 }
 
+/// Starts `cmd`, waits for its "listening" line, stops it, and returns what it logged up to then.
+fn stderr_at_start(mut cmd: std::process::Command) -> String {
+    let mut child =
+        cmd.env("INFERA_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    assert!(line.starts_with("infera-control listening"), "{line:?}");
+    child.kill().unwrap();
+    wait(&mut child, Duration::from_secs(20));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    err
+}
+
+#[test]
+fn only_an_empty_static_registry_warns_that_every_pick_will_fail() {
+    const WARNING: &str = "every pick will fail";
+    let empty = workers_file("");
+    let err = stderr_at_start(command(&empty));
+    assert!(err.contains(WARNING), "an empty workers file and no etcd: {err}");
+
+    let err = stderr_at_start(command(&workers_file(WORKERS)));
+    assert!(!err.contains(WARNING), "a workers file with workers: {err}");
+
+    // Under --etcd the workers arrive from etcd after start (none is listening here: control
+    // starts anyway and keeps trying, which is all this needs).
+    let mut etcd = std::process::Command::new(env!("CARGO_BIN_EXE_infera-control"));
+    etcd.args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--etcd", "http://127.0.0.1:9"])
+        .env_remove("INFERA_CONTROL_WORKERS")
+        .env_remove("INFERA_DECODE_INPUT_DEMAND")
+        .env_remove("INFERA_DECODE_REQUEST_WEIGHT")
+        .stdin(Stdio::null());
+    let err = stderr_at_start(etcd);
+    assert!(!err.contains(WARNING), "--etcd: {err}");
+}
+
 #[test]
 fn env_vars_configure_it_and_sigterm_stops_it_cleanly() {
     let workers = workers_file(WORKERS);

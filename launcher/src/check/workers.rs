@@ -7,7 +7,7 @@ use infera_proto::types::Role;
 use toml::Spanned;
 
 use super::{Checker, PP_PARTITION_VAR, RoleRef, SIM_VERSION_VAR, owned_env};
-use crate::deployment::{DeploymentFile, Engine, Placement};
+use crate::deployment::{DeploymentFile, Engine, Placement, line_column};
 use crate::plan::WorkerPlan;
 use crate::sglang::{
     Disaggregation, DisaggregationMode, Graphs, KvEvents, Parallel, Scheduling, Server, SglangArgs,
@@ -155,7 +155,7 @@ pub(super) fn check_placements(roles: &[RoleRef<'_>], c: &mut Checker<'_>) {
         for (i, p) in s.workers.iter().enumerate() {
             let w = p.get_ref();
             let field = format!("{}.workers[{i}]", r.key);
-            let line = super::line_column(c.text, w.name.span().start).0;
+            let line = line_column(c.text, w.name.span().start).0;
             if let Some(first) = names.insert(w.name.get_ref(), line) {
                 c.at(
                     &w.name,
@@ -212,7 +212,7 @@ pub(super) fn check_placements(roles: &[RoleRef<'_>], c: &mut Checker<'_>) {
                 1 => format!("port {}", a.range.start),
                 _ => format!("ports {}–{}", a.range.start, a.range.end - 1),
             };
-            let line = super::line_column(c.text, b.span.start).0;
+            let line = line_column(c.text, b.span.start).0;
             let msg =
                 format!("{what} on {} is also claimed by {} ({}, line {line})", a.host, b.owner, b.field);
             c.report(a.span.clone(), a.field.clone(), msg);

@@ -46,7 +46,7 @@ pub enum WireError {
     /// A value of the wrong msgpack type.
     #[error("{at}: expected {expected}, found {found}")]
     Type {
-        /// Where.
+        /// The event and field of the value.
         at: Location,
         /// What the format requires there.
         expected: &'static str,
@@ -56,7 +56,7 @@ pub enum WireError {
     /// An integer that does not fit the field.
     #[error("{at}: integer {value} out of range ({range})")]
     OutOfRange {
-        /// Where.
+        /// The event and field of the integer.
         at: Location,
         /// The value read.
         value: i128,
@@ -66,11 +66,11 @@ pub enum WireError {
     /// An array or map longer than the decoder accepts.
     #[error("{at}: {len} elements exceed the cap of {cap}")]
     TooLong {
-        /// Where.
+        /// The event and field of the array or map.
         at: Location,
         /// The length the payload declares.
         len: usize,
-        /// The cap.
+        /// The most elements accepted there.
         cap: usize,
     },
     /// The batch array has a length other than 2 or 3.
@@ -82,7 +82,7 @@ pub enum WireError {
     /// A tagged-array event with too few elements for its type.
     #[error("{at}: {len} elements, {kind} needs at least {min}")]
     EventShape {
-        /// Where.
+        /// The event (field `event`).
         at: Location,
         /// The event type.
         kind: &'static str,
@@ -94,7 +94,7 @@ pub enum WireError {
     /// An event type this decoder does not know.
     #[error("{at}: unknown event type {tag:?}")]
     UnknownEvent {
-        /// Where.
+        /// The event and field of the tag.
         at: Location,
         /// The tag found.
         tag: String,
@@ -102,7 +102,7 @@ pub enum WireError {
     /// A storage medium this decoder does not know.
     #[error("{at}: unknown storage medium {medium:?}")]
     UnknownMedium {
-        /// Where.
+        /// The event and field of the medium.
         at: Location,
         /// The medium found.
         medium: String,
@@ -116,19 +116,19 @@ pub enum WireError {
     /// `block_size` of 0.
     #[error("{at}: block_size must be at least 1")]
     ZeroBlockSize {
-        /// Where.
+        /// The event whose `block_size` is 0.
         at: Location,
     },
     /// A string that is not UTF-8.
     #[error("{at}: string is not valid UTF-8")]
     Utf8 {
-        /// Where.
+        /// The event and field of the string.
         at: Location,
     },
     /// Values nested deeper than the decoder follows (inside an ignored field).
     #[error("{at}: values nested deeper than {max}")]
     TooDeep {
-        /// Where.
+        /// The event and field the nesting is in.
         at: Location,
         /// The depth limit.
         max: usize,
@@ -136,7 +136,7 @@ pub enum WireError {
     /// Bytes left after the batch.
     #[error("{count} trailing byte(s) after the batch")]
     Trailing {
-        /// How many.
+        /// Bytes after the batch's end.
         count: usize,
     },
 }

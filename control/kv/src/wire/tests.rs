@@ -3,7 +3,9 @@ use proptest::prelude::*;
 use super::*;
 use crate::event::KvEvent;
 
-/// `reference/sglang.md` §2.4, produced by SGLang 0.5.17–0.5.19's msgspec (tagged arrays).
+/// One batch (`BlockStored`, `BlockRemoved`, `AllBlocksCleared`) as SGLang 0.5.17–0.5.19's msgspec
+/// encodes it (tagged arrays: `KVCacheEvent` is `array_like` in SGLang 0.5.18
+/// `python/sglang/srt/disaggregation/kv_events.py`).
 const GOLDEN_ARRAYS: &str = "93cb3ff80000000000009397ab426c6f636b53746f7265649201fec0940a0b0c0d02c0a347505593ac426c6f636b52656d6f76656491fea347505591b0416c6c426c6f636b73436c656172656400";
 /// The same batch from SGLang 0.5.20–0.5.23 (tagged maps).
 const GOLDEN_MAPS: &str = "93cb3ff80000000000009387a474797065ab426c6f636b53746f726564ac626c6f636b5f6861736865739201feb1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f696473940a0b0c0daa626c6f636b5f73697a6502a76c6f72615f6964c0a66d656469756da347505583a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391fea66d656469756da347505581a474797065b0416c6c426c6f636b73436c656172656400";

@@ -1,4 +1,5 @@
-//! One pick, as a short pipeline over the pure core:
+//! The pure routing core: a synchronous, clock-injected state machine over the worker view, the
+//! demand ledger, session affinity and the settings. One pick is a short pipeline:
 //!
 //! ```text
 //! lease live? → candidates (view: pool of model × role, minus drained; ledger: loads)
@@ -6,12 +7,11 @@
 //!             → book (ledger) → Picked (+ decision event when someone watches)
 //! ```
 //!
-//! [`RoutingState`] is synchronous and owns no tasks or sockets; time and randomness come in
+//! [`RoutingCore`] is synchronous and owns no tasks or sockets; time and randomness come in
 //! as arguments, so tests drive it deterministically. The gRPC shell holds it behind one
 //! mutex: choosing and booking happen under the same lock, so no two concurrent picks see
 //! the same stale load.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_kv::hash::PageHash;
@@ -25,77 +25,66 @@ use rand::Rng;
 use crate::affinity::Sessions;
 use crate::decisions::{CandidateTerms, Decision};
 use crate::error::ControlError;
-use crate::ledger::{Booking, Ledger, Load, Released, Reservation};
-use crate::scoring::{self, Candidate, Choice};
+use crate::ledger::{Booking, Ledger, Released, Reservation};
+use crate::scoring::{self, Candidate, Choice, RoundRobin, Scored};
 use crate::settings::{OverlapCredit, Settings};
-use crate::view::{Slot, TargetKey, View};
+use crate::target::{Load, TargetKey};
+use crate::view::View;
 
+mod outcome;
 #[cfg(test)]
 mod tests;
 
-/// A target's load after a booking or release, for the per-target gauges.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoadChange {
-    /// The target.
-    pub target: Target,
-    /// Its worker's role.
-    pub role: Role,
-    /// Its load now.
-    pub load: Load,
-}
+pub use outcome::{
+    Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
+};
 
-/// A successful pick.
-#[derive(Clone, Debug)]
-pub struct Picked {
-    /// The booking.
-    pub reservation: ReservationId,
-    /// Where.
-    pub worker: Arc<WorkerRecord>,
-    /// The chosen target's terms before the booking.
-    pub chosen: CandidateTerms,
-    /// The mode in force.
-    pub mode: DecodeInputDemand,
-    /// W in force (decode picks; zero for prefill picks).
-    pub weight: RequestWeight,
-    /// Shadow mode: whether the legacy choice is also a lowest-cost one.
-    pub agree: Option<bool>,
-    /// The target's load after the booking.
-    pub change: LoadChange,
-    /// The full decision, when asked for.
-    pub decision: Option<Decision>,
+/// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
+/// to record the full decision, and the clocks.
+#[derive(Clone, Copy, Debug)]
+pub struct PickContext<'a> {
+    /// The prefix index (prefill picks with page hashes are credited from it); `None` credits none.
+    pub kv: Option<&'a KvIndex>,
+    /// Build the [`Decision`] (someone watches decisions or logs them).
+    pub record_decision: bool,
+    /// Monotonic now: lease liveness, session affinity.
+    pub now: Instant,
+    /// Wall-clock now: booking times and decision times shown to operators.
+    pub wall: SystemTime,
 }
-
-/// A reservation as operators list it.
-#[derive(Clone, Debug)]
-pub struct ReservationRow {
-    /// The reservation.
-    pub reservation: Reservation,
-    /// Its target's name.
-    pub target: Target,
-    /// Its lease's holder ("" once the lease is gone).
-    pub holder: String,
-}
-
-/// An ended reservation and the load it left behind.
-pub type Ended = (Reservation, LoadChange);
 
 /// The KV prefix index as control keeps it: per target key.
 pub type KvIndex = PrefixIndex<TargetKey>;
 
 /// The pure routing core.
 #[derive(Debug)]
-pub struct RoutingState<R> {
+pub struct RoutingCore<R> {
     view: View,
     ledger: Ledger,
     sessions: Sessions,
     settings: Settings,
+    round_robin: RoundRobin,
     rng: R,
-    scratch: Vec<Candidate>,
+    /// Reused buffer: the eligible candidates of the current pick.
+    candidates: Vec<Candidate>,
+    /// Reused buffer: the same candidates with their costs.
+    scored: Vec<Scored>,
     /// Reused buffers of the overlap query.
-    kv_scratch: (Vec<PageHash>, Vec<TargetKey>, Vec<u32>),
+    overlap: OverlapScratch,
 }
 
-impl<R: Rng> RoutingState<R> {
+/// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
+#[derive(Debug, Default)]
+struct OverlapScratch {
+    /// The prompt's page hashes.
+    hashes: Vec<PageHash>,
+    /// The candidates' target keys.
+    keys: Vec<TargetKey>,
+    /// Pages matched, per candidate.
+    pages: Vec<u32>,
+}
+
+impl<R: Rng> RoutingCore<R> {
     /// A core over `view`; ids carry `epoch`; `rng` breaks ties and drives the legacy policies.
     pub fn new(view: View, settings: Settings, epoch: u32, rng: R) -> Result<Self, ControlError> {
         settings.validate()?;
@@ -104,9 +93,11 @@ impl<R: Rng> RoutingState<R> {
             ledger: Ledger::new(epoch),
             sessions: Sessions::default(),
             settings,
+            round_robin: RoundRobin::default(),
             rng,
-            scratch: Vec::new(),
-            kv_scratch: Default::default(),
+            candidates: Vec::new(),
+            scored: Vec::new(),
+            overlap: OverlapScratch::default(),
         })
     }
 
@@ -116,34 +107,33 @@ impl<R: Rng> RoutingState<R> {
         &mut self,
         kind: PickKind,
         req: &PickRequest,
-        kv: Option<&KvIndex>,
-        want_decision: bool,
-        now: Instant,
-        wall: SystemTime,
+        ctx: PickContext<'_>,
     ) -> Result<Picked, ControlError> {
+        let PickContext { kv, record_decision, now, wall } = ctx;
         self.ledger.check_lease(req.lease, now)?;
         let ledger = &self.ledger;
-        let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.scratch)?;
+        let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
         if let (PickKind::Prefill, Some(index)) = (kind, kv)
             && !req.page_hashes.is_empty()
         {
-            credit_overlap(&mut self.scratch, &mut self.kv_scratch, index, req);
+            credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
+        scoring::score(kind, &self.settings, req.input_tokens, &self.candidates, &mut self.scored);
+        let pool = self.round_robin.cursor(pool);
         let choice = match kind {
-            PickKind::Decode => {
-                scoring::choose_decode(&self.settings, &self.scratch, req.input_tokens, pool, &mut self.rng)
-            }
+            PickKind::Decode => scoring::choose_decode(&self.settings, &self.scored, pool, &mut self.rng),
             PickKind::Prefill => scoring::choose_prefill(
                 &self.settings,
                 &self.sessions,
-                &self.scratch,
+                &self.scored,
                 req,
                 pool,
                 now,
                 &mut self.rng,
             ),
         };
-        let chosen = self.scratch[choice.index];
+        let scored = self.scored[choice.index];
+        let chosen = scored.candidate;
         // A prefill books the tokens it has to compute: what the target does not hold already.
         let booking = Booking {
             kind,
@@ -155,12 +145,12 @@ impl<R: Rng> RoutingState<R> {
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
             self.sessions.remember(session.clone(), chosen.key, now);
         }
-        let decision = want_decision.then(|| self.decision(kind, req, reservation, &choice, wall));
+        let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, wall));
         let slot = self.view.slot(chosen.key);
         Ok(Picked {
             reservation,
             worker: slot.worker.clone(),
-            chosen: self.terms(kind, &chosen, req.input_tokens, choice.affinity),
+            chosen: self.terms(&scored, choice.affinity),
             mode: self.settings.mode,
             weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
             agree: choice.agree,
@@ -170,18 +160,18 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Ends a reservation; `None` when it had already ended.
-    pub fn release(&mut self, id: ReservationId) -> Result<Option<(PickKind, LoadChange)>, ControlError> {
+    pub fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
         Ok(match self.ledger.release(id)? {
-            Released::Now(r, load) => Some((r.kind, self.change(r.target, load))),
+            Released::Now(r, load) => Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load) }),
             Released::Already => None,
         })
     }
 
     /// Opens a proxy lease; `ttl` zero means the default, others are clamped to the range.
-    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> (LeaseId, Duration) {
+    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> OpenedLease {
         let (lo, hi) = Settings::LEASE_TTL_RANGE;
         let ttl = if ttl.is_zero() { self.settings.lease_ttl } else { ttl.clamp(lo, hi) };
-        (self.ledger.open_lease(holder, ttl, now), ttl)
+        OpenedLease { lease: self.ledger.open_lease(holder, ttl, now), ttl }
     }
 
     /// Renews a lease.
@@ -196,8 +186,12 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Expires overdue leases, releasing what they hold.
-    pub fn tick(&mut self, now: Instant) -> Vec<(LeaseId, String, Vec<Ended>)> {
-        self.ledger.expire(now).into_iter().map(|e| (e.lease, e.holder, self.ended(e.released))).collect()
+    pub fn tick(&mut self, now: Instant) -> Vec<LeaseExpired> {
+        self.ledger
+            .expire(now)
+            .into_iter()
+            .map(|e| LeaseExpired { lease: e.lease, holder: e.holder, ended: self.ended(e.released) })
+            .collect()
     }
 
     /// Forgets sessions idle for the session TTL.
@@ -238,20 +232,22 @@ impl<R: Rng> RoutingState<R> {
     }
 
     /// Live targets (filtered) with their loads.
-    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<(Slot, Load)> {
+    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<TargetRow> {
         self.view
             .live_targets()
             .into_iter()
             .map(|k| (self.view.slot(k), k))
             .filter(|(s, _)| model.is_none_or(|m| s.worker.model.as_str() == m))
             .filter(|(s, _)| role.is_none_or(|r| s.worker.role == r))
-            .map(|(s, k)| (s.clone(), self.ledger.load(k)))
+            .map(|(s, k)| TargetRow { slot: s.clone(), load: self.ledger.load(k) })
             .collect()
     }
 
     /// Some targets' rows, by key.
-    pub fn target_rows(&self, keys: &[TargetKey]) -> Vec<(Slot, Load)> {
-        keys.iter().map(|k| (self.view.slot(*k).clone(), self.ledger.load(*k))).collect()
+    pub fn target_rows(&self, keys: &[TargetKey]) -> Vec<TargetRow> {
+        keys.iter()
+            .map(|k| TargetRow { slot: self.view.slot(*k).clone(), load: self.ledger.load(*k) })
+            .collect()
     }
 
     /// Live reservations (filtered), in booking order.
@@ -285,9 +281,23 @@ impl<R: Rng> RoutingState<R> {
         self.view.key(target)
     }
 
-    /// Direct access to the view (worker changes from a registry).
-    pub fn view_mut(&mut self) -> &mut View {
-        &mut self.view
+    /// The worker view.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Adds or replaces a worker (a registry change).
+    pub fn upsert_worker(&mut self, record: WorkerRecord) {
+        self.view.upsert(record);
+        self.round_robin.retain(self.view.pool_ids());
+    }
+
+    /// Removes a worker (a registry change); its targets stop taking picks. Returns whether it was
+    /// known.
+    pub fn remove_worker(&mut self, id: &WorkerId) -> bool {
+        let known = self.view.remove(id);
+        self.round_robin.retain(self.view.pool_ids());
+        known
     }
 
     fn update(&mut self, next: Settings) -> Result<&Settings, ControlError> {
@@ -296,23 +306,12 @@ impl<R: Rng> RoutingState<R> {
         Ok(&self.settings)
     }
 
-    fn terms(
-        &self,
-        kind: PickKind,
-        c: &Candidate,
-        tokens: u64,
-        affinity: Option<TargetKey>,
-    ) -> CandidateTerms {
-        let cost = match kind {
-            PickKind::Decode => scoring::decode_cost(c.load, tokens, self.settings.weight),
-            PickKind::Prefill => {
-                scoring::prefill_cost(c.load, tokens, c.cached_tokens, self.settings.overlap_credit)
-            }
-        };
+    fn terms(&self, scored: &Scored, affinity: Option<TargetKey>) -> CandidateTerms {
+        let c = &scored.candidate;
         CandidateTerms {
             target: self.view.slot(c.key).target.clone(),
             load: c.load,
-            cost,
+            cost: scored.cost,
             session_affinity: affinity == Some(c.key),
             overlap_pages: c.overlap_pages,
             cached_tokens: c.cached_tokens,
@@ -328,7 +327,7 @@ impl<R: Rng> RoutingState<R> {
         wall: SystemTime,
     ) -> Decision {
         let candidates: Vec<CandidateTerms> =
-            self.scratch.iter().map(|c| self.terms(kind, c, req.input_tokens, choice.affinity)).collect();
+            self.scored.iter().map(|c| self.terms(c, choice.affinity)).collect();
         let chosen = candidates[choice.index].clone();
         let suggested = choice.suggested.map(|i| candidates[i].target.clone());
         let min = candidates.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
@@ -357,10 +356,7 @@ impl<R: Rng> RoutingState<R> {
     fn ended(&self, released: Vec<(Reservation, Load)>) -> Vec<Ended> {
         released
             .into_iter()
-            .map(|(r, load)| {
-                let change = self.change(r.target, load);
-                (r, change)
-            })
+            .map(|(reservation, load)| Ended { change: self.change(reservation.target, load), reservation })
             .collect()
     }
 }
@@ -369,7 +365,7 @@ impl<R: Rng> RoutingState<R> {
 /// the prompt was hashed with can match.
 fn credit_overlap(
     candidates: &mut [Candidate],
-    (hashes, keys, out): &mut (Vec<PageHash>, Vec<TargetKey>, Vec<u32>),
+    OverlapScratch { hashes, keys, pages: out }: &mut OverlapScratch,
     index: &KvIndex,
     req: &PickRequest,
 ) {

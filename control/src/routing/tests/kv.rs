@@ -20,7 +20,7 @@ fn prefill_pool_with_credit(page_size: u32, credit: f64) -> Fixture {
 }
 
 fn key(f: &mut Fixture, r: u32) -> TargetKey {
-    f.core.view_mut().worker_targets(&WorkerId::new("p"), Some(DpRank(r))).unwrap()[0]
+    f.core.view().worker_targets(&WorkerId::new("p"), Some(DpRank(r))).unwrap()[0]
 }
 
 /// An index where rank `r` holds the first `pages` pages of `prompt`.
@@ -44,7 +44,13 @@ fn kv_pick(f: &mut Fixture, index: &KvIndex, prompt: &[u32], page_size: u32) -> 
     let mut req = f.req("m", prompt.len() as u64, None);
     req.page_hashes = page_hashes(prompt, page_size as usize).iter().map(|h| h.0).collect();
     req.page_size = page_size;
-    f.core.pick(PickKind::Prefill, &req, Some(index), true, f.now, SystemTime::now()).unwrap()
+    f.core
+        .pick(
+            PickKind::Prefill,
+            &req,
+            PickContext { kv: Some(index), record_decision: true, now: f.now, wall: SystemTime::now() },
+        )
+        .unwrap()
 }
 
 #[test]
@@ -60,7 +66,7 @@ fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
     let other = d.candidates.iter().find(|c| c.target.rank.0 == 0).unwrap();
     assert_eq!((other.overlap_pages, other.cached_tokens), (0, 0), "the decision shows every overlap");
     // Booked: the 360 tokens rank 1 still has to compute, not the 1,000 of the prompt.
-    assert_eq!(f.core.target_rows(&[holder])[0].1.booked_input_tokens, 360);
+    assert_eq!(f.core.target_rows(&[holder])[0].load.booked_input_tokens, 360);
     f.core.release(p.reservation).unwrap();
     // The index, not the picks, says what a target holds: the same prompt again sees 40 pages.
     let again = kv_pick(&mut f, &index, &prompt, PS);
@@ -96,7 +102,14 @@ fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
     // Rank 1 already computes 5,000 tokens: 5,000 + 360 against 0 + 1,000 on rank 0.
     let req = f.req("m", 5_000, None);
     loop {
-        let p = f.core.pick(PickKind::Prefill, &req, None, false, f.now, SystemTime::now()).unwrap();
+        let p = f
+            .core
+            .pick(
+                PickKind::Prefill,
+                &req,
+                PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now() },
+            )
+            .unwrap();
         if rank(&p) == 1 {
             break;
         }
@@ -122,8 +135,11 @@ fn a_prompt_hashed_with_another_page_size_gets_no_credit() {
 fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
     let mut f = prefill_pool_with_credit(PS, credit);
     let prompt: Vec<u32> = (0..1_000).collect();
-    let first =
-        f.core.pick(PickKind::Prefill, &f.req("m", 1_000, Some("s")), None, false, f.now, SystemTime::now());
+    let first = f.core.pick(
+        PickKind::Prefill,
+        &f.req("m", 1_000, Some("s")),
+        PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now() },
+    );
     let first = first.unwrap();
     f.core.release(first.reservation).unwrap();
     let other = 1 - rank(&first);
@@ -131,7 +147,14 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
     let mut req = f.req("m", 1_000, Some("s"));
     req.page_hashes = page_hashes(&prompt, PS as usize).iter().map(|h| h.0).collect();
     req.page_size = PS;
-    let p = f.core.pick(PickKind::Prefill, &req, Some(&index), true, f.now, SystemTime::now()).unwrap();
+    let p = f
+        .core
+        .pick(
+            PickKind::Prefill,
+            &req,
+            PickContext { kv: Some(&index), record_decision: true, now: f.now, wall: SystemTime::now() },
+        )
+        .unwrap();
     let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
     (rank(&first), rank(&p), costs)
 }

@@ -40,7 +40,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
 }
 
 struct Fixture {
-    core: RoutingState<SmallRng>,
+    core: RoutingCore<SmallRng>,
     lease: LeaseId,
     now: Instant,
 }
@@ -48,8 +48,8 @@ struct Fixture {
 impl Fixture {
     fn new(workers: Vec<WorkerRecord>, s: Settings) -> Self {
         let now = Instant::now();
-        let mut core = RoutingState::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
-        let (lease, _) = core.open_lease("test".into(), Duration::ZERO, now);
+        let mut core = RoutingCore::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
+        let lease = core.open_lease("test".into(), Duration::ZERO, now).lease;
         Self { core, lease, now }
     }
 
@@ -67,7 +67,11 @@ impl Fixture {
 
     fn pick(&mut self, kind: PickKind, model: &str, tokens: u64) -> Result<Picked, ControlError> {
         let req = self.req(model, tokens, None);
-        self.core.pick(kind, &req, None, true, self.now, SystemTime::now())
+        self.core.pick(
+            kind,
+            &req,
+            PickContext { kv: None, record_decision: true, now: self.now, wall: SystemTime::now() },
+        )
     }
 
     fn decode(&mut self, tokens: u64) -> Picked {
@@ -211,7 +215,13 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     );
     let pick = |f: &mut Fixture, tokens, session| {
         let req = f.req("m", tokens, Some(session));
-        f.core.pick(PickKind::Prefill, &req, None, true, f.now, SystemTime::now()).unwrap()
+        f.core
+            .pick(
+                PickKind::Prefill,
+                &req,
+                PickContext { kv: None, record_decision: true, now: f.now, wall: SystemTime::now() },
+            )
+            .unwrap()
     };
     let home = rank(&pick(&mut f, 100, "s1"));
     // Home costs 200 against 100 elsewhere: within the 1,000-token slack, the session stays.
@@ -228,7 +238,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     // After the session TTL the session is forgotten.
     f.now += Duration::from_secs(61);
     f.core.sweep_sessions(f.now);
-    f.lease = f.core.open_lease("test".into(), Duration::ZERO, f.now).0;
+    f.lease = f.core.open_lease("test".into(), Duration::ZERO, f.now).lease;
     let fresh = pick(&mut f, 100, "s1");
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
@@ -239,7 +249,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
 fn weight_needs_a_scoring_mode_both_ways() {
     let s = settings(DecodeInputDemand::Off, 5.0, DecodePolicy::RoundRobin);
     assert!(matches!(
-        RoutingState::new(View::default(), s, 1, SmallRng::seed_from_u64(0)),
+        RoutingCore::new(View::default(), s, 1, SmallRng::seed_from_u64(0)),
         Err(ControlError::WeightNeedsDemand { .. })
     ));
     let mut f = Fixture::new(vec![], settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin));
@@ -299,4 +309,26 @@ fn round_robin_prefill_ignores_overlap_and_load() {
     let mut f = Fixture::new(vec![worker("p", Role::Prefill, "m", 3)], s);
     let ranks: Vec<u32> = (0..6).map(|_| rank(&f.pick(PickKind::Prefill, "m", 1_000).unwrap())).collect();
     assert_eq!(ranks, vec![0, 1, 2, 0, 1, 2], "bookings held, still in turn");
+}
+
+#[test]
+fn a_worker_that_registers_again_with_more_ranks_serves_all_of_them() {
+    let s = settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin);
+    let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 2)], s);
+    f.core.upsert_worker(worker("d", Role::Decode, "m", 4));
+    assert_eq!(f.core.targets(None, None).len(), 4);
+    let ranks: Vec<u32> = (0..4).map(|_| rank(&f.decode(1))).collect();
+    assert_eq!(ranks, [0, 1, 2, 3]);
+}
+
+#[test]
+fn round_robin_goes_on_while_a_pool_lives_and_starts_over_once_it_emptied() {
+    let s = settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin);
+    let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 3)], s);
+    assert_eq!((rank(&f.decode(1)), rank(&f.decode(1))), (0, 1));
+    f.core.upsert_worker(worker("e", Role::Decode, "other", 1));
+    assert_eq!(rank(&f.decode(1)), 2, "another pool's change keeps this pool's turn");
+    assert!(f.core.remove_worker(&WorkerId::new("d")));
+    f.core.upsert_worker(worker("d", Role::Decode, "m", 3));
+    assert_eq!(rank(&f.decode(1)), 0, "the pool emptied: its turn starts over");
 }

@@ -1,0 +1,104 @@
+//! What the core hands back: picks, releases, expiries and the rows operators list, each named.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use infera_proto::types::{
+    DecodeInputDemand, LeaseId, PickKind, RequestWeight, ReservationId, Role, Target, WorkerRecord,
+};
+
+use crate::decisions::{CandidateTerms, Decision};
+use crate::ledger::Reservation;
+use crate::target::Load;
+use crate::view::Slot;
+
+/// A target's load after a booking or release, for the per-target gauges.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadChange {
+    /// The target whose load changed.
+    pub target: Target,
+    /// Its worker's role.
+    pub role: Role,
+    /// Its load now.
+    pub load: Load,
+}
+
+/// A successful pick.
+#[derive(Clone, Debug)]
+pub struct Picked {
+    /// The reservation booked; the proxy releases it when the request ends.
+    pub reservation: ReservationId,
+    /// The chosen target's worker, whose URL the proxy sends the request to.
+    pub worker: Arc<WorkerRecord>,
+    /// The chosen target's terms before the booking.
+    pub chosen: CandidateTerms,
+    /// The mode in force.
+    pub mode: DecodeInputDemand,
+    /// W in force (decode picks; zero for prefill picks).
+    pub weight: RequestWeight,
+    /// Shadow mode: whether the legacy choice is also a lowest-cost one.
+    pub agree: Option<bool>,
+    /// The target's load after the booking.
+    pub change: LoadChange,
+    /// The full decision, when asked for.
+    pub decision: Option<Decision>,
+}
+
+/// A reservation as operators list it.
+#[derive(Clone, Debug)]
+pub struct ReservationRow {
+    /// The reservation: lease, leg, target key, tokens booked and when.
+    pub reservation: Reservation,
+    /// Its target's name.
+    pub target: Target,
+    /// Its lease's holder ("" once the lease is gone).
+    pub holder: String,
+}
+
+/// An ended reservation and the load it left behind.
+#[derive(Clone, Debug)]
+pub struct Ended {
+    /// The reservation that ended.
+    pub reservation: Reservation,
+    /// Its target's load after the release.
+    pub change: LoadChange,
+}
+
+/// A release that ended a reservation.
+#[derive(Clone, Debug)]
+pub struct ReleasedNow {
+    /// The reservation's leg.
+    pub kind: PickKind,
+    /// Its target's load after the release.
+    pub change: LoadChange,
+}
+
+/// A lease that expired, with the reservations its expiry ended (the ledger's
+/// [`Expired`](crate::ledger::Expired), with target names).
+#[derive(Clone, Debug)]
+pub struct LeaseExpired {
+    /// The lease that ran out.
+    pub lease: LeaseId,
+    /// Its holder (the proxy's name).
+    pub holder: String,
+    /// What it still held.
+    pub ended: Vec<Ended>,
+}
+
+/// A lease just opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenedLease {
+    /// The lease's id, which the proxy's keep-alives and picks carry.
+    pub lease: LeaseId,
+    /// The TTL granted (the default, or the one asked for clamped to the range).
+    pub ttl: Duration,
+}
+
+/// A target as operators list it: the view's slot and the ledger's load.
+#[derive(Clone, Debug)]
+pub struct TargetRow {
+    /// What the view knows of it.
+    pub slot: Slot,
+    /// What it holds.
+    pub load: Load,
+}

@@ -1,0 +1,34 @@
+//! What every part of the core says about one target: its dense key and what it holds.
+//!
+//! A leaf: the view hands out [`TargetKey`]s, the ledger keeps a [`Load`] per key, scoring reads
+//! both; none of them needs the others to name a target.
+
+/// Dense index of a target.
+///
+/// Targets are interned to keys so the ledger and the scoring loop index arrays instead of
+/// hashing names. A key, once given to a `(worker, rank)`, stays with it for the life of the
+/// process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetKey(u32);
+
+impl TargetKey {
+    /// The array index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// A key from an index (the view interning targets; tests and benches that build ledgers
+    /// without a view).
+    pub fn from_index(i: u32) -> Self {
+        Self(i)
+    }
+}
+
+/// What a target holds right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Sum of the input tokens of the live reservations on the target.
+    pub booked_input_tokens: u64,
+    /// Number of live reservations on the target.
+    pub held_requests: u64,
+}
