@@ -12,18 +12,7 @@ use rand::{SeedableRng, rngs::SmallRng};
 use super::*;
 
 fn worker(id: &str, role: Role, model: &str, dp: u32) -> WorkerRecord {
-    WorkerRecord {
-        id: WorkerId::new(id),
-        role,
-        url: format!("http://{id}:30000"),
-        model: ModelName::new(model),
-        bootstrap_port: None,
-        dp_size: dp,
-        page_size: 1,
-        sglang_version: None,
-        kv_events: None,
-        labels: Default::default(),
-    }
+    WorkerRecord::new(id, role, format!("http://{id}:30000"), model).with_dp_size(dp)
 }
 
 fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {

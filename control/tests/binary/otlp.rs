@@ -3,7 +3,7 @@
 //! built from opentelemetry-proto's generated server.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use infera_proto::pb::{self, router_client::RouterClient};
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -82,16 +82,12 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
 
     // Shutdown flushes the batch exporter.
     assert_eq!(control.terminate().code(), Some(0));
-    let end = Instant::now() + Duration::from_secs(10);
     let expected =
         (0..16).map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<_>>();
-    loop {
-        let spans = collector.0.lock().unwrap().clone();
-        if let Some((_, tid)) = spans.iter().find(|(name, _)| name == "PickDecode") {
-            assert_eq!(*tid, expected, "the span continues the caller's trace");
-            break;
-        }
-        assert!(Instant::now() < end, "no PickDecode span exported; got {spans:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tid =
+        infera_testkit::eventually_blocking(Duration::from_secs(10), "a PickDecode span exported", || {
+            let spans = collector.0.lock().unwrap().clone();
+            spans.into_iter().find(|(name, _)| name == "PickDecode").map(|(_, tid)| tid)
+        });
+    assert_eq!(tid, expected, "the span continues the caller's trace");
 }

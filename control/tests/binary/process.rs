@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) const WORKERS: &str = "[[workers]]\nid = 'p'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\n\
      [[workers]]\nid = 'd'\nrole = 'decode'\nurl = 'http://127.0.0.1:30001'\nmodel = 'm'\ndp_size = 4\n";
@@ -69,12 +69,5 @@ impl Drop for Running {
 
 /// Waits for a child to exit, failing the test after `limit`.
 pub(crate) fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < end, "process did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    infera_testkit::eventually_blocking(limit, "the process to exit", || child.try_wait().unwrap())
 }

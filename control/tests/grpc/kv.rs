@@ -50,17 +50,12 @@ fn kv_pick(lease: &str, prompt: &[u32]) -> pb::PickRequest {
 /// Picks (and releases) until the chosen candidate's overlap is `pages`; returns that answer.
 async fn until_overlap(control: &Control, lease: &str, prompt: &[u32], pages: u32) -> pb::PickResponse {
     let mut router = control.router().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), &format!("a prefill pick to see {pages} pages"), async || {
         let p = router.pick_prefill(kv_pick(lease, prompt)).await.unwrap().into_inner();
         router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
-        let seen = p.cost.as_ref().unwrap().overlap_pages;
-        if seen == pages {
-            return p;
-        }
-        assert!(std::time::Instant::now() < deadline, "no prefill pick saw {pages} pages (last {seen})");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (p.cost.as_ref().unwrap().overlap_pages == pages).then_some(p)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

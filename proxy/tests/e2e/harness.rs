@@ -8,7 +8,7 @@ use infera_proto::pb::{self, admin_client::AdminClient};
 use infera_testkit::{ClusterSpec, ControlSpec, ProxySpec, SimSpec, Workers};
 
 pub(crate) use crate::client::*;
-pub(crate) use infera_testkit::{Ledger, Proxy, Sim};
+pub(crate) use infera_testkit::{Ledger, Proxy, Sim, eventually};
 
 /// Sim time compression: a 40 ms decode step takes 2 ms.
 pub(crate) const SPEEDUP: f64 = 20.0;

@@ -57,17 +57,13 @@ async fn zero_after_a_client_disconnects_mid_stream() {
     drop(body);
     cluster.ledger_returns_to_zero().await;
     // The decode worker saw the request go away (SGLang aborts it).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let r = eventually(Duration::from_secs(10), "the decode to see the disconnect", async || {
         let log = cluster.decode().requests().await;
         let r = log.iter().find(|r| r["rid"] == "gone-1").cloned().unwrap();
-        if r["outcome"] != "ok" && !r["outcome"].is_null() && r["outcome"] != "running" {
-            assert!(["client_gone", "aborted"].contains(&r["outcome"].as_str().unwrap()), "{r}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "decode never saw the disconnect: {r}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (r["outcome"] != "ok" && !r["outcome"].is_null() && r["outcome"] != "running").then_some(r)
+    })
+    .await;
+    assert!(["client_gone", "aborted"].contains(&r["outcome"].as_str().unwrap()), "{r}");
     cluster.stop().await;
 }
 
@@ -111,18 +107,14 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
     // Both reservations ended FAILED, and the decode was stopped long before its 4,000 tokens.
     let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
     assert!(metrics.contains("infera_proxy_releases_total{reason=\"failed\"} 2"), "{metrics}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let r = eventually(Duration::from_secs(10), "the decode to be stopped", async || {
         let log = cluster.decode().requests().await;
         let r = log.iter().find(|r| r["rid"] == "prefill-dies").cloned().unwrap();
-        if r["outcome"] != "running" {
-            assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
-            assert!(r["completion_tokens"].as_u64().unwrap() < 4_000, "{r}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the decode was never stopped: {r}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (r["outcome"] != "running").then_some(r)
+    })
+    .await;
+    assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
+    assert!(r["completion_tokens"].as_u64().unwrap() < 4_000, "{r}");
     let prefill_log = cluster.prefill().unwrap().requests().await;
     let p = prefill_log.iter().find(|r| r["rid"] == "prefill-dies").unwrap();
     assert_eq!(p["outcome"], "failed", "{p}");

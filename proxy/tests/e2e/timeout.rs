@@ -14,17 +14,13 @@ const TIMEOUT_MS: &str = "1000";
 
 /// Waits (bounded) until the sim has ended request `rid` and returns its log entry.
 async fn ended(sim: &Sim, rid: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), &format!("the worker to end {rid}"), async || {
         let log = sim.requests().await;
         let r =
             log.iter().find(|r| r["rid"] == rid).cloned().unwrap_or_else(|| panic!("{rid} not in {log:?}"));
-        if r["outcome"] != "running" {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "the worker still runs {rid}: {r}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (r["outcome"] != "running").then_some(r)
+    })
+    .await
 }
 
 /// A non-streamed chat through `proxy` that must time out: 504, OpenAI error JSON, the request

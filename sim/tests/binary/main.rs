@@ -6,7 +6,7 @@ mod harness;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_infera-sim"));
@@ -60,14 +60,7 @@ impl Drop for Running {
 }
 
 fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < end, "process did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    infera_testkit::eventually_blocking(limit, "the process to exit", || child.try_wait().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread")]
