@@ -1,6 +1,8 @@
-//! Control's errors, and the one mapping of them to gRPC status codes.
+//! Control's errors, and the one mapping of them to the wire's [`ErrorReason`] (which chooses the
+//! gRPC code and rides on the status as a typed detail).
 
 use infera_proto::convert::ConvertError;
+use infera_proto::error::ErrorReason;
 use infera_proto::types::{
     DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Target, WorkerId,
 };
@@ -74,46 +76,31 @@ fn pool_hint(kind: PickKind) -> &'static str {
 }
 
 impl ControlError {
-    /// The gRPC code for this error; the only place codes are chosen.
-    pub fn code(&self) -> Code {
+    /// The reason on the wire: it chooses the gRPC code, and names the `outcome` label of pick
+    /// metrics.
+    pub fn reason(&self) -> ErrorReason {
         match self {
-            Self::InvalidArgument(_) => Code::InvalidArgument,
-            Self::UnknownModel(_)
-            | Self::UnknownLease(_)
-            | Self::UnknownReservation(_)
-            | Self::UnknownWorker(_)
-            | Self::UnknownTarget(_) => Code::NotFound,
-            Self::NoPool { .. } | Self::WeightNeedsDemand { .. } => Code::FailedPrecondition,
-            Self::NoEligibleTarget { .. } => Code::Unavailable,
-            Self::Unauthenticated => Code::Unauthenticated,
+            Self::InvalidArgument(_) => ErrorReason::InvalidArgument,
+            Self::UnknownModel(_) => ErrorReason::UnknownModel,
+            Self::NoPool { .. } => ErrorReason::NoPool,
+            Self::NoEligibleTarget { .. } => ErrorReason::NoEligibleTarget,
+            Self::UnknownLease(_) => ErrorReason::UnknownLease,
+            Self::UnknownReservation(_) => ErrorReason::UnknownReservation,
+            Self::UnknownWorker(_) => ErrorReason::UnknownWorker,
+            Self::UnknownTarget(_) => ErrorReason::UnknownTarget,
+            Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
+            Self::Unauthenticated => ErrorReason::Unauthenticated,
         }
     }
 
-    /// A short machine-readable reason: the `outcome` label of pick metrics, and the
-    /// `infera-error` metadata of the gRPC status, which callers branch on instead of the text.
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Self::InvalidArgument(_) => "invalid_argument",
-            Self::UnknownModel(_) => "unknown_model",
-            Self::NoPool { .. } => "no_pool",
-            Self::NoEligibleTarget { .. } => "no_eligible_target",
-            Self::UnknownLease(_) => "unknown_lease",
-            Self::UnknownReservation(_) => "unknown_reservation",
-            Self::UnknownWorker(_) => "unknown_worker",
-            Self::UnknownTarget(_) => "unknown_target",
-            Self::WeightNeedsDemand { .. } => "weight_needs_demand",
-            Self::Unauthenticated => "unauthenticated",
-        }
+    /// The gRPC code for this error (its reason's).
+    pub fn code(&self) -> Code {
+        self.reason().code()
     }
 }
 
 impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
-        let mut status = Status::new(e.code(), e.to_string());
-        status.metadata_mut().insert(
-            infera_proto::ERROR_REASON_METADATA,
-            tonic::metadata::MetadataValue::from_static(e.outcome()),
-        );
-        status
+        e.reason().status(e.to_string())
     }
 }

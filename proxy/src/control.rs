@@ -9,10 +9,11 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, router_client::RouterClient};
 use rand::{SeedableRng, rngs::SmallRng};
+use tonic::Status;
 use tonic::transport::{Channel, Endpoint as GrpcEndpoint};
-use tonic::{Code, Status};
 
 use crate::config::Config;
 use crate::error::{Leg, ProxyError};
@@ -221,12 +222,14 @@ impl ControlLink {
                     }
                     tracing::warn!("control answered a pick without a target; routing locally");
                 }
-                Ok(Err(status)) => match reason(&status) {
-                    "unknown_model" => return Err(PickError::UnknownModel),
-                    "no_pool" => return Err(PickError::NoPool),
-                    "no_eligible_target" => return Err(PickError::NoTarget),
-                    "invalid_argument" => return Err(PickError::Invalid(status.message().to_owned())),
-                    "unknown_lease" => {
+                Ok(Err(status)) => match StatusReason::of(&status).known() {
+                    Some(ErrorReason::UnknownModel) => return Err(PickError::UnknownModel),
+                    Some(ErrorReason::NoPool) => return Err(PickError::NoPool),
+                    Some(ErrorReason::NoEligibleTarget) => return Err(PickError::NoTarget),
+                    Some(ErrorReason::InvalidArgument) => {
+                        return Err(PickError::Invalid(status.message().to_owned()));
+                    }
+                    Some(ErrorReason::UnknownLease) => {
                         tracing::warn!(%lease, "control does not know this proxy's lease; reopening it");
                         self.forget_lease(&lease);
                     }
@@ -289,7 +292,12 @@ impl ControlLink {
                 let msg = pb::ReleaseRequest { reservation_id: reservation.clone(), reason: reason as i32 };
                 match client.clone().release(msg).await {
                     Ok(_) => return,
-                    Err(s) if matches!(s.code(), Code::NotFound | Code::InvalidArgument) => {
+                    Err(s)
+                        if matches!(
+                            StatusReason::of(&s).known(),
+                            Some(ErrorReason::UnknownReservation | ErrorReason::InvalidArgument)
+                        ) =>
+                    {
                         tracing::debug!(%reservation, status = %s.message(), "release not needed");
                         return;
                     }
@@ -350,7 +358,7 @@ impl ControlLink {
                     match tokio::time::timeout(self.lease_ttl / 3, self.client.clone().keep_alive(req)).await
                     {
                         Ok(Ok(_)) => self.lease_ttl / 3,
-                        Ok(Err(s)) if reason(&s) == "unknown_lease" => {
+                        Ok(Err(s)) if StatusReason::of(&s).known() == Some(ErrorReason::UnknownLease) => {
                             tracing::warn!(%lease, "control forgot this proxy's lease (expired or control restarted); reopening");
                             self.forget_lease(&lease);
                             Duration::ZERO
@@ -402,11 +410,6 @@ impl ControlLink {
             }
         }
     }
-}
-
-/// Control's machine-readable error reason (`infera-error` metadata); "" for transport errors.
-fn reason(status: &Status) -> &str {
-    status.metadata().get(infera_proto::ERROR_REASON_METADATA).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
 impl PickError {
