@@ -3,9 +3,7 @@
 
 use infera_proto::convert::ConvertError;
 use infera_proto::error::ErrorReason;
-use infera_proto::types::{
-    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Target, WorkerId,
-};
+use infera_proto::types::{LeaseId, ModelName, PickKind, ReservationId, Target, WeightNeedsDemand, WorkerId};
 use tonic::{Code, Status};
 
 /// Everything a control call can fail with.
@@ -46,16 +44,8 @@ pub enum ControlError {
     #[error("unknown target {0}")]
     UnknownTarget(Target),
     /// W > 0 without a demand mode that scores.
-    #[error(
-        "decode request weight {weight} needs --decode-input-demand shadow or on (it is {mode}); \
-         set the mode first, or set the weight to 0 before turning the mode off"
-    )]
-    WeightNeedsDemand {
-        /// The weight that would be in force.
-        weight: RequestWeight,
-        /// The mode that would be in force.
-        mode: DecodeInputDemand,
-    },
+    #[error(transparent)]
+    WeightNeedsDemand(#[from] WeightNeedsDemand),
     /// An Admin call without the right bearer token.
     #[error("admin calls need the header `authorization: Bearer <token>` matching --admin-token")]
     Unauthenticated,

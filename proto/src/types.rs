@@ -10,7 +10,7 @@ pub use ids::{
 };
 pub use modes::{
     CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, ReleaseReason,
-    RequestWeight, WeightError,
+    RequestWeight, WeightError, WeightNeedsDemand,
 };
 pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
 pub use worker::{KvEventsSource, Role, WorkerRecord};
