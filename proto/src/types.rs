@@ -1,10 +1,12 @@
-//! Domain types shared by control, proxy, launcher and sim.
+//! Domain types shared by control, proxy, launcher, the tokenizer and sim.
 
+mod api;
 mod ids;
 mod modes;
 mod pick;
 mod worker;
 
+pub use api::Api;
 pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };

@@ -7,44 +7,10 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
+use infera_proto::types::Api;
 use serde_json::{Map, Value};
 
 use crate::error::ProxyError;
-
-/// The APIs the proxy routes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Api {
-    /// `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// `POST /v1/completions`.
-    Completions,
-    /// `POST /generate` (SGLang native).
-    Generate,
-    /// `POST /v1/responses`.
-    Responses,
-}
-
-impl Api {
-    /// The path on the workers.
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::ChatCompletions => "/v1/chat/completions",
-            Self::Completions => "/v1/completions",
-            Self::Generate => "/generate",
-            Self::Responses => "/v1/responses",
-        }
-    }
-
-    /// A metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ChatCompletions => "chat_completions",
-            Self::Completions => "completions",
-            Self::Generate => "generate",
-            Self::Responses => "responses",
-        }
-    }
-}
 
 /// Bytes of text per estimated token (no tokenizer configured).
 pub const BYTES_PER_TOKEN: u64 = 4;

@@ -21,11 +21,12 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use infera_proto::pb::ReleaseReason;
+use infera_proto::types::Api;
 use serde_json::{Map, Value, json};
 
 use crate::control::{ControlLink, Pick};
 use crate::error::{Leg, ProxyError, upstream_error_text};
-use crate::facts::{Api, Facts};
+use crate::facts::Facts;
 use crate::metrics::ProxyMetrics;
 use crate::prefill::PrefillLeg;
 use crate::targets::Endpoint;

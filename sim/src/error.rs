@@ -3,9 +3,9 @@
 //! `{"error":{"message"}}`, and inside a stream an `{"error": …}` event (then `[DONE]`).
 
 use hyper::{Response, StatusCode};
+use infera_proto::types::Api;
 use serde_json::{Value, json};
 
-use crate::api::Route;
 use crate::api::input::InputError;
 use crate::pull::PullError;
 use crate::ranks::RankError;
@@ -71,7 +71,7 @@ impl ApiError {
     }
 
     /// The error as a whole response for `route`.
-    pub fn response(&self, route: Route) -> Response<Body> {
+    pub fn response(&self, route: Api) -> Response<Body> {
         let status = self.status();
         let body = if route.is_openai() {
             openai(status, &self.to_string())
@@ -82,7 +82,7 @@ impl ApiError {
     }
 
     /// The error as the JSON of one SSE event for `route`.
-    pub fn stream_event(&self, route: Route) -> Value {
+    pub fn stream_event(&self, route: Api) -> Value {
         let status = self.status();
         if route.is_openai() {
             json!({ "error": openai(status, &self.to_string()) })
