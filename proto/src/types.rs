@@ -14,5 +14,5 @@ pub use modes::{
     CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, ReleaseReason,
     RequestWeight, WeightError, WeightNeedsDemand,
 };
-pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
+pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
 pub use worker::{KvEventsSource, Role, WorkerRecord};
