@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
+use infera_proto::types::{ModelName, RequestId};
 use serde_json::json;
 
 use crate::body::{Body, full};
@@ -72,12 +73,12 @@ pub enum ProxyError {
     },
     /// No worker serves the model.
     #[error("model \"{0}\" does not exist")]
-    UnknownModel(String),
+    UnknownModel(ModelName),
     /// Nothing can take the request now.
     #[error("no healthy {leg} target for model \"{model}\"")]
     NoTarget {
         /// The model.
-        model: String,
+        model: ModelName,
         /// The leg.
         leg: Leg,
     },
@@ -164,11 +165,11 @@ impl ProxyError {
     }
 
     /// The error as the client sees it before any byte of an answer was sent.
-    pub fn into_response(self, request_id: &str) -> Response<Body> {
+    pub fn into_response(self, request_id: &RequestId) -> Response<Body> {
         let mut r = Response::new(full(self.json().to_string()));
         *r.status_mut() = self.status();
         r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-        if let Ok(v) = header::HeaderValue::from_str(request_id) {
+        if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
             r.headers_mut().insert("x-request-id", v);
         }
         r
@@ -206,7 +207,7 @@ mod tests {
 
     #[test]
     fn errors_map_to_openai_json_with_the_right_status() {
-        let e = ProxyError::UnknownModel("x".into());
+        let e = ProxyError::UnknownModel(ModelName::new("x"));
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.json()["error"]["code"], "model_not_found");
         assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);

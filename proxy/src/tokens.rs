@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use infera_proto::types::SessionKey;
 use infera_tokenize::{CacheUse, Outcome, Tokenizer};
 
 use crate::facts::Facts;
@@ -36,14 +37,15 @@ pub async fn attach(
     let api = facts.api;
     let session = facts.session.clone();
     let result = if body_bytes <= INLINE_MAX_BODY_BYTES {
-        tokenizer.tokenize(api, &facts.body, session.as_deref())
+        tokenizer.tokenize(api, &facts.body, session.as_ref().map(SessionKey::as_str))
     } else {
         // The body moves to the blocking pool and back; if that task dies, its clone of the
         // Arc is dropped and the body comes back whole.
         let body = Arc::new(std::mem::take(&mut facts.body));
         let (tokenizer, shared) = (tokenizer.clone(), body.clone());
-        let joined =
-            tokio::task::spawn_blocking(move || tokenizer.tokenize(api, &shared, session.as_deref()));
+        let joined = tokio::task::spawn_blocking(move || {
+            tokenizer.tokenize(api, &shared, session.as_ref().map(SessionKey::as_str))
+        });
         let result = joined.await;
         facts.body = Arc::try_unwrap(body).unwrap_or_else(|b| (*b).clone());
         match result {
