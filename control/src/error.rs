@@ -18,7 +18,7 @@ pub enum ControlError {
     /// The model has workers, but none for this kind of pick.
     #[error("model \"{model}\" has no {} workers{}", pool_name(*.kind), pool_hint(*.kind))]
     NoPool {
-        /// The model.
+        /// The model the pick was for.
         model: ModelName,
         /// The pick asked for.
         kind: PickKind,
@@ -26,7 +26,7 @@ pub enum ControlError {
     /// Every target of the pool is drained.
     #[error("no eligible {} target for model \"{model}\": all are drained", kind.as_str())]
     NoEligibleTarget {
-        /// The model.
+        /// The model the pick was for.
         model: ModelName,
         /// The pick asked for.
         kind: PickKind,

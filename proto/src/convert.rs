@@ -188,7 +188,7 @@ pub fn role(field: &'static str, v: i32) -> Result<Role, ConvertError> {
     role_filter(field, v)?.ok_or_else(|| err(field, Problem::Unspecified))
 }
 
-/// A target.
+/// A target: a worker id that must be present and a rank.
 pub fn target(m: &pb::Target) -> Result<Target, ConvertError> {
     Ok(Target::new(worker_id("target.worker_id", m.worker_id.clone())?, DpRank(m.dp_rank)))
 }

@@ -43,7 +43,8 @@ use crate::config::Config;
 use crate::metrics::ProxyMetrics;
 use crate::targets::{LocalLoad, TargetList};
 
-/// The link.
+/// The proxy's connection to control: the gRPC client, the lease, the last target list, the
+/// releases in flight and the local fallback.
 #[derive(Debug)]
 pub struct ControlLink {
     client: RouterClient<Channel>,

@@ -54,7 +54,7 @@ pub enum ProxyError {
     /// Body over the limit.
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge {
-        /// The limit.
+        /// `--max-body-bytes`.
         limit: usize,
     },
     /// Body not JSON.
@@ -66,9 +66,9 @@ pub enum ProxyError {
     /// No such route.
     #[error("no route for {method} {path}")]
     NoRoute {
-        /// Method.
+        /// The request's method.
         method: http::Method,
-        /// Path.
+        /// The request's path.
         path: String,
     },
     /// No worker serves the model.
@@ -77,17 +77,17 @@ pub enum ProxyError {
     /// Nothing can take the request now.
     #[error("no healthy {leg} target for model \"{model}\"")]
     NoTarget {
-        /// The model.
+        /// The model the request was routed for.
         model: ModelName,
-        /// The leg.
+        /// The leg that found no target.
         leg: Leg,
     },
     /// A leg could not be sent or its connection broke.
     #[error("{leg} worker {url}: {reason}")]
     Upstream {
-        /// The leg.
+        /// The leg that failed.
         leg: Leg,
-        /// The worker.
+        /// The worker's base URL.
         url: String,
         /// What happened.
         reason: String,
@@ -95,13 +95,13 @@ pub enum ProxyError {
     /// A leg answered with an error status.
     #[error("{leg} worker {url} answered {status}: {body}")]
     UpstreamStatus {
-        /// The leg.
+        /// The leg that failed.
         leg: Leg,
-        /// The worker.
+        /// The worker's base URL.
         url: String,
-        /// Its status.
+        /// The worker's HTTP status.
         status: StatusCode,
-        /// Its error text.
+        /// The worker's error message (its JSON `message`, else its body text).
         body: String,
     },
     /// The whole request took too long.

@@ -20,7 +20,7 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 /// What routing needs to know about one request.
 #[derive(Debug, Clone)]
 pub struct Facts {
-    /// Which API.
+    /// Which generation API the request came in on.
     pub api: Api,
     /// `x-request-id`, or a new one.
     pub request_id: RequestId,

@@ -198,22 +198,19 @@ fn trace_context(client_headers: &http::HeaderMap, headers: &mut http::HeaderMap
 #[cfg(test)]
 mod tests {
     use http::HeaderMap;
+    use infera_proto::types::{DpRank, Role, WorkerId};
 
     use super::*;
     use crate::facts::derive;
 
     fn endpoint(worker: &str, port: Option<u16>, dp_size: u32, rank: u32) -> Endpoint {
         Endpoint {
-            worker_id: infera_proto::types::WorkerId::new(worker),
+            worker_id: WorkerId::new(worker),
             url: format!("http://10.0.0.{}:30000", rank + 1),
             bootstrap_port: port,
             dp_size,
-            rank: infera_proto::types::DpRank(rank),
-            role: if port.is_some() {
-                infera_proto::types::Role::Prefill
-            } else {
-                infera_proto::types::Role::Decode
-            },
+            rank: DpRank(rank),
+            role: if port.is_some() { Role::Prefill } else { Role::Decode },
         }
     }
 

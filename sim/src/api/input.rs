@@ -87,16 +87,16 @@ pub enum InputError {
     /// A field of the wrong type.
     #[error("{key}: {source}")]
     Field {
-        /// The key.
+        /// The body's key.
         key: &'static str,
-        /// Why.
+        /// Why its value does not deserialise.
         #[source]
         source: serde_json::Error,
     },
     /// A batch (list of several prompts, rooms, …).
     #[error("{key}: batched requests are not supported by infera-sim (lists must hold one item)")]
     Batch {
-        /// The key.
+        /// The body's key that holds a list of several items.
         key: &'static str,
     },
     /// No prompt.

@@ -25,7 +25,7 @@ use crate::tokens;
 pub enum Finish {
     /// All tokens generated (`length`).
     Length,
-    /// Aborted.
+    /// Aborted before all tokens were generated (`finish_reason` `abort`).
     Abort,
 }
 
