@@ -116,7 +116,7 @@ pub async fn dispatch(
         Some(PrefillLeg { mut failed, cancel }) => loop {
             tokio::select! {
                 head = &mut send => break match head {
-                    Ok(h) => Ok((h, Some(PrefillLeg { failed, cancel }))),
+                    Ok(response) => Ok(Dispatched { response, prefill: Some(PrefillLeg { failed, cancel }) }),
                     Err(e) => {
                         cancel.cancel(ReleaseReason::Failed);
                         Err(ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() })
@@ -131,14 +131,13 @@ pub async fn dispatch(
                 }
             }
         },
-        None => send.await.map(|h| (h, None)).map_err(|e| ProxyError::Upstream {
-            leg: Leg::Decode,
-            url: url.clone(),
-            reason: e.to_string(),
-        }),
+        None => send
+            .await
+            .map(|response| Dispatched { response, prefill: None })
+            .map_err(|e| ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() }),
     };
-    let (response, prefill) = match head {
-        Ok(h) => h,
+    let Dispatched { response, prefill } = match head {
+        Ok(d) => d,
         Err(e) => {
             up.metrics.upstream_error(Leg::Decode);
             return Err(e);

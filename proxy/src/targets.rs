@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use infera_proto::convert;
+use infera_proto::convert::{self, ConvertError, Problem};
 use infera_proto::pb;
 use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
 use rand::Rng;
@@ -56,6 +56,15 @@ struct Listed {
     drained: bool,
 }
 
+impl Listed {
+    fn from_wire(t: &pb::TargetStatus) -> Result<Self, ConvertError> {
+        let missing = |field| ConvertError { field, problem: Problem::Missing };
+        let target = convert::target(t.target.as_ref().ok_or_else(|| missing("target"))?)?;
+        let worker = convert::worker_endpoint(t.worker.as_ref().ok_or_else(|| missing("worker"))?)?;
+        Ok(Self { worker, rank: target.rank, drained: t.drained })
+    }
+}
+
 /// The last target list control gave.
 #[derive(Debug, Default)]
 pub struct TargetList {
@@ -69,14 +78,9 @@ impl TargetList {
         let targets = targets
             .iter()
             .filter_map(|t| {
-                let listed = || -> Result<Listed, convert::ConvertError> {
-                    let missing = |field| convert::ConvertError { field, problem: convert::Problem::Missing };
-                    let target = convert::target(t.target.as_ref().ok_or_else(|| missing("target"))?)?;
-                    let worker =
-                        convert::worker_endpoint(t.worker.as_ref().ok_or_else(|| missing("worker"))?)?;
-                    Ok(Listed { worker, rank: target.rank, drained: t.drained })
-                };
-                listed().map_err(|e| tracing::warn!(error = %e, "ignoring a target control listed")).ok()
+                Listed::from_wire(t)
+                    .map_err(|e| tracing::warn!(error = %e, "ignoring a target control listed"))
+                    .ok()
             })
             .collect();
         Self { targets }
