@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::body::{Body, full};
 use crate::config::Config;
+use crate::control::Pick;
 use crate::error::ProxyError;
 use crate::facts;
 use crate::forward;
@@ -91,6 +92,12 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
+/// A request whose legs were sent: its decode pick and what dispatching gave back.
+struct Sent {
+    decode: Pick,
+    dispatched: forward::Dispatched,
+}
+
 /// One generation request, start to relay.
 async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -114,7 +121,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
         for attempt in 0..2 {
             let route = route::route(&ctx.up.link, &facts).await?;
             match forward::dispatch(&ctx.up, &facts, route.prefill, &route.decode, &headers).await {
-                Ok(d) => return Ok((route.decode, d)),
+                Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
                 Err(e) => {
                     route.decode.release(ReleaseReason::Failed);
                     if attempt == 0 && e.retryable() {
@@ -128,7 +135,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
         }
         unreachable!("the second attempt returns")
     };
-    let (decode, dispatched) = match tokio::time::timeout(timeout, attempt).await {
+    let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return e.into_response(&facts.request_id),
         Err(_) => return ProxyError::Timeout(timeout).into_response(&facts.request_id),
