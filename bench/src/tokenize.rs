@@ -16,8 +16,9 @@
 
 use std::time::{Duration, Instant};
 
+use infera_proto::types::Api;
 use infera_tokenize::fixture::{self, Lcg};
-use infera_tokenize::{CacheUse, Endpoint, Outcome, SpecialTokens, Tokenizer};
+use infera_tokenize::{CacheUse, Outcome, SpecialTokens, Tokenizer};
 use serde_json::{Map, Value, json};
 
 #[derive(clap::Args, Debug)]
@@ -176,9 +177,9 @@ fn measure_cached(
     while out.len() < 20 || started.elapsed() < budget {
         let key = format!("bench-{session}");
         session += 1;
-        tokenizer.tokenize(Endpoint::ChatCompletions, body1, Some(&key))?;
+        tokenizer.tokenize(Api::ChatCompletions, body1, Some(&key))?;
         let t = Instant::now();
-        let outcome = tokenizer.tokenize(Endpoint::ChatCompletions, body2, Some(&key))?;
+        let outcome = tokenizer.tokenize(Api::ChatCompletions, body2, Some(&key))?;
         let Outcome::Tokens(tokens) = outcome else { anyhow::bail!("no tokens: {outcome:?}") };
         std::hint::black_box(infera_kv::hash::page_hashes(&tokens.ids, page_size));
         out.push(t.elapsed().as_secs_f64() * 1e6);
@@ -193,7 +194,7 @@ fn token_ids(
     body: &Map<String, Value>,
     session: Option<&str>,
 ) -> anyhow::Result<Vec<u32>> {
-    match tokenizer.tokenize(Endpoint::ChatCompletions, body, session)? {
+    match tokenizer.tokenize(Api::ChatCompletions, body, session)? {
         Outcome::Tokens(t) => Ok(t.ids.to_vec()),
         other => anyhow::bail!("no tokens: {other:?}"),
     }
@@ -204,7 +205,7 @@ fn rendered_len(tokenizer: &Tokenizer, body: &Map<String, Value>) -> anyhow::Res
 }
 
 fn rendered_text(tokenizer: &Tokenizer, body: &Map<String, Value>) -> anyhow::Result<String> {
-    match tokenizer.render(Endpoint::ChatCompletions, body)? {
+    match tokenizer.render(Api::ChatCompletions, body)? {
         infera_tokenize::Rendered::Chat { text, .. } => Ok(text),
         other => anyhow::bail!("not a chat prompt: {other:?}"),
     }

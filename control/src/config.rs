@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WorkerRecord};
+use infera_proto::types::{
+    DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WeightNeedsDemand, WorkerRecord,
+};
 
 use crate::settings::{OverlapCredit, Settings};
 use crate::workers_file::{self, WorkersFileError};
@@ -161,17 +163,14 @@ pub enum ConfigError {
     /// The telemetry flags.
     #[error(transparent)]
     Telemetry(#[from] LogFilterError),
-    /// W > 0 without demand.
+    /// W > 0 without demand, said in the flags' terms.
     #[error(
-        "--decode-request-weight {weight} needs --decode-input-demand shadow or on (got {mode}); \
-         W only takes part in the demand cost"
+        "--decode-request-weight {} needs --decode-input-demand shadow or on (got {}); \
+         W only takes part in the demand cost",
+        .0.weight,
+        .0.mode
     )]
-    WeightNeedsDemand {
-        /// The `--decode-request-weight` given.
-        weight: RequestWeight,
-        /// The `--decode-input-demand` given.
-        mode: DecodeInputDemand,
-    },
+    WeightNeedsDemand(WeightNeedsDemand),
 }
 
 impl TryFrom<Args> for Config {
@@ -188,9 +187,7 @@ impl TryFrom<Args> for Config {
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
         };
-        if settings.validate().is_err() {
-            return Err(ConfigError::WeightNeedsDemand { weight: settings.weight, mode: settings.mode });
-        }
+        settings.validate().map_err(ConfigError::WeightNeedsDemand)?;
         Ok(Self {
             listen: a.listen.listen,
             metrics_listen: a.listen.metrics_listen,

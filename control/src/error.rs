@@ -1,9 +1,9 @@
-//! Control's errors, and the one mapping of them to gRPC status codes.
+//! Control's errors, and the one mapping of them to the wire's [`ErrorReason`] (which chooses the
+//! gRPC code and rides on the status as a typed detail).
 
 use infera_proto::convert::ConvertError;
-use infera_proto::types::{
-    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Target, WorkerId,
-};
+use infera_proto::error::ErrorReason;
+use infera_proto::types::{LeaseId, ModelName, PickKind, ReservationId, Target, WeightNeedsDemand, WorkerId};
 use tonic::{Code, Status};
 
 /// Everything a control call can fail with.
@@ -18,7 +18,7 @@ pub enum ControlError {
     /// The model has workers, but none for this kind of pick.
     #[error("model \"{model}\" has no {} workers{}", pool_name(*.kind), pool_hint(*.kind))]
     NoPool {
-        /// The model.
+        /// The model the pick was for.
         model: ModelName,
         /// The pick asked for.
         kind: PickKind,
@@ -26,7 +26,7 @@ pub enum ControlError {
     /// Every target of the pool is drained.
     #[error("no eligible {} target for model \"{model}\": all are drained", kind.as_str())]
     NoEligibleTarget {
-        /// The model.
+        /// The model the pick was for.
         model: ModelName,
         /// The pick asked for.
         kind: PickKind,
@@ -44,16 +44,8 @@ pub enum ControlError {
     #[error("unknown target {0}")]
     UnknownTarget(Target),
     /// W > 0 without a demand mode that scores.
-    #[error(
-        "decode request weight {weight} needs --decode-input-demand shadow or on (it is {mode}); \
-         set the mode first, or set the weight to 0 before turning the mode off"
-    )]
-    WeightNeedsDemand {
-        /// The weight that would be in force.
-        weight: RequestWeight,
-        /// The mode that would be in force.
-        mode: DecodeInputDemand,
-    },
+    #[error(transparent)]
+    WeightNeedsDemand(#[from] WeightNeedsDemand),
     /// An Admin call without the right bearer token.
     #[error("admin calls need the header `authorization: Bearer <token>` matching --admin-token")]
     Unauthenticated,
@@ -74,46 +66,31 @@ fn pool_hint(kind: PickKind) -> &'static str {
 }
 
 impl ControlError {
-    /// The gRPC code for this error; the only place codes are chosen.
-    pub fn code(&self) -> Code {
+    /// The reason on the wire: it chooses the gRPC code, and names the `outcome` label of pick
+    /// metrics.
+    pub fn reason(&self) -> ErrorReason {
         match self {
-            Self::InvalidArgument(_) => Code::InvalidArgument,
-            Self::UnknownModel(_)
-            | Self::UnknownLease(_)
-            | Self::UnknownReservation(_)
-            | Self::UnknownWorker(_)
-            | Self::UnknownTarget(_) => Code::NotFound,
-            Self::NoPool { .. } | Self::WeightNeedsDemand { .. } => Code::FailedPrecondition,
-            Self::NoEligibleTarget { .. } => Code::Unavailable,
-            Self::Unauthenticated => Code::Unauthenticated,
+            Self::InvalidArgument(_) => ErrorReason::InvalidArgument,
+            Self::UnknownModel(_) => ErrorReason::UnknownModel,
+            Self::NoPool { .. } => ErrorReason::NoPool,
+            Self::NoEligibleTarget { .. } => ErrorReason::NoEligibleTarget,
+            Self::UnknownLease(_) => ErrorReason::UnknownLease,
+            Self::UnknownReservation(_) => ErrorReason::UnknownReservation,
+            Self::UnknownWorker(_) => ErrorReason::UnknownWorker,
+            Self::UnknownTarget(_) => ErrorReason::UnknownTarget,
+            Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
+            Self::Unauthenticated => ErrorReason::Unauthenticated,
         }
     }
 
-    /// A short machine-readable reason: the `outcome` label of pick metrics, and the
-    /// `infera-error` metadata of the gRPC status, which callers branch on instead of the text.
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Self::InvalidArgument(_) => "invalid_argument",
-            Self::UnknownModel(_) => "unknown_model",
-            Self::NoPool { .. } => "no_pool",
-            Self::NoEligibleTarget { .. } => "no_eligible_target",
-            Self::UnknownLease(_) => "unknown_lease",
-            Self::UnknownReservation(_) => "unknown_reservation",
-            Self::UnknownWorker(_) => "unknown_worker",
-            Self::UnknownTarget(_) => "unknown_target",
-            Self::WeightNeedsDemand { .. } => "weight_needs_demand",
-            Self::Unauthenticated => "unauthenticated",
-        }
+    /// The gRPC code for this error (its reason's).
+    pub fn code(&self) -> Code {
+        self.reason().code()
     }
 }
 
 impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
-        let mut status = Status::new(e.code(), e.to_string());
-        status.metadata_mut().insert(
-            infera_proto::ERROR_REASON_METADATA,
-            tonic::metadata::MetadataValue::from_static(e.outcome()),
-        );
-        status
+        e.reason().status(e.to_string())
     }
 }

@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 pub use infera_proto::types::OverlapCredit;
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight};
-
-use crate::error::ControlError;
+use infera_proto::types::{DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WeightNeedsDemand};
 
 /// The routing settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,10 +32,7 @@ impl Settings {
     pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(300));
 
     /// W > 0 needs a mode that scores.
-    pub fn validate(&self) -> Result<(), ControlError> {
-        if !self.weight.is_zero() && !self.mode.scores() {
-            return Err(ControlError::WeightNeedsDemand { weight: self.weight, mode: self.mode });
-        }
-        Ok(())
+    pub fn validate(&self) -> Result<(), WeightNeedsDemand> {
+        WeightNeedsDemand::check(self.weight, self.mode)
     }
 }

@@ -156,7 +156,7 @@ impl ControlState {
                 Ok(picked)
             }
             Err(e) => {
-                self.metrics.pick(kind, mode, e.outcome(), seconds);
+                self.metrics.pick(kind, mode, e.reason().as_str(), seconds);
                 Err(e)
             }
         }
@@ -165,7 +165,7 @@ impl ControlState {
     /// Counts a pick that failed before reaching the core (bad input).
     pub fn pick_rejected(&self, kind: PickKind, e: &ControlError) {
         let mode = if kind == PickKind::Decode { self.core().settings().mode.as_str() } else { "-" };
-        self.metrics.pick(kind, mode, e.outcome(), 0.0);
+        self.metrics.pick(kind, mode, e.reason().as_str(), 0.0);
     }
 
     /// Ends a reservation; `true` when an earlier release had already ended it.

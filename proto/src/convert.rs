@@ -1,13 +1,14 @@
 //! Wire ⇄ domain conversion, the only place that does it. Every check of a value that arrives
 //! over gRPC happens here: unknown or unspecified enums, empty ids, malformed ids, out-of-range
-//! numbers. Control maps a [`ConvertError`] to `INVALID_ARGUMENT` in one place.
+//! numbers. Control maps a [`ConvertError`] to `INVALID_ARGUMENT` in one place; the proxy drops
+//! (and logs) an answer of control's that does not convert.
 
 use std::time::SystemTime;
 
 use crate::pb;
 use crate::types::{
     CreditError, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_PAGE_HASHES,
-    MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest, ReleaseReason, RequestId,
+    MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest, Picked, ReleaseReason, RequestId,
     RequestWeight, ReservationId, Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
 };
 
@@ -182,7 +183,70 @@ pub fn drain_request(m: pb::DrainTargetRequest) -> Result<(WorkerId, Option<DpRa
     Ok((worker_id("worker_id", m.worker_id)?, m.dp_rank.map(DpRank)))
 }
 
+/// A role that must be given (a worker's own).
+pub fn role(field: &'static str, v: i32) -> Result<Role, ConvertError> {
+    role_filter(field, v)?.ok_or_else(|| err(field, Problem::Unspecified))
+}
+
+/// A target: a worker id that must be present and a rank.
+pub fn target(m: &pb::Target) -> Result<Target, ConvertError> {
+    Ok(Target::new(worker_id("target.worker_id", m.worker_id.clone())?, DpRank(m.dp_rank)))
+}
+
+/// The worker behind a target as control describes it (`ListTargets`, a pick's answer): a
+/// record without the registry's extras (version, KV-event sockets, labels). A bootstrap port
+/// of 0 or above 65535 means none; a `dp_size` of 0 is kept for the caller to judge.
+pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertError> {
+    Ok(WorkerRecord {
+        id: worker_id("worker.worker_id", m.worker_id.clone())?,
+        role: role("worker.role", m.role)?,
+        url: non_empty("worker.url", m.url.clone())?,
+        model: ModelName::new(non_empty("worker.model", m.model.clone())?),
+        bootstrap_port: u16::try_from(m.bootstrap_port).ok().filter(|p| *p != 0),
+        dp_size: m.dp_size,
+        page_size: m.page_size,
+        sglang_version: None,
+        kv_events: None,
+        labels: Default::default(),
+    })
+}
+
+/// A pick's answer: the reservation, the target and its worker.
+pub fn picked(m: &pb::PickResponse) -> Result<Picked, ConvertError> {
+    Ok(Picked {
+        reservation: reservation_id("reservation_id", &m.reservation_id)?,
+        target: target(m.target.as_ref().ok_or_else(|| err("target", Problem::Missing))?)?,
+        worker: worker_endpoint(m.worker.as_ref().ok_or_else(|| err("worker", Problem::Missing))?)?,
+    })
+}
+
 // === domain → wire ===
+
+impl From<&PickRequest> for pb::PickRequest {
+    fn from(p: &PickRequest) -> Self {
+        pb::PickRequest {
+            lease_id: p.lease.to_string(),
+            request_id: p.request_id.to_string(),
+            model: p.model.to_string(),
+            input_tokens: p.input_tokens,
+            session_key: p.session.as_ref().map(ToString::to_string).unwrap_or_default(),
+            page_hashes: p.page_hashes.clone(),
+            page_size: p.page_size,
+        }
+    }
+}
+
+impl From<ReleaseReason> for pb::ReleaseReason {
+    fn from(r: ReleaseReason) -> Self {
+        match r {
+            ReleaseReason::Eof => pb::ReleaseReason::Eof,
+            ReleaseReason::Cancelled => pb::ReleaseReason::Cancelled,
+            ReleaseReason::Failed => pb::ReleaseReason::Failed,
+            ReleaseReason::LeaseExpired => pb::ReleaseReason::LeaseExpired,
+            ReleaseReason::TargetRemoved => pb::ReleaseReason::TargetRemoved,
+        }
+    }
+}
 
 impl From<&Target> for pb::Target {
     fn from(t: &Target) -> Self {
@@ -282,6 +346,45 @@ mod tests {
         assert_eq!(release_request(&r(0)).unwrap_err().problem, Problem::Unspecified);
         assert_eq!(release_request(&r(99)).unwrap_err().problem, Problem::UnknownEnum(99));
         assert!(release_request(&r(pb::ReleaseReason::LeaseExpired as i32)).is_err());
+    }
+
+    #[test]
+    fn pick_answers_are_checked() {
+        let worker = pb::WorkerEndpoint {
+            worker_id: "d".into(),
+            role: pb::Role::Decode as i32,
+            model: "m".into(),
+            url: "http://d:1".into(),
+            bootstrap_port: 0,
+            dp_size: 2,
+            page_size: 16,
+        };
+        let answer = pb::PickResponse {
+            reservation_id: "r-00000001-7".into(),
+            target: Some(pb::Target { worker_id: "d".into(), dp_rank: 1 }),
+            worker: Some(worker.clone()),
+            cost: None,
+            mode: 0,
+        };
+        let p = picked(&answer).unwrap();
+        assert_eq!(p.reservation, ReservationId { epoch: 1, seq: 7 });
+        assert_eq!(p.target.to_string(), "d/1");
+        assert_eq!((p.worker.role, p.worker.bootstrap_port), (Role::Decode, None));
+        assert_eq!(picked(&pb::PickResponse { target: None, ..answer.clone() }).unwrap_err().field, "target");
+        let unspecified = pb::WorkerEndpoint { role: 0, ..worker };
+        let bad = pb::PickResponse { worker: Some(unspecified), ..answer };
+        assert_eq!(picked(&bad).unwrap_err().problem, Problem::Unspecified);
+    }
+
+    #[test]
+    fn release_reasons_round_trip_to_the_wire() {
+        for reason in ReleaseReason::ALL.into_iter().filter(|r| *r != ReleaseReason::LeaseExpired) {
+            let m = pb::ReleaseRequest {
+                reservation_id: "r-00000001-1".into(),
+                reason: pb::ReleaseReason::from(reason) as i32,
+            };
+            assert_eq!(release_request(&m).unwrap().1, reason);
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`types`]: the domain types every part shares: ids, roles, targets, modes, worker records.
 //! - [`convert`]: the one place where wire messages become domain values (and back); values are
 //!   checked here, so nothing past this boundary sees an unknown enum or an empty id.
+//! - [`error`]: control's error reasons, carried on every error status as a typed
+//!   `google.rpc.ErrorInfo` detail; control builds statuses from them, callers decode them.
 //! - `cli` (feature `cli`): the command-line conventions every binary's tests check.
 //! - `telemetry` (feature `telemetry`): the tracing/OTLP set-up all binaries share, and W3C
 //!   trace-context propagation across HTTP and gRPC.
@@ -11,6 +13,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod convert;
+pub mod error;
 #[cfg(feature = "telemetry")]
 pub mod telemetry;
 pub mod types;
@@ -20,11 +23,6 @@ pub mod types;
 pub mod pb {
     tonic::include_proto!("infera.control.v1");
 }
-
-/// gRPC metadata key of control's error statuses carrying a machine-readable reason
-/// (`unknown_model`, `unknown_lease`, `no_pool`, `no_eligible_target`, `invalid_argument`, …), so
-/// callers branch on it rather than on the message text.
-pub const ERROR_REASON_METADATA: &str = "infera-error";
 
 /// Encoded file descriptor set of `infera.control.v1`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("infera_control_v1");

@@ -1,16 +1,18 @@
-//! Domain types shared by control, proxy, launcher and sim.
+//! Domain types shared by control, proxy, launcher, the tokenizer and sim.
 
+mod api;
 mod ids;
 mod modes;
 mod pick;
 mod worker;
 
+pub use api::Api;
 pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
 pub use modes::{
     CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, ReleaseReason,
-    RequestWeight, WeightError,
+    RequestWeight, WeightError, WeightNeedsDemand,
 };
-pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest};
+pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
 pub use worker::{KvEventsSource, Role, WorkerRecord};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
+use infera_proto::types::{ModelName, RequestId};
 use serde_json::json;
 
 use crate::body::{Body, full};
@@ -53,7 +54,7 @@ pub enum ProxyError {
     /// Body over the limit.
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge {
-        /// The limit.
+        /// `--max-body-bytes`.
         limit: usize,
     },
     /// Body not JSON.
@@ -65,28 +66,28 @@ pub enum ProxyError {
     /// No such route.
     #[error("no route for {method} {path}")]
     NoRoute {
-        /// Method.
+        /// The request's method.
         method: http::Method,
-        /// Path.
+        /// The request's path.
         path: String,
     },
     /// No worker serves the model.
     #[error("model \"{0}\" does not exist")]
-    UnknownModel(String),
+    UnknownModel(ModelName),
     /// Nothing can take the request now.
     #[error("no healthy {leg} target for model \"{model}\"")]
     NoTarget {
-        /// The model.
-        model: String,
-        /// The leg.
+        /// The model the request was routed for.
+        model: ModelName,
+        /// The leg that found no target.
         leg: Leg,
     },
     /// A leg could not be sent or its connection broke.
     #[error("{leg} worker {url}: {reason}")]
     Upstream {
-        /// The leg.
+        /// The leg that failed.
         leg: Leg,
-        /// The worker.
+        /// The worker's base URL.
         url: String,
         /// What happened.
         reason: String,
@@ -94,13 +95,13 @@ pub enum ProxyError {
     /// A leg answered with an error status.
     #[error("{leg} worker {url} answered {status}: {body}")]
     UpstreamStatus {
-        /// The leg.
+        /// The leg that failed.
         leg: Leg,
-        /// The worker.
+        /// The worker's base URL.
         url: String,
-        /// Its status.
+        /// The worker's HTTP status.
         status: StatusCode,
-        /// Its error text.
+        /// The worker's error message (its JSON `message`, else its body text).
         body: String,
     },
     /// The whole request took too long.
@@ -164,11 +165,11 @@ impl ProxyError {
     }
 
     /// The error as the client sees it before any byte of an answer was sent.
-    pub fn into_response(self, request_id: &str) -> Response<Body> {
+    pub fn into_response(self, request_id: &RequestId) -> Response<Body> {
         let mut r = Response::new(full(self.json().to_string()));
         *r.status_mut() = self.status();
         r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-        if let Ok(v) = header::HeaderValue::from_str(request_id) {
+        if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
             r.headers_mut().insert("x-request-id", v);
         }
         r
@@ -206,7 +207,7 @@ mod tests {
 
     #[test]
     fn errors_map_to_openai_json_with_the_right_status() {
-        let e = ProxyError::UnknownModel("x".into());
+        let e = ProxyError::UnknownModel(ModelName::new("x"));
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.json()["error"]["code"], "model_not_found");
         assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);

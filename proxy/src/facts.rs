@@ -1,5 +1,5 @@
 //! Routing facts: what the proxy derives from a request before asking control — the request
-//! id, the model, the input-token count (estimated from the text; exact once [`crate::tokens`]
+//! id, the model, the input-token count (estimated from the text; exact once the `tokens` module
 //! has the prompt's token ids from `--tokenizer`), the session key and whether the answer
 //! streams. The body is kept as a JSON object with its key
 //! order, so what reaches the workers is the client's JSON plus the injected keys.
@@ -7,44 +7,10 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
+use infera_proto::types::{Api, ModelName, RequestId, SessionKey};
 use serde_json::{Map, Value};
 
 use crate::error::ProxyError;
-
-/// The APIs the proxy routes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Api {
-    /// `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// `POST /v1/completions`.
-    Completions,
-    /// `POST /generate` (SGLang native).
-    Generate,
-    /// `POST /v1/responses`.
-    Responses,
-}
-
-impl Api {
-    /// The path on the workers.
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::ChatCompletions => "/v1/chat/completions",
-            Self::Completions => "/v1/completions",
-            Self::Generate => "/generate",
-            Self::Responses => "/v1/responses",
-        }
-    }
-
-    /// A metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ChatCompletions => "chat_completions",
-            Self::Completions => "completions",
-            Self::Generate => "generate",
-            Self::Responses => "responses",
-        }
-    }
-}
 
 /// Bytes of text per estimated token (no tokenizer configured).
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -54,20 +20,20 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 /// What routing needs to know about one request.
 #[derive(Debug, Clone)]
 pub struct Facts {
-    /// Which API.
+    /// Which generation API the request came in on.
     pub api: Api,
     /// `x-request-id`, or a new one.
-    pub request_id: String,
+    pub request_id: RequestId,
     /// The model (for `/generate`, the body's `model`, which is not forwarded, or the
     /// deployment's only model).
-    pub model: Option<String>,
+    pub model: Option<ModelName>,
     /// Input tokens: exact when `token_ids` is set, else estimated from the text.
     pub input_tokens: u64,
     /// The prompt's token ids as SGLang prefills them, when the proxy has a tokenizer and the
-    /// prompt is unambiguous (set by [`crate::tokens::attach`]).
+    /// prompt is unambiguous (set by `tokens::attach`).
     pub token_ids: Option<Arc<[u32]>>,
     /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`.
-    pub session: Option<String>,
+    pub session: Option<SessionKey>,
     /// Whether the answer is an SSE stream.
     pub stream: bool,
     /// The request body.
@@ -87,7 +53,7 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     };
     let model = match model {
         None | Some(Value::Null) => None,
-        Some(Value::String(m)) if !m.trim().is_empty() => Some(m),
+        Some(Value::String(m)) if !m.trim().is_empty() => Some(ModelName::new(m)),
         Some(_) => return Err(ProxyError::BadRequest("model must be a non-empty string")),
     };
     if model.is_none() && api != Api::Generate {
@@ -101,19 +67,20 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     let header =
         |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
     let request_id =
-        header("x-request-id").filter(|id| id.len() <= 256).map_or_else(new_request_id, str::to_owned);
+        header("x-request-id").filter(|id| id.len() <= 256).map_or_else(new_request_id, RequestId::new);
     let session = header("x-session-id")
         .map(str::to_owned)
         .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_owned))
         .or_else(|| body.get("prompt_cache_key").and_then(Value::as_str).map(str::to_owned))
-        .filter(|s| !s.is_empty());
+        .filter(|s| !s.is_empty())
+        .map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
     Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, stream, body })
 }
 
 /// A fresh request id: 128 random bits, hex.
-pub fn new_request_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+pub fn new_request_id() -> RequestId {
+    RequestId::new(format!("{:032x}", rand::random::<u128>()))
 }
 
 fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyError> {
@@ -172,10 +139,10 @@ mod tests {
         let body =
             r#"{"model":"m","messages":[{"role":"user","content":"12345678"}],"stream":true,"user":"u1"}"#;
         let f = derive(Api::ChatCompletions, &h, body.as_bytes()).unwrap();
-        assert_eq!(f.request_id, "abc");
-        assert_eq!(f.model.as_deref(), Some("m"));
+        assert_eq!(f.request_id.as_str(), "abc");
+        assert_eq!(f.model.as_ref().map(ModelName::as_str), Some("m"));
         assert_eq!(f.input_tokens, 4 + 2);
-        assert_eq!(f.session.as_deref(), Some("u1"));
+        assert_eq!(f.session.as_ref().map(SessionKey::as_str), Some("u1"));
         assert!(f.stream);
         // Key order is kept.
         assert_eq!(f.body.keys().collect::<Vec<_>>(), ["model", "messages", "stream", "user"]);
@@ -184,7 +151,7 @@ mod tests {
     #[test]
     fn generate_takes_model_out_and_counts_ids() {
         let f = facts(Api::Generate, r#"{"model":"m","input_ids":[1,2,3]}"#).unwrap();
-        assert_eq!(f.model.as_deref(), Some("m"));
+        assert_eq!(f.model.as_ref().map(ModelName::as_str), Some("m"));
         assert!(!f.body.contains_key("model"));
         assert_eq!(f.input_tokens, 3);
         assert_eq!(facts(Api::Generate, r#"{"text":"abcdefgh"}"#).unwrap().model, None);
@@ -209,6 +176,6 @@ mod tests {
     #[test]
     fn new_ids_are_generated() {
         let f = facts(Api::Completions, r#"{"model":"m","prompt":"x"}"#).unwrap();
-        assert_eq!(f.request_id.len(), 32);
+        assert_eq!(f.request_id.as_str().len(), 32);
     }
 }

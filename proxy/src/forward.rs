@@ -1,7 +1,9 @@
 //! Send the legs: the client's JSON plus SGLang's PD fields, both legs at once, the decode
 //! head awaited while a prefill failure cancels it.
 //!
-//! Injected keys (reference: SGLang's PD routers):
+//! Injected keys, the PD fields SGLang 0.5.23 takes on every generation request
+//! (python/sglang/srt/managers/io_struct.py `GenerateReqInput`,
+//! python/sglang/srt/entrypoints/openai/protocol.py `PDRoutingFields`):
 //! - both legs: `bootstrap_host` (prefill URL host), `bootstrap_port`, `bootstrap_room` (random
 //!   u63; with several prefill ranks `room % N` is the prefill's rank, as SGLang's
 //!   `follow_bootstrap_room` requires), `routed_dp_rank` (each leg its own rank);
@@ -11,46 +13,19 @@
 //! Headers: `content-type`, the client's `authorization`, `accept` and `x-request-id`, and the
 //! W3C trace context — the proxy's span when OTLP export is on, else the client's unchanged.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::{Request, Response, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{Api, ReleaseReason};
 use serde_json::{Map, Value, json};
 
-use crate::control::{ControlLink, Pick};
+use crate::control::Pick;
 use crate::error::{Leg, ProxyError, upstream_error_text};
-use crate::facts::{Api, Facts};
-use crate::metrics::ProxyMetrics;
+use crate::facts::Facts;
 use crate::prefill::PrefillLeg;
 use crate::targets::Endpoint;
-
-/// The HTTP client to the workers.
-pub type WorkerClient = Client<HttpConnector, Full<Bytes>>;
-
-/// A client with `connect_timeout`, no Nagle delay and pooled keep-alive connections.
-pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector)
-}
-
-/// What dispatching needs.
-#[derive(Debug, Clone)]
-pub struct Upstreams {
-    /// The client.
-    pub client: WorkerClient,
-    /// Control.
-    pub link: Arc<ControlLink>,
-    /// Metrics.
-    pub metrics: Arc<ProxyMetrics>,
-}
+use crate::upstream::Upstreams;
 
 /// The legs of a request once the decode head arrived.
 #[derive(Debug)]
@@ -78,11 +53,11 @@ pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, 
     // /abort_request can name it; a batch keeps SGLang's own per-item ids.
     let rid_key = if facts.api == Api::Responses { "request_id" } else { "rid" };
     if !is_batch(facts) && !base.contains_key(rid_key) {
-        base.insert(rid_key.into(), json!(facts.request_id));
+        base.insert(rid_key.into(), json!(facts.request_id.as_str()));
     }
     let with_rank = |mut body: Map<String, Value>, e: &Endpoint| {
         if e.dp_size > 1 {
-            body.insert("routed_dp_rank".into(), json!(e.rank));
+            body.insert("routed_dp_rank".into(), json!(e.rank.0));
         }
         body
     };
@@ -90,7 +65,7 @@ pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, 
         return LegBodies { prefill: None, decode: with_rank(base, decode) };
     };
     let n = u64::from(p.dp_size.max(1));
-    let room = room - room % n + u64::from(p.rank) % n;
+    let room = room - room % n + u64::from(p.rank.0) % n;
     let host = p.url.parse::<http::Uri>().ok().and_then(|u| u.host().map(str::to_owned)).unwrap_or_default();
     base.insert("bootstrap_host".into(), json!(host));
     base.insert("bootstrap_port".into(), p.bootstrap_port.map_or(Value::Null, |port| json!(port)));
@@ -98,7 +73,7 @@ pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, 
     let prefill_body = with_rank(base.clone(), p);
     let mut decode_body = with_rank(base, decode);
     if p.dp_size > 1 {
-        decode_body.insert("disagg_prefill_dp_rank".into(), json!(p.rank));
+        decode_body.insert("disagg_prefill_dp_rank".into(), json!(p.rank.0));
     }
     LegBodies { prefill: Some(prefill_body), decode: decode_body }
 }
@@ -141,7 +116,7 @@ pub async fn dispatch(
         Some(PrefillLeg { mut failed, cancel }) => loop {
             tokio::select! {
                 head = &mut send => break match head {
-                    Ok(h) => Ok((h, Some(PrefillLeg { failed, cancel }))),
+                    Ok(response) => Ok(Dispatched { response, prefill: Some(PrefillLeg { failed, cancel }) }),
                     Err(e) => {
                         cancel.cancel(ReleaseReason::Failed);
                         Err(ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() })
@@ -156,14 +131,13 @@ pub async fn dispatch(
                 }
             }
         },
-        None => send.await.map(|h| (h, None)).map_err(|e| ProxyError::Upstream {
-            leg: Leg::Decode,
-            url: url.clone(),
-            reason: e.to_string(),
-        }),
+        None => send
+            .await
+            .map(|response| Dispatched { response, prefill: None })
+            .map_err(|e| ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() }),
     };
-    let (response, prefill) = match head {
-        Ok(h) => h,
+    let Dispatched { response, prefill } = match head {
+        Ok(d) => d,
         Err(e) => {
             up.metrics.upstream_error(Leg::Decode);
             return Err(e);
@@ -220,34 +194,22 @@ fn trace_context(client_headers: &http::HeaderMap, headers: &mut http::HeaderMap
     }
 }
 
-/// Asks a worker to abort a request (SGLang `POST /abort_request`), in the background.
-pub fn abort(client: &WorkerClient, url: &str, rid: &str) {
-    let body = json!({"rid": rid, "abort_all": false}).to_string();
-    let req = Request::post(format!("{url}/abort_request"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("a valid request");
-    let client = client.clone();
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(2), client.request(req)).await;
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use http::HeaderMap;
+    use infera_proto::types::{DpRank, Role, WorkerId};
 
     use super::*;
     use crate::facts::derive;
 
     fn endpoint(worker: &str, port: Option<u16>, dp_size: u32, rank: u32) -> Endpoint {
         Endpoint {
-            worker_id: worker.into(),
+            worker_id: WorkerId::new(worker),
             url: format!("http://10.0.0.{}:30000", rank + 1),
             bootstrap_port: port,
             dp_size,
-            rank,
-            role: infera_proto::pb::Role::Unspecified,
+            rank: DpRank(rank),
+            role: if port.is_some() { Role::Prefill } else { Role::Decode },
         }
     }
 
@@ -270,7 +232,7 @@ mod tests {
         assert_eq!((p["routed_dp_rank"].as_u64(), d["routed_dp_rank"].as_u64()), (Some(2), Some(5)));
         assert_eq!(d["disagg_prefill_dp_rank"], 2);
         assert!(p.get("disagg_prefill_dp_rank").is_none());
-        assert_eq!(d["rid"], facts.request_id);
+        assert_eq!(d["rid"], facts.request_id.as_str());
         // The client's keys come first, in their order.
         assert_eq!(d.keys().take(3).collect::<Vec<_>>(), ["model", "messages", "stream"]);
     }

@@ -8,9 +8,11 @@
 //! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
 //!   prompt's token ids and exact input tokens when a tokenizer is configured.
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once, with a local fallback from
-//!   [`targets`] when control does not answer in time; the lease; releases.
+//!   [`targets`] when control does not answer in time; the lease; releases (the `control`
+//!   module's own doc says which file holds what).
 //! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently;
-//!   [`prefill`]: the prefill leg's own task and the handle that cancels it.
+//!   [`prefill`]: the prefill leg's own task and the handle that cancels it; [`upstream`]: the
+//!   worker client, control and metrics they share, and `/abort_request`.
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
 
@@ -27,6 +29,7 @@ pub mod route;
 pub mod server;
 pub mod targets;
 pub mod tokens;
+pub mod upstream;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,9 +38,9 @@ pub use config::{Args, Config, ConfigError};
 use tokio::net::TcpListener;
 
 use crate::control::ControlLink;
-use crate::forward::Upstreams;
 use crate::metrics::ProxyMetrics;
 use crate::server::Ctx;
+use crate::upstream::Upstreams;
 
 /// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
 /// requests finish, and closes its lease with control.
@@ -59,7 +62,7 @@ pub async fn run(
         let _ = stop_tx.send(());
     });
     let up =
-        Upstreams { client: forward::worker_client(config.connect_timeout), link: link.clone(), metrics };
+        Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
     let ctx = Arc::new(Ctx { up, registry, config });
     server::serve(ctx, listener, stop_rx).await;
     link.close().await;

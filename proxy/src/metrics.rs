@@ -1,6 +1,6 @@
 //! Prometheus metrics of the proxy, registered once and passed down.
 
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{PickKind, ReleaseReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -11,7 +11,6 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
 use crate::error::Leg;
-use crate::targets::PickKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -161,23 +160,12 @@ impl ProxyMetrics {
 
     /// A pick was routed locally.
     pub fn fallback(&self, kind: PickKind) {
-        let kind = match kind {
-            PickKind::Prefill => "prefill",
-            PickKind::Decode => "decode",
-        };
-        self.fallback_picks.get_or_create(&KindLabels { kind }).inc();
+        self.fallback_picks.get_or_create(&KindLabels { kind: kind.as_str() }).inc();
     }
 
     /// A leg ended with `reason`.
     pub fn release(&self, reason: ReleaseReason) {
-        let reason = match reason {
-            ReleaseReason::Eof => "eof",
-            ReleaseReason::Cancelled => "cancelled",
-            ReleaseReason::Failed => "failed",
-            ReleaseReason::TargetRemoved => "target_removed",
-            ReleaseReason::LeaseExpired | ReleaseReason::Unspecified => "other",
-        };
-        self.releases.get_or_create(&ReasonLabels { reason }).inc();
+        self.releases.get_or_create(&ReasonLabels { reason: reason.as_str() }).inc();
     }
 
     /// A call to control failed.

@@ -8,12 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError, upstream_error_text};
-use crate::forward::{Upstreams, abort};
+use crate::upstream::{Upstreams, abort};
 
 /// A prefill leg in flight; its task releases its own reservation.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub struct PrefillLeg {
 impl PrefillLeg {
     /// Sends `req` to the prefill `pick` chose, in a task of its own; `rid` names the request
     /// when the worker is asked to abort it.
-    pub fn spawn(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: String) -> Self {
+    pub fn spawn(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: RequestId) -> Self {
         let (failed_tx, failed) = oneshot::channel();
         let (cancel, cancel_rx) = oneshot::channel();
         tokio::spawn(run(up, pick, req, rid, failed_tx, cancel_rx));
@@ -74,7 +74,7 @@ async fn run(
     up: Upstreams,
     pick: Pick,
     req: Request<Full<Bytes>>,
-    rid: String,
+    rid: RequestId,
     failed: oneshot::Sender<ProxyError>,
     cancel: oneshot::Receiver<ReleaseReason>,
 ) {
@@ -110,7 +110,7 @@ async fn run(
             abort(&up.client, &url, &rid);
         }
         Ending::Overdue => {
-            tracing::warn!(%url, rid, grace_s = DETACHED_GRACE.as_secs(), "prefill leg still open after its request ended; aborted");
+            tracing::warn!(%url, %rid, grace_s = DETACHED_GRACE.as_secs(), "prefill leg still open after its request ended; aborted");
             pick.release(ReleaseReason::Cancelled);
             abort(&up.client, &url, &rid);
         }

@@ -10,15 +10,15 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{Api, ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
 use crate::body::BodyError;
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError};
-use crate::forward::{Upstreams, abort};
 use crate::metrics::InflightGuard;
 use crate::prefill::{PrefillCancel, PrefillLeg};
+use crate::upstream::{Upstreams, abort};
 
 /// The end of a request: releases the decode reservation exactly once, cancels the prefill
 /// leg and aborts upstream work when the request did not end normally.
@@ -27,13 +27,13 @@ pub struct EndGuard {
     up: Upstreams,
     decode: Option<Pick>,
     prefill_cancel: Option<PrefillCancel>,
-    rid: String,
+    rid: RequestId,
     done: bool,
 }
 
 impl EndGuard {
     /// Guards the decode pick of a dispatched request.
-    pub fn new(up: Upstreams, decode: Pick, prefill_cancel: Option<PrefillCancel>, rid: String) -> Self {
+    pub fn new(up: Upstreams, decode: Pick, prefill_cancel: Option<PrefillCancel>, rid: RequestId) -> Self {
         Self { up, decode: Some(decode), prefill_cancel, rid, done: false }
     }
 
@@ -64,6 +64,35 @@ impl Drop for EndGuard {
     }
 }
 
+/// A generation request from the moment the proxy took it: when (the start of its TTFT) and its
+/// place in `infera_proxy_inflight_requests`.
+#[derive(Debug)]
+pub struct Started {
+    /// When the request arrived.
+    pub at: Instant,
+    /// Counts it in flight until the answer ends.
+    pub inflight: InflightGuard,
+}
+
+/// A dispatched request whose decode answer is relayed: what observing and ending it needs.
+#[derive(Debug)]
+pub struct Relayed {
+    /// Workers, control, metrics.
+    pub up: Upstreams,
+    /// The decode leg, released when the answer ends.
+    pub decode: Pick,
+    /// The prefill leg (PD).
+    pub prefill: Option<PrefillLeg>,
+    /// The request id, named when the workers are asked to abort.
+    pub request_id: RequestId,
+    /// Which API (the TTFT label).
+    pub api: Api,
+    /// Whether the answer is an SSE stream: errors are then reported as an SSE event.
+    pub stream: bool,
+    /// When it started.
+    pub started: Started,
+}
+
 /// The relayed body.
 pub struct Relay {
     inner: Incoming,
@@ -71,7 +100,7 @@ pub struct Relay {
     guard: EndGuard,
     stream: bool,
     done: bool,
-    api: &'static str,
+    api: Api,
     started: Instant,
     last_data: Option<Instant>,
     /// Bytes still to come of a body with a `content-length`.
@@ -86,16 +115,9 @@ impl std::fmt::Debug for Relay {
 }
 
 impl Relay {
-    /// Relays `inner`. `stream` says whether errors are reported as an SSE event.
-    pub fn new(
-        inner: Incoming,
-        prefill: Option<PrefillLeg>,
-        guard_parts: (Upstreams, Pick, String),
-        stream: bool,
-        api: &'static str,
-        (started, inflight): (Instant, InflightGuard),
-    ) -> Self {
-        let (up, decode, rid) = guard_parts;
+    /// Relays `inner`, the decode answer of `request`.
+    pub fn new(inner: Incoming, request: Relayed) -> Self {
+        let Relayed { up, decode, prefill, request_id, api, stream, started } = request;
         let (failed, cancel) = match prefill {
             Some(p) => (p.failed, Some(p.cancel)),
             None => (None, None),
@@ -103,14 +125,14 @@ impl Relay {
         Self {
             inner,
             prefill_failed: failed,
-            guard: EndGuard::new(up, decode, cancel, rid),
+            guard: EndGuard::new(up, decode, cancel, request_id),
             stream,
             done: false,
             api,
-            started,
+            started: started.at,
             last_data: None,
             remaining: None,
-            _inflight: inflight,
+            _inflight: started.inflight,
         }
     }
 
@@ -134,7 +156,7 @@ impl Relay {
         if frame.data_ref().is_some_and(|d| !d.is_empty()) {
             let now = Instant::now();
             match self.last_data {
-                None => self.guard.up.metrics.ttft(self.api, (now - self.started).as_secs_f64()),
+                None => self.guard.up.metrics.ttft(self.api.as_str(), (now - self.started).as_secs_f64()),
                 Some(prev) => self.guard.up.metrics.itl((now - prev).as_secs_f64()),
             }
             self.last_data = Some(now);

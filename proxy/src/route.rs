@@ -3,18 +3,17 @@
 
 use std::sync::Arc;
 
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{ModelName, PickKind, ReleaseReason};
 
 use crate::control::{ControlLink, Pick, PickError};
 use crate::error::{Leg, ProxyError};
 use crate::facts::Facts;
-use crate::targets::PickKind;
 
 /// Where one request goes.
 #[derive(Debug)]
 pub struct Route {
     /// The model it was routed for.
-    pub model: String,
+    pub model: ModelName,
     /// The prefill leg (PD models).
     pub prefill: Option<Pick>,
     /// The decode leg (or the only leg).
@@ -22,7 +21,7 @@ pub struct Route {
 }
 
 /// Picks the legs of a request. A model not yet in the target list is tried as PD; control
-/// answers `no_pool` for the prefill pick of an aggregated model.
+/// refuses the prefill pick of an aggregated model with `NO_POOL`.
 pub async fn route(link: &Arc<ControlLink>, facts: &Facts) -> Result<Route, ProxyError> {
     let list = link.targets();
     let model = match facts.model.clone().or_else(|| list.only_model()) {

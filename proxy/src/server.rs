@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use infera_proto::pb::ReleaseReason;
+use infera_proto::types::{Api, ReleaseReason, RequestId};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -19,13 +19,14 @@ use tracing::Instrument;
 
 use crate::body::{Body, full};
 use crate::config::Config;
+use crate::control::Pick;
 use crate::error::ProxyError;
-use crate::facts::{self, Api};
-use crate::forward::{self, Upstreams};
-use crate::metrics::InflightGuard;
-use crate::relay::Relay;
+use crate::facts;
+use crate::forward;
+use crate::relay::{Relay, Relayed, Started};
 use crate::route;
 use crate::tokens;
+use crate::upstream::Upstreams;
 
 /// What every request handler shares.
 #[derive(Debug)]
@@ -34,7 +35,7 @@ pub struct Ctx {
     pub up: Upstreams,
     /// For `/metrics`.
     pub registry: Registry,
-    /// Limits.
+    /// The proxy's configuration (body and time limits, the tokenizer).
     pub config: Config,
 }
 
@@ -83,24 +84,24 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
             return e.into_response(&facts::new_request_id());
         }
     };
-    let started = Instant::now();
-    let inflight = ctx.up.metrics.request_started();
+    let started = Started { at: Instant::now(), inflight: ctx.up.metrics.request_started() };
     let span = tracing::info_span!("request", otel.name = api.path(), request_id = tracing::field::Empty);
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
-    let resp = generate(&ctx, api, req, (started, inflight)).instrument(span).await;
+    let resp = generate(&ctx, api, req, started).instrument(span).await;
     ctx.up.metrics.answered(api.as_str(), resp.status().as_u16());
     resp
 }
 
+/// A request whose legs were sent: its decode pick and what dispatching gave back.
+struct Sent {
+    decode: Pick,
+    dispatched: forward::Dispatched,
+}
+
 /// One generation request, start to relay.
-async fn generate(
-    ctx: &Ctx,
-    api: Api,
-    req: Request<Incoming>,
-    (started, inflight): (Instant, InflightGuard),
-) -> Response<Body> {
+async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(RequestId::new);
     let bytes = match read_body(body, ctx.config.max_body_bytes, &parts.headers).await {
         Ok(b) => b,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
@@ -112,7 +113,7 @@ async fn generate(
     let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
     tracing::Span::current().record("request_id", facts.request_id.as_str());
     let mut headers = parts.headers;
-    if let Ok(v) = header::HeaderValue::from_str(&facts.request_id) {
+    if let Ok(v) = header::HeaderValue::from_str(facts.request_id.as_str()) {
         headers.insert("x-request-id", v);
     }
     let timeout = ctx.config.request_timeout;
@@ -120,7 +121,7 @@ async fn generate(
         for attempt in 0..2 {
             let route = route::route(&ctx.up.link, &facts).await?;
             match forward::dispatch(&ctx.up, &facts, route.prefill, &route.decode, &headers).await {
-                Ok(d) => return Ok((route.decode, d)),
+                Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
                 Err(e) => {
                     route.decode.release(ReleaseReason::Failed);
                     if attempt == 0 && e.retryable() {
@@ -134,7 +135,7 @@ async fn generate(
         }
         unreachable!("the second attempt returns")
     };
-    let (decode, dispatched) = match tokio::time::timeout(timeout, attempt).await {
+    let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return e.into_response(&facts.request_id),
         Err(_) => return ProxyError::Timeout(timeout).into_response(&facts.request_id),
@@ -143,18 +144,19 @@ async fn generate(
     for h in [header::CONNECTION, header::TRANSFER_ENCODING, http::HeaderName::from_static("keep-alive")] {
         head.headers.remove(h);
     }
-    if let Ok(v) = header::HeaderValue::from_str(&facts.request_id) {
+    if let Ok(v) = header::HeaderValue::from_str(facts.request_id.as_str()) {
         head.headers.insert("x-request-id", v);
     }
-    let relay = Relay::new(
-        body,
-        dispatched.prefill,
-        (ctx.up.clone(), decode, facts.request_id.clone()),
-        facts.stream,
-        api.as_str(),
-        (started, inflight),
-    )
-    .with_length(
+    let relayed = Relayed {
+        up: ctx.up.clone(),
+        decode,
+        prefill: dispatched.prefill,
+        request_id: facts.request_id.clone(),
+        api,
+        stream: facts.stream,
+        started,
+    };
+    let relay = Relay::new(body, relayed).with_length(
         head.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()),
     );
     Response::from_parts(head, relay.boxed())
@@ -197,7 +199,7 @@ fn models(ctx: &Ctx) -> Response<Body> {
         .targets()
         .models()
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "infera"}))
+        .map(|id| json!({"id": id.as_str(), "object": "model", "created": 0, "owned_by": "infera"}))
         .collect();
     json_response(StatusCode::OK, json!({"object": "list", "data": data}))
 }

@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use infera_proto::convert::{self, ConvertError, Problem};
 use infera_proto::pb;
+use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
 use rand::Rng;
 
 /// A worker rank the proxy can send a leg to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// The worker's id.
-    pub worker_id: String,
+    pub worker_id: WorkerId,
     /// The worker's base URL, e.g. `http://10.0.0.7:30000`.
     pub url: String,
     /// PD bootstrap port (prefill workers).
@@ -19,47 +21,68 @@ pub struct Endpoint {
     /// Attention-DP ranks of the worker.
     pub dp_size: u32,
     /// The rank this leg goes to.
-    pub rank: u32,
+    pub rank: DpRank,
     /// The worker's role.
-    pub role: pb::Role,
+    pub role: Role,
 }
 
 impl Endpoint {
-    /// From control's worker record and target.
-    pub fn from_wire(worker: &pb::WorkerEndpoint, rank: u32) -> Self {
+    /// Rank `rank` of `worker`.
+    pub fn new(worker: &WorkerRecord, rank: DpRank) -> Self {
         Self {
-            worker_id: worker.worker_id.clone(),
+            worker_id: worker.id.clone(),
             url: worker.url.trim_end_matches('/').to_owned(),
-            bootstrap_port: u16::try_from(worker.bootstrap_port).ok().filter(|p| *p != 0),
+            bootstrap_port: worker.bootstrap_port,
             dp_size: worker.dp_size.max(1),
             rank,
-            role: pb::Role::try_from(worker.role).unwrap_or(pb::Role::Unspecified),
+            role: worker.role,
         }
     }
 
-    fn key(&self) -> (String, u32) {
-        (self.worker_id.clone(), self.rank)
+    /// The target the leg goes to.
+    pub fn target(&self) -> Target {
+        Target::new(self.worker_id.clone(), self.rank)
     }
 }
 
-/// Which pool a leg picks from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PickKind {
-    /// Prefill workers.
-    Prefill,
-    /// Decode workers, or mixed ones in an aggregated deployment.
-    Decode,
+/// One target of the list, converted from control's `TargetStatus`.
+#[derive(Clone, Debug)]
+struct Listed {
+    /// The worker behind the target.
+    worker: WorkerRecord,
+    /// The target's rank.
+    rank: DpRank,
+    /// Whether an operator drained it (no new picks).
+    drained: bool,
+}
+
+impl Listed {
+    fn from_wire(t: &pb::TargetStatus) -> Result<Self, ConvertError> {
+        let missing = |field| ConvertError { field, problem: Problem::Missing };
+        let target = convert::target(t.target.as_ref().ok_or_else(|| missing("target"))?)?;
+        let worker = convert::worker_endpoint(t.worker.as_ref().ok_or_else(|| missing("worker"))?)?;
+        Ok(Self { worker, rank: target.rank, drained: t.drained })
+    }
 }
 
 /// The last target list control gave.
 #[derive(Debug, Default)]
 pub struct TargetList {
-    targets: Vec<pb::TargetStatus>,
+    targets: Vec<Listed>,
 }
 
 impl TargetList {
-    /// From a `ListTargets` answer.
+    /// From a `ListTargets` answer; entries that do not convert (no worker, an unspecified role,
+    /// an empty id) are left out, with a warning.
     pub fn new(targets: Vec<pb::TargetStatus>) -> Self {
+        let targets = targets
+            .iter()
+            .filter_map(|t| {
+                Listed::from_wire(t)
+                    .map_err(|e| tracing::warn!(error = %e, "ignoring a target control listed"))
+                    .ok()
+            })
+            .collect();
         Self { targets }
     }
 
@@ -68,13 +91,13 @@ impl TargetList {
         self.targets.is_empty()
     }
 
-    fn workers(&self) -> impl Iterator<Item = &pb::WorkerEndpoint> {
-        self.targets.iter().filter_map(|t| t.worker.as_ref())
+    fn workers(&self) -> impl Iterator<Item = &WorkerRecord> {
+        self.targets.iter().map(|t| &t.worker)
     }
 
     /// The served models, sorted.
-    pub fn models(&self) -> Vec<String> {
-        let mut m: Vec<String> = self.workers().map(|w| w.model.clone()).collect();
+    pub fn models(&self) -> Vec<ModelName> {
+        let mut m: Vec<ModelName> = self.workers().map(|w| w.model.clone()).collect();
         m.sort();
         m.dedup();
         m
@@ -82,39 +105,37 @@ impl TargetList {
 
     /// Whether `model` is served by PD workers (`Some(true)`), mixed ones (`Some(false)`), or
     /// not known (`None`).
-    pub fn is_pd(&self, model: &str) -> Option<bool> {
-        let roles: Vec<i32> = self.workers().filter(|w| w.model == model).map(|w| w.role).collect();
-        if roles.is_empty() { None } else { Some(roles.contains(&(pb::Role::Prefill as i32))) }
+    pub fn is_pd(&self, model: &ModelName) -> Option<bool> {
+        let roles: Vec<Role> = self.workers().filter(|w| w.model == *model).map(|w| w.role).collect();
+        if roles.is_empty() { None } else { Some(roles.contains(&Role::Prefill)) }
     }
 
     /// The model when the deployment serves exactly one.
-    pub fn only_model(&self) -> Option<String> {
+    pub fn only_model(&self) -> Option<ModelName> {
         let models = self.models();
         (models.len() == 1).then(|| models[0].clone())
     }
 
     /// The KV page size of `model`'s prefill workers (the first listed; a model's prefills share
     /// one), which the prompt's page hashes are computed with.
-    pub fn prefill_page_size(&self, model: &str) -> Option<u32> {
-        self.workers().find(|w| w.model == model && w.role == pb::Role::Prefill as i32).map(|w| w.page_size)
+    pub fn prefill_page_size(&self, model: &ModelName) -> Option<u32> {
+        self.workers().find(|w| w.model == *model && w.role == Role::Prefill).map(|w| w.page_size)
     }
 
     /// Eligible (not drained) endpoints of a pool.
-    fn pool(&self, model: &str, kind: PickKind) -> Vec<Endpoint> {
-        let with_role = |role: pb::Role| -> Vec<Endpoint> {
+    fn pool(&self, model: &ModelName, kind: PickKind) -> Vec<Endpoint> {
+        let with_role = |role: Role| -> Vec<Endpoint> {
             self.targets
                 .iter()
-                .filter(|t| !t.drained)
-                .filter_map(|t| Some((t.worker.as_ref()?, t.target.as_ref()?)))
-                .filter(|(w, _)| w.model == model && w.role == role as i32)
-                .map(|(w, t)| Endpoint::from_wire(w, t.dp_rank))
+                .filter(|t| !t.drained && t.worker.model == *model && t.worker.role == role)
+                .map(|t| Endpoint::new(&t.worker, t.rank))
                 .collect()
         };
         match kind {
-            PickKind::Prefill => with_role(pb::Role::Prefill),
+            PickKind::Prefill => with_role(Role::Prefill),
             PickKind::Decode => {
-                let decode = with_role(pb::Role::Decode);
-                if decode.is_empty() { with_role(pb::Role::Mixed) } else { decode }
+                let decode = with_role(Role::Decode);
+                if decode.is_empty() { with_role(Role::Mixed) } else { decode }
             }
         }
     }
@@ -123,26 +144,26 @@ impl TargetList {
 /// Requests this proxy has in flight per target: the fallback's load signal.
 #[derive(Debug, Default)]
 pub struct LocalLoad {
-    inflight: Mutex<HashMap<(String, u32), u64>>,
+    inflight: Mutex<HashMap<Target, u64>>,
 }
 
 impl LocalLoad {
     /// A leg starts on `e`.
     pub fn start(&self, e: &Endpoint) {
-        *self.inflight.lock().expect("local load lock").entry(e.key()).or_default() += 1;
+        *self.inflight.lock().expect("local load lock").entry(e.target()).or_default() += 1;
     }
 
     /// A leg on `e` ends.
     pub fn end(&self, e: &Endpoint) {
         let mut map = self.inflight.lock().expect("local load lock");
-        if let Some(n) = map.get_mut(&e.key()) {
+        if let Some(n) = map.get_mut(&e.target()) {
             *n = n.saturating_sub(1);
         }
     }
 
     /// Legs in flight on `e`.
     pub fn get(&self, e: &Endpoint) -> u64 {
-        self.inflight.lock().expect("local load lock").get(&e.key()).copied().unwrap_or(0)
+        self.inflight.lock().expect("local load lock").get(&e.target()).copied().unwrap_or(0)
     }
 
     /// The local choice: the eligible endpoint with the fewest of this proxy's legs, ties at
@@ -150,7 +171,7 @@ impl LocalLoad {
     pub fn choose(
         &self,
         list: &TargetList,
-        model: &str,
+        model: &ModelName,
         kind: PickKind,
         rng: &mut impl Rng,
     ) -> Option<Endpoint> {
@@ -158,7 +179,7 @@ impl LocalLoad {
         // One snapshot of the counts, so the minimum and the tied set agree.
         let counts: Vec<u64> = {
             let map = self.inflight.lock().expect("local load lock");
-            pool.iter().map(|e| map.get(&e.key()).copied().unwrap_or(0)).collect()
+            pool.iter().map(|e| map.get(&e.target()).copied().unwrap_or(0)).collect()
         };
         let min = *counts.iter().min()?;
         let least: Vec<&Endpoint> =
@@ -199,18 +220,19 @@ mod tests {
             status("p", pb::Role::Prefill, "m", 0, true),
             status("x", pb::Role::Mixed, "agg", 0, false),
         ]);
-        assert_eq!(list.is_pd("m"), Some(true));
-        assert_eq!(list.is_pd("agg"), Some(false));
-        assert_eq!(list.is_pd("nope"), None);
+        let (m, agg) = (ModelName::new("m"), ModelName::new("agg"));
+        assert_eq!(list.is_pd(&m), Some(true));
+        assert_eq!(list.is_pd(&agg), Some(false));
+        assert_eq!(list.is_pd(&ModelName::new("nope")), None);
         let load = LocalLoad::default();
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let first = load.choose(&list, "m", PickKind::Decode, &mut rng).unwrap();
+        let first = load.choose(&list, &m, PickKind::Decode, &mut rng).unwrap();
         load.start(&first);
-        let second = load.choose(&list, "m", PickKind::Decode, &mut rng).unwrap();
+        let second = load.choose(&list, &m, PickKind::Decode, &mut rng).unwrap();
         assert_ne!(first.rank, second.rank, "the busier rank is avoided");
         assert_eq!(second.url, "http://d:1");
-        assert!(load.choose(&list, "m", PickKind::Prefill, &mut rng).is_none(), "drained prefill");
-        assert_eq!(load.choose(&list, "agg", PickKind::Decode, &mut rng).unwrap().worker_id, "x");
+        assert!(load.choose(&list, &m, PickKind::Prefill, &mut rng).is_none(), "drained prefill");
+        assert_eq!(load.choose(&list, &agg, PickKind::Decode, &mut rng).unwrap().worker_id.as_str(), "x");
         load.end(&first);
         assert_eq!(load.get(&first), 0);
     }

@@ -12,9 +12,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use infera_tokenize::{CacheUse, Endpoint, Outcome, Tokenizer};
+use infera_proto::types::SessionKey;
+use infera_tokenize::{CacheUse, Outcome, Tokenizer};
 
-use crate::facts::{Api, Facts};
+use crate::facts::Facts;
 use crate::metrics::ProxyMetrics;
 
 /// Bodies up to this size are tokenized inline.
@@ -33,17 +34,18 @@ pub async fn attach(
         return facts;
     };
     let started = Instant::now();
-    let endpoint = endpoint(facts.api);
+    let api = facts.api;
     let session = facts.session.clone();
     let result = if body_bytes <= INLINE_MAX_BODY_BYTES {
-        tokenizer.tokenize(endpoint, &facts.body, session.as_deref())
+        tokenizer.tokenize(api, &facts.body, session.as_ref().map(SessionKey::as_str))
     } else {
         // The body moves to the blocking pool and back; if that task dies, its clone of the
         // Arc is dropped and the body comes back whole.
         let body = Arc::new(std::mem::take(&mut facts.body));
         let (tokenizer, shared) = (tokenizer.clone(), body.clone());
-        let joined =
-            tokio::task::spawn_blocking(move || tokenizer.tokenize(endpoint, &shared, session.as_deref()));
+        let joined = tokio::task::spawn_blocking(move || {
+            tokenizer.tokenize(api, &shared, session.as_ref().map(SessionKey::as_str))
+        });
         let result = joined.await;
         facts.body = Arc::try_unwrap(body).unwrap_or_else(|b| (*b).clone());
         match result {
@@ -83,19 +85,11 @@ pub async fn attach(
     facts
 }
 
-fn endpoint(api: Api) -> Endpoint {
-    match api {
-        Api::ChatCompletions => Endpoint::ChatCompletions,
-        Api::Completions => Endpoint::Completions,
-        Api::Generate => Endpoint::Generate,
-        Api::Responses => Endpoint::Responses,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
     use http::HeaderMap;
+    use infera_proto::types::Api;
     use infera_tokenize::fixture;
     use prometheus_client::registry::Registry;
 
@@ -138,7 +132,7 @@ mod tests {
         let ids = f.token_ids.clone().expect("token ids");
         assert_eq!(f.input_tokens, ids.len() as u64);
         assert_ne!(f.input_tokens, estimate, "the exact count replaces the estimate");
-        let expected = match tokenizer.render(Endpoint::ChatCompletions, &f.body).unwrap() {
+        let expected = match tokenizer.render(Api::ChatCompletions, &f.body).unwrap() {
             infera_tokenize::Rendered::Chat { text, .. } => tokenizer.encode(&text, false).unwrap(),
             other => panic!("{other:?}"),
         };

@@ -17,45 +17,10 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
+use infera_proto::types::Api;
 
 use crate::app::App;
 use crate::server::{self, Body};
-
-/// A data-plane route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// `POST /generate` (SGLang native).
-    Generate,
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/completions`.
-    Completions,
-    /// `POST /v1/responses`.
-    Responses,
-}
-
-impl Route {
-    /// The path.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Generate => "/generate",
-            Route::Chat => "/v1/chat/completions",
-            Route::Completions => "/v1/completions",
-            Route::Responses => "/v1/responses",
-        }
-    }
-
-    /// OpenAI error shapes (and `X-Data-Parallel-Rank`).
-    pub fn is_openai(self) -> bool {
-        self != Route::Generate
-    }
-
-    fn of(path: &str) -> Option<Self> {
-        [Route::Generate, Route::Chat, Route::Completions, Route::Responses]
-            .into_iter()
-            .find(|r| r.path() == path)
-    }
-}
 
 /// Routes one API request.
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
@@ -77,7 +42,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/abort_request") => admin::abort_request(&app, req).await,
         (&Method::GET, "/sim/requests") => admin::requests(&app),
         (&Method::GET | &Method::POST, "/sim/faults") => admin::faults(&app, req).await,
-        (&Method::POST, _) => match Route::of(&path) {
+        (&Method::POST, _) => match Api::from_path(&path) {
             Some(route) => data::handle(app, route, req).await,
             None => not_found(),
         },

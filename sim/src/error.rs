@@ -3,9 +3,9 @@
 //! `{"error":{"message"}}`, and inside a stream an `{"error": …}` event (then `[DONE]`).
 
 use hyper::{Response, StatusCode};
+use infera_proto::types::Api;
 use serde_json::{Value, json};
 
-use crate::api::Route;
 use crate::api::input::InputError;
 use crate::pull::PullError;
 use crate::ranks::RankError;
@@ -15,10 +15,10 @@ use crate::server::{self, Body};
 /// A data-plane failure.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// The body.
+    /// The request body cannot be read or parsed.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// The DP rank.
+    /// The DP rank asked for cannot serve the request.
     #[error(transparent)]
     Rank(#[from] RankError),
     /// The room is taken.
@@ -27,7 +27,7 @@ pub enum ApiError {
     /// A PD role without bootstrap fields.
     #[error("disaggregation mode {mode} needs bootstrap_host and bootstrap_room in the request")]
     MissingBootstrap {
-        /// The role.
+        /// The engine's `--disaggregation-mode` (`prefill` or `decode`).
         mode: &'static str,
     },
     /// `--sim-fail-next` / `POST /sim/faults`.
@@ -39,17 +39,17 @@ pub enum ApiError {
     /// The prefill's KV transfer failed.
     #[error("KV transfer failed for bootstrap_room {room}: {reason}")]
     Transfer {
-        /// The room.
+        /// The request's `bootstrap_room`.
         room: u64,
-        /// Why.
+        /// What failed in the transfer.
         reason: String,
     },
     /// No decode pulled the prefill's KV in time.
     #[error("bootstrap_room {room}: no decode pulled the KV within {ms} ms (bootstrap timeout)")]
     PrefillTimeout {
-        /// The room.
+        /// The request's `bootstrap_room`.
         room: u64,
-        /// The timeout.
+        /// The bootstrap timeout waited, in milliseconds.
         ms: u128,
     },
 }
@@ -71,7 +71,7 @@ impl ApiError {
     }
 
     /// The error as a whole response for `route`.
-    pub fn response(&self, route: Route) -> Response<Body> {
+    pub fn response(&self, route: Api) -> Response<Body> {
         let status = self.status();
         let body = if route.is_openai() {
             openai(status, &self.to_string())
@@ -82,7 +82,7 @@ impl ApiError {
     }
 
     /// The error as the JSON of one SSE event for `route`.
-    pub fn stream_event(&self, route: Route) -> Value {
+    pub fn stream_event(&self, route: Api) -> Value {
         let status = self.status();
         if route.is_openai() {
             json!({ "error": openai(status, &self.to_string()) })

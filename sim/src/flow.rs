@@ -11,10 +11,10 @@
 
 use std::sync::Arc;
 
+use infera_proto::types::Api;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::api::Route;
 use crate::api::input::GenRequest;
 use crate::app::App;
 use crate::config::DisaggregationMode;
@@ -82,7 +82,7 @@ struct Peer {
 }
 
 /// Validates and admits `req`; the request runs in its own task from here on.
-pub fn start(app: &Arc<App>, route: Route, req: GenRequest) -> Result<Run, ApiError> {
+pub fn start(app: &Arc<App>, route: Api, req: GenRequest) -> Result<Run, ApiError> {
     let started = Instant::now();
     let rid = req.rid.clone().unwrap_or_else(|| app.new_rid());
     let prompt_tokens = req.prompt.len() as u32;

@@ -7,5 +7,6 @@ mod bad_input;
 mod kv;
 mod leases;
 mod picks;
+mod reasons;
 mod reflection;
 mod registry;

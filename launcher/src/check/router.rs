@@ -3,7 +3,9 @@
 use std::ops::RangeInclusive;
 
 use clap::ValueEnum;
-use infera_proto::types::{DecodeInputDemand, DecodePolicy, OverlapCredit, PrefillPolicy, RequestWeight};
+use infera_proto::types::{
+    DecodeInputDemand, DecodePolicy, OverlapCredit, PrefillPolicy, RequestWeight, WeightNeedsDemand,
+};
 use toml::Spanned;
 
 use super::Checker;
@@ -76,8 +78,12 @@ pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
     let Some(w) = &router.decode_request_weight else { return };
     match RequestWeight::new(*w.get_ref()) {
         Err(e) => c.at(w, "router.decode_request_weight", e.to_string()),
-        Ok(weight) if !weight.is_zero() && !demand.is_some_and(DecodeInputDemand::scores) => {
-            let mode = demand.unwrap_or_default();
+        Ok(weight) => {
+            let Err(WeightNeedsDemand { weight, mode }) =
+                WeightNeedsDemand::check(weight, demand.unwrap_or_default())
+            else {
+                return;
+            };
             c.at(
                 w,
                 "router.decode_request_weight",
@@ -87,6 +93,5 @@ pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
                 ),
             );
         }
-        Ok(_) => {}
     }
 }

@@ -206,6 +206,29 @@ impl std::str::FromStr for RequestWeight {
     }
 }
 
+/// A decode request weight above 0 while the demand mode does not score: W only takes part in the
+/// demand cost, so the pair is refused wherever it is set (control's flags and Admin calls, the
+/// launcher's deploy file). Each of those says it in its own terms; the message here is the one
+/// of an Admin call.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "decode request weight {weight} needs --decode-input-demand shadow or on (it is {mode}); \
+     set the mode first, or set the weight to 0 before turning the mode off"
+)]
+pub struct WeightNeedsDemand {
+    /// The weight that would be in force.
+    pub weight: RequestWeight,
+    /// The mode that would be in force.
+    pub mode: DecodeInputDemand,
+}
+
+impl WeightNeedsDemand {
+    /// Whether `weight` may be in force together with `mode`.
+    pub fn check(weight: RequestWeight, mode: DecodeInputDemand) -> Result<(), Self> {
+        if weight.is_zero() || mode.scores() { Ok(()) } else { Err(Self { weight, mode }) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +243,17 @@ mod tests {
         assert!(RequestWeight::new(-0.0).unwrap().is_zero());
         assert_eq!("1000000".parse::<RequestWeight>().unwrap().get(), 1e6);
         assert!("abc".parse::<RequestWeight>().is_err());
+    }
+
+    #[test]
+    fn a_weight_needs_a_scoring_mode() {
+        let w = RequestWeight::new(1e6).unwrap();
+        assert_eq!(
+            WeightNeedsDemand::check(w, DecodeInputDemand::Off),
+            Err(WeightNeedsDemand { weight: w, mode: DecodeInputDemand::Off })
+        );
+        assert_eq!(WeightNeedsDemand::check(w, DecodeInputDemand::Shadow), Ok(()));
+        assert_eq!(WeightNeedsDemand::check(RequestWeight::ZERO, DecodeInputDemand::Off), Ok(()));
     }
 }
 

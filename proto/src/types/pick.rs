@@ -1,6 +1,7 @@
-//! A pick as control sees it, after the wire boundary checked it.
+//! A pick as control sees it, after the wire boundary checked it, and its answer as the proxy
+//! sees it.
 
-use super::{LeaseId, ModelName, RequestId, SessionKey};
+use super::{LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerRecord};
 
 /// The largest input-token count a pick accepts (2^28, about 268 M): far beyond any model's
 /// context, small enough that no sum in the ledger can overflow or lose precision.
@@ -26,4 +27,15 @@ pub struct PickRequest {
     pub page_hashes: Vec<i64>,
     /// Tokens per page of `page_hashes` (0 when there are none).
     pub page_size: u32,
+}
+
+/// What control answered a pick with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Picked {
+    /// The booking, released when the leg ends.
+    pub reservation: ReservationId,
+    /// The chosen target.
+    pub target: Target,
+    /// The worker behind it.
+    pub worker: WorkerRecord,
 }

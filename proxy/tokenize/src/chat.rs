@@ -20,7 +20,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::TokenizeError;
-use crate::request::{ChatInput, Skip};
+use crate::prompt::{ChatInput, Skip};
 use crate::template::{ChatTemplate, ContentFormat};
 
 /// The generic roles of SGLang's `ChatCompletionMessageGenericParam` (matched case-insensitively).

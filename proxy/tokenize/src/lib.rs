@@ -5,7 +5,8 @@
 //!   chat template next to it (`chat_template.jinja` or `tokenizer_config.json`) or given
 //!   explicitly ([`ChatTemplateSource`]).
 //! - [`Tokenizer::tokenize`] reads a `/v1/chat/completions`, `/v1/completions`, `/generate` or
-//!   `/v1/responses` body (`request`, `responses`), renders chat messages the way SGLang
+//!   `/v1/responses` body (named by `infera_proto::types::Api`) into a prompt (`request`,
+//!   `responses`, `prompt`), renders chat messages the way SGLang
 //!   0.5.23 prepares them (`chat`) with a minijinja environment configured like transformers'
 //!   (`template`, `python`), and encodes the text without adding special tokens again (chat)
 //!   or with them (completions, `/generate` text); token ids in the request pass through.
@@ -21,6 +22,7 @@ mod chat;
 mod config;
 mod error;
 pub mod fixture;
+mod prompt;
 mod python;
 mod request;
 mod responses;
@@ -30,6 +32,6 @@ mod tokenizer;
 
 pub use config::{ChatTemplateSource, SpecialTokens};
 pub use error::{LoadError, TokenizeError};
-pub use request::{Endpoint, Skip};
+pub use prompt::Skip;
 pub use session::CacheStats;
 pub use tokenizer::{Ambiguity, CacheUse, Outcome, Rendered, Tokenizer, Tokens};

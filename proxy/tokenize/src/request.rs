@@ -3,93 +3,17 @@
 //! messages it renders with the chat template (`/v1/chat/completions`, `/v1/responses`), or a
 //! reason the proxy cannot know (batches, media, history stored on the engine).
 
+use infera_proto::types::Api;
 use serde_json::{Map, Value};
 
 use crate::error::TokenizeError;
-
-/// The APIs whose prompts can be tokenized.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    /// `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// `POST /v1/completions`.
-    Completions,
-    /// `POST /generate` (SGLang native).
-    Generate,
-    /// `POST /v1/responses`.
-    Responses,
-}
-
-/// Why a request's prompt is not tokenized by the proxy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Skip {
-    /// Several prompts in one request (a batch): there is no one prefix to route on.
-    Batch,
-    /// Images, audio or video: the engine expands them into tokens the proxy cannot count.
-    Media,
-    /// `/v1/responses` with `previous_response_id`: the history is stored on the engine.
-    StoredHistory,
-    /// `input_embeds`: no token ids at all.
-    Embeddings,
-    /// A chat request, and the tokenizer has no chat template.
-    NoChatTemplate,
-    /// A feature whose prompt SGLang writes with code the proxy does not reproduce (custom
-    /// tools and their calls, encrypted reasoning state in `/v1/responses`).
-    Unsupported,
-}
-
-impl Skip {
-    /// A metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Batch => "batch",
-            Self::Media => "media",
-            Self::StoredHistory => "stored_history",
-            Self::Embeddings => "embeddings",
-            Self::NoChatTemplate => "no_chat_template",
-            Self::Unsupported => "unsupported",
-        }
-    }
-}
-
-/// What a request asks SGLang to prefill.
-#[derive(Debug)]
-pub(crate) enum Prompt {
-    /// Token ids given by the client, passed through.
-    Ids(Vec<u32>),
-    /// Text SGLang encodes with `add_special_tokens=True`.
-    Text(String),
-    /// Chat messages for the template.
-    Chat(Box<ChatInput>),
-    /// Not tokenized.
-    Skip(Skip),
-}
-
-/// The parts of a chat-shaped request the rendering depends on (OpenAI chat shape; a
-/// `/v1/responses` request is converted to it first).
-#[derive(Debug, Default)]
-pub(crate) struct ChatInput {
-    /// `messages`, as the client sent them.
-    pub(crate) messages: Vec<Value>,
-    /// `tools`, in the chat shape (`{"type": "function", "function": {…}}`).
-    pub(crate) tools: Vec<Value>,
-    /// `tool_choice` (`null` when absent).
-    pub(crate) tool_choice: Value,
-    /// `reasoning_effort`, passed to the template when set.
-    pub(crate) reasoning_effort: Option<Value>,
-    /// `chat_template_kwargs`.
-    pub(crate) template_kwargs: Map<String, Value>,
-    /// `continue_final_message`.
-    pub(crate) continue_final_message: bool,
-    /// Whether SGLang coalesces the system messages into one leading one when the template has
-    /// no inline system support (the `/v1/responses` path).
-    pub(crate) coalesces_system: bool,
-}
+use crate::prompt::{ChatInput, Prompt, Skip};
+use crate::responses;
 
 /// Reads the prompt of a request body.
-pub(crate) fn parse(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Prompt, TokenizeError> {
-    match endpoint {
-        Endpoint::ChatCompletions => {
+pub(crate) fn parse(api: Api, body: &Map<String, Value>) -> Result<Prompt, TokenizeError> {
+    match api {
+        Api::ChatCompletions => {
             if let Some(ids) = body.get("input_ids").filter(|v| !v.is_null()) {
                 // SGLang's extension: precomputed ids bypass the template.
                 return Ok(Prompt::Ids(token_ids(ids)?));
@@ -114,12 +38,12 @@ pub(crate) fn parse(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Pro
                 coalesces_system: false,
             })))
         }
-        Endpoint::Responses => crate::responses::to_chat(body),
-        Endpoint::Completions => match body.get("prompt") {
+        Api::Responses => responses::to_chat(body),
+        Api::Completions => match body.get("prompt") {
             Some(p) => text_or_ids(p),
             None => Err(TokenizeError::Request("prompt is required".into())),
         },
-        Endpoint::Generate => {
+        Api::Generate => {
             if body.get("input_embeds").is_some_and(|v| !v.is_null()) {
                 return Ok(Prompt::Skip(Skip::Embeddings));
             }
@@ -167,38 +91,36 @@ fn kwargs(v: Option<&Value>) -> Result<Map<String, Value>, TokenizeError> {
 mod tests {
     use super::*;
 
-    fn prompt(endpoint: Endpoint, body: Value) -> Result<Prompt, TokenizeError> {
-        parse(endpoint, body.as_object().unwrap())
+    fn prompt(api: Api, body: Value) -> Result<Prompt, TokenizeError> {
+        parse(api, body.as_object().unwrap())
     }
 
     #[test]
     fn completions_and_generate_prompts() {
         use serde_json::json;
         assert!(
-            matches!(prompt(Endpoint::Completions, json!({"prompt": "hi"})), Ok(Prompt::Text(t)) if t == "hi")
+            matches!(prompt(Api::Completions, json!({"prompt": "hi"})), Ok(Prompt::Text(t)) if t == "hi")
         );
         assert!(
-            matches!(prompt(Endpoint::Completions, json!({"prompt": [1, 2]})), Ok(Prompt::Ids(i)) if i == [1, 2])
+            matches!(prompt(Api::Completions, json!({"prompt": [1, 2]})), Ok(Prompt::Ids(i)) if i == [1, 2])
         );
-        assert!(
-            matches!(prompt(Endpoint::Completions, json!({"prompt": [[3]]})), Ok(Prompt::Ids(i)) if i == [3])
-        );
+        assert!(matches!(prompt(Api::Completions, json!({"prompt": [[3]]})), Ok(Prompt::Ids(i)) if i == [3]));
         assert!(matches!(
-            prompt(Endpoint::Completions, json!({"prompt": ["a", "b"]})),
+            prompt(Api::Completions, json!({"prompt": ["a", "b"]})),
             Ok(Prompt::Skip(Skip::Batch))
         ));
         assert!(
-            matches!(prompt(Endpoint::Generate, json!({"input_ids": [7, 8], "text": "x"})), Ok(Prompt::Ids(i)) if i == [7, 8])
+            matches!(prompt(Api::Generate, json!({"input_ids": [7, 8], "text": "x"})), Ok(Prompt::Ids(i)) if i == [7, 8])
         );
         assert!(
-            matches!(prompt(Endpoint::Generate, json!({"text": ["only"]})), Ok(Prompt::Text(t)) if t == "only")
+            matches!(prompt(Api::Generate, json!({"text": ["only"]})), Ok(Prompt::Text(t)) if t == "only")
         );
         assert!(matches!(
-            prompt(Endpoint::Generate, json!({"input_embeds": [[0.1]]})),
+            prompt(Api::Generate, json!({"input_embeds": [[0.1]]})),
             Ok(Prompt::Skip(Skip::Embeddings))
         ));
         assert!(
-            matches!(prompt(Endpoint::ChatCompletions, json!({"messages": [], "input_ids": [4]})), Ok(Prompt::Ids(i)) if i == [4])
+            matches!(prompt(Api::ChatCompletions, json!({"messages": [], "input_ids": [4]})), Ok(Prompt::Ids(i)) if i == [4])
         );
         for bad in [
             json!({"input_ids": [-1]}),
@@ -206,10 +128,7 @@ mod tests {
             json!({"input_ids": [4294967296u64]}),
             json!({}),
         ] {
-            assert!(
-                matches!(prompt(Endpoint::Generate, bad.clone()), Err(TokenizeError::Request(_))),
-                "{bad}"
-            );
+            assert!(matches!(prompt(Api::Generate, bad.clone()), Err(TokenizeError::Request(_))), "{bad}");
         }
     }
 }

@@ -14,7 +14,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::TokenizeError;
-use crate::request::{ChatInput, Prompt, Skip};
+use crate::prompt::{ChatInput, Prompt, Skip};
 
 /// How SGLang labels a developer message it turns into a system message.
 const DEVELOPER_LABEL: &str = "Developer instructions:";

@@ -4,13 +4,15 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use infera_proto::types::Api;
 use serde_json::{Map, Value};
 
 use crate::boundary::{Boundaries, Cut};
 use crate::chat;
 use crate::config::{self, ChatTemplateSource, SpecialTokens, TemplateSet};
 use crate::error::{LoadError, TokenizeError};
-use crate::request::{self, Endpoint, Prompt, Skip};
+use crate::prompt::{Prompt, Skip};
+use crate::request;
 use crate::responses;
 use crate::session::{CacheStats, SessionCache};
 use crate::template::ChatTemplate;
@@ -152,8 +154,8 @@ impl Tokenizer {
     }
 
     /// The prompt of a request body, rendered but not encoded.
-    pub fn render(&self, endpoint: Endpoint, body: &Map<String, Value>) -> Result<Rendered, TokenizeError> {
-        let input = match request::parse(endpoint, body)? {
+    pub fn render(&self, api: Api, body: &Map<String, Value>) -> Result<Rendered, TokenizeError> {
+        let input = match request::parse(api, body)? {
             Prompt::Ids(ids) => return Ok(Rendered::Ids(ids)),
             Prompt::Text(text) => return Ok(Rendered::Text(text)),
             Prompt::Skip(skip) => return Ok(Rendered::Skipped(skip)),
@@ -188,12 +190,12 @@ impl Tokenizer {
     /// ids of that session's previous prompt where the texts agree.
     pub fn tokenize(
         &self,
-        endpoint: Endpoint,
+        api: Api,
         body: &Map<String, Value>,
         session: Option<&str>,
     ) -> Result<Outcome, TokenizeError> {
         let tokens = |ids: Vec<u32>, cache| Outcome::Tokens(Tokens { ids: ids.into(), cache });
-        Ok(match self.render(endpoint, body)? {
+        Ok(match self.render(api, body)? {
             Rendered::Ids(ids) => tokens(ids, CacheUse::NotAsked),
             Rendered::Text(text) => tokens(self.encode(&text, true)?, CacheUse::NotAsked),
             Rendered::Chat { text, assistant_prefix } => {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use infera_proto::types::Api;
 
-use super::Route;
 use super::input::{self, InputError};
 use super::render::{Finish, Render};
 use crate::app::App;
@@ -19,7 +19,7 @@ use crate::server::{self, Body};
 const BODY_LIMIT: usize = 64 << 20;
 
 /// Serves one data-plane request.
-pub(super) async fn handle(app: Arc<App>, route: Route, req: Request<Incoming>) -> Response<Body> {
+pub(super) async fn handle(app: Arc<App>, route: Api, req: Request<Incoming>) -> Response<Body> {
     let headers = req.headers().clone();
     let body = match server::read_body(req, BODY_LIMIT).await {
         Ok(b) => b,

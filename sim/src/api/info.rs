@@ -1,5 +1,7 @@
 //! Read-only endpoints routers call: `/server_info`, `/model_info`, `/v1/models`, `/v1/loads`,
-//! in the shapes of reference/sglang.md §1.8 for the emulated version (`--sim-sglang-version`).
+//! in the shapes SGLang serves them for the emulated version (`--sim-sglang-version`; SGLang 0.5.23
+//! python/sglang/srt/entrypoints/http_server.py and entrypoints/v1_loads.py); `manual/reference/sim.md`
+//! lists the keys.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

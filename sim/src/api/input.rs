@@ -3,10 +3,10 @@
 //! not emulated: a list field must hold exactly one item.
 
 use hyper::HeaderMap;
+use infera_proto::types::Api;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::Route;
 use crate::tokens;
 
 /// Tokens generated when a request does not say.
@@ -87,16 +87,16 @@ pub enum InputError {
     /// A field of the wrong type.
     #[error("{key}: {source}")]
     Field {
-        /// The key.
+        /// The body's key.
         key: &'static str,
-        /// Why.
+        /// Why its value does not deserialise.
         #[source]
         source: serde_json::Error,
     },
     /// A batch (list of several prompts, rooms, …).
     #[error("{key}: batched requests are not supported by infera-sim (lists must hold one item)")]
     Batch {
-        /// The key.
+        /// The body's key that holds a list of several items.
         key: &'static str,
     },
     /// No prompt.
@@ -112,7 +112,7 @@ pub enum InputError {
 
 /// Parses a request body for `route`; with a tokenizer the prompt is what SGLang would prefill.
 pub fn parse(
-    route: Route,
+    route: Api,
     headers: &HeaderMap,
     body: &[u8],
     tokenizer: Option<&infera_tokenize::Tokenizer>,
@@ -121,7 +121,7 @@ pub fn parse(
     let Value::Object(_) = &value else { return Err(InputError::NotObject) };
     let b = &value;
     let (prompt, max_new_tokens) = match route {
-        Route::Generate => {
+        Api::Generate => {
             let prompt = match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
                 (Some(text), _) => tokens::tokenize(&text),
                 (None, Some(ids)) => ids,
@@ -132,13 +132,13 @@ pub fn parse(
             let sampling = b.get("sampling_params").unwrap_or(&Value::Null);
             (prompt, field::<u32>(sampling, "max_new_tokens")?)
         }
-        Route::Chat => {
+        Api::ChatCompletions => {
             let messages =
                 field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
             let max = field::<u32>(b, "max_completion_tokens")?.or(field::<u32>(b, "max_tokens")?);
             (tokens::tokenize(&render_messages(&messages)), max)
         }
-        Route::Completions => {
+        Api::Completions => {
             let prompt = match b.get("prompt") {
                 Some(Value::String(s)) => tokens::tokenize(s),
                 Some(_) => match one::<String>(b, "prompt") {
@@ -149,7 +149,7 @@ pub fn parse(
             };
             (prompt, field::<u32>(b, "max_tokens")?)
         }
-        Route::Responses => {
+        Api::Responses => {
             let mut text =
                 field::<String>(b, "instructions")?.map(|s| format!("system: {s}\n")).unwrap_or_default();
             match b.get("input") {
@@ -167,7 +167,7 @@ pub fn parse(
         routed_dp_rank: one::<i64>(b, "routed_dp_rank")?.or(one(b, "data_parallel_rank")?),
         disagg_prefill_dp_rank: one(b, "disagg_prefill_dp_rank")?,
     };
-    if route != Route::Generate
+    if route != Api::Generate
         && let Some(h) = headers.get("x-data-parallel-rank")
     {
         let rank = h.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or(InputError::RankHeader)?;
@@ -180,7 +180,7 @@ pub fn parse(
     let prompt = if prompt.is_empty() { vec![0] } else { prompt };
     Ok(GenRequest {
         // SGLang's ResponsesRequest names its id `request_id`.
-        rid: if route == Route::Responses { field(b, "request_id")? } else { None }.or(one(b, "rid")?),
+        rid: if route == Api::Responses { field(b, "request_id")? } else { None }.or(one(b, "rid")?),
         prompt,
         max_new_tokens: max_new_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         stream: field::<bool>(b, "stream")?.unwrap_or(false),
@@ -196,18 +196,12 @@ pub fn parse(
 /// whose system messages SGLang versions render differently.
 fn sglang_prompt(
     t: &infera_tokenize::Tokenizer,
-    route: Route,
+    route: Api,
     body: &Value,
 ) -> Result<Option<Vec<u32>>, InputError> {
-    use infera_tokenize::{Endpoint, Outcome};
-    let endpoint = match route {
-        Route::Generate => Endpoint::Generate,
-        Route::Chat => Endpoint::ChatCompletions,
-        Route::Completions => Endpoint::Completions,
-        Route::Responses => Endpoint::Responses,
-    };
+    use infera_tokenize::Outcome;
     let Value::Object(map) = body else { return Ok(None) };
-    match t.tokenize(endpoint, map, None) {
+    match t.tokenize(route, map, None) {
         Ok(Outcome::Tokens(tokens)) => Ok(Some(tokens.ids.to_vec())),
         Ok(Outcome::Ambiguous(_) | Outcome::Skipped(_)) => Ok(None),
         Err(e) => Err(InputError::Tokenize(e.to_string())),
@@ -271,38 +265,38 @@ fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>
 mod tests {
     use super::*;
 
-    fn parse_json(route: Route, body: Value) -> Result<GenRequest, InputError> {
+    fn parse_json(route: Api, body: Value) -> Result<GenRequest, InputError> {
         parse(route, &HeaderMap::new(), body.to_string().as_bytes(), None)
     }
 
     #[test]
     fn each_route_yields_a_prompt_and_a_length() {
         let g = parse_json(
-            Route::Generate,
+            Api::Generate,
             serde_json::json!({"text": "abcdefgh", "sampling_params": {"max_new_tokens": 3}, "stream": true}),
         )
         .unwrap();
         assert_eq!((g.prompt.len(), g.max_new_tokens, g.stream), (2, 3, true));
-        let g = parse_json(Route::Generate, serde_json::json!({"input_ids": [[1, 2, 3]]})).unwrap();
+        let g = parse_json(Api::Generate, serde_json::json!({"input_ids": [[1, 2, 3]]})).unwrap();
         assert_eq!((g.prompt, g.max_new_tokens), (vec![1, 2, 3], DEFAULT_MAX_TOKENS));
         let c = parse_json(
-            Route::Chat,
+            Api::ChatCompletions,
             serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
                                "stream_options": {"include_usage": true}}),
         )
         .unwrap();
         assert_eq!((c.prompt.len(), c.max_new_tokens, c.include_usage), (3, 5, true), "user: hi\\n");
         let c =
-            parse_json(Route::Completions, serde_json::json!({"prompt": [[5, 6]], "max_tokens": 1})).unwrap();
+            parse_json(Api::Completions, serde_json::json!({"prompt": [[5, 6]], "max_tokens": 1})).unwrap();
         assert_eq!(c.prompt, [5, 6]);
-        let r = parse_json(Route::Responses, serde_json::json!({"input": "hello"})).unwrap();
+        let r = parse_json(Api::Responses, serde_json::json!({"input": "hello"})).unwrap();
         assert_eq!(r.prompt.len(), 3, "user: hello\\n");
     }
 
     #[test]
     fn pd_fields_aliases_and_batches() {
         let g = parse_json(
-            Route::Generate,
+            Api::Generate,
             serde_json::json!({"text": "x", "bootstrap_host": "10.0.0.5", "bootstrap_port": null,
                                "bootstrap_room": [5163923463823455142_u64], "data_parallel_rank": 3}),
         )
@@ -311,17 +305,17 @@ mod tests {
         assert_eq!(g.pd.bootstrap_port, None);
         assert_eq!(g.pd.bootstrap_room, Some(5163923463823455142));
         assert_eq!(g.pd.routed_dp_rank, Some(3));
-        let batch = parse_json(Route::Generate, serde_json::json!({"text": ["a", "b"]}));
+        let batch = parse_json(Api::Generate, serde_json::json!({"text": ["a", "b"]}));
         assert!(matches!(batch, Err(InputError::Batch { key: "text" })));
-        assert!(matches!(parse_json(Route::Generate, serde_json::json!({})), Err(InputError::NoPrompt(_))));
+        assert!(matches!(parse_json(Api::Generate, serde_json::json!({})), Err(InputError::NoPrompt(_))));
         let mut headers = HeaderMap::new();
         headers.insert("x-data-parallel-rank", "2".parse().unwrap());
         let body = serde_json::json!({"messages": [], "routed_dp_rank": 1}).to_string();
-        assert_eq!(parse(Route::Chat, &headers, body.as_bytes(), None).unwrap().pd.routed_dp_rank, Some(2));
         assert_eq!(
-            parse(Route::Generate, &headers, br#"{"text":"x"}"#, None).unwrap().pd.routed_dp_rank,
-            None
+            parse(Api::ChatCompletions, &headers, body.as_bytes(), None).unwrap().pd.routed_dp_rank,
+            Some(2)
         );
+        assert_eq!(parse(Api::Generate, &headers, br#"{"text":"x"}"#, None).unwrap().pd.routed_dp_rank, None);
     }
 
     #[test]
@@ -330,12 +324,12 @@ mod tests {
         let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         headers.insert("traceparent", parent.parse().unwrap());
         headers.insert("x-request-id", "r-1".parse().unwrap());
-        let g = parse(Route::Generate, &headers, br#"{"text":"x"}"#, None).unwrap();
+        let g = parse(Api::Generate, &headers, br#"{"text":"x"}"#, None).unwrap();
         assert_eq!(g.trace.traceparent.as_deref(), Some(parent));
         assert_eq!(g.trace.x_request_id.as_deref(), Some("r-1"));
         assert_eq!(g.trace.tracestate, None);
         assert_eq!(
-            parse_json(Route::Generate, serde_json::json!({"text": "x"})).unwrap().trace,
+            parse_json(Api::Generate, serde_json::json!({"text": "x"})).unwrap().trace,
             TraceHeaders::default()
         );
     }

@@ -1,6 +1,9 @@
-//! Flow events → the bytes of one route (reference/sglang.md §1.9): SSE events
-//! (`data: <json>\n\n` … `data: [DONE]\n\n`) or one JSON body. [`Render`] keeps what every
-//! route needs (ids, the text so far); each route's shapes live in its own module.
+//! Flow events → the bytes of one route: SSE events (`data: <json>\n\n` … `data: [DONE]\n\n`) or
+//! one JSON body, in the shapes of SGLang 0.5.23 (python/sglang/srt/entrypoints/http_server.py for
+//! `/generate`; python/sglang/srt/entrypoints/openai/serving_chat.py, serving_completions.py,
+//! serving_responses.py and sse_utils.py for the OpenAI routes; `manual/reference/sim.md` lists
+//! them). [`Render`] keeps what every route needs (ids, the text so far); each route's shapes live
+//! in its own module.
 
 mod chat;
 mod completions;
@@ -10,9 +13,9 @@ mod responses;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use infera_proto::types::Api;
 use serde_json::{Value, json};
 
-use super::Route;
 use crate::error::ApiError;
 use crate::flow::Run;
 use crate::tokens;
@@ -22,7 +25,7 @@ use crate::tokens;
 pub enum Finish {
     /// All tokens generated (`length`).
     Length,
-    /// Aborted.
+    /// Aborted before all tokens were generated (`finish_reason` `abort`).
     Abort,
 }
 
@@ -46,8 +49,8 @@ pub struct Step<'a> {
 /// A route's rendering state for one request.
 #[derive(Debug)]
 pub struct Render {
-    /// The route.
-    pub route: Route,
+    /// The API whose shapes are rendered.
+    pub route: Api,
     /// `meta_info.id`, the OpenAI `id`.
     pub rid: String,
     /// `model`.
@@ -75,7 +78,7 @@ pub struct Render {
 
 impl Render {
     /// Rendering for `run` on `route`.
-    pub fn new(route: Route, run: &Run, model: String, include_usage: bool, seed: u64, created: u64) -> Self {
+    pub fn new(route: Api, run: &Run, model: String, include_usage: bool, seed: u64, created: u64) -> Self {
         Self {
             route,
             rid_hash: tokens::hash_str(&run.rid),
@@ -98,10 +101,10 @@ impl Render {
     /// SSE bytes for more tokens.
     pub fn tokens(&mut self, tokens: u32, cached: u32) -> Bytes {
         let events = self.step(tokens, cached, None, |r, s| match r.route {
-            Route::Generate => vec![generate::event(r, s)],
-            Route::Chat => chat::chunks(r, s),
-            Route::Completions => completions::chunks(r, s),
-            Route::Responses => responses::events(r, s),
+            Api::Generate => vec![generate::event(r, s)],
+            Api::ChatCompletions => chat::chunks(r, s),
+            Api::Completions => completions::chunks(r, s),
+            Api::Responses => responses::events(r, s),
         });
         self.first = false;
         sse(&events, false)
@@ -110,10 +113,10 @@ impl Render {
     /// SSE bytes for the end, then `[DONE]`.
     pub fn done(&mut self, tokens: u32, cached: u32, finish: Finish) -> Bytes {
         let events = self.step(tokens, cached, Some(finish), |r, s| match r.route {
-            Route::Generate => vec![generate::event(r, s)],
-            Route::Chat => chat::chunks(r, s),
-            Route::Completions => completions::chunks(r, s),
-            Route::Responses => responses::events(r, s),
+            Api::Generate => vec![generate::event(r, s)],
+            Api::ChatCompletions => chat::chunks(r, s),
+            Api::Completions => completions::chunks(r, s),
+            Api::Responses => responses::events(r, s),
         });
         sse(&events, true)
     }
@@ -126,10 +129,10 @@ impl Render {
     /// The whole (non-stream) body.
     pub fn whole(&mut self, tokens: u32, cached: u32, finish: Finish) -> Value {
         self.step(tokens, cached, Some(finish), |r, s| match r.route {
-            Route::Generate => generate::event(r, s).1,
-            Route::Chat => chat::body(r, s),
-            Route::Completions => completions::body(r, s),
-            Route::Responses => responses::body(r, s),
+            Api::Generate => generate::event(r, s).1,
+            Api::ChatCompletions => chat::body(r, s),
+            Api::Completions => completions::body(r, s),
+            Api::Responses => responses::body(r, s),
         })
     }
 

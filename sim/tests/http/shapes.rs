@@ -1,4 +1,5 @@
-//! Stream and non-stream shapes of the four data-plane routes (reference/sglang.md §1.9).
+//! Stream and non-stream shapes of the four data-plane routes, as SGLang 0.5.23 writes them
+//! (`manual/reference/sim.md` lists them).
 
 use serde_json::{Value, json};
 

@@ -104,7 +104,7 @@ async fn a_rank_publishes_its_stored_pages_and_their_eviction() {
         *kv,
         json!({"publisher": "zmq", "endpoint_host": "127.0.0.1", "endpoint_port_base": port, "topic": "kv@sim",
                "block_size": 4, "dp_size": 2, "replay_endpoint_port_base": replay}),
-        "reference/sglang.md §2.6 (0.5.23)"
+        "the kv_events descriptor of SGLang 0.5.23's /server_info (manual/reference/sim.md)"
     );
     assert_eq!(info["kv_events_config"], config);
 

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use infera_tokenize::{ChatTemplateSource, Endpoint, LoadError, Outcome, Rendered, Tokenizer, fixture};
+use infera_proto::types::Api;
+use infera_tokenize::{ChatTemplateSource, LoadError, Outcome, Rendered, Tokenizer, fixture};
 use serde_json::json;
 
 use crate::support::{body, byte_level};
@@ -18,7 +19,7 @@ fn model_dir(config: Option<&str>) -> tempfile::TempDir {
 
 fn chat(t: &Tokenizer) -> Rendered {
     let b = body(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}));
-    t.render(Endpoint::ChatCompletions, &b).unwrap()
+    t.render(Api::ChatCompletions, &b).unwrap()
 }
 
 #[test]
@@ -53,7 +54,7 @@ fn a_template_file_is_read_and_a_missing_template_leaves_chat_skipped() {
     let t = Tokenizer::load(&json, None).unwrap();
     assert!(!t.has_chat_template());
     assert!(matches!(
-        t.tokenize(Endpoint::Completions, &body(json!({"prompt": "x"})), None),
+        t.tokenize(Api::Completions, &body(json!({"prompt": "x"})), None),
         Ok(Outcome::Tokens(_))
     ));
 }

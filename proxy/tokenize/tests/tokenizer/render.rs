@@ -1,12 +1,13 @@
 //! Requests of each API → rendered text and ids, against expected strings and direct encodings.
 
-use infera_tokenize::{CacheUse, Endpoint, Outcome, Rendered, Skip, TokenizeError, Tokenizer, fixture};
+use infera_proto::types::Api;
+use infera_tokenize::{CacheUse, Outcome, Rendered, Skip, TokenizeError, Tokenizer, fixture};
 use serde_json::json;
 
 use crate::support::{body, byte_level, special, with_template};
 
 fn chat_text(t: &Tokenizer, b: serde_json::Value) -> String {
-    match t.render(Endpoint::ChatCompletions, &body(b)).unwrap() {
+    match t.render(Api::ChatCompletions, &body(b)).unwrap() {
         Rendered::Chat { text, .. } => text,
         other => panic!("not a chat prompt: {other:?}"),
     }
@@ -32,7 +33,7 @@ fn chatml_renders_like_transformers() {
     );
     // Chat ids are the rendered text encoded without adding special tokens; the ChatML tokens
     // are single ids.
-    let got = ids(t.tokenize(Endpoint::ChatCompletions, &body(b.clone()), None).unwrap());
+    let got = ids(t.tokenize(Api::ChatCompletions, &body(b.clone()), None).unwrap());
     assert_eq!(got, t.encode(&chat_text(&t, b), false).unwrap());
     let im_start = t.backend().token_to_id("<|im_start|>").unwrap();
     assert_eq!(got.iter().filter(|&&id| id == im_start).count(), 3);
@@ -70,7 +71,7 @@ fn continue_final_message_appends_the_prefix_without_a_second_bos() {
     assert!(rendered.ends_with("<|im_start|>assistant\n"), "{rendered}");
     let mut expected = t.encode(&rendered, false).unwrap();
     expected.extend(t.encode("one, two,", true).unwrap());
-    assert_eq!(ids(t.tokenize(Endpoint::ChatCompletions, &body(b), None).unwrap()), expected);
+    assert_eq!(ids(t.tokenize(Api::ChatCompletions, &body(b), None).unwrap()), expected);
 }
 
 #[test]
@@ -79,7 +80,7 @@ fn templates_without_system_support() {
         {"role": "system", "content": "S"}, {"role": "user", "content": "U"}]});
     // Chat completions render as sent: a raising template is an error (SGLang answers 400) …
     let raises = with_template(fixture::RAISES_ON_SYSTEM);
-    let err = raises.tokenize(Endpoint::ChatCompletions, &body(system_first.clone()), None).unwrap_err();
+    let err = raises.tokenize(Api::ChatCompletions, &body(system_first.clone()), None).unwrap_err();
     assert!(matches!(&err, TokenizeError::Template(m) if m == "System role not supported"), "{err}");
     // … and a folding template folds.
     let folds = with_template(fixture::FOLDS_SYSTEM);
@@ -93,10 +94,10 @@ fn templates_without_system_support() {
 fn completions_and_generate() {
     let t = with_template(fixture::CHATML);
     let text = "the router picks a worker";
-    let completion = t.tokenize(Endpoint::Completions, &body(json!({"model": "m", "prompt": text})), None);
+    let completion = t.tokenize(Api::Completions, &body(json!({"model": "m", "prompt": text})), None);
     assert_eq!(ids(completion.unwrap()), t.encode(text, true).unwrap());
     // Token ids pass through untouched, even ids the vocabulary does not have.
-    let generate = t.tokenize(Endpoint::Generate, &body(json!({"input_ids": [5, 4_000_000, 0]})), Some("s"));
+    let generate = t.tokenize(Api::Generate, &body(json!({"input_ids": [5, 4_000_000, 0]})), Some("s"));
     match generate.unwrap() {
         Outcome::Tokens(tokens) => {
             assert_eq!(&*tokens.ids, [5, 4_000_000, 0]);
@@ -104,7 +105,7 @@ fn completions_and_generate() {
         }
         other => panic!("{other:?}"),
     }
-    let batch = t.tokenize(Endpoint::Generate, &body(json!({"text": ["a", "b"]})), None).unwrap();
+    let batch = t.tokenize(Api::Generate, &body(json!({"text": ["a", "b"]})), None).unwrap();
     assert_eq!(batch, Outcome::Skipped(Skip::Batch));
 }
 
@@ -114,11 +115,11 @@ fn without_a_chat_template_only_chat_is_skipped() {
     assert!(!t.has_chat_template());
     let chat = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
     assert_eq!(
-        t.tokenize(Endpoint::ChatCompletions, &body(chat), None).unwrap(),
+        t.tokenize(Api::ChatCompletions, &body(chat), None).unwrap(),
         Outcome::Skipped(Skip::NoChatTemplate)
     );
     assert!(matches!(
-        t.tokenize(Endpoint::Completions, &body(json!({"prompt": "x"})), None),
+        t.tokenize(Api::Completions, &body(json!({"prompt": "x"})), None),
         Ok(Outcome::Tokens(_))
     ));
 }

@@ -1,14 +1,15 @@
 //! The session cache: every turn of many multi-turn conversations gives the same ids as encoding
 //! the whole prompt, and the later turns reuse the earlier ones.
 
+use infera_proto::types::Api;
 use infera_tokenize::fixture::{self, Lcg};
-use infera_tokenize::{CacheUse, Endpoint, Outcome, SpecialTokens, Tokenizer, Tokens};
+use infera_tokenize::{CacheUse, Outcome, SpecialTokens, Tokenizer, Tokens};
 use serde_json::{Value, json};
 
 use crate::support::{body, metaspace, special, with_template};
 
 fn tokens(t: &Tokenizer, messages: &[Value], session: Option<&str>) -> Tokens {
-    match t.tokenize(Endpoint::ChatCompletions, &fixture::chat_body(messages), session).unwrap() {
+    match t.tokenize(Api::ChatCompletions, &fixture::chat_body(messages), session).unwrap() {
         Outcome::Tokens(tokens) => tokens,
         other => panic!("no tokens: {other:?}"),
     }
@@ -142,6 +143,6 @@ fn a_tiny_cache_evicts_and_stays_correct() {
     assert!(t.cache_stats().bytes <= 4096);
     // Without a session key the cache is not asked.
     let b = body(json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}));
-    let Outcome::Tokens(plain) = t.tokenize(Endpoint::ChatCompletions, &b, None).unwrap() else { panic!() };
+    let Outcome::Tokens(plain) = t.tokenize(Api::ChatCompletions, &b, None).unwrap() else { panic!() };
     assert_eq!(plain.cache, CacheUse::NotAsked);
 }

@@ -1,0 +1,217 @@
+//! Control's error vocabulary on the gRPC boundary: one [`ErrorReason`] per way a call can be
+//! refused, with its gRPC code. Control builds the `Status` of every error from it
+//! ([`ErrorReason::status`]); callers decode it back ([`StatusReason::of`]) and branch on the enum,
+//! never on the message text.
+//!
+//! A status carries the reason twice: as a `google.rpc.ErrorInfo` detail (reason
+//! `UNKNOWN_LEASE`, domain [`DOMAIN`]), which is what callers decode, and as the trailing metadata
+//! `infera-error: unknown_lease` ([`ERROR_REASON_METADATA`]), which operators read with
+//! `grpcurl -v`. `manual/reference/grpc.md` lists both.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The `ErrorInfo.domain` of control's reasons: the gRPC package that defines them.
+pub const DOMAIN: &str = "infera.control.v1";
+
+/// gRPC metadata key of control's error statuses carrying the reason in snake case
+/// ([`ErrorReason::as_str`]), for operators reading trailers.
+pub const ERROR_REASON_METADATA: &str = "infera-error";
+
+/// Why control refused a call.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ErrorReason {
+    /// A field that does not make a domain value; the message names it.
+    InvalidArgument,
+    /// No worker serves the model.
+    UnknownModel,
+    /// The model has workers, but none for this kind of pick.
+    NoPool,
+    /// Every target the pick could use is drained.
+    NoEligibleTarget,
+    /// A lease control does not hold (never opened, expired, closed, or an earlier instance's).
+    UnknownLease,
+    /// A reservation id control never issued.
+    UnknownReservation,
+    /// No such worker.
+    UnknownWorker,
+    /// No such rank on a known worker.
+    UnknownTarget,
+    /// A decode request weight above 0 while the demand mode does not score.
+    WeightNeedsDemand,
+    /// An Admin call without the right bearer token.
+    Unauthenticated,
+}
+
+impl ErrorReason {
+    /// Every reason.
+    pub const ALL: [Self; 10] = [
+        Self::InvalidArgument,
+        Self::UnknownModel,
+        Self::NoPool,
+        Self::NoEligibleTarget,
+        Self::UnknownLease,
+        Self::UnknownReservation,
+        Self::UnknownWorker,
+        Self::UnknownTarget,
+        Self::WeightNeedsDemand,
+        Self::Unauthenticated,
+    ];
+
+    /// The snake-case spelling: the `outcome` label of control's pick metrics and the
+    /// `infera-error` metadata value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid_argument",
+            Self::UnknownModel => "unknown_model",
+            Self::NoPool => "no_pool",
+            Self::NoEligibleTarget => "no_eligible_target",
+            Self::UnknownLease => "unknown_lease",
+            Self::UnknownReservation => "unknown_reservation",
+            Self::UnknownWorker => "unknown_worker",
+            Self::UnknownTarget => "unknown_target",
+            Self::WeightNeedsDemand => "weight_needs_demand",
+            Self::Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// The `ErrorInfo.reason` spelling (`UNKNOWN_LEASE`), as `google.rpc.ErrorInfo` asks for
+    /// (`[A-Z0-9_]+`).
+    pub fn error_info_reason(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::UnknownModel => "UNKNOWN_MODEL",
+            Self::NoPool => "NO_POOL",
+            Self::NoEligibleTarget => "NO_ELIGIBLE_TARGET",
+            Self::UnknownLease => "UNKNOWN_LEASE",
+            Self::UnknownReservation => "UNKNOWN_RESERVATION",
+            Self::UnknownWorker => "UNKNOWN_WORKER",
+            Self::UnknownTarget => "UNKNOWN_TARGET",
+            Self::WeightNeedsDemand => "WEIGHT_NEEDS_DEMAND",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+
+    /// The reason whose `ErrorInfo.reason` is `reason`.
+    pub fn from_error_info_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.error_info_reason() == reason)
+    }
+
+    /// The gRPC code of a status with this reason; the only place codes are chosen.
+    pub fn code(self) -> Code {
+        match self {
+            Self::InvalidArgument => Code::InvalidArgument,
+            Self::UnknownModel
+            | Self::UnknownLease
+            | Self::UnknownReservation
+            | Self::UnknownWorker
+            | Self::UnknownTarget => Code::NotFound,
+            Self::NoPool | Self::WeightNeedsDemand => Code::FailedPrecondition,
+            Self::NoEligibleTarget => Code::Unavailable,
+            Self::Unauthenticated => Code::Unauthenticated,
+        }
+    }
+
+    /// The status control answers with: this reason's code, `message` for people, the reason as an
+    /// `ErrorInfo` detail and as `infera-error` metadata.
+    pub fn status(self, message: impl Into<String>) -> Status {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(ERROR_REASON_METADATA, MetadataValue::from_static(self.as_str()));
+        let details = ErrorDetails::with_error_info(self.error_info_reason(), DOMAIN, HashMap::new());
+        Status::with_error_details_and_metadata(self.code(), message, details, metadata)
+    }
+}
+
+impl fmt::Display for ErrorReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a status says about why control refused, decoded from its `ErrorInfo` detail.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum StatusReason {
+    /// One of control's reasons.
+    Known(ErrorReason),
+    /// An `ErrorInfo` of control's domain with a reason this build does not know (a newer
+    /// control): the caller treats it like any other failure.
+    Unknown(String),
+    /// No `ErrorInfo` of control's domain: a transport error, a deadline, another server.
+    Absent,
+}
+
+impl StatusReason {
+    /// Decodes the reason of `status`.
+    pub fn of(status: &Status) -> Self {
+        match status.get_details_error_info() {
+            Some(info) if info.domain == DOMAIN => match ErrorReason::from_error_info_reason(&info.reason) {
+                Some(reason) => Self::Known(reason),
+                None => Self::Unknown(info.reason),
+            },
+            _ => Self::Absent,
+        }
+    }
+
+    /// The known reason, if any.
+    pub fn known(&self) -> Option<ErrorReason> {
+        match self {
+            Self::Known(r) => Some(*r),
+            Self::Unknown(_) | Self::Absent => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_round_trips_through_a_status() {
+        for reason in ErrorReason::ALL {
+            let status = reason.status("why");
+            assert_eq!(status.code(), reason.code());
+            assert_eq!(status.message(), "why");
+            assert_eq!(StatusReason::of(&status), StatusReason::Known(reason), "{reason}");
+            let meta = status.metadata().get(ERROR_REASON_METADATA).and_then(|v| v.to_str().ok());
+            assert_eq!(meta, Some(reason.as_str()));
+            // The details travel as the `grpc-status-details-bin` trailer: rebuild from it.
+            let wire =
+                Status::with_details(status.code(), status.message(), status.details().to_vec().into());
+            assert_eq!(StatusReason::of(&wire).known(), Some(reason));
+        }
+    }
+
+    #[test]
+    fn spellings_are_distinct_and_well_formed() {
+        let mut snake: Vec<_> = ErrorReason::ALL.iter().map(|r| r.as_str()).collect();
+        snake.sort_unstable();
+        snake.dedup();
+        assert_eq!(snake.len(), ErrorReason::ALL.len());
+        for r in ErrorReason::ALL {
+            assert_eq!(r.error_info_reason(), r.as_str().to_ascii_uppercase());
+            assert!(r.error_info_reason().bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
+        }
+    }
+
+    #[test]
+    fn unknown_or_foreign_reasons_decode_without_panicking() {
+        let details = ErrorDetails::with_error_info("SOMETHING_NEW", DOMAIN, HashMap::new());
+        let status = Status::with_error_details(Code::Internal, "new", details);
+        assert_eq!(StatusReason::of(&status), StatusReason::Unknown("SOMETHING_NEW".into()));
+        assert_eq!(StatusReason::of(&status).known(), None);
+        let foreign = ErrorDetails::with_error_info("UNKNOWN_LEASE", "example.com", HashMap::new());
+        let status = Status::with_error_details(Code::NotFound, "other", foreign);
+        assert_eq!(StatusReason::of(&status), StatusReason::Absent);
+        assert_eq!(StatusReason::of(&Status::unavailable("connection refused")), StatusReason::Absent);
+        let garbage = Status::with_details(Code::Internal, "x", bytes_of(&[0xff, 0x01]));
+        assert_eq!(StatusReason::of(&garbage), StatusReason::Absent);
+    }
+
+    fn bytes_of(b: &[u8]) -> tonic::codegen::Bytes {
+        tonic::codegen::Bytes::copy_from_slice(b)
+    }
+}

@@ -1,0 +1,31 @@
+//! The prompt's page hashes a KV-aware prefill pick carries: SGLang's page hash over the token
+//! ids (`infera_kv::hash`), at the page size of the model's prefill workers.
+
+use infera_proto::types::{ModelName, PickKind};
+
+use crate::facts::Facts;
+use crate::targets::TargetList;
+
+/// Page hashes and the page size they were computed with; empty (and 0) when there are none.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct PageHashes {
+    /// One hash per full page of the prompt.
+    pub(super) hashes: Vec<i64>,
+    /// Tokens per page (0 without hashes).
+    pub(super) page_size: u32,
+}
+
+impl PageHashes {
+    /// The hashes for a `kind` pick of `model`. Empty for decode picks, without token ids (no
+    /// tokenizer, an ambiguous prompt) or before the target list is known.
+    pub(super) fn of(kind: PickKind, facts: &Facts, model: &ModelName, targets: &TargetList) -> Self {
+        let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return Self::default() };
+        match targets.prefill_page_size(model).filter(|p| *p > 0) {
+            Some(page_size) => {
+                let hashes = infera_kv::hash::page_hashes(ids, page_size as usize);
+                Self { hashes: hashes.into_iter().map(|h| h.0).collect(), page_size }
+            }
+            None => Self::default(),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! [`Pick`]: the chosen target of one leg, released exactly once; [`PickError`]: why a pick found
+//! nothing, and what the client is told.
+
+use std::sync::Arc;
+
+use infera_proto::types::{ModelName, ReleaseReason};
+
+use super::release::{Booking, Releaser};
+use crate::error::{Leg, ProxyError};
+use crate::targets::Endpoint;
+
+/// A chosen target for one leg. It is released exactly once: by [`Pick::release`], or — if
+/// whatever holds it is dropped first (the client went away) — as `CANCELLED` on drop.
+#[derive(Debug)]
+pub struct Pick {
+    /// Where the leg goes.
+    pub endpoint: Endpoint,
+    /// Control's booking; `None` for a local fallback.
+    booking: Option<Booking>,
+    releaser: Arc<Releaser>,
+    released: bool,
+}
+
+impl Pick {
+    /// A leg starting on `endpoint`.
+    pub(super) fn new(releaser: &Arc<Releaser>, endpoint: Endpoint, booking: Option<Booking>) -> Self {
+        releaser.start(&endpoint);
+        Self { endpoint, booking, releaser: releaser.clone(), released: false }
+    }
+
+    /// Whether control booked it (false for a local fallback).
+    pub fn booked(&self) -> bool {
+        self.booking.is_some()
+    }
+
+    /// Ends the leg with `reason`.
+    pub fn release(mut self, reason: ReleaseReason) {
+        self.end(reason);
+    }
+
+    fn end(&mut self, reason: ReleaseReason) {
+        if !std::mem::replace(&mut self.released, true) {
+            self.releaser.release(&self.endpoint, self.booking.take(), reason);
+        }
+    }
+}
+
+impl Drop for Pick {
+    fn drop(&mut self) {
+        self.end(ReleaseReason::Cancelled);
+    }
+}
+
+/// Why a pick found nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PickError {
+    /// No worker serves the model.
+    UnknownModel,
+    /// The model has no pool for this kind (a prefill pick on an aggregated model).
+    NoPool,
+    /// The pool has no eligible target.
+    NoTarget,
+    /// Control rejected the request's values (e.g. an input far beyond any context).
+    Invalid(String),
+}
+
+impl PickError {
+    /// The client-facing error for a pick of `leg` for `model`.
+    pub fn into_proxy_error(self, model: &ModelName, leg: Leg) -> ProxyError {
+        match self {
+            Self::UnknownModel => ProxyError::UnknownModel(model.clone()),
+            Self::NoPool | Self::NoTarget => ProxyError::NoTarget { model: model.clone(), leg },
+            Self::Invalid(_) => {
+                ProxyError::BadRequest("the request exceeds what control accepts (input tokens)")
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! One pick: the RPC with its deadline (`--pick-timeout-ms`), control's refusals decoded into
+//! [`PickError`]s, the lease reopened when control forgot it, and the local fallback otherwise.
+//! The RPC itself may outlive the deadline: if control books after the proxy gave up, the late
+//! answer is released at once, never leaked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use infera_proto::convert;
+use infera_proto::error::{ErrorReason, StatusReason};
+use infera_proto::pb;
+use infera_proto::types::{LeaseId, ModelName, PickKind, PickRequest, ReleaseReason};
+use tonic::Status;
+
+use super::ControlLink;
+use super::page_hashes::PageHashes;
+use super::pick::{Pick, PickError};
+use super::release::Booking;
+use crate::facts::Facts;
+use crate::targets::Endpoint;
+
+/// How long a pick the proxy stopped waiting for is still awaited (to release what it booked).
+const LATE_PICK_LIMIT: Duration = Duration::from_secs(10);
+
+/// A pick RPC, boxed so that it can move into a background task when the proxy stops waiting.
+type PickCall =
+    std::pin::Pin<Box<dyn Future<Output = Result<tonic::Response<pb::PickResponse>, Status>> + Send>>;
+
+/// A pick RPC in flight; if the proxy stops waiting for it (deadline, or the request is
+/// dropped), what control books is released as soon as the answer arrives.
+struct PendingPick {
+    call: Option<PickCall>,
+    link: Arc<ControlLink>,
+    lease: LeaseId,
+}
+
+impl Drop for PendingPick {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.link.release_late(call, self.lease);
+        }
+    }
+}
+
+impl ControlLink {
+    /// Picks a target for one leg: control when it answers in time, the local fallback
+    /// otherwise.
+    pub async fn pick(
+        self: &Arc<Self>,
+        kind: PickKind,
+        facts: &Facts,
+        model: &ModelName,
+    ) -> Result<Pick, PickError> {
+        if let Some(lease) = self.lease() {
+            let page = PageHashes::of(kind, facts, model, &self.targets());
+            let pick = PickRequest {
+                lease,
+                request_id: facts.request_id.clone(),
+                model: model.clone(),
+                input_tokens: facts.input_tokens,
+                session: facts.session.clone(),
+                page_hashes: page.hashes,
+                page_size: page.page_size,
+            };
+            let mut req = tonic::Request::new(pb::PickRequest::from(&pick));
+            req.set_timeout(LATE_PICK_LIMIT);
+            infera_proto::telemetry::inject_metadata(&tracing::Span::current(), req.metadata_mut());
+            let mut client = self.client.clone();
+            let call: PickCall = Box::pin(async move {
+                match kind {
+                    PickKind::Prefill => client.pick_prefill(req).await,
+                    PickKind::Decode => client.pick_decode(req).await,
+                }
+            });
+            let mut pending = PendingPick { call: Some(call), link: self.clone(), lease };
+            let answer = tokio::select! {
+                answer = pending.call.as_mut().expect("set above") => {
+                    pending.call = None;
+                    Ok(answer)
+                }
+                // `pending` is dropped below with its call: a late answer is released.
+                () = tokio::time::sleep(self.pick_timeout) => Err(()),
+            };
+            drop(pending);
+            match answer {
+                Ok(Ok(resp)) => match self.booked(&resp.into_inner(), lease) {
+                    Some(pick) => return Ok(pick),
+                    None => tracing::warn!("control answered a pick without a target; routing locally"),
+                },
+                Ok(Err(status)) => match StatusReason::of(&status).known() {
+                    Some(ErrorReason::UnknownModel) => return Err(PickError::UnknownModel),
+                    Some(ErrorReason::NoPool) => return Err(PickError::NoPool),
+                    Some(ErrorReason::NoEligibleTarget) => return Err(PickError::NoTarget),
+                    Some(ErrorReason::InvalidArgument) => {
+                        return Err(PickError::Invalid(status.message().to_owned()));
+                    }
+                    Some(ErrorReason::UnknownLease) => {
+                        tracing::warn!(%lease, "control does not know this proxy's lease; reopening it");
+                        self.lease.forget(lease);
+                    }
+                    _ => tracing::debug!(code = ?status.code(), "pick failed; routing locally"),
+                },
+                Err(()) => tracing::debug!(timeout = ?self.pick_timeout, "pick timed out; routing locally"),
+            }
+        }
+        self.metrics.fallback(kind);
+        let endpoint = self.fallback.choose(&self.targets(), &self.releaser.load, kind, model)?;
+        Ok(Pick::new(&self.releaser, endpoint, None))
+    }
+
+    /// The leg control booked with `answer` under `lease`; `None` when the answer does not convert
+    /// (no target, a malformed id).
+    fn booked(&self, answer: &pb::PickResponse, lease: LeaseId) -> Option<Pick> {
+        let picked = convert::picked(answer)
+            .map_err(|e| tracing::debug!(error = %e, "a pick answer that does not convert"))
+            .ok()?;
+        let endpoint = Endpoint::new(&picked.worker, picked.target.rank);
+        Some(Pick::new(&self.releaser, endpoint, Some(Booking { reservation: picked.reservation, lease })))
+    }
+
+    /// A pick the proxy stopped waiting for may still be booked by control: wait for it in the
+    /// background and release what it booked at once.
+    fn release_late(self: &Arc<Self>, call: PickCall, lease: LeaseId) {
+        let link = self.clone();
+        tokio::spawn(async move {
+            if let Ok(resp) = call.await
+                && let Some(pick) = link.booked(&resp.into_inner(), lease)
+            {
+                link.metrics.late_pick();
+                pick.release(ReleaseReason::Cancelled);
+            }
+        });
+    }
+}

@@ -1,0 +1,51 @@
+//! What sending legs to workers needs: the HTTP client to the workers, the link to control and
+//! the metrics ([`Upstreams`]), and asking a worker to abort a request ([`abort`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, header};
+use http_body_util::Full;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use infera_proto::types::RequestId;
+use serde_json::json;
+
+use crate::control::ControlLink;
+use crate::metrics::ProxyMetrics;
+
+/// The HTTP client to the workers.
+pub type WorkerClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client with `connect_timeout`, no Nagle delay and pooled keep-alive connections.
+pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector)
+}
+
+/// What dispatching needs.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    /// The HTTP client every leg is sent with.
+    pub client: WorkerClient,
+    /// Picks and releases.
+    pub link: Arc<ControlLink>,
+    /// The proxy's metrics.
+    pub metrics: Arc<ProxyMetrics>,
+}
+
+/// Asks a worker to abort a request (SGLang `POST /abort_request`), in the background.
+pub fn abort(client: &WorkerClient, url: &str, rid: &RequestId) {
+    let body = json!({"rid": rid.as_str(), "abort_all": false}).to_string();
+    let req = Request::post(format!("{url}/abort_request"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid request");
+    let client = client.clone();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.request(req)).await;
+    });
+}
