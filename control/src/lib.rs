@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use infera_proto::serve::Stop;
 use rand::{SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -98,21 +99,12 @@ pub async fn run(
         state.follow_kv(record);
     }
     state.publish_loads();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
-    let routes = service::routes(state.clone(), config.admin_token, stop_rx.clone()).await?;
+    let stop = Stop::on(shutdown);
+    let routes = service::routes(state.clone(), config.admin_token, stop.receiver()).await?;
     if !etcd.is_empty() {
-        follow_registry(state.clone(), etcd, stop_rx.clone());
+        follow_registry(state.clone(), etcd, stop.receiver());
     }
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.changed().await;
-        }
-    };
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(());
-    });
+    let stopped = || stop.wait();
 
     let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state, stopped()));

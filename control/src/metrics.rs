@@ -1,15 +1,13 @@
 //! Prometheus metrics of the control service, registered once and passed down, and the
 //! `/metrics` HTTP endpoint (OpenMetrics text).
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use infera_proto::serve::{Drain, serve_http};
 use infera_proto::types::{PickKind, ReleaseReason, Role};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -285,35 +283,21 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+/// How long an open scrape gets once control stops.
+const SCRAPE_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves, on the accept loop every
+/// infera server shares.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, _peer): (_, SocketAddr) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    continue;
-                }
-            },
-        };
+    let handler = move |req: Request<Incoming>| {
         let registry = registry.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let registry = registry.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &registry)) }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
+        async move { respond(&req, &registry) }
+    };
+    serve_http(listener, handler, shutdown, Drain::For(SCRAPE_DRAIN)).await;
 }
 
 fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

@@ -7,6 +7,7 @@
 //! - [`error`]: control's error reasons, carried on every error status as a typed
 //!   `google.rpc.ErrorInfo` detail; control builds statuses from them, callers decode them.
 //! - `cli` (feature `cli`): the command-line conventions every binary's tests check.
+//! - `serve` (feature `serve`): the HTTP accept loop and shutdown signal every server shares.
 //! - `telemetry` (feature `telemetry`): the tracing/OTLP set-up all binaries share, and W3C
 //!   trace-context propagation across HTTP and gRPC.
 
@@ -14,6 +15,8 @@
 pub mod cli;
 pub mod convert;
 pub mod error;
+#[cfg(feature = "serve")]
+pub mod serve;
 #[cfg(feature = "telemetry")]
 pub mod telemetry;
 pub mod types;

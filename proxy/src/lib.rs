@@ -35,6 +35,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use config::{Args, Config, ConfigError};
+use infera_proto::serve::Stop;
 use tokio::net::TcpListener;
 
 use crate::control::ControlLink;
@@ -55,16 +56,12 @@ pub async fn run(
         format!("infera-proxy@{}", listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()))
     });
     let link = ControlLink::new(&config, name, metrics.clone());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
-    link.spawn(stop_rx.clone());
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(());
-    });
+    let stop = Stop::on(shutdown);
+    link.spawn(stop.receiver());
     let up =
         Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
     let ctx = Arc::new(Ctx { up, registry, config });
-    server::serve(ctx, listener, stop_rx).await;
+    server::serve(ctx, listener, stop.wait()).await;
     link.close().await;
     Ok(())
 }

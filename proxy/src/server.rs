@@ -2,7 +2,6 @@
 //! its steps — read → facts → route → dispatch (one retry on a fresh pick before the first
 //! byte) → relay.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use infera_proto::serve::{Drain, serve_http};
 use infera_proto::types::{Api, ReleaseReason, RequestId};
 use prometheus_client::registry::Registry;
 use serde_json::json;
@@ -39,34 +38,11 @@ pub struct Ctx {
     pub config: Config,
 }
 
-/// Serves `listener` until `stop` fires, then lets open connections finish.
-pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener, mut stop: tokio::sync::watch::Receiver<()>) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    loop {
-        let stream = tokio::select! {
-            _ = stop.changed() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let ctx = ctx.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let ctx = ctx.clone();
-            async move { Ok::<_, Infallible>(handle(ctx, req).await) }
-        });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-    }
-    graceful.shutdown().await;
+/// Serves `listener` until `stop` resolves, then lets open connections finish (streams end
+/// on their own: the drain is unbounded), on the accept loop every infera server shares.
+pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener, stop: impl std::future::Future<Output = ()>) {
+    let handler = move |req| handle(ctx.clone(), req);
+    serve_http(listener, handler, stop, Drain::Unbounded).await;
 }
 
 async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 
-use crate::sglang_flags::{Arity, SglangFlags};
+use crate::sglang_flags::{Arity, DEFAULT_SGLANG_VERSION, SglangFlags};
 
 /// `argv` split into what clap should parse and what was dropped.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -34,8 +34,7 @@ pub fn emulated_version(argv: &[OsString]) -> String {
             return v.to_owned();
         }
     }
-    std::env::var("INFERA_SIM_SGLANG_VERSION")
-        .unwrap_or_else(|_| crate::config::DEFAULT_SGLANG_VERSION.to_owned())
+    std::env::var("INFERA_SIM_SGLANG_VERSION").unwrap_or_else(|_| DEFAULT_SGLANG_VERSION.to_owned())
 }
 
 /// Splits `argv` (program name first) by what `command` parses and what `sglang` accepts.

@@ -15,10 +15,7 @@ use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::params::{ParamsError, TimingParams};
 use crate::scheduler::QueueOrder;
-use crate::sglang_flags::SglangFlags;
-
-/// The SGLang release the sim emulates unless told otherwise.
-pub const DEFAULT_SGLANG_VERSION: &str = "0.5.23";
+use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
 
 /// infera-sim: an emulated SGLang engine (`python -m sglang.launch_server` without a GPU).
 #[derive(Parser, Debug, Clone)]

@@ -45,8 +45,8 @@ pub mod tokens;
 use std::future::Future;
 use std::sync::Arc;
 
+use infera_proto::serve::Stop;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub use config::{ConfigError, DisaggregationMode, SimArgs, SimConfig};
 
@@ -79,17 +79,8 @@ pub async fn run(
         None => None,
     };
     let app = Arc::new(App::with_kv_events(config, kv));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
+    let stop = Stop::on(shutdown);
+    let stopped = || stop.wait();
 
     let (driver_stop, driver_stopped) = tokio::sync::oneshot::channel::<()>();
     let driver = tokio::spawn(app.engine.clone().drive(async move {

@@ -1,7 +1,7 @@
-//! The hyper 1 accept loop (HTTP/1 and HTTP/2) shared by the API and bootstrap listeners, the
-//! response body type and the few response builders every route uses.
+//! Serving the API and bootstrap listeners (on infera's shared accept loop,
+//! `infera_proto::serve`), the response body type and the few response builders every route
+//! uses.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
@@ -11,8 +11,7 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::graceful::GracefulShutdown;
+use infera_proto::serve::{Drain, serve_http};
 use tokio::net::TcpListener;
 
 /// Every response body: whole, or a stream that may fail (failing closes the connection).
@@ -21,43 +20,14 @@ pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 /// How long open connections get to finish after shutdown is asked for.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves `handler` on `listener` until `stop` resolves, then drains open connections.
+/// Serves `handler` on `listener` until `stop` resolves, then drains open connections (at most
+/// [`DRAIN`]), on the accept loop every infera server shares.
 pub async fn serve<H, F>(listener: TcpListener, handler: H, stop: impl Future<Output = ()>)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
-    let mut stop = std::pin::pin!(stop);
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let handler = handler.clone();
-        let service = hyper::service::service_fn(move |req| {
-            let response = handler(req);
-            async move { Ok::<_, Infallible>(response.await) }
-        });
-        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(DRAIN) => tracing::warn!("connections still open after the drain period"),
-    }
+    serve_http(listener, handler, stop, Drain::For(DRAIN)).await;
 }
 
 /// A JSON response.

@@ -6,6 +6,9 @@
 
 use std::collections::HashMap;
 
+/// The SGLang release the sim emulates unless told otherwise.
+pub const DEFAULT_SGLANG_VERSION: &str = "0.5.23";
+
 /// How many values a flag takes (argparse's `nargs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arity {
