@@ -24,7 +24,7 @@ use crate::scheduler::Scheduler;
 pub struct App {
     /// Configuration.
     pub config: SimConfig,
-    /// The engine.
+    /// The scheduler driver every request is paced by.
     pub engine: Engine,
     /// PD rooms (prefill role).
     pub rooms: Arc<Rooms>,

@@ -302,9 +302,9 @@ pub enum ConfigError {
     /// A size that must be ≥ 1.
     #[error("--{flag} must be at least 1 (got {value})")]
     Size {
-        /// The flag.
+        /// The flag that was out of range.
         flag: &'static str,
-        /// The value.
+        /// The value it was given.
         value: u32,
     },
 }

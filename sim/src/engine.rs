@@ -115,7 +115,7 @@ impl Engine {
         Self(Arc::new(Inner { state: Mutex::new(state), wake: Notify::new(), clock }))
     }
 
-    /// The clock.
+    /// The model-time clock (`--sim-speedup`) the engine paces by.
     pub fn clock(&self) -> Clock {
         self.0.clock
     }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// The knobs.
+/// The fault knobs (`--sim-fail-next`, …, `POST /sim/faults`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Faults {
     /// The next N data-plane requests fail at once with 500.

@@ -1,4 +1,5 @@
-//! `--kv-events-config` (`reference/sglang.md` §2.1, §2.2, §2.6): with `"publisher": "zmq"`,
+//! `--kv-events-config` (SGLang's `ZmqEventPublisher`, `python/sglang/srt/disaggregation/kv_events.py`
+//! in SGLang 0.5.23; manual/features/kv_aware_routing.md): with `"publisher": "zmq"`,
 //! one SGLang-framed publisher per DP rank — PUB on the `endpoint` port + rank, replay ROUTER on
 //! the `replay_endpoint` port + rank — in the event encoding and replay-reply format of the
 //! emulated `--sim-sglang-version`, and the `/server_info.kv_events` descriptor.
@@ -67,9 +68,9 @@ pub enum KvEventsError {
     /// `port + rank` past 65535.
     #[error("{endpoint:?}: port + rank {rank} exceeds 65535")]
     PortRange {
-        /// The endpoint.
+        /// The endpoint that could not be bound.
         endpoint: String,
-        /// The rank.
+        /// The DP rank it was for.
         rank: u32,
     },
     /// A socket could not be bound.
@@ -133,7 +134,7 @@ pub struct KvEventsInfo {
     pub port_base: u16,
     /// Rank 0's replay port.
     pub replay_port_base: Option<u16>,
-    /// The topic.
+    /// The first frame of every message (`topic` of `--kv-events-config`).
     pub topic: String,
 }
 

@@ -75,25 +75,25 @@ pub enum ParamsError {
     /// Unreadable.
     #[error("--sim-params {path}: {source}")]
     Read {
-        /// The file.
+        /// The path of the file that could not be used.
         path: PathBuf,
-        /// Why.
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
     /// Not TOML of the right shape.
     #[error("--sim-params {path}: {source}")]
     Parse {
-        /// The file.
+        /// The path of the file that could not be used.
         path: PathBuf,
-        /// Why.
+        /// The underlying error.
         #[source]
         source: toml::de::Error,
     },
     /// A value out of range.
     #[error("--sim-params: {field} must be {rule} (got {value})")]
     Range {
-        /// The key.
+        /// The parameter's key in the TOML file.
         field: &'static str,
         /// What is allowed.
         rule: &'static str,

@@ -24,11 +24,11 @@ pub enum PullError {
     #[error("KV transfer for bootstrap_room {room} from {addr} timed out after {ms} ms{}",
             last.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default())]
     Timeout {
-        /// The room.
+        /// The bootstrap room of the request.
         room: u64,
         /// The prefill's bootstrap address.
         addr: String,
-        /// The timeout.
+        /// How long the decode waited, ms.
         ms: u128,
         /// The last connection error, if any.
         last: Option<String>,
@@ -36,7 +36,7 @@ pub enum PullError {
     /// The prefill answered with an error (it failed, or the rank does not match).
     #[error("KV transfer for bootstrap_room {room} failed on the prefill ({status}): {message}")]
     Prefill {
-        /// The room.
+        /// The bootstrap room of the request.
         room: u64,
         /// The prefill's status.
         status: StatusCode,

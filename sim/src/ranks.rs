@@ -1,5 +1,7 @@
-//! Which DP rank a request runs on (SGLang's `DataParallelController` and the PD checks of
-//! `reference/sglang.md` §1.4 and §5), as a pure function.
+//! Which DP rank a request runs on, as a pure function: SGLang's `DataParallelController`
+//! (`python/sglang/srt/managers/data_parallel_controller.py` in SGLang 0.5.23: a
+//! `routed_dp_rank` wins, else `bootstrap_room % N` under `follow_bootstrap_room`, else round
+//! robin) and its PD range check.
 //!
 //! - `routed_dp_rank` (or `data_parallel_rank`, or `X-Data-Parallel-Rank`) pins the rank;
 //!   out of range ⇒ 400 `routed_dp_rank=R out of range [0, N)` (with one rank, 0 is ignored).
@@ -30,7 +32,7 @@ pub enum RankError {
     FollowConflict {
         /// The rank asked for.
         rank: u32,
-        /// The room.
+        /// The bootstrap room that chose the rank.
         room: u64,
         /// The ranks there are.
         ranks: u32,

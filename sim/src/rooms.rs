@@ -22,7 +22,7 @@ const ENDED_KEPT: usize = 10_000;
 /// What the decode learns from the prefill when the KV has been transferred.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvInfo {
-    /// The room.
+    /// The bootstrap room both legs carry.
     pub room: u64,
     /// Prompt tokens prefilled.
     pub prompt_tokens: u32,
@@ -167,7 +167,7 @@ pub struct RoomClaim {
 }
 
 impl RoomClaim {
-    /// The room.
+    /// The bootstrap room this entry is for.
     pub fn room(&self) -> u64 {
         self.room
     }

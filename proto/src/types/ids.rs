@@ -76,7 +76,7 @@ impl fmt::Display for DpRank {
 /// A routable unit: one worker and one of its DP ranks. Displayed as `worker/rank`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Target {
-    /// The worker.
+    /// The worker whose rank this is.
     pub worker: WorkerId,
     /// Its rank.
     pub rank: DpRank,

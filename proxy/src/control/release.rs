@@ -17,7 +17,7 @@ use crate::targets::{Endpoint, LocalLoad};
 /// What control booked for a leg.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Booking {
-    /// The reservation.
+    /// The reservation to release.
     pub(super) reservation: ReservationId,
     /// The lease it was booked under.
     pub(super) lease: LeaseId,

@@ -9,16 +9,16 @@ pub enum LoadError {
     /// A file cannot be read.
     #[error("{path}: cannot read: {source}")]
     Read {
-        /// The file.
+        /// The path of the file that could not be used.
         path: PathBuf,
-        /// Why.
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
     /// `tokenizer.json` does not parse as a Hugging Face tokenizer.
     #[error("{path}: not a Hugging Face tokenizer.json: {reason}")]
     Tokenizer {
-        /// The file.
+        /// The path of the file that could not be used.
         path: PathBuf,
         /// The parser's message.
         reason: String,
@@ -26,7 +26,7 @@ pub enum LoadError {
     /// `tokenizer_config.json` is not valid JSON or has fields of the wrong shape.
     #[error("{path}: {reason}")]
     Config {
-        /// The file.
+        /// The path of the file that could not be used.
         path: PathBuf,
         /// What is wrong.
         reason: String,

@@ -119,7 +119,7 @@ impl SessionCache {
         self.stats.entries = self.entries.len();
     }
 
-    /// The counters.
+    /// Hits, misses and evictions of the session cache so far.
     pub(crate) fn stats(&self) -> CacheStats {
         self.stats
     }

@@ -11,21 +11,21 @@ pub struct ReqId(pub u64);
 pub enum Event {
     /// The prompt is prefilled; `cached_tokens` came from the prefix cache.
     Prefilled {
-        /// The request.
+        /// The request this concerns.
         id: ReqId,
         /// Prompt tokens found in the cache.
         cached_tokens: u32,
     },
     /// The request has emitted `total` tokens so far.
     Tokens {
-        /// The request.
+        /// The request this concerns.
         id: ReqId,
         /// Tokens emitted so far.
         total: u32,
     },
     /// The request emitted all its tokens and left the engine.
     Finished {
-        /// The request.
+        /// The request this concerns.
         id: ReqId,
     },
 }
