@@ -22,6 +22,8 @@ pub struct Args {
     #[command(flatten)]
     registry: RegistryArgs,
     #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
     decode: DecodeArgs,
     #[command(flatten)]
     prefill: PrefillArgs,
@@ -55,6 +57,15 @@ struct RegistryArgs {
     /// followed as they register and leave.
     #[arg(long, env = "INFERA_CONTROL_ETCD", value_delimiter = ',')]
     etcd: Vec<String>,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Engine readings")]
+struct EngineArgs {
+    /// How often each worker's `GET /v1/loads` is read (ms): the engine readings of
+    /// `Admin/ListTargets` and the `infera_router_engine_*` gauges. 0 turns them off.
+    #[arg(long, env = "INFERA_ENGINE_POLL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    engine_poll_ms: u64,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -134,6 +145,8 @@ pub struct Config {
     pub workers: Vec<WorkerRecord>,
     /// etcd endpoints; empty = the static file is the registry.
     pub etcd: Vec<String>,
+    /// How often workers' `/v1/loads` is read; `None`: never.
+    pub engine_poll: Option<Duration>,
     /// Routing settings at start.
     pub settings: Settings,
     /// The KV prefix index's block budget.
@@ -196,6 +209,8 @@ impl TryFrom<Args> for Config {
                 None => Vec::new(),
             },
             etcd: a.registry.etcd,
+            engine_poll: (a.engine.engine_poll_ms > 0)
+                .then(|| Duration::from_millis(a.engine.engine_poll_ms)),
             settings,
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),

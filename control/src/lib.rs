@@ -11,6 +11,7 @@
 //!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
 //!   [`target`] holds what they all share: a target's key and load.
 //! - [`kv_feed`]: KV-event subscribers and the prefix index they fill.
+//! - [`engine`]: each worker's own `/v1/loads` readings, beside the ledger (and the drift).
 //! - [`settings`]: W, the mode and the policies in force.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
@@ -21,6 +22,7 @@
 pub mod affinity;
 pub mod config;
 pub mod decisions;
+pub mod engine;
 pub mod error;
 pub mod kv_feed;
 pub mod ledger;
@@ -94,9 +96,15 @@ pub async fn run(
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);
     let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
     let feed = Arc::new(feed);
-    let state = ControlState::new(core, feed.clone(), ControlMetrics::register(&mut registry), persist_to);
+    let engine = (
+        engine::EngineFeed::new(config.engine_poll),
+        engine::metrics::EngineMetrics::register(&mut registry),
+    );
+    let state =
+        ControlState::new(core, feed.clone(), engine, ControlMetrics::register(&mut registry), persist_to);
     for record in &static_workers {
         state.follow_kv(record);
+        state.follow_engine(record);
     }
     state.publish_loads();
     let stop = Stop::on(shutdown);
@@ -107,7 +115,7 @@ pub async fn run(
     let stopped = || stop.wait();
 
     let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
-    let reaper = tokio::spawn(reap(state, stopped()));
+    let reaper = tokio::spawn(reap(state.clone(), stopped()));
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
     let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
         if let Ok(stream) = &conn {
@@ -123,6 +131,7 @@ pub async fn run(
     reaper.await?;
     feed.await?;
     metrics.await?;
+    state.stop_engine();
     Ok(())
 }
 
@@ -150,7 +159,10 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
             _ = &mut stop => return,
             _ = leases.tick() => { state.tick(); }
             _ = sessions.tick() => state.sweep_sessions(),
-            _ = kv_metrics.tick() => state.export_kv_metrics(),
+            _ = kv_metrics.tick() => {
+                state.export_kv_metrics();
+                state.export_engine_metrics();
+            }
         }
     }
 }

@@ -52,7 +52,7 @@ fn list_targets(
 ) -> Result<infera_proto::pb::ListTargetsResponse, ControlError> {
     let role = infera_proto::convert::role_filter("role", m.role)?;
     let model = infera_proto::convert::name_filter(m.model);
-    Ok(wire::targets(&state.targets(model.as_deref(), role)))
+    Ok(wire::targets(&state.targets(model.as_deref(), role), state.engine()))
 }
 
 /// A span for one RPC, child of the caller's `traceparent` when it sent one.

@@ -11,6 +11,8 @@ use infera_proto::types::{
 use rand::rngs::SmallRng;
 
 use crate::decisions::DecisionHub;
+use crate::engine::metrics::EngineMetrics;
+use crate::engine::{EngineBoard, EngineFeed};
 use crate::error::ControlError;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
@@ -28,6 +30,9 @@ pub struct ControlState {
     /// The KV-event subscribers and the prefix index they fill (read by prefill picks, under the
     /// core lock: always taken in that order).
     kv_feed: Arc<KvFeed>,
+    /// The engines' own readings (`GET /v1/loads`), outside the core lock.
+    engine: EngineFeed,
+    engine_metrics: EngineMetrics,
     metrics: ControlMetrics,
     decisions: DecisionHub,
     /// Writers of admin changes to etcd (`--etcd`).
@@ -40,12 +45,15 @@ impl ControlState {
     pub fn new(
         core: RoutingCore<SmallRng>,
         kv_feed: Arc<KvFeed>,
+        engine: (EngineFeed, EngineMetrics),
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             core: Mutex::new(core),
             kv_feed,
+            engine: engine.0,
+            engine_metrics: engine.1,
             metrics,
             decisions: DecisionHub::new(4096),
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
@@ -72,6 +80,38 @@ impl ControlState {
         self.kv_feed.export_metrics();
     }
 
+    /// Follows a worker's engine readings (static workers at start, registry changes).
+    pub fn follow_engine(&self, record: &WorkerRecord) {
+        self.engine.follow(record);
+    }
+
+    /// The engines' readings.
+    pub fn engine(&self) -> &EngineBoard {
+        self.engine.board()
+    }
+
+    /// Stops polling the engines (control is stopping).
+    pub fn stop_engine(&self) {
+        self.engine.stop();
+    }
+
+    /// Sets the engine gauges from the latest readings and the ledger.
+    pub fn export_engine_metrics(&self) {
+        let rows = self.core().targets(None, None);
+        let board = self.engine.board();
+        let readings: Vec<_> = rows.iter().map(|r| board.get(&r.slot.target)).collect();
+        let gauge_rows: Vec<crate::engine::metrics::Row<'_>> = rows
+            .iter()
+            .zip(&readings)
+            .map(|(r, reading)| crate::engine::metrics::Row {
+                target: r.slot.target.to_string(),
+                held: r.load.held_requests,
+                reading: reading.as_ref(),
+            })
+            .collect();
+        self.engine_metrics.export(&gauge_rows, Instant::now());
+    }
+
     /// Applies a registry change to the worker view. A removed worker's targets take no new
     /// picks; what they hold is released as its streams end.
     pub fn apply(&self, change: infera_registry::Change) {
@@ -92,8 +132,14 @@ impl ControlState {
         };
         // The view knows the worker's targets now, so the feed's events find their keys.
         match &change {
-            infera_registry::Change::Upsert(record) => self.follow_kv(record),
-            infera_registry::Change::Remove(id) => self.kv_feed.forget(id),
+            infera_registry::Change::Upsert(record) => {
+                self.follow_kv(record);
+                self.engine.follow(record);
+            }
+            infera_registry::Change::Remove(id) => {
+                self.kv_feed.forget(id);
+                self.engine.forget(id);
+            }
         }
         self.metrics.registry_change(kind);
         self.publish_loads();

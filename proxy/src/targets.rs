@@ -209,6 +209,8 @@ mod tests {
             drained,
             booked_input_tokens: 0,
             held_requests: 0,
+            engine: None,
+            drift_requests: 0,
         }
     }
 

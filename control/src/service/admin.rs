@@ -34,7 +34,7 @@ impl AdminService {
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
         let (worker, rank) = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
         let rows = self.state.set_drained(&worker, rank, drained)?;
-        Ok(Response::new(wire::targets(&rows)))
+        Ok(Response::new(wire::targets(&rows, self.state.engine())))
     }
 }
 

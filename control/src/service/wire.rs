@@ -6,6 +6,7 @@ use infera_proto::pb;
 use infera_proto::types::RequestWeight;
 
 use crate::decisions::{CandidateTerms, Decision};
+use crate::engine::{EngineBoard, Reading};
 use crate::routing::{ReservationRow, TargetRow};
 use crate::settings::Settings;
 
@@ -26,18 +27,40 @@ pub(super) fn millis(d: std::time::Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
-pub(super) fn target_status(TargetRow { slot, load }: &TargetRow) -> pb::TargetStatus {
+pub(super) fn target_status(TargetRow { slot, load }: &TargetRow, engine: &EngineBoard) -> pb::TargetStatus {
+    let reading = engine.get(&slot.target);
+    let drift = reading.map_or(0, |r| signed(load.held_requests) - signed(r.load.holding()));
     pb::TargetStatus {
         target: Some((&slot.target).into()),
         worker: Some(slot.worker.as_ref().into()),
         drained: slot.drained,
         booked_input_tokens: load.booked_input_tokens,
         held_requests: load.held_requests,
+        engine: reading.map(|r| engine_load(&r)),
+        drift_requests: drift,
     }
 }
 
-pub(super) fn targets(rows: &[TargetRow]) -> pb::ListTargetsResponse {
-    pb::ListTargetsResponse { targets: rows.iter().map(target_status).collect() }
+fn engine_load(r: &Reading) -> pb::EngineLoad {
+    let l = r.load;
+    pb::EngineLoad {
+        running_requests: l.running,
+        queued_requests: l.queued(),
+        waiting_requests: l.waiting,
+        prealloc_queue_requests: l.prealloc_queue,
+        transfer_queue_requests: l.transfer_queue,
+        used_tokens: l.used_tokens,
+        max_total_tokens: l.max_total_tokens,
+        age_ms: millis(r.at.elapsed()),
+    }
+}
+
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+pub(super) fn targets(rows: &[TargetRow], engine: &EngineBoard) -> pb::ListTargetsResponse {
+    pb::ListTargetsResponse { targets: rows.iter().map(|r| target_status(r, engine)).collect() }
 }
 
 pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -> pb::CandidateTerms {

@@ -92,6 +92,11 @@ impl Cluster {
         self.admin().await.watch_decisions(pb::WatchDecisionsRequest::default()).await.unwrap().into_inner()
     }
 
+    /// Control's `/metrics` text.
+    pub(crate) async fn control_metrics(&self) -> String {
+        self.kit.control.metrics().await.unwrap()
+    }
+
     /// Held requests and booked tokens summed over every target.
     pub(crate) async fn ledger(&self) -> Ledger {
         self.kit.control.ledger().await

@@ -3,6 +3,7 @@
 mod client;
 mod harness;
 
+mod engine;
 mod errors;
 mod kv;
 mod ledger;

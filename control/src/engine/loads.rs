@@ -1,0 +1,166 @@
+//! SGLang's `GET /v1/loads` answer → one [`EngineLoad`] per DP rank. The shape is SGLang's
+//! `LoadSnapshot.to_dict` (`python/sglang/srt/managers/load_snapshot.py` and
+//! `entrypoints/v1_loads.py` in SGLang 0.5.23; the same fields since 0.5.18): `{"loads": [{
+//! "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_used_tokens",
+//! "max_total_num_tokens", …, "disaggregation": {"decode_prealloc_queue_reqs", …}}]}`. A
+//! field a version lacks reads as 0; a rank without `dp_rank` or a body that is not that
+//! shape is an error.
+
+use serde::Deserialize;
+
+/// What one DP rank's engine reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineLoad {
+    /// Requests in the running batch (decoding, or prefilling in chunks).
+    pub running: u64,
+    /// Requests in the scheduler's waiting queue.
+    pub waiting: u64,
+    /// PD decode: requests waiting for KV memory to be preallocated.
+    pub prealloc_queue: u64,
+    /// PD decode: requests whose KV is arriving; PD prefill: requests whose KV is being sent.
+    pub transfer_queue: u64,
+    /// PD decode: requests retracted for lack of KV memory, waiting to resume.
+    pub retracted: u64,
+    /// PD prefill: requests waiting for their decode's bootstrap.
+    pub bootstrap_queue: u64,
+    /// KV tokens in use.
+    pub used_tokens: u64,
+    /// KV capacity in tokens (0 when the engine does not say).
+    pub max_total_tokens: u64,
+}
+
+impl EngineLoad {
+    /// Every request the rank holds in any state: running and in every queue.
+    pub fn holding(&self) -> u64 {
+        self.running + self.queued()
+    }
+
+    /// Requests the rank holds that are not in the running batch.
+    pub fn queued(&self) -> u64 {
+        self.waiting + self.prealloc_queue + self.transfer_queue + self.retracted + self.bootstrap_queue
+    }
+}
+
+/// A `/v1/loads` body that is not SGLang's shape.
+#[derive(Debug, thiserror::Error)]
+#[error("not a /v1/loads answer: {0}")]
+pub struct LoadsError(#[from] serde_json::Error);
+
+#[derive(Deserialize)]
+struct Body {
+    loads: Vec<Rank>,
+}
+
+#[derive(Deserialize)]
+struct Rank {
+    dp_rank: u32,
+    #[serde(default)]
+    num_running_reqs: u64,
+    #[serde(default)]
+    num_waiting_reqs: u64,
+    #[serde(default)]
+    num_used_tokens: u64,
+    #[serde(default)]
+    max_total_num_tokens: u64,
+    #[serde(default)]
+    disaggregation: Option<Disaggregation>,
+}
+
+#[derive(Deserialize, Default)]
+struct Disaggregation {
+    #[serde(default)]
+    prefill_bootstrap_queue_reqs: u64,
+    #[serde(default)]
+    prefill_inflight_queue_reqs: u64,
+    #[serde(default)]
+    decode_prealloc_queue_reqs: u64,
+    #[serde(default)]
+    decode_transfer_queue_reqs: u64,
+    #[serde(default)]
+    decode_retracted_queue_reqs: u64,
+}
+
+/// The ranks of a `/v1/loads` body, as (rank, load).
+///
+/// # Errors
+/// When the body is not SGLang's shape.
+pub fn parse(body: &[u8]) -> Result<Vec<(u32, EngineLoad)>, LoadsError> {
+    let body: Body = serde_json::from_slice(body)?;
+    Ok(body
+        .loads
+        .into_iter()
+        .map(|r| {
+            let d = r.disaggregation.unwrap_or_default();
+            let load = EngineLoad {
+                running: r.num_running_reqs,
+                waiting: r.num_waiting_reqs,
+                prealloc_queue: d.decode_prealloc_queue_reqs,
+                transfer_queue: d.decode_transfer_queue_reqs + d.prefill_inflight_queue_reqs,
+                retracted: d.decode_retracted_queue_reqs,
+                bootstrap_queue: d.prefill_bootstrap_queue_reqs,
+                used_tokens: r.num_used_tokens,
+                max_total_tokens: r.max_total_num_tokens,
+            };
+            (r.dp_rank, load)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sglangs_shape_reads_every_queue() {
+        // As SGLang 0.5.23's /v1/loads answers for a PD decode (fields trimmed to those read,
+        // plus a few it also sends).
+        let body = br#"{"timestamp":"2026-12-01T00:00:00+00:00","version":"0.5.23","accelerator":null,
+            "num_accelerators":1,"loads":[
+            {"timestamp":1.0,"dp_rank":0,"num_running_reqs":5,"num_waiting_reqs":1,"num_used_tokens":9000,
+             "num_total_tokens":9100,"max_total_num_tokens":500000,"token_usage":0.02,"decode_moments":null,
+             "disaggregation":{"mode":"decode","prefill_bootstrap_queue_reqs":0,"prefill_inflight_queue_reqs":0,
+               "decode_prealloc_queue_reqs":2,"decode_transfer_queue_reqs":3,"decode_retracted_queue_reqs":1,
+               "kv_transfer_speed_gb_s":0.0,"kv_transfer_latency_ms":0.0}},
+            {"dp_rank":1,"num_running_reqs":0}]}"#;
+        let ranks = parse(body).unwrap();
+        assert_eq!(ranks.len(), 2);
+        let (rank, load) = ranks[0];
+        assert_eq!(rank, 0);
+        assert_eq!(
+            load,
+            EngineLoad {
+                running: 5,
+                waiting: 1,
+                prealloc_queue: 2,
+                transfer_queue: 3,
+                retracted: 1,
+                bootstrap_queue: 0,
+                used_tokens: 9000,
+                max_total_tokens: 500_000,
+            }
+        );
+        assert_eq!((load.queued(), load.holding()), (7, 12));
+        assert_eq!(ranks[1], (1, EngineLoad::default()), "missing fields read as 0");
+    }
+
+    #[test]
+    fn a_prefill_counts_bootstrap_and_inflight() {
+        let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":1,"disaggregation":{"mode":"prefill",
+            "prefill_bootstrap_queue_reqs":4,"prefill_inflight_queue_reqs":2}}]}"#;
+        let (_, load) = parse(body).unwrap()[0];
+        assert_eq!((load.bootstrap_queue, load.transfer_queue, load.holding()), (4, 2, 7));
+    }
+
+    #[test]
+    fn other_shapes_are_errors() {
+        for bad in [
+            &b"{}"[..],
+            b"[]",
+            b"not json",
+            br#"{"loads":[{"num_running_reqs":1}]}"#,
+            br#"{"loads":[{"dp_rank":-1}]}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
