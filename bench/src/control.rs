@@ -287,5 +287,6 @@ pub(crate) fn core_settings(weight: RequestWeight) -> Settings {
         session_slack_tokens: 0,
         session_ttl: Duration::from_secs(600),
         lease_ttl: Duration::from_secs(300),
+        prefilling_weight: Default::default(),
     }
 }

@@ -9,7 +9,7 @@ use infera_proto::types::{
     DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WeightNeedsDemand, WorkerRecord,
 };
 
-use crate::settings::{OverlapCredit, Settings};
+use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
@@ -83,6 +83,11 @@ struct DecodeArgs {
     /// The legacy decode policy (selects in off and shadow modes).
     #[arg(long, env = "INFERA_DECODE_POLICY", value_enum, default_value_t = DecodePolicy::RoundRobin)]
     decode_policy: DecodePolicy,
+    /// How much a held request (and its tokens) still in prefill counts in the decode cost,
+    /// relative to one past its prefill (0–4; its request's prefill reservation is live).
+    /// 1 counts them alike: the cost as it always was.
+    #[arg(long, env = "INFERA_DECODE_PREFILLING_WEIGHT", default_value = "1", allow_negative_numbers = true)]
+    decode_prefilling_weight: PrefillingWeight,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -199,6 +204,7 @@ impl TryFrom<Args> for Config {
             session_slack_tokens: a.prefill.prefill_session_slack_tokens,
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
+            prefilling_weight: a.decode.decode_prefilling_weight,
         };
         settings.validate().map_err(ConfigError::WeightNeedsDemand)?;
         Ok(Self {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use infera_proto::types::{LeaseId, PickKind, RequestId, ReservationId};
 
 use crate::error::ControlError;
-use crate::target::{Load, TargetKey};
+use crate::target::{Load, Prefilling, TargetKey};
 
 #[cfg(test)]
 mod tests;
@@ -35,6 +35,8 @@ pub struct Reservation {
     pub input_tokens: u64,
     /// Wall-clock time of the booking (for operators).
     pub booked_at: SystemTime,
+    /// A decode reservation whose request still holds a prefill reservation.
+    pub prefilling: bool,
 }
 
 /// The outcome of a release.
@@ -78,6 +80,9 @@ pub struct Ledger {
     loads: Vec<Load>,
     reservations: HashMap<u64, Reservation>,
     leases: HashMap<u64, LeaseState>,
+    /// The live reservation of each leg by request id (the first, when a client reuses an id
+    /// concurrently): how a decode reservation learns that its request is still in prefill.
+    legs: HashMap<(PickKind, RequestId), u64>,
 }
 
 impl Ledger {
@@ -90,6 +95,7 @@ impl Ledger {
             loads: Vec::new(),
             reservations: HashMap::new(),
             leases: HashMap::new(),
+            legs: HashMap::new(),
         }
     }
 
@@ -149,7 +155,6 @@ impl Ledger {
         let load = &mut self.loads[i];
         load.booked_input_tokens += booking.input_tokens;
         load.held_requests += 1;
-        let load = *load;
         let reservation = Reservation {
             id,
             lease,
@@ -158,9 +163,48 @@ impl Ledger {
             request_id: booking.request_id,
             input_tokens: booking.input_tokens,
             booked_at: wall,
+            prefilling: false,
         };
-        self.reservations.insert(id.seq, reservation);
-        Ok((id, load))
+        // Only the leg registered for its request id takes part in the phase: a second live
+        // leg of the same id (a client reusing x-request-id) is not marked, so that the
+        // registered prefill's end always unmarks whatever it marked.
+        let registered =
+            *self.legs.entry((reservation.kind, reservation.request_id.clone())).or_insert(seq) == seq;
+        let other = match reservation.kind {
+            PickKind::Decode => PickKind::Prefill,
+            PickKind::Prefill => PickKind::Decode,
+        };
+        let other = self.legs.get(&(other, reservation.request_id.clone())).copied();
+        self.reservations.insert(seq, reservation);
+        // A decode whose request's prefill is live (booked before or after it) is prefilling.
+        match (booking.kind, other) {
+            (PickKind::Decode, Some(_)) if registered => self.mark_prefilling(seq, true),
+            (PickKind::Prefill, Some(decode)) if registered => self.mark_prefilling(decode, true),
+            _ => {}
+        }
+        Ok((id, self.loads[i]))
+    }
+
+    /// Sets whether decode reservation `seq` is still in prefill, keeping its target's
+    /// [`Prefilling`] equal to the sum over its marked reservations.
+    fn mark_prefilling(&mut self, seq: u64, on: bool) {
+        let Some(r) = self.reservations.get_mut(&seq) else { return };
+        if r.kind != PickKind::Decode || r.prefilling == on {
+            return;
+        }
+        r.prefilling = on;
+        let p = &mut self.loads[r.target.index()].prefilling;
+        if on {
+            p.requests += 1;
+            p.tokens += r.input_tokens;
+        } else {
+            p.requests =
+                p.requests.checked_sub(1).expect("ledger invariant: prefilling requests never go negative");
+            p.tokens = p
+                .tokens
+                .checked_sub(r.input_tokens)
+                .expect("ledger invariant: prefilling tokens never go negative");
+        }
     }
 
     /// Ends a reservation. Idempotent: a reservation ended before gives [`Released::Already`];
@@ -217,6 +261,10 @@ impl Ledger {
         self.loads.iter().fold(Load::default(), |acc, l| Load {
             booked_input_tokens: acc.booked_input_tokens + l.booked_input_tokens,
             held_requests: acc.held_requests + l.held_requests,
+            prefilling: Prefilling {
+                requests: acc.prefilling.requests + l.prefilling.requests,
+                tokens: acc.prefilling.tokens + l.prefilling.tokens,
+            },
         })
     }
 
@@ -248,7 +296,29 @@ impl Ledger {
     }
 
     fn unbook(&mut self, r: &Reservation) -> Load {
+        let key = (r.kind, r.request_id.clone());
+        if self.legs.get(&key) == Some(&r.id.seq) {
+            self.legs.remove(&key);
+            // The prefill leg ended: its request's decode now waits for, or decodes, its KV.
+            if r.kind == PickKind::Prefill
+                && let Some(&decode) = self.legs.get(&(PickKind::Decode, r.request_id.clone()))
+            {
+                self.mark_prefilling(decode, false);
+            }
+        }
         let load = &mut self.loads[r.target.index()];
+        if r.prefilling {
+            load.prefilling.requests = load
+                .prefilling
+                .requests
+                .checked_sub(1)
+                .expect("ledger invariant: prefilling requests never go negative");
+            load.prefilling.tokens = load
+                .prefilling
+                .tokens
+                .checked_sub(r.input_tokens)
+                .expect("ledger invariant: prefilling tokens never go negative");
+        }
         // A reservation only ever subtracts what its own booking added, so these cannot
         // underflow; checked arithmetic turns a broken invariant into a loud failure.
         load.booked_input_tokens = load

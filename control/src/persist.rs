@@ -171,6 +171,7 @@ mod tests {
             session_slack_tokens: 0,
             session_ttl: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1),
+            prefilling_weight: Default::default(),
         }
     }
 

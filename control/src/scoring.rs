@@ -20,7 +20,7 @@ use std::borrow::Borrow;
 use infera_proto::types::{DecodePolicy, PickKind, RequestWeight};
 use rand::Rng;
 
-use crate::settings::{OverlapCredit, Settings};
+use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
 use crate::target::{Load, TargetKey};
 
 mod choose;
@@ -83,7 +83,9 @@ pub fn score(
     out.clear();
     out.extend(candidates.iter().map(|&c| {
         let cost = match kind {
-            PickKind::Decode => decode_cost(c.load, request_tokens, settings.weight),
+            PickKind::Decode => {
+                phased_decode_cost(c.load, request_tokens, settings.weight, settings.prefilling_weight)
+            }
             PickKind::Prefill => {
                 prefill_cost(c.load, request_tokens, c.cached_tokens, settings.overlap_credit)
             }
@@ -95,6 +97,24 @@ pub fn score(
 /// The decode cost of a candidate.
 pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f64 {
     load.booked_input_tokens as f64 + request_tokens as f64 + weight.get() * load.held_requests as f64
+}
+
+/// The decode cost with the held requests still in prefill (and their tokens) weighed by `p`
+/// against those past it; `p` = 1 is [`decode_cost`] exactly.
+pub fn phased_decode_cost(
+    load: Load,
+    request_tokens: u64,
+    weight: RequestWeight,
+    p: PrefillingWeight,
+) -> f64 {
+    let prefilling = load.prefilling;
+    let past_tokens = (load.booked_input_tokens - prefilling.tokens) as f64;
+    let past_requests = (load.held_requests - prefilling.requests) as f64;
+    let p = p.get();
+    past_tokens
+        + p * prefilling.tokens as f64
+        + request_tokens as f64
+        + weight.get() * (past_requests + p * prefilling.requests as f64)
 }
 
 /// The prefill cost of a candidate: the prefill tokens in flight there once this one is added,

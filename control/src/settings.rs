@@ -25,6 +25,63 @@ pub struct Settings {
     pub session_ttl: Duration,
     /// Lease TTL when the proxy asks for none.
     pub lease_ttl: Duration,
+    /// How much a held decode request still in prefill counts, relative to one already past
+    /// its prefill (1: alike, the cost as it always was).
+    pub prefilling_weight: PrefillingWeight,
+}
+
+/// The weight of a decode target's held requests (and their tokens) that are still in
+/// prefill, relative to those past it: 0 counts only what decodes (or is about to), 1 counts
+/// them alike, above 1 counts what is yet to come more (it will still be decoding when a
+/// request picked now arrives, while some of today's decodes will have finished).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct PrefillingWeight(f64);
+
+/// A prefilling weight outside its domain.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the decode prefilling weight must be a finite number from 0 to {max}, got {0:?}", max = PrefillingWeight::MAX)]
+pub struct PrefillingWeightError(String);
+
+impl PrefillingWeight {
+    /// The largest accepted weight.
+    pub const MAX: f64 = 4.0;
+    /// Prefilling requests count as much as any other: the cost without phases.
+    pub const ALIKE: Self = Self(1.0);
+
+    /// Checks a weight.
+    pub fn new(w: f64) -> Result<Self, PrefillingWeightError> {
+        if w.is_finite() && (0.0..=Self::MAX).contains(&w) {
+            Ok(Self(w + 0.0))
+        } else {
+            Err(PrefillingWeightError(w.to_string()))
+        }
+    }
+
+    /// The weight.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Default for PrefillingWeight {
+    fn default() -> Self {
+        Self::ALIKE
+    }
+}
+
+impl std::str::FromStr for PrefillingWeight {
+    type Err = PrefillingWeightError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let w: f64 = s.trim().parse().map_err(|_| PrefillingWeightError(s.to_owned()))?;
+        Self::new(w)
+    }
+}
+
+impl std::fmt::Display for PrefillingWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 impl Settings {

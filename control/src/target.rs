@@ -31,4 +31,16 @@ pub struct Load {
     pub booked_input_tokens: u64,
     /// Number of live reservations on the target.
     pub held_requests: u64,
+    /// Of those, decode reservations whose request's prefill reservation is still live: the
+    /// request is still queued or computing on a prefill, not yet loading this target's steps.
+    pub prefilling: Prefilling,
+}
+
+/// The part of a decode target's load still in prefill (see [`Load::prefilling`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prefilling {
+    /// Held requests still in prefill.
+    pub requests: u64,
+    /// Their input tokens.
+    pub tokens: u64,
 }

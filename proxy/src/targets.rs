@@ -211,6 +211,7 @@ mod tests {
             held_requests: 0,
             engine: None,
             drift_requests: 0,
+            prefilling_requests: 0,
         }
     }
 

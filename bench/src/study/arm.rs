@@ -2,6 +2,8 @@
 //!
 //! - a weight `W`: `--decode-input-demand on --decode-request-weight W` (the cost
 //!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
+//! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
+//!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`.
 
 use std::fmt;
@@ -12,6 +14,13 @@ use std::str::FromStr;
 pub(crate) enum Arm {
     /// Demand on with this request weight (tokens per held request).
     Weight(f64),
+    /// Demand on with a request weight and a prefilling weight.
+    Phased {
+        /// W.
+        weight: f64,
+        /// `--decode-prefilling-weight`.
+        prefilling: f64,
+    },
     /// Demand off; the legacy policy selects.
     Legacy(Legacy),
 }
@@ -46,6 +55,11 @@ impl Arm {
                     w.to_string(),
                 ]
             }
+            Arm::Phased { weight, prefilling } => {
+                let mut flags = Arm::Weight(*weight).control_flags();
+                flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
+                flags
+            }
             Arm::Legacy(p) => {
                 vec!["--decode-input-demand".into(), "off".into(), "--decode-policy".into(), p.name().into()]
             }
@@ -56,6 +70,7 @@ impl Arm {
     pub(crate) fn key(&self) -> String {
         match self {
             Arm::Weight(w) => format!("w{w}"),
+            Arm::Phased { weight, prefilling } => format!("w{weight}-p{prefilling}"),
             Arm::Legacy(p) => p.name().to_owned(),
         }
     }
@@ -81,6 +96,9 @@ impl fmt::Display for Arm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
+            Arm::Phased { weight, prefilling } => {
+                write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))
+            }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
         }
     }
@@ -99,6 +117,15 @@ impl FromStr for Arm {
         };
         if let Some(p) = legacy {
             return Ok(Arm::Legacy(p));
+        }
+        if let Some((w, p)) = s.split_once("/p") {
+            let Arm::Weight(weight) = w.parse()? else { unreachable!("a number parses as a weight") };
+            let prefilling: f64 =
+                p.parse().map_err(|_| format!("{s:?}: the prefilling weight after /p is not a number"))?;
+            if !(prefilling.is_finite() && (0.0..=4.0).contains(&prefilling)) {
+                return Err(format!("{s:?}: the prefilling weight must be between 0 and 4"));
+            }
+            return Ok(Arm::Phased { weight, prefilling });
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
@@ -123,6 +150,10 @@ mod tests {
             .map(|s| s.parse().unwrap())
             .collect();
         assert_eq!(arms[2], Arm::Weight(1e6));
+        let phased: Arm = "1e6/p0.5".parse().unwrap();
+        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5 });
+        assert_eq!(phased.control_flags()[4..], ["--decode-prefilling-weight".to_owned(), "0.5".to_owned()]);
+        assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
         assert_eq!(
             arms[1].control_flags().join(" "),
             "--decode-input-demand on --decode-request-weight 180000"

@@ -14,7 +14,7 @@ const TARGETS: u32 = 6;
 #[derive(Clone, Debug)]
 enum Op {
     OpenLease { ttl_ms: u64 },
-    Book { lease: usize, target: u32, tokens: u64 },
+    Book { lease: usize, target: u32, tokens: u64, prefill: bool, request: u8 },
     Release { reservation: usize },
     KeepAlive { lease: usize },
     CloseLease { lease: usize },
@@ -25,7 +25,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => (50u64..2_000).prop_map(|ttl_ms| Op::OpenLease { ttl_ms }),
-        6 => (any::<usize>(), 0..TARGETS, 0u64..200_000).prop_map(|(lease, target, tokens)| Op::Book { lease, target, tokens }),
+        6 => (any::<usize>(), 0..TARGETS, 0u64..200_000, any::<bool>(), 0u8..6)
+            .prop_map(|(lease, target, tokens, prefill, request)| Op::Book { lease, target, tokens, prefill, request }),
         5 => any::<usize>().prop_map(|reservation| Op::Release { reservation }),
         2 => any::<usize>().prop_map(|lease| Op::KeepAlive { lease }),
         1 => any::<usize>().prop_map(|lease| Op::CloseLease { lease }),
@@ -35,10 +36,14 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn booking(target: u32, tokens: u64) -> Booking {
+    leg(PickKind::Decode, target, tokens, "req")
+}
+
+fn leg(kind: PickKind, target: u32, tokens: u64, request: &str) -> Booking {
     Booking {
-        kind: PickKind::Decode,
+        kind,
         target: TargetKey::from_index(target),
-        request_id: RequestId::new("req"),
+        request_id: RequestId::new(request),
         input_tokens: tokens,
     }
 }
@@ -50,8 +55,24 @@ fn recomputed(ledger: &Ledger) -> HashMap<u32, Load> {
         let l = loads.entry(r.target.index() as u32).or_default();
         l.booked_input_tokens += r.input_tokens;
         l.held_requests += 1;
+        if r.prefilling {
+            l.prefilling.requests += 1;
+            l.prefilling.tokens += r.input_tokens;
+        }
     }
     loads
+}
+
+/// A decode marked as prefilling always has a live prefill of the same request.
+fn check_prefilling_sound(ledger: &Ledger) {
+    let live = ledger.reservations();
+    for r in live.iter().filter(|r| r.prefilling) {
+        assert_eq!(r.kind, PickKind::Decode, "{r:?}");
+        assert!(
+            live.iter().any(|p| p.kind == PickKind::Prefill && p.request_id == r.request_id),
+            "{r:?} is marked prefilling without a live prefill"
+        );
+    }
 }
 
 fn check_consistent(ledger: &Ledger) {
@@ -77,10 +98,12 @@ proptest! {
         for op in ops {
             match op {
                 Op::OpenLease { ttl_ms } => leases.push(ledger.open_lease("p".into(), Duration::from_millis(ttl_ms), now)),
-                Op::Book { lease, target, tokens } if !leases.is_empty() => {
+                Op::Book { lease, target, tokens, prefill, request } if !leases.is_empty() => {
                     let lease = leases[lease % leases.len()];
                     let live = ledger.lease(lease).is_some_and(|s| s.expires_at > now);
-                    match ledger.book(lease, booking(target, tokens), now, SystemTime::UNIX_EPOCH) {
+                    let kind = if prefill { PickKind::Prefill } else { PickKind::Decode };
+                    let booking = leg(kind, target, tokens, &format!("req-{request}"));
+                    match ledger.book(lease, booking, now, SystemTime::UNIX_EPOCH) {
                         Ok((id, _)) => { prop_assert!(live); issued.push(id); }
                         Err(ControlError::UnknownLease(_)) => prop_assert!(!live),
                         Err(e) => prop_assert!(false, "unexpected {e}"),
@@ -118,6 +141,7 @@ proptest! {
                 _ => {}
             }
             check_consistent(&ledger);
+            check_prefilling_sound(&ledger);
         }
 
         // Every lease ends (as a dead proxy's would): everything must be back to exactly zero.
@@ -143,7 +167,7 @@ fn unknown_ids_are_not_found_and_change_nothing() {
     let other_epoch = ReservationId { epoch: 2, seq: id.seq };
     assert!(matches!(ledger.release(never), Err(ControlError::UnknownReservation(_))));
     assert!(matches!(ledger.release(other_epoch), Err(ControlError::UnknownReservation(_))));
-    assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1 });
+    assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1, ..Load::default() });
 }
 
 #[test]
@@ -168,4 +192,51 @@ fn keep_alive_extends_the_deadline() {
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].released.len(), 1);
     assert_eq!(ledger.total(), Load::default());
+}
+
+#[test]
+fn a_decode_is_prefilling_while_its_requests_prefill_is_live_in_either_booking_order() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_secs(60), now);
+    let d = TargetKey::from_index(1);
+    // Decode first, then its prefill (the proxy picks both at once).
+    let (d1, _) = ledger.book(lease, leg(PickKind::Decode, 1, 100, "a"), now, wall).unwrap();
+    assert_eq!(
+        ledger.load(d).prefilling,
+        Prefilling::default(),
+        "no prefill yet: an aggregated request decodes at once"
+    );
+    let (p1, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 100, "a"), now, wall).unwrap();
+    assert_eq!(ledger.load(d).prefilling, Prefilling { requests: 1, tokens: 100 });
+    // Prefill first, then its decode.
+    let (p2, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 40, "b"), now, wall).unwrap();
+    let (d2, load) = ledger.book(lease, leg(PickKind::Decode, 1, 40, "b"), now, wall).unwrap();
+    assert_eq!(load.prefilling, Prefilling { requests: 2, tokens: 140 });
+    assert_eq!(load.held_requests, 2);
+    // A's prefill ends (its KV is on its way): A decodes.
+    ledger.release(p1).unwrap();
+    assert_eq!(ledger.load(d).prefilling, Prefilling { requests: 1, tokens: 40 });
+    // B's decode ends (cancelled) while B still prefills.
+    ledger.release(d2).unwrap();
+    assert_eq!(ledger.load(d).prefilling, Prefilling::default());
+    ledger.release(p2).unwrap();
+    ledger.release(d1).unwrap();
+    assert_eq!(ledger.total(), Load::default());
+}
+
+#[test]
+fn a_lease_expiry_ends_the_prefill_phase_with_the_prefill() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1);
+    let decode_lease = ledger.open_lease("p1".into(), Duration::from_secs(60), now);
+    let prefill_lease = ledger.open_lease("p2".into(), Duration::from_millis(100), now);
+    ledger.book(decode_lease, leg(PickKind::Decode, 1, 10, "a"), now, wall).unwrap();
+    ledger.book(prefill_lease, leg(PickKind::Prefill, 0, 10, "a"), now, wall).unwrap();
+    assert_eq!(ledger.load(TargetKey::from_index(1)).prefilling.requests, 1);
+    ledger.expire(now + Duration::from_secs(1));
+    assert_eq!(ledger.load(TargetKey::from_index(1)).prefilling, Prefilling::default());
+    assert_eq!(ledger.load(TargetKey::from_index(1)).held_requests, 1);
 }

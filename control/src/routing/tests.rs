@@ -25,6 +25,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
         session_slack_tokens: 1_000,
         session_ttl: Duration::from_secs(60),
         lease_ttl: Duration::from_secs(10),
+        prefilling_weight: Default::default(),
     }
 }
 
@@ -99,9 +100,9 @@ fn the_pick_reports_the_terms_before_booking() {
     );
     f.decode(300);
     let p = f.decode(200);
-    assert_eq!(p.chosen.load, Load { booked_input_tokens: 300, held_requests: 1 });
+    assert_eq!(p.chosen.load, Load { booked_input_tokens: 300, held_requests: 1, ..Load::default() });
     assert_eq!(p.chosen.cost, 300.0 + 200.0 + 1_000.0);
-    assert_eq!(p.change.load, Load { booked_input_tokens: 500, held_requests: 2 });
+    assert_eq!(p.change.load, Load { booked_input_tokens: 500, held_requests: 2, ..Load::default() });
 }
 
 #[test]

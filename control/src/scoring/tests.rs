@@ -7,14 +7,14 @@ fn cand(position: usize, tokens: u64, held: u64) -> Candidate {
     Candidate::new(
         TargetKey::from_index(position as u32),
         position,
-        Load { booked_input_tokens: tokens, held_requests: held },
+        Load { booked_input_tokens: tokens, held_requests: held, ..Load::default() },
         1,
     )
 }
 
 #[test]
 fn cost_adds_weight_times_held_requests() {
-    let load = Load { booked_input_tokens: 1_000, held_requests: 3 };
+    let load = Load { booked_input_tokens: 1_000, held_requests: 3, ..Load::default() };
     assert_eq!(decode_cost(load, 500, RequestWeight::ZERO), 1_500.0);
     assert_eq!(decode_cost(load, 500, RequestWeight::new(1e6).unwrap()), 3_001_500.0);
 }
@@ -86,4 +86,26 @@ fn random_covers_every_candidate() {
         seen[legacy(DecodePolicy::Random, &cands, &mut cursor, 3, &mut rng)] = true;
     }
     assert_eq!(seen, [true; 3]);
+}
+
+#[test]
+fn the_prefilling_weight_scales_what_is_still_in_prefill_and_one_changes_nothing() {
+    use crate::settings::PrefillingWeight;
+    use crate::target::Prefilling;
+    let w = RequestWeight::new(1e6).unwrap();
+    let load = Load {
+        booked_input_tokens: 10_000,
+        held_requests: 4,
+        prefilling: Prefilling { requests: 3, tokens: 9_000 },
+    };
+    let alike = phased_decode_cost(load, 500, w, PrefillingWeight::ALIKE);
+    assert_eq!(alike, decode_cost(load, 500, w));
+    // Only what is past prefill: 1,000 tokens and 1 request.
+    assert_eq!(phased_decode_cost(load, 500, w, PrefillingWeight::new(0.0).unwrap()), 1_000.0 + 500.0 + 1e6);
+    // Twice: 1,000 + 18,000 tokens, 1 + 6 requests.
+    assert_eq!(phased_decode_cost(load, 500, w, PrefillingWeight::new(2.0).unwrap()), 19_000.0 + 500.0 + 7e6);
+    for bad in ["-0.1", "4.5", "nan", "inf", "x"] {
+        assert!(bad.parse::<PrefillingWeight>().is_err(), "{bad}");
+    }
+    assert_eq!("0.25".parse::<PrefillingWeight>().unwrap().get(), 0.25);
 }

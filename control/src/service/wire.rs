@@ -20,6 +20,7 @@ pub(super) fn config(s: &Settings) -> pb::Config {
         session_ttl_ms: millis(s.session_ttl),
         prefill_policy: s.prefill_policy.as_str().to_owned(),
         prefill_overlap_credit: s.overlap_credit.get(),
+        decode_prefilling_weight: s.prefilling_weight.get(),
     }
 }
 
@@ -38,6 +39,7 @@ pub(super) fn target_status(TargetRow { slot, load }: &TargetRow, engine: &Engin
         held_requests: load.held_requests,
         engine: reading.map(|r| engine_load(&r)),
         drift_requests: drift,
+        prefilling_requests: load.prefilling.requests,
     }
 }
 
@@ -74,6 +76,8 @@ pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -
         session_affinity: c.session_affinity,
         overlap_pages: c.overlap_pages,
         cached_tokens: c.cached_tokens,
+        prefilling_requests: c.load.prefilling.requests,
+        prefilling_tokens: c.load.prefilling.tokens,
     }
 }
 

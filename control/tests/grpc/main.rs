@@ -6,6 +6,7 @@ mod admin;
 mod bad_input;
 mod kv;
 mod leases;
+mod phases;
 mod picks;
 mod reasons;
 mod reflection;

@@ -35,7 +35,10 @@ async fn the_ledger_and_the_engines_agree_while_streams_run_and_after() {
         async || {
             let rows = decode_rows(&cluster).await;
             let held: u64 = rows.iter().map(|r| r.held_requests).sum();
-            let agree = rows.iter().all(|r| r.engine.is_some() && r.drift_requests == 0);
+            // Every prefill leg has ended by then: each request is past its prefill.
+            let agree = rows
+                .iter()
+                .all(|r| r.engine.is_some() && r.drift_requests == 0 && r.prefilling_requests == 0);
             (held == 12 && agree).then_some(rows)
         },
     )
