@@ -5,6 +5,11 @@
 //! "max_total_num_tokens", …, "disaggregation": {"decode_prealloc_queue_reqs", …}}]}`. A
 //! field a version lacks reads as 0; a rank without `dp_rank` or a body that is not that
 //! shape is an error.
+//!
+//! SGLang's `num_waiting_reqs` already counts the disaggregation queues that wait: a prefill's
+//! bootstrap queue, a decode's prealloc, transfer and retracted queues
+//! (`managers/scheduler_components/load_inquirer.py`, 0.5.18 and 0.5.23). Only a prefill's
+//! in-flight queue (prefilled, sending its KV) is outside both the running batch and it.
 
 use serde::Deserialize;
 
@@ -13,16 +18,19 @@ use serde::Deserialize;
 pub struct EngineLoad {
     /// Requests in the running batch (decoding, or prefilling in chunks).
     pub running: u64,
-    /// Requests in the scheduler's waiting queue.
+    /// Requests waiting, as SGLang counts them: its waiting queue and the disaggregation
+    /// queues below but the prefill's in-flight one.
     pub waiting: u64,
-    /// PD decode: requests waiting for KV memory to be preallocated.
+    /// Of `waiting`, on a PD decode: requests waiting for KV memory to be preallocated.
     pub prealloc_queue: u64,
-    /// PD decode: requests whose KV is arriving; PD prefill: requests whose KV is being sent.
+    /// Of `waiting`, on a PD decode: requests whose KV is arriving.
     pub transfer_queue: u64,
-    /// PD decode: requests retracted for lack of KV memory, waiting to resume.
+    /// Of `waiting`, on a PD decode: requests retracted for lack of KV memory.
     pub retracted: u64,
-    /// PD prefill: requests waiting for their decode's bootstrap.
+    /// Of `waiting`, on a PD prefill: requests waiting for their decode's bootstrap.
     pub bootstrap_queue: u64,
+    /// PD prefill: prefilled requests still sending their KV (not in `waiting`).
+    pub inflight_queue: u64,
     /// KV tokens in use.
     pub used_tokens: u64,
     /// KV capacity in tokens (0 when the engine does not say).
@@ -37,7 +45,7 @@ impl EngineLoad {
 
     /// Requests the rank holds that are not in the running batch.
     pub fn queued(&self) -> u64 {
-        self.waiting + self.prealloc_queue + self.transfer_queue + self.retracted + self.bootstrap_queue
+        self.waiting + self.inflight_queue
     }
 }
 
@@ -95,9 +103,10 @@ pub fn parse(body: &[u8]) -> Result<Vec<(u32, EngineLoad)>, LoadsError> {
                 running: r.num_running_reqs,
                 waiting: r.num_waiting_reqs,
                 prealloc_queue: d.decode_prealloc_queue_reqs,
-                transfer_queue: d.decode_transfer_queue_reqs + d.prefill_inflight_queue_reqs,
+                transfer_queue: d.decode_transfer_queue_reqs,
                 retracted: d.decode_retracted_queue_reqs,
                 bootstrap_queue: d.prefill_bootstrap_queue_reqs,
+                inflight_queue: d.prefill_inflight_queue_reqs,
                 used_tokens: r.num_used_tokens,
                 max_total_tokens: r.max_total_num_tokens,
             };
@@ -113,10 +122,11 @@ mod tests {
     #[test]
     fn sglangs_shape_reads_every_queue() {
         // As SGLang 0.5.23's /v1/loads answers for a PD decode (fields trimmed to those read,
-        // plus a few it also sends).
+        // plus a few it also sends): num_waiting_reqs 7 = 1 waiting + 2 prealloc + 3 transfer
+        // + 1 retracted.
         let body = br#"{"timestamp":"2026-12-01T00:00:00+00:00","version":"0.5.23","accelerator":null,
             "num_accelerators":1,"loads":[
-            {"timestamp":1.0,"dp_rank":0,"num_running_reqs":5,"num_waiting_reqs":1,"num_used_tokens":9000,
+            {"timestamp":1.0,"dp_rank":0,"num_running_reqs":5,"num_waiting_reqs":7,"num_used_tokens":9000,
              "num_total_tokens":9100,"max_total_num_tokens":500000,"token_usage":0.02,"decode_moments":null,
              "disaggregation":{"mode":"decode","prefill_bootstrap_queue_reqs":0,"prefill_inflight_queue_reqs":0,
                "decode_prealloc_queue_reqs":2,"decode_transfer_queue_reqs":3,"decode_retracted_queue_reqs":1,
@@ -130,25 +140,27 @@ mod tests {
             load,
             EngineLoad {
                 running: 5,
-                waiting: 1,
+                waiting: 7,
                 prealloc_queue: 2,
                 transfer_queue: 3,
                 retracted: 1,
                 bootstrap_queue: 0,
+                inflight_queue: 0,
                 used_tokens: 9000,
                 max_total_tokens: 500_000,
             }
         );
-        assert_eq!((load.queued(), load.holding()), (7, 12));
+        assert_eq!((load.queued(), load.holding()), (7, 12), "the queues are not counted twice");
         assert_eq!(ranks[1], (1, EngineLoad::default()), "missing fields read as 0");
     }
 
     #[test]
     fn a_prefill_counts_bootstrap_and_inflight() {
-        let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":1,"disaggregation":{"mode":"prefill",
+        // SGLang counts the bootstrap queue in num_waiting_reqs, not the in-flight one.
+        let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":1,"num_waiting_reqs":5,"disaggregation":{"mode":"prefill",
             "prefill_bootstrap_queue_reqs":4,"prefill_inflight_queue_reqs":2}}]}"#;
         let (_, load) = parse(body).unwrap()[0];
-        assert_eq!((load.bootstrap_queue, load.transfer_queue, load.holding()), (4, 2, 7));
+        assert_eq!((load.bootstrap_queue, load.inflight_queue, load.holding()), (4, 2, 8));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Per-target gauges of the engine readings, beside the ledger's `*_demand_*` gauges:
-//! `infera_router_engine_running_requests`, `…_queued_requests` (waiting, prealloc, transfer,
-//! retracted, bootstrap), `…_used_tokens`, `…_max_tokens`, `…_reading_age_seconds`, and
+//! `infera_router_engine_running_requests`, `…_queued_requests` (SGLang's waiting count, which
+//! includes its disaggregation queues, plus a prefill's in-flight transfers), `…_used_tokens`, `…_max_tokens`, `…_reading_age_seconds`, and
 //! `infera_router_demand_drift_requests` (held − running − queued).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -56,7 +56,7 @@ impl EngineMetrics {
         );
         r.register(
             "engine_queued_requests",
-            "Requests the engine holds outside its running batch (waiting, prealloc, transfer, retracted, bootstrap), per target",
+            "Requests the engine holds outside its running batch (num_waiting_reqs, which counts the disaggregation queues, + prefill in-flight), per target",
             m.queued.clone(),
         );
         r.register("engine_used_tokens", "KV tokens in use, per target", m.used_tokens.clone());
