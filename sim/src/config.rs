@@ -2,6 +2,7 @@
 //! flags SGLang itself would reject with a warning, see [`crate::argv`]) plus `--sim-*` flags → validated [`SimConfig`]. Every flag is
 //! also an `INFERA_SIM_*` environment variable.
 
+mod memory;
 #[cfg(test)]
 mod tests;
 
@@ -14,7 +15,7 @@ use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::params::{ParamsError, TimingParams};
-use crate::scheduler::QueueOrder;
+use crate::scheduler::{KvBudget, QueueOrder};
 use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
 
 /// infera-sim: an emulated SGLang engine (`python -m sglang.launch_server` without a GPU).
@@ -27,6 +28,8 @@ pub struct SimArgs {
     parallel: ParallelArgs,
     #[command(flatten)]
     scheduling: SchedulingArgs,
+    #[command(flatten)]
+    memory: memory::MemoryArgs,
     #[command(flatten)]
     sim: SimOnlyArgs,
     /// SGLang flags this emulator does not model, dropped before parsing.
@@ -243,6 +246,8 @@ pub struct SimConfig {
     pub max_running_requests: u32,
     /// `--context-length` (131072 when unset).
     pub context_length: u32,
+    /// `--max-total-tokens` and `--num-reserved-decode-tokens` (enforced on a decode only).
+    pub kv: KvBudget,
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
     /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
@@ -341,6 +346,10 @@ impl TryFrom<SimArgs> for SimConfig {
         let mut warnings: Vec<String> =
             a.rejected.iter().map(|f| format!("ignoring unknown flag {f}")).collect();
         let (server, parallel, scheduling, sim) = (a.server, a.parallel, a.scheduling, a.sim);
+        let kv = a.memory.budget();
+        if kv.capacity.is_some() && server.disaggregation_mode != DisaggregationMode::Decode {
+            warnings.push("--max-total-tokens is enforced on a PD decode only (reported here)".into());
+        }
         if !(sim.sim_speedup.is_finite() && sim.sim_speedup > 0.0) {
             return Err(ConfigError::Speedup(sim.sim_speedup));
         }
@@ -405,6 +414,7 @@ impl TryFrom<SimArgs> for SimConfig {
             cuda_graph_max_bs_decode: scheduling.cuda_graph_max_bs_decode,
             max_running_requests: scheduling.max_running_requests.unwrap_or(1024),
             context_length: server.context_length.unwrap_or(131_072),
+            kv,
             kv_events_config: server.kv_events_config,
             kv_events,
             tokenizer,
