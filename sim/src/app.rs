@@ -10,14 +10,14 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::Clock;
-use crate::config::SimConfig;
+use crate::config::{DisaggregationMode, SimConfig};
 use crate::engine::Engine;
 use crate::faults::FaultKnobs;
 use crate::kv_events::{KvEventsInfo, KvEventsSockets};
 use crate::pull::KvClient;
 use crate::request_log::RequestLog;
 use crate::rooms::Rooms;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{KvBudget, Scheduler};
 
 /// Shared state of one emulated engine.
 #[derive(Debug)]
@@ -60,7 +60,11 @@ impl App {
             config.chunk_tokens,
             config.page_size,
             config.queue_order,
-        );
+        )
+        .with_kv_budget(match config.mode {
+            DisaggregationMode::Decode => config.kv,
+            _ => KvBudget { capacity: None, ..config.kv },
+        });
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let (publishers, kv_events) = kv.map_or((Vec::new(), None), |k| (k.publishers, Some(k.info)));
         Self {

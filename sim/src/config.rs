@@ -2,8 +2,10 @@
 //! flags SGLang itself would reject with a warning, see [`crate::argv`]) plus `--sim-*` flags → validated [`SimConfig`]. Every flag is
 //! also an `INFERA_SIM_*` environment variable.
 
+mod memory;
 #[cfg(test)]
 mod tests;
+mod validate;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::params::{ParamsError, TimingParams};
-use crate::scheduler::QueueOrder;
+use crate::scheduler::{KvBudget, QueueOrder};
 use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
 
 /// infera-sim: an emulated SGLang engine (`python -m sglang.launch_server` without a GPU).
@@ -27,6 +29,8 @@ pub struct SimArgs {
     parallel: ParallelArgs,
     #[command(flatten)]
     scheduling: SchedulingArgs,
+    #[command(flatten)]
+    memory: memory::MemoryArgs,
     #[command(flatten)]
     sim: SimOnlyArgs,
     /// SGLang flags this emulator does not model, dropped before parsing.
@@ -243,6 +247,8 @@ pub struct SimConfig {
     pub max_running_requests: u32,
     /// `--context-length` (131072 when unset).
     pub context_length: u32,
+    /// `--max-total-tokens` and `--num-reserved-decode-tokens` (enforced on a decode only).
+    pub kv: KvBudget,
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
     /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
@@ -332,115 +338,6 @@ impl SimArgs {
     pub fn ignored_flags(&self) -> &[String] {
         &self.ignored
     }
-}
-
-impl TryFrom<SimArgs> for SimConfig {
-    type Error = ConfigError;
-
-    fn try_from(a: SimArgs) -> Result<Self, ConfigError> {
-        let mut warnings: Vec<String> =
-            a.rejected.iter().map(|f| format!("ignoring unknown flag {f}")).collect();
-        let (server, parallel, scheduling, sim) = (a.server, a.parallel, a.scheduling, a.sim);
-        if !(sim.sim_speedup.is_finite() && sim.sim_speedup > 0.0) {
-            return Err(ConfigError::Speedup(sim.sim_speedup));
-        }
-        for (flag, value) in [
-            ("dp-size", parallel.dp_size),
-            ("attn-dp-size", parallel.attn_dp_size.unwrap_or(1)),
-            ("tp-size", parallel.tp_size),
-            ("page-size", parallel.page_size),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::Size { flag, value });
-            }
-        }
-        let params = match &sim.sim_params {
-            Some(path) => TimingParams::load(path)?,
-            None => TimingParams::default(),
-        };
-        let queue_order = match scheduling.schedule_policy.as_str() {
-            "fcfs" => QueueOrder::Fcfs,
-            "shortest-prefill-first" | "shortest_prefill_first" | "spf" => QueueOrder::ShortestPrefillFirst,
-            other => {
-                warnings.push(format!("--schedule-policy {other} is emulated as fcfs"));
-                QueueOrder::Fcfs
-            }
-        };
-        let mode = server.disaggregation_mode;
-        let rank_choice = match (scheduling.load_balance_method.as_str(), mode) {
-            ("auto", DisaggregationMode::Prefill) | ("follow_bootstrap_room", _) => {
-                RankChoice::FollowBootstrapRoom
-            }
-            ("auto" | "round_robin", _) => RankChoice::RoundRobin,
-            (other, _) => {
-                warnings.push(format!("--load-balance-method {other} is emulated as round_robin"));
-                RankChoice::RoundRobin
-            }
-        };
-        let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
-        let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
-        let tokenizer = load_tokenizer(&server)?;
-        Ok(Self {
-            served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
-            host: server.host,
-            port: server.port,
-            model_path: server.model_path,
-            mode,
-            bootstrap_port: server.disaggregation_bootstrap_port,
-            ranks: parallel.attn_dp_size.unwrap_or(parallel.dp_size),
-            attention_dp: parallel.attn_dp_size.is_some() || parallel.enable_dp_attention,
-            tp_size: parallel.tp_size,
-            page_size: parallel.page_size,
-            chunk_tokens: chunk_tokens.unwrap_or(u32::MAX),
-            queue_order,
-            schedule_policy: scheduling.schedule_policy,
-            rank_choice,
-            load_balance_method: scheduling.load_balance_method,
-            speculative: Speculative {
-                algorithm: scheduling.speculative_algorithm,
-                num_steps: scheduling.speculative_num_steps,
-                eagle_topk: scheduling.speculative_eagle_topk,
-                num_draft_tokens: scheduling.speculative_num_draft_tokens,
-            },
-            cuda_graph_max_bs_decode: scheduling.cuda_graph_max_bs_decode,
-            max_running_requests: scheduling.max_running_requests.unwrap_or(1024),
-            context_length: server.context_length.unwrap_or(131_072),
-            kv_events_config: server.kv_events_config,
-            kv_events,
-            tokenizer,
-            cache_report: server.enable_cache_report,
-            enable_metrics: server.enable_metrics,
-            seed: sim.sim_seed,
-            speedup: sim.sim_speedup,
-            params,
-            sglang_version: sim.sim_sglang_version,
-            bootstrap_timeout: Duration::from_millis(sim.sim_bootstrap_timeout_ms),
-            faults: Faults {
-                fail_next: sim.sim_fail_next,
-                stall_after_tokens: sim.sim_stall_after_tokens,
-                die_after_tokens: sim.sim_die_after_tokens,
-            },
-            log: sim.sim_log,
-            warnings,
-        })
-    }
-}
-
-/// The tokenizer of `--tokenizer-path`, else of a model path that is a directory with a
-/// `tokenizer.json` (as SGLang takes the tokenizer from the model path).
-fn load_tokenizer(
-    server: &ServerArgs,
-) -> Result<Option<std::sync::Arc<infera_tokenize::Tokenizer>>, ConfigError> {
-    let as_file = |p: &std::path::Path| if p.is_dir() { p.join("tokenizer.json") } else { p.to_owned() };
-    let path = match &server.tokenizer_path {
-        Some(p) => as_file(p),
-        None => match std::path::Path::new(&server.model_path).join("tokenizer.json") {
-            p if p.is_file() => p,
-            _ => return Ok(None),
-        },
-    };
-    let template = server.chat_template.clone().map(infera_tokenize::ChatTemplateSource::File);
-    Ok(Some(std::sync::Arc::new(infera_tokenize::Tokenizer::load(&path, template.as_ref())?)))
 }
 
 impl SimConfig {

@@ -31,6 +31,8 @@ pub struct Progress {
     pub cached_tokens: Option<u32>,
     /// Tokens emitted so far.
     pub tokens: u32,
+    /// Decode role: the rank reserved the KV (left the prealloc queue); the transfer may start.
+    pub preallocated: bool,
     /// Set once the request left the engine.
     pub end: Option<End>,
 }
@@ -68,6 +70,8 @@ impl State {
                 }
                 Event::Tokens { id, total } => self.update(id, |p| p.tokens = total),
                 Event::Finished { id } => self.end(id, End::Finished),
+                Event::Preallocated { id } => self.update(id, |p| p.preallocated = true),
+                Event::Aborted { id } => self.end(id, End::Aborted),
             }
         }
     }
@@ -130,6 +134,9 @@ impl Engine {
         let (tx, rx) = watch::channel(Progress::default());
         st.watchers.insert(id, (tx, rid.to_owned()));
         st.rids.insert(rid.to_owned(), id);
+        // Hands out what the admission raised (a reservation, an abort).
+        let events = st.core.advance(now);
+        st.dispatch(events);
         drop(st);
         self.0.wake.notify_one();
         Ticket { engine: self.clone(), id, rx }
@@ -151,6 +158,9 @@ impl Engine {
         let mut st = self.0.state.lock().unwrap();
         let found = st.core.remove(id);
         st.end(id, End::Aborted);
+        // The freed KV may admit or resume others now.
+        let events = st.core.advance(self.0.clock.now());
+        st.dispatch(events);
         drop(st);
         self.0.wake.notify_one();
         found

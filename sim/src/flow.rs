@@ -230,6 +230,9 @@ async fn drive(mut job: Job, tx: mpsc::Sender<FlowEvent>, seq: Seq) {
 
 impl Job {
     async fn run(&mut self, tx: &mpsc::Sender<FlowEvent>) -> Result<Outcome, Gone> {
+        if (self.peer.is_some() || self.decode_without_peer) && !self.preallocated().await {
+            return self.aborted(tx).await;
+        }
         if let Some(peer) = self.peer.clone() {
             let left = self.deadline.saturating_duration_since(Instant::now());
             let pull = self.app.kv_client.pull((&peer.host, peer.port), peer.room, peer.expect_rank, left);
@@ -250,6 +253,21 @@ impl Job {
         match self.claim.is_some() {
             true => self.prefill_leg(tx).await,
             false => self.relay(tx).await,
+        }
+    }
+
+    /// Decode: waits in the rank's prealloc queue until its KV is reserved (SGLang's decode
+    /// sends the prefill its KV destination only then); false if it left the engine instead.
+    async fn preallocated(&mut self) -> bool {
+        let mut p = self.ticket.progress();
+        loop {
+            if p.preallocated {
+                return true;
+            }
+            if p.end.is_some() {
+                return false;
+            }
+            p = self.ticket.next().await;
         }
     }
 

@@ -15,16 +15,24 @@
 //! flush leaves `AllBlocksCleared` on every rank; the shell takes them with
 //! [`Scheduler::take_kv_batches`] and publishes them.
 
+mod decode_mem;
+pub mod kv;
 mod rank;
+mod req;
+mod snapshot;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kv;
 mod types;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+pub use kv::KvBudget;
 pub use rank::QueueOrder;
 use rank::{Batch, Rank, Waiting};
+use req::{Phase, Req};
 pub use types::{Admission, Event, RankSnapshot, ReqId, Work};
 
 use infera_kv::event::KvEvent;
@@ -32,38 +40,7 @@ use infera_kv::hash::PageHash;
 
 use crate::params::TimingParams;
 use crate::prefix_cache::{PrefixCache, PromptPages};
-use crate::timing::{self, RankLoad};
-
-#[derive(Debug)]
-enum Phase {
-    Waiting,
-    Prefilling,
-    Running,
-    Stalled,
-    Transfer,
-}
-
-#[derive(Debug)]
-struct Req {
-    rank: usize,
-    prompt_tokens: u32,
-    pages: PromptPages,
-    max_new: u32,
-    stall_after: Option<u32>,
-    hold: bool,
-    phase: Phase,
-    cached: u32,
-    /// Uncached prompt tokens still to prefill.
-    remaining: u32,
-    emitted: u32,
-    steps: u32,
-}
-
-impl Req {
-    fn context(&self) -> u64 {
-        u64::from(self.prompt_tokens) + u64::from(self.emitted)
-    }
-}
+use crate::timing;
 
 /// The decode step in flight.
 #[derive(Debug)]
@@ -86,6 +63,15 @@ pub struct Scheduler {
     kv_events: bool,
     /// Recorded KV-event batches, `(rank, events)`, oldest first.
     kv_batches: Vec<(usize, Vec<KvEvent>)>,
+    /// Each rank's KV budget (decode role).
+    kv: KvBudget,
+    /// Events raised outside a completion (reservations, aborts), handed out by the next
+    /// [`Scheduler::advance`].
+    outbox: Vec<Event>,
+    /// Decode steps so far (the decode log's interval counts them).
+    decode_steps: u64,
+    /// Whether requests here await their KV from a prefill (a PD decode).
+    decode_role: bool,
 }
 
 impl Scheduler {
@@ -102,7 +88,17 @@ impl Scheduler {
             next_id: 0,
             kv_events: false,
             kv_batches: Vec::new(),
+            kv: KvBudget::default(),
+            outbox: Vec::new(),
+            decode_steps: 0,
+            decode_role: false,
         }
+    }
+
+    /// Bounds each rank's KV for decode-role requests (`--max-total-tokens`).
+    pub fn with_kv_budget(mut self, kv: KvBudget) -> Self {
+        self.kv = kv;
+        self
     }
 
     /// Records prefix-cache changes as SGLang KV events from now on.
@@ -128,7 +124,7 @@ impl Scheduler {
         let rank = a.rank.min(self.ranks.len() - 1);
         let (pages, hold, phase) = match a.work {
             Work::Prefill { pages, hold } => (pages, hold, Phase::Waiting),
-            Work::AwaitKv => (PromptPages::default(), false, Phase::Transfer),
+            Work::AwaitKv => (PromptPages::default(), false, Phase::Prealloc),
         };
         let prompt_tokens = a.prompt_tokens.max(1);
         let req = Req {
@@ -146,7 +142,12 @@ impl Scheduler {
         };
         let r = &mut self.ranks[rank];
         match req.phase {
-            Phase::Transfer => r.transfer.push(id),
+            Phase::Prealloc => {
+                self.decode_role = true;
+                if !self.enter_prealloc(id, rank, prompt_tokens) {
+                    return id;
+                }
+            }
             _ => {
                 let cached = cached_of(&r.cache, &req.pages.hashes, prompt_tokens);
                 r.waiting.push_back(Waiting { id, estimate: prompt_tokens - cached });
@@ -188,47 +189,26 @@ impl Scheduler {
         ids
     }
 
-    /// Processes everything due by `now`, in time order.
+    /// Processes everything due by `now`, in time order, then starts what can start at `now`
+    /// (after a removal freed KV, say). Also hands out the events raised in between.
     pub fn advance(&mut self, now: Duration) -> Vec<Event> {
-        let mut events = Vec::new();
+        let mut events = std::mem::take(&mut self.outbox);
         while let Some((at, what)) = self.next_due().filter(|(at, _)| *at <= now) {
             match what {
                 Due::Step => self.end_step(at, &mut events),
                 Due::Batch(rank) => self.end_batch(at, rank, &mut events),
             }
             self.start_work(at);
+            events.append(&mut self.outbox);
         }
+        self.start_work(now);
+        events.append(&mut self.outbox);
         events
     }
 
     /// When the next batch or step completes, if anything is in flight.
     pub fn next_deadline(&self) -> Option<Duration> {
         self.next_due().map(|(at, _)| at)
-    }
-
-    /// Per-rank counters.
-    pub fn snapshot(&self) -> Vec<RankSnapshot> {
-        self.ranks
-            .iter()
-            .map(|r| {
-                let context = |ids: &[ReqId]| -> u64 {
-                    ids.iter().filter_map(|id| self.reqs.get(id)).map(Req::context).sum()
-                };
-                let batch: Vec<ReqId> =
-                    r.batch.iter().flat_map(|b| b.parts.iter().map(|(id, _)| *id)).collect();
-                RankSnapshot {
-                    running: (r.running.len() + r.stalled.len() + batch.len()) as u32,
-                    waiting: r.waiting.len() as u32,
-                    waiting_uncached_tokens: r.waiting.iter().map(|w| u64::from(w.estimate)).sum(),
-                    transfer: r.transfer.len() as u32,
-                    used_tokens: context(&r.running)
-                        + context(&r.stalled)
-                        + context(&r.transfer)
-                        + context(&batch),
-                    cached_tokens: r.cache.tokens(),
-                }
-            })
-            .collect()
     }
 
     /// Empties every rank's prefix cache.
@@ -239,17 +219,6 @@ impl Scheduler {
                 self.kv_batches.push((rank, vec![KvEvent::AllBlocksCleared]));
             }
         }
-    }
-
-    /// The decode load of each rank, as the step formula sees it.
-    pub fn rank_loads(&self) -> Vec<RankLoad> {
-        self.ranks
-            .iter()
-            .map(|r| RankLoad {
-                requests: r.running.len() as u32,
-                context_tokens: r.running.iter().filter_map(|id| self.reqs.get(id)).map(Req::context).sum(),
-            })
-            .collect()
     }
 
     fn next_due(&self) -> Option<(Duration, Due)> {
@@ -266,8 +235,14 @@ impl Scheduler {
     /// is in flight and any rank has running requests.
     fn start_work(&mut self, now: Duration) {
         for rank in 0..self.ranks.len() {
+            self.admit_decode(rank);
             if self.ranks[rank].batch.is_none() {
                 self.start_batch(now, rank);
+            }
+        }
+        if self.step.is_none() {
+            for rank in 0..self.ranks.len() {
+                self.retract_for_step(rank);
             }
         }
         if self.step.is_none() && self.ranks.iter().any(|r| !r.running.is_empty()) {
@@ -364,6 +339,7 @@ impl Scheduler {
 
     fn end_step(&mut self, _at: Duration, events: &mut Vec<Event>) {
         let Some(step) = self.step.take() else { return };
+        self.log_decode_step();
         let acceptance = self.params.mtp_acceptance;
         for id in step.members {
             let Some(req) = self.reqs.get_mut(&id) else { continue };

@@ -59,7 +59,7 @@ pub(super) fn server_info(app: &App) -> Value {
         "cuda_graph_max_bs_decode": c.cuda_graph_max_bs_decode,
         "enable_metrics": c.enable_metrics,
         "kv_events_config": c.kv_events_config,
-        "max_total_num_tokens": c.params.prefix_cache_tokens,
+        "max_total_num_tokens": capacity(app),
         "max_req_input_len": c.context_length.saturating_sub(5),
         "kv_events": app.kv_events.as_ref().map(|k| {
             k.describe(c.page_size, c.ranks, at_least(&c.sglang_version, [0, 5, 22]))
@@ -83,6 +83,11 @@ pub(super) fn server_info(app: &App) -> Value {
         info["status"] = json!("ready");
     }
     info
+}
+
+/// `max_total_num_tokens`: `--max-total-tokens` when given, else the prefix cache's size.
+fn capacity(app: &App) -> u64 {
+    app.config.kv.capacity.unwrap_or(app.config.params.prefix_cache_tokens)
 }
 
 /// `GET /model_info`.
@@ -140,7 +145,8 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
     let has = |s: &str| include.iter().any(|i| i == s || i == "all");
     let c = &app.config;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    let capacity = c.params.prefix_cache_tokens;
+    let capacity = capacity(app);
+    let decode = c.mode == DisaggregationMode::Decode;
     let loads: Vec<Value> = app
         .engine
         .snapshot()
@@ -152,12 +158,16 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
             e.insert("timestamp".into(), json!(now));
             e.insert("dp_rank".into(), json!(rank));
             e.insert("num_running_reqs".into(), json!(s.running));
-            e.insert("num_waiting_reqs".into(), json!(s.waiting));
+            // A decode counts its prealloc, transfer and retracted queues as waiting
+            // (SGLang 0.5.23 python/sglang/srt/managers/scheduler_components/load_inquirer.py).
+            let queued = if decode { s.prealloc + s.transfer + s.retracted } else { 0 };
+            e.insert("num_waiting_reqs".into(), json!(s.waiting + queued));
             e.insert("num_waiting_uncached_tokens".into(), json!(s.waiting_uncached_tokens));
             e.insert("num_used_tokens".into(), json!(s.used_tokens));
-            e.insert("num_total_tokens".into(), json!(s.used_tokens));
-            e.insert("num_active_tokens".into(), json!(s.used_tokens));
-            e.insert("num_prealloc_ready_tokens".into(), json!(0));
+            let total = s.used_tokens + s.pending_tokens;
+            e.insert("num_total_tokens".into(), json!(total));
+            e.insert("num_active_tokens".into(), json!(total.saturating_sub(s.awaiting_kv_tokens)));
+            e.insert("num_prealloc_ready_tokens".into(), json!(s.prealloc_tokens));
             e.insert("max_total_num_tokens".into(), json!(capacity));
             e.insert("max_running_requests".into(), json!(c.max_running_requests));
             e.insert("token_usage".into(), json!(s.used_tokens as f64 / capacity.max(1) as f64));
@@ -179,13 +189,14 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
                     if c.mode == DisaggregationMode::Prefill { (s.transfer, 0) } else { (0, s.transfer) };
                 e.insert("disaggregation".into(), json!({
                     "mode": c.mode.as_str(), "prefill_bootstrap_queue_reqs": 0,
-                    "prefill_inflight_queue_reqs": prefill_inflight, "decode_prealloc_queue_reqs": 0,
-                    "decode_transfer_queue_reqs": decode_transfer, "decode_retracted_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": prefill_inflight, "decode_prealloc_queue_reqs": s.prealloc,
+                    "decode_transfer_queue_reqs": decode_transfer, "decode_retracted_queue_reqs": s.retracted,
                     "kv_transfer_speed_gb_s": c.params.kv_bandwidth_bytes_per_s / 1e9, "kv_transfer_latency_ms": 0.0,
                 }));
             }
             if has("queues") {
-                let queues = json!({"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0});
+                let queues = json!({"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": s.retracted_last,
+                    "prealloc_ready": s.prealloc});
                 e.insert("queues".into(), queues);
             }
             Value::Object(e)

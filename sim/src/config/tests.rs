@@ -96,3 +96,23 @@ fn the_seed_and_speedup_flags_have_short_aliases() {
             .is_err()
     );
 }
+
+#[test]
+fn the_kv_capacity_is_a_decode_flag() {
+    let unset = config(&[]).unwrap();
+    assert_eq!(unset.kv, KvBudget { capacity: None, reserved_decode_tokens: 512 });
+    let decode = [
+        "--disaggregation-mode",
+        "decode",
+        "--max-total-tokens",
+        "9000",
+        "--num-reserved-decode-tokens",
+        "8",
+    ];
+    let decode = config(&decode).unwrap();
+    assert_eq!(decode.kv, KvBudget { capacity: Some(9000), reserved_decode_tokens: 8 });
+    assert!(decode.warnings.is_empty(), "{:?}", decode.warnings);
+    let mixed = config(&["--max-total-tokens", "9000"]).unwrap();
+    assert_eq!(mixed.kv.capacity, Some(9000), "reported");
+    assert!(mixed.warnings.iter().any(|w| w.contains("--max-total-tokens")), "{:?}", mixed.warnings);
+}

@@ -48,6 +48,14 @@ pub(super) struct Rank {
     /// Requests in the KV-transfer phase (prefill: waiting for the decode to pull;
     /// decode: waiting for the KV to arrive).
     pub(super) transfer: Vec<ReqId>,
+    /// Decode role: waiting for a KV reservation, FIFO (SGLang's prealloc queue).
+    pub(super) prealloc: VecDeque<ReqId>,
+    /// Decode role: retracted, FIFO, KV freed.
+    pub(super) retracted: VecDeque<ReqId>,
+    /// Requests the last retraction gave back, not yet logged.
+    pub(super) retracted_pending: u32,
+    /// What the last decode log saw (`queues.retracted`).
+    pub(super) retracted_logged: u32,
 }
 
 impl Rank {
@@ -60,6 +68,10 @@ impl Rank {
             running: Vec::new(),
             stalled: Vec::new(),
             transfer: Vec::new(),
+            prealloc: VecDeque::new(),
+            retracted: VecDeque::new(),
+            retracted_pending: 0,
+            retracted_logged: 0,
         }
     }
 
@@ -90,5 +102,7 @@ impl Rank {
         self.running.retain(|&r| r != id);
         self.stalled.retain(|&r| r != id);
         self.transfer.retain(|&r| r != id);
+        self.prealloc.retain(|&r| r != id);
+        self.retracted.retain(|&r| r != id);
     }
 }

@@ -28,6 +28,17 @@ pub enum Event {
         /// The request this concerns.
         id: ReqId,
     },
+    /// Decode role: the rank reserved the request's KV; its transfer may start.
+    Preallocated {
+        /// The request this concerns.
+        id: ReqId,
+    },
+    /// The engine gave up on the request and it left (its prompt exceeds the KV capacity,
+    /// or it is the last one of a batch that still does not fit after every retraction).
+    Aborted {
+        /// The request this concerns.
+        id: ReqId,
+    },
 }
 
 /// What a request needs from the engine.
@@ -70,6 +81,22 @@ pub struct RankSnapshot {
     pub waiting_uncached_tokens: u64,
     /// In the KV-transfer phase.
     pub transfer: u32,
+    /// Decode role: waiting for a KV reservation (`decode_prealloc_queue_reqs`).
+    pub prealloc: u32,
+    /// Decode role: retracted, waiting to resume (`decode_retracted_queue_reqs`).
+    pub retracted: u32,
+    /// Requests the last retraction gave back, as SGLang's decode log last saw it
+    /// (`queues.retracted`).
+    pub retracted_last: u32,
+    /// Prompt plus output of the prealloc queue (`num_prealloc_ready_tokens`: the sim's
+    /// handshake is instant, so every queued request is ready).
+    pub prealloc_tokens: u64,
+    /// Prompt plus output of the prealloc and retracted queues: tokens owed but not held
+    /// (`num_total_tokens` adds them to the used ones).
+    pub pending_tokens: u64,
+    /// Prompt plus output of requests whose KV has not arrived (prealloc and transfer queues on
+    /// a decode; `num_active_tokens` leaves them out).
+    pub awaiting_kv_tokens: u64,
     /// KV held: context of running and transferring requests.
     pub used_tokens: u64,
     /// Tokens held by the prefix cache.

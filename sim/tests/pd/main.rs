@@ -3,6 +3,7 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
+mod capacity;
 mod failures;
 mod rendezvous;
 
