@@ -257,15 +257,23 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
     };
     for _ in 0..n as usize * WARM_PER_TARGET {
         let req = request(&mut rng, lease);
-        core.pick(PickKind::Decode, &req, PickContext { kv: None, record_decision: false, now, wall })
-            .expect("warm-up pick");
+        core.pick(
+            PickKind::Decode,
+            &req,
+            PickContext { kv: None, record_decision: false, now, wall, kv_room: None },
+        )
+        .expect("warm-up pick");
     }
     let mut samples = Vec::with_capacity(picks);
     for _ in 0..picks {
         let req = request(&mut rng, lease);
         let t0 = Instant::now();
         let picked = core
-            .pick(PickKind::Decode, &req, PickContext { kv: None, record_decision: false, now, wall })
+            .pick(
+                PickKind::Decode,
+                &req,
+                PickContext { kv: None, record_decision: false, now, wall, kv_room: None },
+            )
             .expect("pick");
         samples.push(t0.elapsed());
         core.release(picked.reservation).expect("release");

@@ -306,7 +306,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                 .pick(
                     PickKind::Prefill,
                     &req,
-                    PickContext { kv: Some(index), record_decision: false, now, wall },
+                    PickContext { kv: Some(index), record_decision: false, now, wall, kv_room: None },
                 )
                 .expect("pick");
             core.release(picked.reservation).expect("release");

@@ -25,6 +25,8 @@ pub struct CandidateTerms {
     pub overlap_pages: u32,
     /// Prefill: prompt tokens those pages cover.
     pub cached_tokens: u64,
+    /// Decode: its KV would overflow with this request, so the cost passed it by.
+    pub kv_overflow: bool,
 }
 
 /// One routing decision.

@@ -64,6 +64,16 @@ impl EngineBoard {
     }
 }
 
+impl crate::target::KvRoom for EngineBoard {
+    fn kv_use(&self, target: &Target) -> Option<crate::target::KvUse> {
+        let load = self.get(target)?.load;
+        (load.max_total_tokens > 0).then_some(crate::target::KvUse {
+            used_tokens: load.used_tokens,
+            capacity_tokens: load.max_total_tokens,
+        })
+    }
+}
+
 /// The pollers: one per followed worker.
 #[derive(Debug)]
 pub struct EngineFeed {

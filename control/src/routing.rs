@@ -28,7 +28,7 @@ use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
 use crate::scoring::{self, Candidate, Choice, RoundRobin, Scored};
 use crate::settings::{OverlapCredit, Settings};
-use crate::target::{Load, TargetKey};
+use crate::target::{KvRoom, Load, TargetKey};
 use crate::view::View;
 
 mod outcome;
@@ -51,6 +51,8 @@ pub struct PickContext<'a> {
     pub now: Instant,
     /// Wall-clock now: booking times and decision times shown to operators.
     pub wall: SystemTime,
+    /// The decode targets' KV use (the engine readings); `None` checks no headroom.
+    pub kv_room: Option<&'a dyn KvRoom>,
 }
 
 /// The KV prefix index as control keeps it: per target key.
@@ -71,6 +73,8 @@ pub struct RoutingCore<R> {
     scored: Vec<Scored>,
     /// Reused buffers of the overlap query.
     overlap: OverlapScratch,
+    /// Reused buffer: per decode candidate, whether its KV would overflow (empty: not checked).
+    overflow: Vec<bool>,
 }
 
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
@@ -98,6 +102,7 @@ impl<R: Rng> RoutingCore<R> {
             candidates: Vec::new(),
             scored: Vec::new(),
             overlap: OverlapScratch::default(),
+            overflow: Vec::new(),
         })
     }
 
@@ -109,7 +114,7 @@ impl<R: Rng> RoutingCore<R> {
         req: &PickRequest,
         ctx: PickContext<'_>,
     ) -> Result<Picked, ControlError> {
-        let PickContext { kv, record_decision, now, wall } = ctx;
+        let PickContext { kv, record_decision, now, wall, kv_room } = ctx;
         self.ledger.check_lease(req.lease, now)?;
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
@@ -119,6 +124,10 @@ impl<R: Rng> RoutingCore<R> {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
         scoring::score(kind, &self.settings, req.input_tokens, &self.candidates, &mut self.scored);
+        self.overflow.clear();
+        if let (PickKind::Decode, Some(room)) = (kind, kv_room) {
+            skip_overflowing(&self.view, room, req.input_tokens, &mut self.scored, &mut self.overflow);
+        }
         let pool = self.round_robin.cursor(pool);
         let choice = match kind {
             PickKind::Decode => scoring::choose_decode(&self.settings, &self.scored, pool, &mut self.rng),
@@ -150,7 +159,11 @@ impl<R: Rng> RoutingCore<R> {
         Ok(Picked {
             reservation,
             worker: slot.worker.clone(),
-            chosen: self.terms(&scored, choice.affinity),
+            chosen: self.terms(
+                &scored,
+                choice.affinity,
+                self.overflow.get(choice.index).copied().unwrap_or(false),
+            ),
             mode: self.settings.mode,
             weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
             agree: choice.agree,
@@ -306,7 +319,7 @@ impl<R: Rng> RoutingCore<R> {
         Ok(&self.settings)
     }
 
-    fn terms(&self, scored: &Scored, affinity: Option<TargetKey>) -> CandidateTerms {
+    fn terms(&self, scored: &Scored, affinity: Option<TargetKey>, kv_overflow: bool) -> CandidateTerms {
         let c = &scored.candidate;
         CandidateTerms {
             target: self.view.slot(c.key).target.clone(),
@@ -315,6 +328,7 @@ impl<R: Rng> RoutingCore<R> {
             session_affinity: affinity == Some(c.key),
             overlap_pages: c.overlap_pages,
             cached_tokens: c.cached_tokens,
+            kv_overflow,
         }
     }
 
@@ -326,8 +340,13 @@ impl<R: Rng> RoutingCore<R> {
         choice: &Choice,
         wall: SystemTime,
     ) -> Decision {
-        let candidates: Vec<CandidateTerms> =
-            self.scored.iter().map(|c| self.terms(c, choice.affinity)).collect();
+        let overflows = |i: usize| self.overflow.get(i).copied().unwrap_or(false);
+        let candidates: Vec<CandidateTerms> = self
+            .scored
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.terms(c, choice.affinity, overflows(i)))
+            .collect();
         let chosen = candidates[choice.index].clone();
         let suggested = choice.suggested.map(|i| candidates[i].target.clone());
         let min = candidates.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
@@ -378,6 +397,30 @@ fn credit_overlap(
         if c.page_size == req.page_size && pages > 0 {
             c.overlap_pages = pages;
             c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
+        }
+    }
+}
+
+/// KV headroom: a decode candidate whose KV would overflow with this request and what is on its
+/// way there ([`KvUse::would_overflow`]) costs infinity, so the lowest-cost choice passes it by —
+/// unless every candidate would overflow, when none is skipped. Marks each in `overflow`.
+fn skip_overflowing(
+    view: &View,
+    room: &dyn KvRoom,
+    request_tokens: u64,
+    scored: &mut [Scored],
+    overflow: &mut Vec<bool>,
+) {
+    overflow.extend(scored.iter().map(|s| {
+        let target = &view.slot(s.candidate.key).target;
+        room.kv_use(target).is_some_and(|kv| kv.would_overflow(s.candidate.load, request_tokens))
+    }));
+    if overflow.iter().all(|o| *o) {
+        return;
+    }
+    for (s, o) in scored.iter_mut().zip(overflow.iter()) {
+        if *o {
+            s.cost = f64::INFINITY;
         }
     }
 }

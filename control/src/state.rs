@@ -174,6 +174,7 @@ impl ControlState {
                 record_decision: watched,
                 now: Instant::now(),
                 wall: SystemTime::now(),
+                kv_room: Some(self.engine.board()),
             };
             (core.pick(kind, req, ctx), mode)
         };

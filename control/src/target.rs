@@ -44,3 +44,26 @@ pub struct Prefilling {
     /// Their input tokens.
     pub tokens: u64,
 }
+
+/// What a decode target's engine says of its KV memory, for the headroom check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvUse {
+    /// KV tokens in use (SGLang's `num_used_tokens`).
+    pub used_tokens: u64,
+    /// KV capacity in tokens (`max_total_num_tokens`).
+    pub capacity_tokens: u64,
+}
+
+/// Where the core asks a target's KV use; the engine readings answer it.
+pub trait KvRoom: std::fmt::Debug {
+    /// The target's KV use, when its engine has reported a capacity.
+    fn kv_use(&self, target: &infera_proto::types::Target) -> Option<KvUse>;
+}
+
+impl KvUse {
+    /// Whether `request_tokens` more would overflow the capacity, counting what is already on
+    /// its way: the larger of the KV in use and the input tokens the ledger holds there.
+    pub fn would_overflow(&self, load: Load, request_tokens: u64) -> bool {
+        self.used_tokens.max(load.booked_input_tokens) + request_tokens > self.capacity_tokens
+    }
+}

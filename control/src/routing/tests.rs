@@ -60,7 +60,13 @@ impl Fixture {
         self.core.pick(
             kind,
             &req,
-            PickContext { kv: None, record_decision: true, now: self.now, wall: SystemTime::now() },
+            PickContext {
+                kv: None,
+                record_decision: true,
+                now: self.now,
+                wall: SystemTime::now(),
+                kv_room: None,
+            },
         )
     }
 
@@ -209,7 +215,13 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
             .pick(
                 PickKind::Prefill,
                 &req,
-                PickContext { kv: None, record_decision: true, now: f.now, wall: SystemTime::now() },
+                PickContext {
+                    kv: None,
+                    record_decision: true,
+                    now: f.now,
+                    wall: SystemTime::now(),
+                    kv_room: None,
+                },
             )
             .unwrap()
     };
@@ -290,6 +302,7 @@ proptest! {
     }
 }
 
+mod headroom;
 mod kv;
 
 #[test]

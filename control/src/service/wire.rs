@@ -78,6 +78,7 @@ pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -
         cached_tokens: c.cached_tokens,
         prefilling_requests: c.load.prefilling.requests,
         prefilling_tokens: c.load.prefilling.tokens,
+        kv_overflow: c.kv_overflow,
     }
 }
 

@@ -48,7 +48,13 @@ fn kv_pick(f: &mut Fixture, index: &KvIndex, prompt: &[u32], page_size: u32) -> 
         .pick(
             PickKind::Prefill,
             &req,
-            PickContext { kv: Some(index), record_decision: true, now: f.now, wall: SystemTime::now() },
+            PickContext {
+                kv: Some(index),
+                record_decision: true,
+                now: f.now,
+                wall: SystemTime::now(),
+                kv_room: None,
+            },
         )
         .unwrap()
 }
@@ -107,7 +113,13 @@ fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
             .pick(
                 PickKind::Prefill,
                 &req,
-                PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now() },
+                PickContext {
+                    kv: None,
+                    record_decision: false,
+                    now: f.now,
+                    wall: SystemTime::now(),
+                    kv_room: None,
+                },
             )
             .unwrap();
         if rank(&p) == 1 {
@@ -138,7 +150,7 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
     let first = f.core.pick(
         PickKind::Prefill,
         &f.req("m", 1_000, Some("s")),
-        PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now() },
+        PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now(), kv_room: None },
     );
     let first = first.unwrap();
     f.core.release(first.reservation).unwrap();
@@ -152,7 +164,13 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
         .pick(
             PickKind::Prefill,
             &req,
-            PickContext { kv: Some(&index), record_decision: true, now: f.now, wall: SystemTime::now() },
+            PickContext {
+                kv: Some(&index),
+                record_decision: true,
+                now: f.now,
+                wall: SystemTime::now(),
+                kv_room: None,
+            },
         )
         .unwrap();
     let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
