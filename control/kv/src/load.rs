@@ -10,14 +10,20 @@
 //! total_prefill_uncached_tokens, total_prefill_busy_us]`. The first four fields are required,
 //! the rest have defaults (so older publishers may stop after `attn_dp_rank`, the 6-element
 //! prefix), and SGLang promises routers ignore appended fields: [`decode_load_stat`] skips them.
-//! It never panics on any input.
+//! It never panics on any input. [`LoadPublisher`] is one rank's socket (the sim's);
+//! [`follow_load`] reads one (control's).
 
+mod publish;
+mod subscribe;
 use std::convert::Infallible;
 
 use rmp::encode::{self, ByteBuf, ValueWriteError};
 
 use crate::wire::reader::Reader;
 use crate::wire::{Location, WireError};
+
+pub use self::publish::{HEARTBEAT, LoadPublisher};
+pub use self::subscribe::{LoadMessage, follow_load};
 
 /// The topic frame of every load message (SGLang's `LOAD_TOPIC`, in
 /// `python/sglang/srt/disaggregation/kv_events.py` of 0.5.23).
@@ -168,6 +174,3 @@ pub fn encode_load_stat(stat: &LoadStat) -> Vec<u8> {
     }
     buf.into_vec()
 }
-
-#[cfg(test)]
-mod tests;
