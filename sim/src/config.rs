@@ -13,6 +13,7 @@ use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
+use crate::load_events::{LoadEndpoint, LoadEventsError};
 use crate::params::{ParamsError, TimingParams};
 use crate::scheduler::QueueOrder;
 use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
@@ -72,6 +73,10 @@ struct ServerArgs {
     /// KV events config (JSON, SGLang's keys); `"publisher": "zmq"` publishes real KV events.
     #[arg(long, env = "INFERA_SIM_KV_EVENTS_CONFIG")]
     kv_events_config: Option<String>,
+    /// Each rank publishes its load on its own ZMQ PUB socket (SGLang 0.5.19+): `auto` (after
+    /// the KV-event ports), `tcp://host:port` (rank 0's; port 0 picks one), or `off`.
+    #[arg(long, env = "INFERA_SIM_LOAD_PUBLISH_ENDPOINT")]
+    load_publish_endpoint: Option<String>,
     /// Accepted; the emulator always serves its load endpoints.
     #[arg(long, env = "INFERA_SIM_ENABLE_METRICS")]
     enable_metrics: bool,
@@ -251,6 +256,10 @@ pub struct SimConfig {
     pub cache_report: bool,
     /// `--kv-events-config`, parsed; `None` when unset or the `null` publisher.
     pub kv_events: Option<KvEventsConfig>,
+    /// `--load-publish-endpoint` as given.
+    pub load_publish_endpoint: Option<String>,
+    /// Where the ranks' load sockets go, when they publish.
+    pub load_events: Option<LoadEndpoint>,
     /// `--enable-metrics`.
     pub enable_metrics: bool,
     /// RNG seed.
@@ -296,6 +305,9 @@ pub enum ConfigError {
     /// `--kv-events-config`.
     #[error("--kv-events-config: {0}")]
     KvEvents(#[from] KvEventsError),
+    /// `--load-publish-endpoint`.
+    #[error(transparent)]
+    LoadEvents(#[from] LoadEventsError),
     /// `--tokenizer-path` / `--chat-template`.
     #[error("--tokenizer-path: {0}")]
     Tokenizer(#[from] infera_tokenize::LoadError),
@@ -378,6 +390,14 @@ impl TryFrom<SimArgs> for SimConfig {
             }
         };
         let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
+        let mut load_publish_endpoint = server.load_publish_endpoint.clone();
+        let flags = SglangFlags::for_version(&sim.sim_sglang_version);
+        if load_publish_endpoint.is_some() && flags.arity("load-publish-endpoint").is_none() {
+            // Accepted by the sim's own parser at every version; SGLang added it in 0.5.19.
+            warnings.push(format!("ignoring --load-publish-endpoint ({} has no such flag)", flags.source));
+            load_publish_endpoint = None;
+        }
+        let load_events = LoadEndpoint::parse(load_publish_endpoint.as_deref(), kv_events.as_ref())?;
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
         let tokenizer = load_tokenizer(&server)?;
         Ok(Self {
@@ -407,6 +427,8 @@ impl TryFrom<SimArgs> for SimConfig {
             context_length: server.context_length.unwrap_or(131_072),
             kv_events_config: server.kv_events_config,
             kv_events,
+            load_publish_endpoint,
+            load_events,
             tokenizer,
             cache_report: server.enable_cache_report,
             enable_metrics: server.enable_metrics,

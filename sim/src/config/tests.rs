@@ -96,3 +96,20 @@ fn the_seed_and_speedup_flags_have_short_aliases() {
             .is_err()
     );
 }
+
+#[test]
+fn the_load_socket_needs_kv_events_like_sglang() {
+    let kv = r#"{"publisher":"zmq","endpoint":"tcp://*:6000"}"#;
+    let load = |mode: &str| config(&["--kv-events-config", kv, "--load-publish-endpoint", mode]);
+    assert!(config(&[]).unwrap().load_events.is_none());
+    assert!(load("off").unwrap().load_events.is_none());
+    assert!(matches!(load("auto").unwrap().load_events, Some(LoadEndpoint::Auto)));
+    assert!(matches!(load("tcp://*:7000").unwrap().load_events, Some(LoadEndpoint::At(_))));
+    assert!(matches!(load("ipc:///tmp/x"), Err(ConfigError::LoadEvents(_))));
+    let without_kv = config(&["--load-publish-endpoint", "auto"]);
+    assert!(matches!(without_kv, Err(ConfigError::LoadEvents(LoadEventsError::NoKvEvents))));
+    // SGLang 0.5.18 has no such flag.
+    let old = config(&["--sim-sglang-version", "0.5.18", "--load-publish-endpoint", "auto"]).unwrap();
+    assert!(old.load_events.is_none());
+    assert!(old.warnings.iter().any(|w| w.contains("--load-publish-endpoint")), "{:?}", old.warnings);
+}
