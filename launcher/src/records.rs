@@ -38,6 +38,7 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         page_size: server.page_size.unwrap_or(1),
         sglang_version: Some(w.args.version.to_string()),
         kv_events,
+        load_events: None,
         labels: Default::default(),
     }
 }
