@@ -256,8 +256,6 @@ pub struct SimConfig {
     pub cache_report: bool,
     /// `--kv-events-config`, parsed; `None` when unset or the `null` publisher.
     pub kv_events: Option<KvEventsConfig>,
-    /// `--load-publish-endpoint` as given.
-    pub load_publish_endpoint: Option<String>,
     /// Where the ranks' load sockets go, when they publish.
     pub load_events: Option<LoadEndpoint>,
     /// `--enable-metrics`.
@@ -390,14 +388,9 @@ impl TryFrom<SimArgs> for SimConfig {
             }
         };
         let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
-        let mut load_publish_endpoint = server.load_publish_endpoint.clone();
-        let flags = SglangFlags::for_version(&sim.sim_sglang_version);
-        if load_publish_endpoint.is_some() && flags.arity("load-publish-endpoint").is_none() {
-            // Accepted by the sim's own parser at every version; SGLang added it in 0.5.19.
-            warnings.push(format!("ignoring --load-publish-endpoint ({} has no such flag)", flags.source));
-            load_publish_endpoint = None;
-        }
-        let load_events = LoadEndpoint::parse(load_publish_endpoint.as_deref(), kv_events.as_ref())?;
+        let raw = server.load_publish_endpoint.as_deref();
+        let load_events =
+            LoadEndpoint::parse(raw, kv_events.as_ref(), &sim.sim_sglang_version, &mut warnings)?;
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
         let tokenizer = load_tokenizer(&server)?;
         Ok(Self {
@@ -427,7 +420,6 @@ impl TryFrom<SimArgs> for SimConfig {
             context_length: server.context_length.unwrap_or(131_072),
             kv_events_config: server.kv_events_config,
             kv_events,
-            load_publish_endpoint,
             load_events,
             tokenizer,
             cache_report: server.enable_cache_report,

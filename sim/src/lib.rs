@@ -102,7 +102,11 @@ pub async fn run(
         let stop = async move {
             let _ = load_stopped.await;
         };
-        tokio::spawn(load_events::publish(app.engine.clone(), app.config.clone(), l.publishers, stop))
+        let limits = load_events::Limits {
+            capacity: app.config.params.prefix_cache_tokens,
+            max_running_requests: app.config.max_running_requests,
+        };
+        tokio::spawn(load_events::publish(app.engine.clone(), limits, l.publishers, stop))
     });
     let bootstrap = listeners.bootstrap.map(|listener| {
         let app = app.clone();

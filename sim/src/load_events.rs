@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use infera_kv::load::{LoadPublisher, LoadStat};
 use infera_kv::publish::PublishError;
 
-use crate::config::SimConfig;
 use crate::engine::Engine;
 use crate::kv_events::{KvEventsConfig, KvEventsError, KvEventsInfo, TcpEndpoint};
 use crate::scheduler::RankSnapshot;
+use crate::sglang_flags::SglangFlags;
 
 /// How often the ranks' counters are compared with what was last sent.
 pub const CHECK_EVERY: Duration = Duration::from_millis(10);
@@ -56,12 +56,23 @@ pub enum LoadEventsError {
 }
 
 impl LoadEndpoint {
-    /// The flag's value: `None` when unset or `off`.
+    /// The flag's value at SGLang `version`: `None` when unset or `off`, and when the version
+    /// has no such flag (the sim's parser takes it at every version; a warning is pushed).
     ///
     /// # Errors
     /// When it is set without a `zmq` KV-event publisher, or is neither `auto` nor
     /// `tcp://host:port`.
-    pub fn parse(raw: Option<&str>, kv: Option<&KvEventsConfig>) -> Result<Option<Self>, LoadEventsError> {
+    pub fn parse(
+        raw: Option<&str>,
+        kv: Option<&KvEventsConfig>,
+        version: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Self>, LoadEventsError> {
+        let flags = SglangFlags::for_version(version);
+        if raw.is_some() && flags.arity("load-publish-endpoint").is_none() {
+            warnings.push(format!("ignoring --load-publish-endpoint ({} has no such flag)", flags.source));
+            return Ok(None);
+        }
         let mode = raw.map(str::trim).unwrap_or_default();
         if mode.is_empty() || mode.eq_ignore_ascii_case("off") {
             return Ok(None);
@@ -147,17 +158,26 @@ async fn bind_ranks(first: &TcpEndpoint, ranks: u32) -> Result<LoadSockets, Load
     Ok(LoadSockets { publishers, port_base: base })
 }
 
+/// The per-engine limits a reading carries besides the rank's counters.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// KV capacity in tokens (`max_total_num_tokens`).
+    pub capacity: u64,
+    /// `--max-running-requests`.
+    pub max_running_requests: u32,
+}
+
 /// Rank `rank`'s reading: the counters `/v1/loads` reports for it (`api::info::loads`).
-pub fn load_stat(rank: u32, s: &RankSnapshot, config: &SimConfig) -> LoadStat {
+pub fn load_stat(rank: u32, s: &RankSnapshot, limits: Limits) -> LoadStat {
     LoadStat {
         num_running_reqs: u64::from(s.running),
         num_waiting_reqs: u64::from(s.waiting),
         num_tokens: s.used_tokens,
-        max_total_num_tokens: config.params.prefix_cache_tokens,
+        max_total_num_tokens: limits.capacity,
         attn_dp_rank: Some(rank),
         num_waiting_uncached_tokens: s.waiting_uncached_tokens,
         num_total_tokens: s.used_tokens,
-        max_running_requests: u64::from(config.max_running_requests),
+        max_running_requests: u64::from(limits.max_running_requests),
         total_prefill_uncached_tokens: 0,
         total_prefill_busy_us: 0,
     }
@@ -166,7 +186,7 @@ pub fn load_stat(rank: u32, s: &RankSnapshot, config: &SimConfig) -> LoadStat {
 /// Publishes every rank's reading until `stop` resolves, then closes the sockets.
 pub async fn publish(
     engine: Engine,
-    config: SimConfig,
+    limits: Limits,
     mut publishers: Vec<LoadPublisher>,
     stop: impl Future<Output = ()>,
 ) {
@@ -181,7 +201,7 @@ pub async fn publish(
         let now = Instant::now();
         for (rank, snapshot) in engine.snapshot().iter().enumerate() {
             if let Some(p) = publishers.get_mut(rank) {
-                p.offer(load_stat(rank as u32, snapshot, &config), now).await;
+                p.offer(load_stat(rank as u32, snapshot, limits), now).await;
             }
         }
     }

@@ -1,6 +1,7 @@
 use clap::CommandFactory;
 
 use super::*;
+use crate::load_events::{LoadEndpoint, LoadEventsError};
 
 fn config(flags: &[&str]) -> Result<SimConfig, ConfigError> {
     let mut argv = vec!["infera-sim", "--model-path", "m"];
