@@ -15,6 +15,8 @@
 
 mod publish;
 mod subscribe;
+#[cfg(test)]
+mod tests;
 use std::convert::Infallible;
 
 use rmp::encode::{self, ByteBuf, ValueWriteError};
