@@ -1,23 +1,31 @@
 //! Engine readings: what each worker's SGLang engine says it holds, per DP rank, read from its
 //! `GET /v1/loads` on a short interval (`--engine-poll-ms`; SGLang's own router polls every
-//! 100 ms). The ledger says what control booked; the readings say what the engines run and
-//! queue. `Admin/ListTargets` shows both, with their difference (the drift), and so do the
-//! `infera_router_engine_*` gauges.
+//! 100 ms) and, for a worker whose record names its load socket (`load_events`, SGLang 0.5.19+
+//! `--load-publish-endpoint`), from each rank's `LoadStat` as it is published. The ledger says
+//! what control booked; the readings say what the engines run and queue. `Admin/ListTargets`
+//! shows both, with their difference (the drift), and so do the `infera_router_engine_*` gauges.
 //!
 //! - [`loads`]: the `/v1/loads` body → one [`EngineLoad`] per rank (pure).
 //! - [`poll`]: one task per worker, filling the [`EngineBoard`].
+//! - [`subscribe`]: one task per rank of a worker with a load socket, filling it too.
 //! - [`metrics`]: the per-target gauges.
+//!
+//! A socket reading replaces the polled one when it is newer (a poll answer that left the
+//! engine before the latest socket reading keeps that reading's counts); `LoadStat` has no
+//! disaggregation queues, so those always come from the last poll (0 without polling).
 //!
 //! Readings live outside the routing lock: pollers write the board, readers copy from it.
 
 pub mod loads;
 pub mod metrics;
 mod poll;
+mod subscribe;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use infera_kv::load::LoadStat;
 use infera_proto::types::{DpRank, Target, WorkerId, WorkerRecord};
 use tokio::task::JoinHandle;
 
@@ -30,6 +38,17 @@ pub struct Reading {
     pub load: EngineLoad,
     /// When the answer arrived.
     pub at: Instant,
+    /// Where the running and waiting counts came from.
+    pub source: Source,
+}
+
+/// How a reading reached control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// An answer of `GET /v1/loads`.
+    Poll,
+    /// A `LoadStat` on the rank's load socket.
+    Socket,
 }
 
 /// The latest reading of every followed rank.
@@ -49,13 +68,35 @@ impl EngineBoard {
         self.readings.read().expect("engine board lock").iter().map(|(t, r)| (t.clone(), *r)).collect()
     }
 
-    /// Replaces `worker`'s readings with what one answer said; ranks at or past `ranks` (the
-    /// record's DP size) are ignored.
-    fn put(&self, worker: &WorkerId, ranks: u32, loads: Vec<(u32, EngineLoad)>, at: Instant) {
+    /// Replaces `worker`'s readings with what one `/v1/loads` answer said, asked at `sent`;
+    /// ranks at or past `ranks` (the record's DP size) are ignored. A rank whose socket reading
+    /// is newer than `sent` keeps it and takes only the queues.
+    fn put(&self, worker: &WorkerId, ranks: u32, loads: Vec<(u32, EngineLoad)>, sent: Instant, at: Instant) {
         let mut map = self.readings.write().expect("engine board lock");
         for (rank, load) in loads.into_iter().filter(|(rank, _)| *rank < ranks) {
-            map.insert(Target::new(worker.clone(), DpRank(rank)), Reading { load, at });
+            let target = Target::new(worker.clone(), DpRank(rank));
+            let reading = match map.get(&target) {
+                Some(r) if r.source == Source::Socket && r.at >= sent => {
+                    Reading { load: with_queues(r.load, &load), ..*r }
+                }
+                _ => Reading { load, at, source: Source::Poll },
+            };
+            map.insert(target, reading);
         }
+    }
+
+    /// Records `target`'s socket reading, arrived `at`; the queues stay those of the last poll.
+    fn put_stat(&self, target: Target, stat: &LoadStat, at: Instant) {
+        let mut map = self.readings.write().expect("engine board lock");
+        let polled = map.get(&target).map(|r| r.load).unwrap_or_default();
+        let load = EngineLoad {
+            running: stat.num_running_reqs,
+            waiting: stat.num_waiting_reqs,
+            used_tokens: stat.num_tokens,
+            max_total_tokens: stat.max_total_num_tokens,
+            ..with_queues(EngineLoad::default(), &polled)
+        };
+        map.insert(target, Reading { load, at, source: Source::Socket });
     }
 
     /// Drops `worker`'s readings.
@@ -74,17 +115,30 @@ impl crate::target::KvRoom for EngineBoard {
     }
 }
 
-/// The pollers: one per followed worker.
+/// `load` with the disaggregation queues of `polled` (what `LoadStat` does not carry).
+fn with_queues(load: EngineLoad, polled: &EngineLoad) -> EngineLoad {
+    EngineLoad {
+        prealloc_queue: polled.prealloc_queue,
+        transfer_queue: polled.transfer_queue,
+        retracted: polled.retracted,
+        bootstrap_queue: polled.bootstrap_queue,
+        inflight_queue: polled.inflight_queue,
+        ..load
+    }
+}
+
+/// The readers: per followed worker, its poller and its ranks' load-socket subscribers.
 #[derive(Debug)]
 pub struct EngineFeed {
     board: Arc<EngineBoard>,
-    /// `None`: engine readings are off.
+    /// `None`: `/v1/loads` is not polled.
     interval: Option<Duration>,
-    pollers: Mutex<HashMap<WorkerId, JoinHandle<()>>>,
+    pollers: Mutex<HashMap<WorkerId, Vec<JoinHandle<()>>>>,
 }
 
 impl EngineFeed {
-    /// A feed polling every `interval` (`None`: off, nothing is polled).
+    /// A feed polling every `interval` (`None`: nothing is polled; load sockets are still
+    /// followed).
     pub fn new(interval: Option<Duration>) -> Self {
         Self { board: Arc::default(), interval, pollers: Mutex::default() }
     }
@@ -94,28 +148,29 @@ impl EngineFeed {
         &self.board
     }
 
-    /// Polls `record`'s `/v1/loads` from now on (a registered-again worker restarts its
-    /// poller with the new record).
+    /// Polls `record`'s `/v1/loads` and follows its load sockets from now on (a
+    /// registered-again worker restarts its readers with the new record).
     pub fn follow(&self, record: &WorkerRecord) {
-        let Some(interval) = self.interval else { return };
-        let task = tokio::spawn(poll::run(record.clone(), interval, self.board.clone()));
-        if let Some(old) = self.pollers.lock().expect("pollers lock").insert(record.id.clone(), task) {
-            old.abort();
+        let mut tasks = subscribe::spawn(record, &self.board);
+        if let Some(interval) = self.interval {
+            tasks.push(tokio::spawn(poll::run(record.clone(), interval, self.board.clone())));
         }
+        let old = self.pollers.lock().expect("pollers lock").insert(record.id.clone(), tasks);
+        old.into_iter().flatten().for_each(|task| task.abort());
     }
 
-    /// Stops polling `worker` and drops its readings.
+    /// Stops reading `worker` and drops its readings.
     pub fn forget(&self, worker: &WorkerId) {
-        if let Some(task) = self.pollers.lock().expect("pollers lock").remove(worker) {
-            task.abort();
+        if let Some(tasks) = self.pollers.lock().expect("pollers lock").remove(worker) {
+            tasks.iter().for_each(JoinHandle::abort);
         }
         self.board.forget(worker);
     }
 
-    /// Stops every poller (control is stopping).
+    /// Stops every reader (control is stopping).
     pub fn stop(&self) {
-        for (_, task) in self.pollers.lock().expect("pollers lock").drain() {
-            task.abort();
+        for (_, tasks) in self.pollers.lock().expect("pollers lock").drain() {
+            tasks.iter().for_each(JoinHandle::abort);
         }
     }
 }
@@ -123,5 +178,51 @@ impl EngineFeed {
 impl Drop for EngineFeed {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target::new(WorkerId::new("w"), DpRank(0))
+    }
+
+    #[test]
+    fn a_newer_socket_reading_wins_and_the_queues_stay_polled() {
+        let board = EngineBoard::default();
+        let t0 = Instant::now();
+        let polled = EngineLoad {
+            running: 1,
+            waiting: 2,
+            prealloc_queue: 3,
+            transfer_queue: 4,
+            ..EngineLoad::default()
+        };
+        board.put(&WorkerId::new("w"), 1, vec![(0, polled)], t0, t0);
+        let stat =
+            LoadStat { num_running_reqs: 9, num_waiting_reqs: 0, num_tokens: 50, ..LoadStat::default() };
+        let t1 = t0 + Duration::from_millis(5);
+        board.put_stat(target(), &stat, t1);
+        let r = board.get(&target()).unwrap();
+        assert_eq!((r.source, r.at), (Source::Socket, t1));
+        assert_eq!((r.load.running, r.load.waiting, r.load.used_tokens), (9, 0, 50));
+        assert_eq!((r.load.prealloc_queue, r.load.transfer_queue), (3, 4), "LoadStat has no queues");
+
+        // A poll asked before the socket reading: its counts are older; only its queues count.
+        let late = EngineLoad { running: 1, retracted: 7, ..EngineLoad::default() };
+        board.put(&WorkerId::new("w"), 1, vec![(0, late)], t0, t1 + Duration::from_millis(1));
+        let r = board.get(&target()).unwrap();
+        assert_eq!(
+            (r.source, r.load.running, r.load.retracted, r.load.prealloc_queue),
+            (Source::Socket, 9, 7, 0)
+        );
+
+        // A poll asked after it replaces it.
+        let t2 = t1 + Duration::from_millis(10);
+        board.put(&WorkerId::new("w"), 1, vec![(0, late)], t2, t2);
+        let r = board.get(&target()).unwrap();
+        assert_eq!((r.source, r.load), (Source::Poll, late));
     }
 }

@@ -188,6 +188,10 @@ pub struct Placement {
     pub bootstrap_port: Option<Spanned<u16>>,
     /// KV events: PUB ports from here, one per DP rank; replay ports follow them.
     pub kv_events_port: Option<Spanned<u16>>,
+    /// Each rank also publishes its load (`--load-publish-endpoint`) on the ports after the
+    /// replay ports; needs `kv_events_port`; left out of the argv on versions without the flag
+    /// (before 0.5.23).
+    pub load_events: Option<Spanned<bool>>,
     /// Environment for this worker.
     #[serde(default = "empty")]
     pub env: Spanned<BTreeMap<String, String>>,

@@ -38,6 +38,7 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         page_size: server.page_size.unwrap_or(1),
         sglang_version: Some(w.args.version.to_string()),
         kv_events,
+        load_events: w.args.load_publish_port().map(|port| format!("tcp://{}", host_port(&host, port))),
         labels: Default::default(),
     }
 }
@@ -106,6 +107,9 @@ mod tests {
         assert_eq!(kv.replay_endpoint.as_deref(), Some("tcp://127.0.0.1:5558"), "replay after the PUB ports");
         assert_eq!(kv.topic, "kv@prefill-0");
         assert_eq!(d.kv_events.as_ref().unwrap().for_rank(7).unwrap().0, "tcp://127.0.0.1:5607");
+        // The load sockets, after the replay ports (16 = 2 × 8 ranks); none for the prefill.
+        assert_eq!(d.load_events.as_deref(), Some("tcp://127.0.0.1:5616"));
+        assert_eq!(p.load_events, None);
         for r in &records {
             assert_eq!(r.check(), Ok(()), "{r:?}");
         }

@@ -33,6 +33,8 @@ pub struct SglangArgs {
     pub speculative: Option<Speculative>,
     /// KV-event publishing.
     pub kv_events: Option<KvEvents>,
+    /// The per-rank load socket (needs `kv_events`; rendered only where the version has it).
+    pub load_events: Option<LoadEvents>,
     /// Passed through verbatim, last.
     pub extra: Vec<String>,
 }
@@ -171,6 +173,16 @@ pub struct KvEvents {
     pub topic: String,
 }
 
+/// The load PUB sockets (`--load-publish-endpoint tcp://*:port`): rank `r` binds `port + r`
+/// and publishes its `LoadStat` (SGLang 0.5.23
+/// `python/sglang/srt/managers/scheduler_components/load_publisher.py`). An explicit address
+/// rather than `auto`, so the worker record names the port the command line sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadEvents {
+    /// PUB port of rank 0.
+    pub port: u16,
+}
+
 impl KvEvents {
     /// The `--kv-events-config` JSON.
     pub fn config_json(&self) -> String {
@@ -194,6 +206,14 @@ impl KvEvents {
 }
 
 impl SglangArgs {
+    /// Rank 0's load PUB port, when the worker publishes its load: asked for, with KV events
+    /// (SGLang advertises the load range inside their `/server_info` block and refuses to start
+    /// without them), and a version that has `--load-publish-endpoint`.
+    pub fn load_publish_port(&self) -> Option<u16> {
+        let on = self.kv_events.is_some() && self.version.has_load_publish_endpoint();
+        self.load_events.filter(|_| on).map(|l| l.port)
+    }
+
     /// The command line after the program (`python -m sglang.launch_server` or `infera-sim`).
     pub fn render(&self) -> Vec<String> {
         let mut out = Argv::default();
@@ -212,6 +232,9 @@ impl SglangArgs {
         }
         if let Some(k) = &self.kv_events {
             out.value("--kv-events-config", k.config_json());
+        }
+        if let Some(port) = self.load_publish_port() {
+            out.value("--load-publish-endpoint", format!("tcp://*:{port}"));
         }
         out.0.extend(self.extra.iter().cloned());
         out.0
@@ -372,4 +395,5 @@ pub const OWNED_FLAGS: &[&str] = &[
     "--speculative-num-draft-tokens",
     "--speculative-draft-model-path",
     "--kv-events-config",
+    "--load-publish-endpoint",
 ];

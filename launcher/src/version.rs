@@ -49,6 +49,13 @@ impl SglangVersion {
         self >= Self::new(0, 5, 22)
     }
 
+    /// `--load-publish-endpoint`, the per-rank load PUB socket: present in 0.5.23
+    /// (`python/sglang/srt/arg_groups/fields/observability.py`), absent in 0.5.18; 0.5.19 – 0.5.22
+    /// are not verified, so they count as absent.
+    pub fn has_load_publish_endpoint(self) -> bool {
+        self >= Self::new(0, 5, 23)
+    }
+
     /// `--schedule-policy shortest-prefill-first` and `hrrn` (present in 0.5.21, absent in
     /// 0.5.18; 0.5.19 and 0.5.20 are not verified, so they count as absent).
     pub fn has_prefill_length_policies(self) -> bool {
@@ -111,6 +118,7 @@ mod tests {
         assert!(v18.has_exact_cuda_graph_max_bs() && !v20.has_exact_cuda_graph_max_bs());
         assert!(!SglangVersion::new(0, 5, 21).has_attn_dp_size() && v22.has_attn_dp_size());
         assert!(v18.is_supported() && SglangVersion::NEWEST.is_supported());
+        assert!(!v18.has_load_publish_endpoint() && SglangVersion::new(0, 5, 23).has_load_publish_endpoint());
         assert!(!SglangVersion::new(0, 5, 24).is_supported());
     }
 }

@@ -144,6 +144,21 @@ fn ports_shared_on_one_node_are_rejected() {
         e.contains("decode.workers[0].kv_events_port: ports 5600–5603 on 127.0.0.1 is also claimed by p0"),
         "{e}"
     );
+    // With load_events the decode also claims the load ports 5604–5605, after its replay ports.
+    let e = error_of(
+        &edited("port = 30000", "port = 30000\nkv_events_port = 5605")
+            .replace("port = 30001", "port = 30001\nkv_events_port = 5600\nload_events = true"),
+    );
+    assert!(
+        e.contains("decode.workers[0].kv_events_port: ports 5600–5605 on 127.0.0.1 is also claimed by p0"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_load_socket_needs_kv_events() {
+    let e = error_of(&edited("port = 30001", "port = 30001\nload_events = true"));
+    assert!(e.contains("decode.workers[0].load_events: needs kv_events_port"), "{e}");
 }
 
 #[test]

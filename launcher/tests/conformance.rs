@@ -155,6 +155,10 @@ fn check_values(name: &str, v: SglangVersion, w: &WorkerPlan, a: &Value) {
         ("speculative_num_steps", json!(w.args.speculative.as_ref().map(|s| s.num_steps))),
         ("kv_events_config", json!(w.args.kv_events.as_ref().map(|k| k.config_json()))),
     ];
+    if v.has_load_publish_endpoint() {
+        let endpoint = w.args.load_publish_port().map(|port| format!("tcp://*:{port}"));
+        want.push(("load_publish_endpoint", json!(endpoint)));
+    }
     if v.has_attn_dp_size() {
         want.extend([("attn_dp_size", json!(p.attn_dp)), ("dp_size", json!(p.dp))]);
         want.push(("enable_dp_attention", json!(false)));
@@ -254,6 +258,24 @@ fn the_unmapped_cuda_graph_flag_is_ambiguous_on_0_5_23_only() {
     let old = &parse_all("0.5.18", &[argv])[0];
     assert_eq!(old["ok"], true, "{old}");
     assert_eq!(old["args"]["cuda_graph_max_bs_decode"], 8);
+}
+
+/// `--load-publish-endpoint` is 0.5.23's and not 0.5.18's, so the launcher renders it per version;
+/// the kitchen sink's decode asks for it and gets it only on 0.5.23.
+#[test]
+fn the_load_socket_flag_is_rendered_where_sglang_has_it() {
+    let plan = plan_file(&root().join("launcher/tests/fixtures/kitchen_sink.toml")).unwrap();
+    let mut w =
+        plan.workers.into_iter().find(|w| w.args.load_events.is_some()).expect("a worker asks for it");
+    let has = |w: &WorkerPlan| w.args.render().iter().any(|a| a == "--load-publish-endpoint");
+    assert!(has(&w), "the fixture claims 0.5.23");
+    w.args.version = SglangVersion::OLDEST;
+    assert!(!has(&w), "0.5.18 has no --load-publish-endpoint");
+    let mut argv = w.args.render();
+    argv.extend(["--load-publish-endpoint".to_owned(), "tcp://*:6208".to_owned()]);
+    let old = &parse_all("0.5.18", &[argv])[0];
+    assert_eq!(old["ok"], false, "{old}");
+    assert!(old["stderr"][0].as_str().unwrap().contains("--load-publish-endpoint"), "{old}");
 }
 
 /// The sim's tables of SGLang's flags (`sim/src/sglang_flags/`) are what SGLang's own parser

@@ -207,6 +207,7 @@ pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertEr
         page_size: m.page_size,
         sglang_version: None,
         kv_events: None,
+        load_events: None,
         labels: Default::default(),
     })
 }

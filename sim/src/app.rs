@@ -40,6 +40,8 @@ pub struct App {
     pub created: u64,
     /// The KV-event sockets, when `--kv-events-config` publishes.
     pub kv_events: Option<KvEventsInfo>,
+    /// Rank 0's load PUB port, when `--load-publish-endpoint` publishes.
+    pub load_port_base: Option<u16>,
     rng: Mutex<SmallRng>,
     round_robin: AtomicU64,
     serving: AtomicBool,
@@ -70,6 +72,7 @@ impl App {
         Self {
             engine: Engine::with_kv_events(core, Clock::start(config.speedup), publishers),
             kv_events,
+            load_port_base: None,
             rooms: Arc::new(Rooms::default()),
             faults: FaultKnobs::new(config.faults),
             log: RequestLog::default(),

@@ -15,6 +15,7 @@ use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
+use crate::load_events::{LoadEndpoint, LoadEventsError};
 use crate::params::{ParamsError, TimingParams};
 use crate::scheduler::{KvBudget, QueueOrder};
 use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
@@ -76,6 +77,10 @@ struct ServerArgs {
     /// KV events config (JSON, SGLang's keys); `"publisher": "zmq"` publishes real KV events.
     #[arg(long, env = "INFERA_SIM_KV_EVENTS_CONFIG")]
     kv_events_config: Option<String>,
+    /// Each rank publishes its load on its own ZMQ PUB socket (SGLang 0.5.19+): `auto` (after
+    /// the KV-event ports), `tcp://host:port` (rank 0's; port 0 picks one), or `off`.
+    #[arg(long, env = "INFERA_SIM_LOAD_PUBLISH_ENDPOINT")]
+    load_publish_endpoint: Option<String>,
     /// Accepted; the emulator always serves its load endpoints.
     #[arg(long, env = "INFERA_SIM_ENABLE_METRICS")]
     enable_metrics: bool,
@@ -257,6 +262,8 @@ pub struct SimConfig {
     pub cache_report: bool,
     /// `--kv-events-config`, parsed; `None` when unset or the `null` publisher.
     pub kv_events: Option<KvEventsConfig>,
+    /// Where the ranks' load sockets go, when they publish.
+    pub load_events: Option<LoadEndpoint>,
     /// `--enable-metrics`.
     pub enable_metrics: bool,
     /// RNG seed.
@@ -302,6 +309,9 @@ pub enum ConfigError {
     /// `--kv-events-config`.
     #[error("--kv-events-config: {0}")]
     KvEvents(#[from] KvEventsError),
+    /// `--load-publish-endpoint`.
+    #[error(transparent)]
+    LoadEvents(#[from] LoadEventsError),
     /// `--tokenizer-path` / `--chat-template`.
     #[error("--tokenizer-path: {0}")]
     Tokenizer(#[from] infera_tokenize::LoadError),

@@ -80,13 +80,13 @@ pub enum KvEventsError {
 
 /// `tcp://host:port`, split.
 #[derive(Debug, Clone)]
-struct TcpEndpoint {
-    host: String,
-    port: u16,
+pub(crate) struct TcpEndpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 impl TcpEndpoint {
-    fn parse(endpoint: &str) -> Result<Self, KvEventsError> {
+    pub(crate) fn parse(endpoint: &str) -> Result<Self, KvEventsError> {
         let bad = || KvEventsError::Endpoint(endpoint.to_owned());
         let (host, port) =
             endpoint.strip_prefix("tcp://").and_then(|r| r.rsplit_once(':')).ok_or_else(bad)?;
@@ -98,7 +98,7 @@ impl TcpEndpoint {
     }
 
     /// This endpoint offset by `rank` from `base` (SGLang's `offset_endpoint_port`).
-    fn at(&self, base: u16, rank: u32) -> Result<String, KvEventsError> {
+    pub(crate) fn at(&self, base: u16, rank: u32) -> Result<String, KvEventsError> {
         let port = u32::from(base) + rank;
         let port = u16::try_from(port).map_err(|_| KvEventsError::PortRange {
             endpoint: format!("tcp://{}:{base}", self.host),

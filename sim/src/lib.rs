@@ -17,6 +17,8 @@
 //!   [`clock`] maps model time to wall time (`--sim-speedup`).
 //! - [`kv_events`]: `--kv-events-config` — each rank publishes its prefix-cache changes as
 //!   SGLang KV events over ZMQ.
+//! - [`load_events`]: `--load-publish-endpoint` — each rank publishes its load as SGLang's
+//!   `LoadStat` over ZMQ.
 //! - [`app`] holds what handlers share; [`request_log`] records requests for tests.
 
 pub mod api;
@@ -30,6 +32,7 @@ pub mod error;
 pub mod faults;
 pub mod flow;
 pub mod kv_events;
+pub mod load_events;
 pub mod params;
 pub mod prefix_cache;
 pub mod pull;
@@ -78,7 +81,15 @@ pub async fn run(
         Some(kv) => Some(kv_events::bind(kv, config.ranks, &config.sglang_version).await?),
         None => None,
     };
-    let app = Arc::new(App::with_kv_events(config, kv));
+    let load = match (&config.load_events, &config.kv_events, &kv) {
+        (Some(endpoint), Some(kv_config), Some(kv)) => {
+            Some(load_events::bind(endpoint, kv_config, &kv.info, config.ranks).await?)
+        }
+        _ => None,
+    };
+    let mut app = App::with_kv_events(config, kv);
+    app.load_port_base = load.as_ref().map(|l| l.port_base);
+    let app = Arc::new(app);
     let stop = Stop::on(shutdown);
     let stopped = || stop.wait();
 
@@ -86,6 +97,17 @@ pub async fn run(
     let driver = tokio::spawn(app.engine.clone().drive(async move {
         let _ = driver_stopped.await;
     }));
+    let (load_stop, load_stopped) = tokio::sync::oneshot::channel::<()>();
+    let load = load.map(|l| {
+        let stop = async move {
+            let _ = load_stopped.await;
+        };
+        let limits = load_events::Limits {
+            capacity: app.config.params.prefix_cache_tokens,
+            max_running_requests: app.config.max_running_requests,
+        };
+        tokio::spawn(load_events::publish(app.engine.clone(), limits, l.publishers, stop))
+    });
     let bootstrap = listeners.bootstrap.map(|listener| {
         let app = app.clone();
         tokio::spawn(server::serve(listener, move |req| bootstrap::handle(app.clone(), req), stopped()))
@@ -106,5 +128,9 @@ pub async fn run(
     }
     let _ = driver_stop.send(());
     driver.await?;
+    let _ = load_stop.send(());
+    if let Some(load) = load {
+        load.await?;
+    }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use infera_launcher::WorkerPlan;
 use infera_launcher::records::worker_record;
 use infera_launcher::sglang::{
-    Disaggregation, DisaggregationMode, Graphs, KvEvents, Parallel, SchedulePolicy, Scheduling,
+    Disaggregation, DisaggregationMode, Graphs, KvEvents, LoadEvents, Parallel, SchedulePolicy, Scheduling,
     Server as SglangServer, SglangArgs, Speculative, SpeculativeAlgorithm,
 };
 use infera_launcher::version::SglangVersion;
@@ -69,6 +69,7 @@ impl SimSpec {
             hicache: None,
             speculative: None,
             kv_events: None,
+            load_events: None,
             extra: Vec::new(),
         };
         Self { name: name.to_owned(), role, args, sim: Vec::new(), params: None }.seed(7)
@@ -140,6 +141,13 @@ impl SimSpec {
     /// Publishes KV events (OS-picked PUB and replay ports) under `topic`.
     pub fn kv_events(mut self, topic: &str) -> Self {
         self.args.kv_events = Some(KvEvents { port: 0, replay_port: 0, topic: topic.to_owned() });
+        self
+    }
+
+    /// Each rank also publishes its load on its own socket (`--load-publish-endpoint`, an
+    /// OS-picked port); needs [`SimSpec::kv_events`], as in SGLang.
+    pub fn load_events(mut self) -> Self {
+        self.args.load_events = Some(LoadEvents { port: 0 });
         self
     }
 
@@ -310,6 +318,10 @@ impl Sim {
                 replay_endpoint: Some(format!("tcp://{}:{}", http.ip(), port("replay_endpoint_port_base"))),
                 topic: kv["topic"].as_str().unwrap_or_default().to_owned(),
             });
+            if plan.args.load_publish_port().is_some() {
+                let base = port("load_endpoint_port_base");
+                record.load_events = Some(format!("tcp://{}:{base}", http.ip()));
+            }
         }
         Ok(Self { url, http, bootstrap, record, node, _params: params })
     }

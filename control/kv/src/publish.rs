@@ -144,7 +144,7 @@ pub struct Publisher {
 }
 
 /// `tcp://host:port` → the address to bind (`*` → every interface).
-fn bind_address(endpoint: &str) -> Result<String, PublishError> {
+pub(crate) fn bind_address(endpoint: &str) -> Result<String, PublishError> {
     let bad = || PublishError::Endpoint(endpoint.to_owned());
     let rest = endpoint.strip_prefix("tcp://").ok_or_else(bad)?;
     let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
@@ -157,7 +157,7 @@ fn bind_address(endpoint: &str) -> Result<String, PublishError> {
     Ok(format!("tcp://{host}:{port}"))
 }
 
-fn bound_port(endpoint: &zeromq::Endpoint, asked: &str) -> Result<u16, PublishError> {
+pub(crate) fn bound_port(endpoint: &zeromq::Endpoint, asked: &str) -> Result<u16, PublishError> {
     match endpoint {
         zeromq::Endpoint::Tcp(_, port) => Ok(*port),
         _ => Err(PublishError::Endpoint(asked.to_owned())),

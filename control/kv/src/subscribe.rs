@@ -20,7 +20,7 @@
 //! The task stops when the [`Subscriber`] handle is dropped or stopped, or when the consumer's
 //! receiver is gone.
 
-mod frames;
+pub(crate) mod frames;
 mod replay;
 mod sequencer;
 mod stats;

@@ -14,7 +14,7 @@
 mod decode;
 mod encode;
 mod error;
-mod reader;
+pub(crate) mod reader;
 #[cfg(test)]
 mod tests;
 

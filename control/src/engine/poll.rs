@@ -45,9 +45,10 @@ pub(super) async fn run(record: WorkerRecord, interval: Duration, board: Arc<Eng
     let mut failing = false;
     loop {
         tick.tick().await;
+        let sent = Instant::now();
         match fetch(&client, uri.clone(), timeout).await {
             Ok(ranks) => {
-                board.put(&record.id, record.dp_size, ranks, Instant::now());
+                board.put(&record.id, record.dp_size, ranks, sent, Instant::now());
                 if std::mem::take(&mut failing) {
                     tracing::info!(worker = %record.id, "engine loads readable again");
                 }

@@ -4,6 +4,7 @@ mod harness;
 
 mod admin;
 mod bad_input;
+mod engine;
 mod kv;
 mod leases;
 mod phases;

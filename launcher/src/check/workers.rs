@@ -10,8 +10,8 @@ use super::{Checker, PP_PARTITION_VAR, RoleRef, SIM_VERSION_VAR, owned_env};
 use crate::deployment::{DeploymentFile, Engine, Placement, line_column};
 use crate::plan::WorkerPlan;
 use crate::sglang::{
-    Disaggregation, DisaggregationMode, Graphs, KvEvents, Parallel, Scheduling, Server, SglangArgs,
-    Speculative,
+    Disaggregation, DisaggregationMode, Graphs, KvEvents, LoadEvents, Parallel, Scheduling, Server,
+    SglangArgs, Speculative,
 };
 use crate::version::SglangVersion;
 
@@ -99,6 +99,7 @@ pub(super) fn build(
         },
         hicache: s.hicache,
         speculative,
+        load_events: load_events(w, parallel, field, c),
         kv_events: w.kv_events_port.as_ref().map(|p| KvEvents {
             port: *p.get_ref(),
             replay_port: p.get_ref().saturating_add(u16::try_from(parallel.dp_ranks()).unwrap_or(u16::MAX)),
@@ -133,6 +134,20 @@ pub(super) fn build(
         args,
         env,
     }
+}
+
+/// `load_events = true`: rank 0's load port right after the replay ports (`kv_events_port +
+/// 2 × ranks`); an error without KV events. The argv carries it only on versions that have the
+/// flag ([`SglangArgs::load_publish_port`]).
+fn load_events(w: &Placement, parallel: Parallel, field: &str, c: &mut Checker<'_>) -> Option<LoadEvents> {
+    let on = w.load_events.as_ref().filter(|on| *on.get_ref())?;
+    let Some(kv) = &w.kv_events_port else {
+        let why = "needs kv_events_port (SGLang advertises the load ports with the KV-event ports)";
+        c.at(on, format!("{field}.load_events"), why);
+        return None;
+    };
+    let port = u32::from(*kv.get_ref()) + 2 * parallel.dp_ranks();
+    Some(LoadEvents { port: u16::try_from(port).unwrap_or(u16::MAX) })
 }
 
 /// A resource one worker claims on its node.
@@ -185,13 +200,14 @@ pub(super) fn check_placements(roles: &[RoleRef<'_>], c: &mut Checker<'_>) {
                 claim("port", u32::from(port), 1, "bootstrap_port", span);
             }
             if let Some(k) = &w.kv_events_port {
-                // PUB ports, then the replay ports right after them.
-                claim("port", u32::from(*k.get_ref()), 2 * ranks, "kv_events_port", k.span());
-                if u32::from(*k.get_ref()) + 2 * ranks > u32::from(u16::MAX) + 1 {
+                // PUB ports, then the replay ports right after them, then the load ports.
+                let sets = if w.load_events.as_ref().is_some_and(|on| *on.get_ref()) { 3 } else { 2 };
+                claim("port", u32::from(*k.get_ref()), sets * ranks, "kv_events_port", k.span());
+                if u32::from(*k.get_ref()) + sets * ranks > u32::from(u16::MAX) + 1 {
                     c.at(
                         k,
                         format!("{field}.kv_events_port"),
-                        format!("{} ports from here run past 65535", 2 * ranks),
+                        format!("{} ports from here run past 65535", sets * ranks),
                     );
                 }
             }

@@ -48,7 +48,9 @@ pub(crate) fn deployment_on(dir: &Path, prefill_port: Option<i64>, hosts: [&str;
         let w = workers[0].as_table_mut().unwrap();
         w.insert("port".into(), port.into());
         w.insert("host".into(), host.into());
+        // Fixed ZMQ ports would collide between tests; the load sockets need the KV-event ones.
         w.remove("kv_events_port");
+        w.remove("load_events");
         if role == "prefill" {
             w.insert("bootstrap_port".into(), free_port().into());
         }

@@ -63,6 +63,12 @@ pub struct WorkerRecord {
     /// publisher); `None` when it publishes none and prefill routing falls back to load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_events: Option<KvEventsSource>,
+    /// Rank 0's load PUB socket, `tcp://host:port` (SGLang 0.5.19+ `--load-publish-endpoint`:
+    /// rank `r` publishes its `LoadStat` on port + `r`, the base `/server_info` advertises as
+    /// `kv_events.load_endpoint_port_base`); `None` when the worker publishes none and control
+    /// only polls `/v1/loads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_events: Option<String>,
     /// Free-form labels (zone, node, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -84,6 +90,14 @@ pub struct KvEventsSource {
     pub topic: String,
 }
 
+/// Rank `rank`'s load socket, given rank 0's.
+///
+/// # Errors
+/// As the KV-event endpoints: not `tcp://host:port`, a wildcard host, or past port 65535.
+pub fn load_endpoint_for_rank(endpoint: &str, rank: u32) -> Result<String, &'static str> {
+    offset_port(endpoint, rank)
+}
+
 impl KvEventsSource {
     /// The PUB and replay endpoints of one DP rank: `port + rank` (SGLang's `offset_endpoint_port`).
     pub fn for_rank(&self, rank: u32) -> Result<(String, Option<String>), &'static str> {
@@ -94,14 +108,18 @@ impl KvEventsSource {
 }
 
 fn offset_port(endpoint: &str, rank: u32) -> Result<String, &'static str> {
-    let rest = endpoint.strip_prefix("tcp://").ok_or("kv_events endpoints must be tcp://host:port")?;
-    let (host, port) = rest.rsplit_once(':').ok_or("kv_events endpoint has no port")?;
-    let port: u32 = port.parse().map_err(|_| "kv_events endpoint port is not a number")?;
+    let rest = endpoint
+        .strip_prefix("tcp://")
+        .ok_or("kv_events and load_events endpoints must be tcp://host:port")?;
+    let (host, port) = rest.rsplit_once(':').ok_or("a kv_events or load_events endpoint has no port")?;
+    let port: u32 = port.parse().map_err(|_| "a kv_events or load_events port is not a number")?;
     if host.is_empty() || host == "*" || host == "0.0.0.0" || host == "[::]" {
-        return Err("kv_events endpoint needs a concrete host, not a wildcard");
+        return Err("kv_events and load_events endpoints need a concrete host, not a wildcard");
     }
-    let port =
-        port.checked_add(rank).filter(|p| *p <= 65_535).ok_or("kv_events port + rank exceeds 65535")?;
+    let port = port
+        .checked_add(rank)
+        .filter(|p| *p <= 65_535)
+        .ok_or("a kv_events or load_events port + rank exceeds 65535")?;
     Ok(format!("tcp://{host}:{port}"))
 }
 
@@ -137,6 +155,9 @@ impl WorkerRecord {
         if let Some(kv) = &self.kv_events {
             kv.for_rank(self.dp_size - 1)?;
         }
+        if let Some(load) = &self.load_events {
+            load_endpoint_for_rank(load, self.dp_size - 1)?;
+        }
         Ok(())
     }
 
@@ -161,7 +182,21 @@ mod tests {
             page_size: 1,
             sglang_version: None,
             kv_events: None,
+            load_events: None,
             labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn load_endpoints_follow_the_rank() {
+        let mut r = record("http://h:1", Role::Decode, None);
+        r.dp_size = 8;
+        r.load_events = Some("tcp://10.0.0.7:5573".into());
+        assert_eq!(r.check(), Ok(()));
+        assert_eq!(load_endpoint_for_rank("tcp://10.0.0.7:5573", 7).unwrap(), "tcp://10.0.0.7:5580");
+        for bad in ["tcp://*:5573", "ipc:///tmp/x", "tcp://h", "tcp://h:65530"] {
+            r.load_events = Some(bad.into());
+            assert!(r.check().is_err(), "{bad}");
         }
     }
 

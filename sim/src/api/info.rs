@@ -62,7 +62,13 @@ pub(super) fn server_info(app: &App) -> Value {
         "max_total_num_tokens": capacity(app),
         "max_req_input_len": c.context_length.saturating_sub(5),
         "kv_events": app.kv_events.as_ref().map(|k| {
-            k.describe(c.page_size, c.ranks, at_least(&c.sglang_version, [0, 5, 22]))
+            let mut d = k.describe(c.page_size, c.ranks, at_least(&c.sglang_version, [0, 5, 22]));
+            // SGLang 0.5.23 `describe_kv_events_publisher` (python/sglang/srt/runtime_context.py).
+            if let Some(port) = app.load_port_base {
+                d["load_endpoint_port_base"] = json!(port);
+                d["load_topic"] = json!(infera_kv::load::LOAD_TOPIC);
+            }
+            d
         }),
         "version": c.sglang_version,
         "internal_states": snapshot.iter().enumerate().map(|(rank, s)| json!({

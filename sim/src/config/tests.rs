@@ -1,6 +1,7 @@
 use clap::CommandFactory;
 
 use super::*;
+use crate::load_events::{LoadEndpoint, LoadEventsError};
 
 fn config(flags: &[&str]) -> Result<SimConfig, ConfigError> {
     let mut argv = vec!["infera-sim", "--model-path", "m"];
@@ -115,4 +116,21 @@ fn the_kv_capacity_is_a_decode_flag() {
     let mixed = config(&["--max-total-tokens", "9000"]).unwrap();
     assert_eq!(mixed.kv.capacity, Some(9000), "reported");
     assert!(mixed.warnings.iter().any(|w| w.contains("--max-total-tokens")), "{:?}", mixed.warnings);
+}
+
+#[test]
+fn the_load_socket_needs_kv_events_like_sglang() {
+    let kv = r#"{"publisher":"zmq","endpoint":"tcp://*:6000"}"#;
+    let load = |mode: &str| config(&["--kv-events-config", kv, "--load-publish-endpoint", mode]);
+    assert!(config(&[]).unwrap().load_events.is_none());
+    assert!(load("off").unwrap().load_events.is_none());
+    assert!(matches!(load("auto").unwrap().load_events, Some(LoadEndpoint::Auto)));
+    assert!(matches!(load("tcp://*:7000").unwrap().load_events, Some(LoadEndpoint::At(_))));
+    assert!(matches!(load("ipc:///tmp/x"), Err(ConfigError::LoadEvents(_))));
+    let without_kv = config(&["--load-publish-endpoint", "auto"]);
+    assert!(matches!(without_kv, Err(ConfigError::LoadEvents(LoadEventsError::NoKvEvents))));
+    // SGLang 0.5.18 has no such flag.
+    let old = config(&["--sim-sglang-version", "0.5.18", "--load-publish-endpoint", "auto"]).unwrap();
+    assert!(old.load_events.is_none());
+    assert!(old.warnings.iter().any(|w| w.contains("--load-publish-endpoint")), "{:?}", old.warnings);
 }

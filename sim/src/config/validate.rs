@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{ConfigError, DisaggregationMode, RankChoice, ServerArgs, SimArgs, SimConfig, Speculative};
 use crate::faults::Faults;
 use crate::kv_events::KvEventsConfig;
+use crate::load_events::LoadEndpoint;
 use crate::params::TimingParams;
 use crate::scheduler::QueueOrder;
 
@@ -57,6 +58,9 @@ impl TryFrom<SimArgs> for SimConfig {
             }
         };
         let kv_events = server.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose()?.flatten();
+        let raw = server.load_publish_endpoint.as_deref();
+        let load_events =
+            LoadEndpoint::parse(raw, kv_events.as_ref(), &sim.sim_sglang_version, &mut warnings)?;
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
         let tokenizer = load_tokenizer(&server)?;
         Ok(Self {
@@ -87,6 +91,7 @@ impl TryFrom<SimArgs> for SimConfig {
             kv,
             kv_events_config: server.kv_events_config,
             kv_events,
+            load_events,
             tokenizer,
             cache_report: server.enable_cache_report,
             enable_metrics: server.enable_metrics,

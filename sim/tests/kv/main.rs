@@ -4,6 +4,7 @@
 
 #[path = "../harness/mod.rs"]
 mod harness;
+mod load;
 
 use std::io::Write as _;
 use std::time::Duration;

@@ -22,7 +22,7 @@ fn seq(frame: &[u8]) -> Result<[u8; 8], FrameError> {
 }
 
 /// A live message `[topic, seq, payload]`: `Ok(None)` when the topic is another one.
-pub(super) fn live(frames: &[Bytes], topic: &[u8]) -> Result<Option<(u64, Bytes)>, FrameError> {
+pub(crate) fn live(frames: &[Bytes], topic: &[u8]) -> Result<Option<(u64, Bytes)>, FrameError> {
     let [t, s, payload] = frames else {
         return Err(FrameError::FrameCount(frames.len(), "3: [topic, seq, payload]"));
     };

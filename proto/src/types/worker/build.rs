@@ -19,6 +19,7 @@ impl WorkerRecord {
             page_size: 1,
             sglang_version: None,
             kv_events: None,
+            load_events: None,
             labels: BTreeMap::new(),
         }
     }
@@ -59,6 +60,12 @@ impl WorkerRecord {
     /// Publishing KV events on these sockets.
     pub fn with_kv_events(mut self, kv_events: KvEventsSource) -> Self {
         self.kv_events = Some(kv_events);
+        self
+    }
+
+    /// Publishing its ranks' load from this socket (rank 0's; rank `r` on port + `r`).
+    pub fn with_load_events(mut self, endpoint: impl Into<String>) -> Self {
+        self.load_events = Some(endpoint.into());
         self
     }
 
