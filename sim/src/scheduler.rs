@@ -17,6 +17,7 @@
 
 mod decode_mem;
 pub mod kv;
+pub mod moments;
 mod rank;
 mod req;
 mod snapshot;
@@ -47,6 +48,8 @@ use crate::timing;
 struct Step {
     ends: Duration,
     members: Vec<ReqId>,
+    /// Each rank's decode batch launch (SGLang's moment record), by rank.
+    launches: Vec<moments::Launch>,
 }
 
 /// Prefill queues per rank and lockstep decode: the pure engine.
@@ -72,6 +75,8 @@ pub struct Scheduler {
     decode_steps: u64,
     /// Whether requests here await their KV from a prefill (a PD decode).
     decode_role: bool,
+    /// When the last decode step ended (a step starting then is back to back with it).
+    last_step_end: Option<Duration>,
 }
 
 impl Scheduler {
@@ -92,6 +97,7 @@ impl Scheduler {
             outbox: Vec::new(),
             decode_steps: 0,
             decode_role: false,
+            last_step_end: None,
         }
     }
 
@@ -248,7 +254,26 @@ impl Scheduler {
         if self.step.is_none() && self.ranks.iter().any(|r| !r.running.is_empty()) {
             let ms = timing::step_ms(&self.params, &self.rank_loads());
             let members = self.ranks.iter().flat_map(|r| r.running.iter().copied()).collect();
-            self.step = Some(Step { ends: now + timing::ms(ms), members });
+            // Back to back with the previous step when it ended now; a rank idle in that step,
+            // or with a prefill batch in flight, starts a new run.
+            let back_to_back = self.last_step_end == Some(now);
+            let launches = self
+                .ranks
+                .iter_mut()
+                .map(|r| {
+                    let batch = r.running.len() as u32;
+                    let contiguous = back_to_back && r.batch.is_none();
+                    if batch == 0 || r.batch.is_some() {
+                        r.moments.gap();
+                    }
+                    r.moments.launch(now, batch, contiguous)
+                })
+                .collect();
+            self.step = Some(Step { ends: now + timing::ms(ms), members, launches });
+        } else if self.step.is_none() {
+            for r in &mut self.ranks {
+                r.moments.gap();
+            }
         }
     }
 
@@ -337,10 +362,12 @@ impl Scheduler {
         }
     }
 
-    fn end_step(&mut self, _at: Duration, events: &mut Vec<Event>) {
+    fn end_step(&mut self, at: Duration, events: &mut Vec<Event>) {
         let Some(step) = self.step.take() else { return };
         self.log_decode_step();
+        self.last_step_end = Some(at);
         let acceptance = self.params.mtp_acceptance;
+        let mut generated = vec![0u64; self.ranks.len()];
         for id in step.members {
             let Some(req) = self.reqs.get_mut(&id) else { continue };
             if !matches!(req.phase, Phase::Running) {
@@ -352,6 +379,7 @@ impl Scheduler {
             let cap = req.max_new.min(req.stall_after.unwrap_or(u32::MAX));
             let total = target.min(cap);
             if total > req.emitted {
+                generated[req.rank] += u64::from(total - req.emitted);
                 req.emitted = total;
                 events.push(Event::Tokens { id, total });
             }
@@ -359,6 +387,9 @@ impl Scheduler {
             if done {
                 self.place(id, rank, events);
             }
+        }
+        for ((rank, launch), generated) in self.ranks.iter_mut().zip(step.launches).zip(generated) {
+            rank.moments.result(launch, generated);
         }
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
             e.insert("utilization".into(), json!(f64::from(s.running) / f64::from(c.max_running_requests.max(1))));
             e.insert("total_prefill_uncached_tokens".into(), json!(0));
             e.insert("total_prefill_busy_us".into(), json!(0));
-            e.insert("decode_moments".into(), Value::Null);
+            e.insert("decode_moments".into(), s.decode_moments.map_or(Value::Null, |m| json!(m)));
             if has("memory") {
                 let memory = json!({"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": capacity});
                 e.insert("memory".into(), memory);

@@ -56,6 +56,8 @@ pub(super) struct Rank {
     pub(super) retracted_pending: u32,
     /// What the last decode log saw (`queues.retracted`).
     pub(super) retracted_logged: u32,
+    /// SGLang's decode step-time moments (`decode_moments`).
+    pub(super) moments: super::moments::DecodeMoments,
 }
 
 impl Rank {
@@ -72,6 +74,7 @@ impl Rank {
             retracted: VecDeque::new(),
             retracted_pending: 0,
             retracted_logged: 0,
+            moments: Default::default(),
         }
     }
 

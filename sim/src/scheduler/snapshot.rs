@@ -35,6 +35,7 @@ impl Scheduler {
                     awaiting_kv_tokens: prealloc + awaiting_transfer,
                     used_tokens: self.used(r),
                     cached_tokens: r.cache.tokens(),
+                    decode_moments: r.moments.reported(),
                 }
             })
             .collect()

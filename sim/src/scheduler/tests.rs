@@ -148,7 +148,10 @@ fn the_stall_fault_holds_the_slot_until_removed() {
     assert_eq!(s.next_deadline(), None, "a stalled request does not step");
     assert_eq!(s.snapshot()[0].running, 1);
     assert!(s.remove(id));
-    assert_eq!(s.snapshot()[0], RankSnapshot { cached_tokens: 10, ..RankSnapshot::default() });
+    let snap = s.snapshot()[0];
+    let drained =
+        RankSnapshot { cached_tokens: 10, decode_moments: snap.decode_moments, ..RankSnapshot::default() };
+    assert_eq!(snap, drained);
 }
 
 #[test]
@@ -192,4 +195,44 @@ fn a_chunked_prefill_caches_each_chunk_for_the_requests_behind_it() {
     };
     assert_eq!(cached(a), Some(0));
     assert_eq!(cached(b), Some(16_384));
+}
+
+#[test]
+fn decode_moments_sum_the_back_to_back_steps_of_each_rank() {
+    let mut s = engine(2, QueueOrder::Fcfs);
+    // Rank 0: 4 requests; rank 1: one request that finishes early.
+    for i in 0..4 {
+        s.submit(Duration::ZERO, prefill(0, &prompt(10, i), 200));
+    }
+    s.submit(Duration::ZERO, prefill(1, &prompt(10, 9), 20));
+    let events = run(&mut s);
+    let step_times: Vec<Duration> = {
+        let mut t: Vec<Duration> = events
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Tokens { total, .. } if *total > 1))
+            .map(|(at, _)| *at)
+            .collect();
+        t.dedup();
+        t
+    };
+    let snap = s.snapshot();
+    let m0 = snap[0].decode_moments.expect("rank 0 decoded back to back");
+    let [steps, batch, step_us, batch2, batch_step_us, generated] = m0;
+    // Each counted step of rank 0 ran its 4 requests, or 3 once one had finished; the sums of
+    // b and b² agree on how many steps had which.
+    assert!(steps >= 50.0, "{m0:?}");
+    let threes = 4.0 * steps - batch;
+    assert!((0.0..=steps).contains(&threes), "{m0:?}");
+    assert_eq!(batch2, 16.0 * (steps - threes) + 9.0 * threes, "{m0:?}");
+    assert!(batch_step_us <= 4.0 * step_us && batch_step_us >= 3.0 * step_us, "{m0:?}");
+    // The mean step is the engine's own step time: 9 requests' knee is far, ~36–41 ms here.
+    let mean_ms = step_us / steps / 1000.0;
+    assert!((30.0..45.0).contains(&mean_ms), "mean step {mean_ms} ms");
+    // Launch to launch sums to the time between the first counted launch and the last one.
+    let span_us = (step_times[step_times.len() - 1] - step_times[0]).as_micros() as f64;
+    assert!(step_us <= span_us + 1.0, "{step_us} vs {span_us}");
+    // 4 requests × 3.61 tokens per step, capped at 200 each at the end.
+    assert!(generated <= 4.0 * 200.0 && generated >= 3.0 * 4.0 * steps, "{generated}");
+    let m1 = snap[1].decode_moments.expect("rank 1 decoded a few steps");
+    assert!(m1[0] < steps && m1[1] == m1[0], "rank 1 ran one request per step: {m1:?}");
 }

@@ -71,7 +71,7 @@ pub struct Admission {
 }
 
 /// One rank's counters for `/v1/loads` and `/server_info`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RankSnapshot {
     /// Decoding, stalled, or in the prefill batch in flight.
     pub running: u32,
@@ -101,4 +101,6 @@ pub struct RankSnapshot {
     pub used_tokens: u64,
     /// Tokens held by the prefix cache.
     pub cached_tokens: u64,
+    /// SGLang's decode step-time moment sums (`decode_moments`), `None` before the first.
+    pub decode_moments: Option<[f64; 6]>,
 }
