@@ -4,7 +4,8 @@
 //! ([`deploy`]) replays the same trace window with the same seed through the proxy, while the
 //! decode's per-rank load is sampled from its `/v1/loads` at a fixed emulated interval. It
 //! prints the seeds' two tables per load point ([`table`]), writes every arm to `study.json`,
-//! and draws the plots ([`plot`]) under `--out`.
+//! and draws the plots ([`plot`]) under `--out`. An `smg:POLICY` arm puts SMG ([`smg`]) in
+//! front of the same sims instead of control and the proxy, and reports SMG's own counters.
 //!
 //! Load points: `published` replays the trace as it is (think time and output lengths ×1,
 //! idle gaps capped at 300 s like AgentX); `seed` is `--match-seed-load` (the seeds' ≈ 9 s
@@ -17,6 +18,7 @@ pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;
 mod plot;
+mod smg;
 mod table;
 
 use std::path::PathBuf;
@@ -24,6 +26,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use arm::Arm;
+use deploy::Routing;
 use infera_sim::params::TimingParams;
 use serde_json::{Value, json};
 
@@ -79,7 +82,9 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "published,seed"
     )]
     loads: Vec<LoadPoint>,
-    /// Arms: request weights (demand on) and legacy policies (demand off).
+    /// Arms: request weights (demand on), `W/pP`, legacy policies (demand off), and SMG
+    /// (`smg:round_robin|power_of_two|least_load|cache_aware`, `:no-overload` to add
+    /// `--disable-worker-overload-protection`).
     #[arg(
         long,
         env = "INFERA_BENCH_ARMS",
@@ -124,7 +129,10 @@ pub(crate) struct DecodeWeightArgs {
     /// GPUs tok/s/GPU divides by (the seeds' 1P1D: 4 prefill + 8 decode).
     #[arg(long, env = "INFERA_BENCH_GPUS", default_value_t = 12)]
     gpus: u32,
-    /// Where `study.json` and the plots go.
+    /// The `smg` SMG arms run (default: `.venv/bin/smg` of the workspace, `cargo xtask setup`).
+    #[arg(long, env = "INFERA_SMG")]
+    smg: Option<PathBuf>,
+    /// Where `study.json`, the plots and the SMG arms' logs go.
     #[arg(long, env = "INFERA_BENCH_OUT", default_value = "target/study")]
     out: PathBuf,
     /// No progress line on stderr.
@@ -136,12 +144,8 @@ pub(crate) struct DecodeWeightArgs {
 pub(crate) struct ArmRun {
     pub(crate) arm: Arm,
     pub(crate) report: Report,
-    /// Control's decode picks before the replay (a fresh control: 0).
-    pub(crate) picks_at_start: f64,
-    /// Control's decode picks after it.
-    pub(crate) picks: f64,
-    /// The proxy's picks made without control (should be 0: they are not the arm's policy).
-    pub(crate) fallback_picks: f64,
+    /// What the router says it did (control's picks, or SMG's counters).
+    pub(crate) routing: Routing,
     pub(crate) wall_s: f64,
 }
 
@@ -224,8 +228,9 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
         }
         let mut arms = Vec::new();
         for &arm in &args.arms {
-            let run =
-                run_arm(args, arm, &shaping).await.with_context(|| format!("{} arm {arm}", load.name()))?;
+            let run = run_arm(args, arm, load, &shaping)
+                .await
+                .with_context(|| format!("{} arm {arm}", load.name()))?;
             eprintln!(
                 "   {arm}: {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
                 run.report.completed, run.report.warmup, run.report.failed, run.report.cut, run.wall_s
@@ -239,26 +244,55 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
             args.sample_interval_s
         );
         println!("{}", table::ranks(&rows));
+        print_smg(&arms, args.speedup);
         loads.push(LoadRun { load, shaping, seed_load, arms });
     }
     Ok(loads)
 }
 
-async fn run_arm(args: &DecodeWeightArgs, arm: Arm, shaping: &Shaping) -> anyhow::Result<ArmRun> {
+/// What each SMG arm's SMG did, under the tables.
+fn print_smg(arms: &[ArmRun], speedup: f64) {
+    let mut any = false;
+    for a in arms {
+        if let Routing::Smg { counters, .. } = &a.routing {
+            any = true;
+            println!("{}: {}", a.arm, counters.line());
+        }
+    }
+    if any {
+        println!(
+            "(SMG's load monitor polls every {} s of wall clock, its default, = {} emulated s at {speedup}× compression; its other timers are wall-clock too.)\n",
+            smg::LOAD_MONITOR_INTERVAL_S,
+            smg::LOAD_MONITOR_INTERVAL_S * speedup
+        );
+    }
+}
+
+async fn run_arm(
+    args: &DecodeWeightArgs,
+    arm: Arm,
+    load: LoadPoint,
+    shaping: &Shaping,
+) -> anyhow::Result<ArmRun> {
     let started = Instant::now();
+    if matches!(arm, Arm::Smg(_)) {
+        std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    }
     let spec = deploy::Spec {
         arm,
         speedup: args.speedup,
         seed: args.seed,
         decode_ranks: args.decode_ranks,
         prefill_cache_tokens: args.prefill_cache_tokens,
+        smg: args.smg.clone(),
+        smg_log: args.out.join(format!("smg-{}-{}.log", load.name(), arm.key())),
     };
     let deployment = deploy::Deployment::start(&spec).await?;
     let picks_at_start = deployment.decode_picks().await?;
     let plan = Plan {
         trace: args.trace.clone(),
         format: Format::Agentic,
-        url: deployment.proxy_url.clone(),
+        url: deployment.url.clone(),
         model: deploy::MODEL.to_owned(),
         mode: Some(Mode::Closed),
         shaping: shaping.clone(),
@@ -270,17 +304,9 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, shaping: &Shaping) -> anyhow
         }),
     };
     let report = crate::replay::replay(&plan).await;
-    let picks = deployment.decode_picks().await;
-    let fallback_picks = deployment.fallback_picks().await;
+    let routing = deployment.routing(picks_at_start).await;
     deployment.stop().await?;
-    Ok(ArmRun {
-        arm,
-        report: report?,
-        picks_at_start,
-        picks: picks?,
-        fallback_picks: fallback_picks?,
-        wall_s: started.elapsed().as_secs_f64(),
-    })
+    Ok(ArmRun { arm, report: report?, routing: routing?, wall_s: started.elapsed().as_secs_f64() })
 }
 
 fn describe(s: &Shaping) -> String {
@@ -303,7 +329,7 @@ pub(crate) fn json(args: &DecodeWeightArgs, loads: &[LoadRun]) -> Value {
         "study": "decode-weight",
         "trace": args.trace.display().to_string(),
         "deployment": {
-            "shape": "1P1D in process: prefill sim (1 rank, 8k chunks, shortest-prefill-first) + decode sim (TP 8, DP attention) + infera-control + infera-proxy",
+            "shape": "1P1D in process: prefill sim (1 rank, 8k chunks, shortest-prefill-first) + decode sim (TP 8, DP attention) + infera-control + infera-proxy; an SMG arm: the same sims behind one `smg launch --pd-disaggregation --dp-aware` instead",
             "decode_ranks": args.decode_ranks,
             "prefill_cache_tokens": args.prefill_cache_tokens,
             "gpus_for_per_gpu_rates": args.gpus,
@@ -323,19 +349,32 @@ pub(crate) fn json(args: &DecodeWeightArgs, loads: &[LoadRun]) -> Value {
                 "output_scale": m.output_scale,
                 "think_time_scale": m.think_time_scale,
             })),
-            "arms": l.arms.iter().map(|a| json!({
-                "arm": a.arm.to_string(),
-                "key": a.arm.key(),
-                "control_flags": a.arm.control_flags(),
-                "control_decode_picks_at_start": a.picks_at_start,
-                "control_decode_picks": a.picks,
-                "proxy_fallback_picks": a.fallback_picks,
-                "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(args.gpus),
-                "wall_s": a.wall_s,
-                "report": a.report.json(),
-            })).collect::<Vec<_>>(),
+            "arms": l.arms.iter().map(|a| arm_json(a, args.gpus)).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+fn arm_json(a: &ArmRun, gpus: u32) -> Value {
+    let mut v = json!({
+        "arm": a.arm.to_string(),
+        "key": a.arm.key(),
+        "control_flags": a.arm.control_flags(),
+        "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(gpus),
+        "wall_s": a.wall_s,
+        "report": a.report.json(),
+    });
+    match &a.routing {
+        Routing::Control { picks_at_start, picks, fallback_picks } => {
+            v["control_decode_picks_at_start"] = json!(picks_at_start);
+            v["control_decode_picks"] = json!(picks);
+            v["proxy_fallback_picks"] = json!(fallback_picks);
+        }
+        Routing::Smg { counters, argv } => {
+            v["smg_argv"] = json!(argv);
+            v["smg"] = counters.json();
+        }
+    }
+    v
 }
 
 /// Writes `study.json` and two SVGs per load point under `--out`; the JSON's path.

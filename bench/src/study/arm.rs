@@ -4,10 +4,13 @@
 //!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
 //! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
-//! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`.
+//! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`;
+//! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]` ([`super::smg`]).
 
 use std::fmt;
 use std::str::FromStr;
+
+use super::smg::SmgArm;
 
 /// A decode selection to compare.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,6 +26,8 @@ pub(crate) enum Arm {
     },
     /// Demand off; the legacy policy selects.
     Legacy(Legacy),
+    /// SMG routes, with its decode policy.
+    Smg(SmgArm),
 }
 
 /// Control's `--decode-policy` values.
@@ -44,7 +49,7 @@ impl Legacy {
 }
 
 impl Arm {
-    /// Control's flags for this arm.
+    /// Control's flags for this arm (none for SMG: no control runs).
     pub(crate) fn control_flags(&self) -> Vec<String> {
         match self {
             Arm::Weight(w) => {
@@ -63,6 +68,7 @@ impl Arm {
             Arm::Legacy(p) => {
                 vec!["--decode-input-demand".into(), "off".into(), "--decode-policy".into(), p.name().into()]
             }
+            Arm::Smg(_) => Vec::new(),
         }
     }
 
@@ -72,6 +78,7 @@ impl Arm {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Phased { weight, prefilling } => format!("w{weight}-p{prefilling}"),
             Arm::Legacy(p) => p.name().to_owned(),
+            Arm::Smg(a) => a.spec().replace(':', "-"),
         }
     }
 }
@@ -100,6 +107,8 @@ impl fmt::Display for Arm {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))
             }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
+            Arm::Smg(a) if a.overload_protection => write!(f, "SMG {}", a.policy.name()),
+            Arm::Smg(a) => write!(f, "SMG {}, no overload protection", a.policy.name()),
         }
     }
 }
@@ -118,6 +127,9 @@ impl FromStr for Arm {
         if let Some(p) = legacy {
             return Ok(Arm::Legacy(p));
         }
+        if let Some(rest) = s.strip_prefix("smg:") {
+            return SmgArm::parse(rest).map(Arm::Smg);
+        }
         if let Some((w, p)) = s.split_once("/p") {
             let Arm::Weight(weight) = w.parse()? else { unreachable!("a number parses as a weight") };
             let prefilling: f64 =
@@ -129,7 +141,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6) or round-robin, power-of-two, random"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), W/pP, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -168,5 +180,11 @@ mod tests {
         );
         assert_eq!(arms[2].to_string(), "W = 1,000,000");
         assert!("-1".parse::<Arm>().is_err() && "fastest".parse::<Arm>().is_err());
+        let smg: Arm = "smg:least_load:no-overload".parse().unwrap();
+        assert_eq!(smg.key(), "smg-least_load-no-overload");
+        assert_eq!(smg.to_string(), "SMG least_load, no overload protection");
+        assert!(smg.control_flags().is_empty());
+        assert_eq!("smg:round_robin".parse::<Arm>().unwrap().to_string(), "SMG round_robin");
+        assert!("smg:random".parse::<Arm>().is_err() && "smg:".parse::<Arm>().is_err());
     }
 }

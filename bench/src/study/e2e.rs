@@ -3,6 +3,7 @@
 
 use clap::Parser;
 
+use super::deploy::Routing;
 use super::{DecodeWeightArgs, decode_weight, write_outputs};
 
 #[derive(Parser)]
@@ -70,8 +71,10 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
             // Every main and sub-agent request of the trace, none failed.
             assert_eq!((r.completed, r.failed, r.warmup), (7, 0, 0), "{}: {r}", arm.arm);
             // A fresh control: no pick before the replay, one decode pick per request after.
-            let picks = (arm.picks_at_start, arm.picks, arm.fallback_picks);
-            assert_eq!(picks, (0.0, 7.0, 0.0), "{}", arm.arm);
+            let Routing::Control { picks_at_start, picks, fallback_picks } = arm.routing else {
+                panic!("{}: control routes", arm.arm)
+            };
+            assert_eq!((picks_at_start, picks, fallback_picks), (0.0, 7.0, 0.0), "{}", arm.arm);
             assert!(
                 r.rank_series.iter().any(|s| s.busiest() > 0),
                 "{}: the decode was sampled busy",
@@ -109,4 +112,50 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
     ] {
         assert!(std::fs::read_to_string(out.path().join(name)).unwrap().starts_with("<svg"));
     }
+}
+
+/// SMG in front of the sims: every request of the trace streams through it, its decode policy
+/// is the one that chose (one selection per request) and its counters reach `study.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_smg_arm_routes_every_request_through_smg() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let cli = Cli::try_parse_from([
+        "study",
+        "--trace",
+        trace.path().to_str().unwrap(),
+        "--loads",
+        "seed",
+        "--arms",
+        "smg:least_load:no-overload",
+        "--concurrency",
+        "2",
+        "--warmup-s",
+        "0",
+        "--duration-s",
+        "100000",
+        "--speedup",
+        "40",
+        "--sample-interval-s",
+        "0.05",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--quiet",
+    ])
+    .unwrap();
+    let loads = decode_weight(&cli.study).await.unwrap();
+    let arm = &loads[0].arms[0];
+    let r = &arm.report;
+    assert_eq!((r.completed, r.failed, r.warmup), (7, 0, 0), "{}: {r}", arm.arm);
+    let Routing::Smg { counters, argv } = &arm.routing else { panic!("SMG routes") };
+    assert!(argv.iter().any(|a| a == "--disable-worker-overload-protection"), "{argv:?}");
+    assert_eq!((counters.decode_policy.as_str(), counters.decode_selections), ("least_load", 7.0));
+    assert_eq!(counters.rank_dispatches.len(), 8);
+    assert_eq!(counters.rank_dispatches.iter().sum::<f64>(), 7.0, "{}", counters.line());
+    assert!(r.rank_series.iter().any(|s| s.busiest() > 0), "the decode was sampled busy");
+
+    let path = write_outputs(&cli.study, &loads).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(v["loads"][0]["arms"][0]["smg"]["decode_selections"], 7.0);
+    assert!(out.path().join("smg-seed-smg-least_load-no-overload.log").is_file());
 }

@@ -1,0 +1,128 @@
+//! What SMG did in an arm, from its Prometheus metrics at the arm's end: how many decode
+//! selections its named policy made, how many requests went elsewhere because every worker was
+//! overloaded (or vetoed as not live), sheds and retries, and the decode dispatches per DP rank.
+
+use std::fmt::Write as _;
+
+use infera_testkit::http::metric_sum;
+use serde_json::{Value, json};
+
+use crate::study::arm::thousands;
+
+/// SMG's counters at the end of an arm (a fresh SMG: they start at 0).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Counters {
+    /// The `policy` label of `smg_worker_selection_total{worker_type="decode"}`.
+    pub(crate) decode_policy: String,
+    /// `smg_worker_selection_total{worker_type="decode"}`.
+    pub(crate) decode_selections: f64,
+    /// `smg_worker_overload_fallback_total`: routed to the least-loaded worker because every
+    /// worker was overloaded. No worker-type label: the single prefill counts too.
+    pub(crate) overload_fallbacks: f64,
+    /// `smg_worker_overload_shed_total` (every stage).
+    pub(crate) overload_sheds: f64,
+    /// `smg_worker_liveness_fallback_total`.
+    pub(crate) liveness_fallbacks: f64,
+    /// `smg_worker_retries_total` (every worker type and endpoint).
+    pub(crate) retries: f64,
+    /// `smg_worker_requests_total{worker="DECODE@r"}` per DP rank r.
+    pub(crate) rank_dispatches: Vec<f64>,
+}
+
+impl Counters {
+    /// From a `/metrics` text; `decode_url` is how SMG names the decode (`http://host:port`).
+    pub(crate) fn parse(text: &str, decode_url: &str, decode_ranks: u32) -> Self {
+        let decode = "worker_type=\"decode\"";
+        let decode_policy = text
+            .lines()
+            .filter(|l| l.starts_with("smg_worker_selection_total{") && l.contains(decode))
+            .find_map(|l| Some(l.split_once("policy=\"")?.1.split_once('"')?.0.to_owned()))
+            .unwrap_or_default();
+        Self {
+            decode_policy,
+            decode_selections: metric_sum(text, "smg_worker_selection_total", decode),
+            overload_fallbacks: metric_sum(text, "smg_worker_overload_fallback_total", ""),
+            overload_sheds: metric_sum(text, "smg_worker_overload_shed_total", ""),
+            liveness_fallbacks: metric_sum(text, "smg_worker_liveness_fallback_total", ""),
+            retries: metric_sum(text, "smg_worker_retries_total", ""),
+            rank_dispatches: (0..decode_ranks)
+                .map(|r| {
+                    metric_sum(text, "smg_worker_requests_total", &format!("worker=\"{decode_url}@{r}\""))
+                })
+                .collect(),
+        }
+    }
+
+    /// The busiest rank's dispatches over the mean rank's.
+    pub(crate) fn dispatch_max_over_mean(&self) -> Option<f64> {
+        let n = self.rank_dispatches.len() as f64;
+        let mean = self.rank_dispatches.iter().sum::<f64>() / n;
+        let max = self.rank_dispatches.iter().copied().fold(0.0, f64::max);
+        (mean > 0.0).then_some(max / mean)
+    }
+
+    /// One line for the report.
+    pub(crate) fn line(&self) -> String {
+        let mut out = format!(
+            "{} decode selections by {}, {} overload fallbacks (to the least-loaded worker: all over the thresholds; prefill included), {} sheds, {} liveness fallbacks, {} retries; decode dispatches per rank ",
+            thousands(self.decode_selections),
+            if self.decode_policy.is_empty() { "–" } else { &self.decode_policy },
+            thousands(self.overload_fallbacks),
+            thousands(self.overload_sheds),
+            thousands(self.liveness_fallbacks),
+            thousands(self.retries),
+        );
+        let ranks: Vec<String> = self.rank_dispatches.iter().map(|d| thousands(*d)).collect();
+        out.push_str(&ranks.join("/"));
+        if let Some(r) = self.dispatch_max_over_mean() {
+            let _ = write!(out, " (busiest / mean {r:.2})");
+        }
+        out
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "decode_policy": self.decode_policy,
+            "decode_selections": self.decode_selections,
+            "overload_fallbacks": self.overload_fallbacks,
+            "overload_sheds": self.overload_sheds,
+            "liveness_fallbacks": self.liveness_fallbacks,
+            "retries": self.retries,
+            "decode_rank_dispatches": self.rank_dispatches,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_read_from_smg_metrics() {
+        let text = "# HELP smg_worker_selection_total Worker selection events\n\
+            smg_worker_selection_total{worker_type=\"prefill\",connection_mode=\"http\",model=\"m\",policy=\"cache_aware\"} 6\n\
+            smg_worker_selection_total{worker_type=\"decode\",connection_mode=\"http\",model=\"m\",policy=\"least_load\"} 6\n\
+            smg_worker_overload_fallback_total{stage=\"selection\"} 2\n\
+            smg_worker_overload_shed_total{stage=\"dispatch\"} 0\n\
+            smg_worker_overload_shed_total{stage=\"pd_admission\"} 1\n\
+            smg_worker_liveness_fallback_total{stage=\"selection\"} 0\n\
+            smg_worker_retries_total{worker_type=\"decode\",endpoint=\"chat\"} 3\n\
+            smg_worker_requests_total{worker=\"http://127.0.0.1:9@0\",model=\"m\"} 4\n\
+            smg_worker_requests_total{worker=\"http://127.0.0.1:9@1\",model=\"m\"} 2\n\
+            smg_worker_requests_total{worker=\"http://127.0.0.1:8\",model=\"m\"} 6\n";
+        let c = Counters::parse(text, "http://127.0.0.1:9", 2);
+        assert_eq!(c.decode_policy, "least_load");
+        assert_eq!(
+            (c.decode_selections, c.overload_fallbacks, c.overload_sheds, c.liveness_fallbacks, c.retries),
+            (6.0, 2.0, 1.0, 0.0, 3.0)
+        );
+        assert_eq!(c.rank_dispatches, [4.0, 2.0]);
+        assert_eq!(c.dispatch_max_over_mean(), Some(4.0 / 3.0));
+        assert!(
+            c.line().starts_with("6 decode selections by least_load, 2 overload fallbacks"),
+            "{}",
+            c.line()
+        );
+        assert!(c.line().ends_with("per rank 4/2 (busiest / mean 1.33)"), "{}", c.line());
+    }
+}
