@@ -16,6 +16,9 @@ pub(crate) struct Counters {
     pub(crate) decode_policy: String,
     /// `smg_worker_selection_total{worker_type="decode"}`.
     pub(crate) decode_selections: f64,
+    /// `smg_worker_selection_total{worker_type="prefill"}` (the prefill policy: SMG's default
+    /// `--policy cache_aware`).
+    pub(crate) prefill_selections: f64,
     /// `smg_worker_overload_fallback_total`: routed to the least-loaded worker because every
     /// worker was overloaded. No worker-type label: the single prefill counts too.
     pub(crate) overload_fallbacks: f64,
@@ -41,6 +44,7 @@ impl Counters {
         Self {
             decode_policy,
             decode_selections: metric_sum(text, "smg_worker_selection_total", decode),
+            prefill_selections: metric_sum(text, "smg_worker_selection_total", "worker_type=\"prefill\""),
             overload_fallbacks: metric_sum(text, "smg_worker_overload_fallback_total", ""),
             overload_sheds: metric_sum(text, "smg_worker_overload_shed_total", ""),
             liveness_fallbacks: metric_sum(text, "smg_worker_liveness_fallback_total", ""),
@@ -64,9 +68,10 @@ impl Counters {
     /// One line for the report.
     pub(crate) fn line(&self) -> String {
         let mut out = format!(
-            "{} decode selections by {}, {} overload fallbacks (to the least-loaded worker: all over the thresholds; prefill included), {} sheds, {} liveness fallbacks, {} retries; decode dispatches per rank ",
+            "{} decode selections by {} ({} prefill selections), {} overload fallbacks (to the least-loaded worker: all over the thresholds; prefill included), {} sheds, {} liveness fallbacks, {} retries; decode dispatches per rank ",
             thousands(self.decode_selections),
             if self.decode_policy.is_empty() { "–" } else { &self.decode_policy },
+            thousands(self.prefill_selections),
             thousands(self.overload_fallbacks),
             thousands(self.overload_sheds),
             thousands(self.liveness_fallbacks),
@@ -84,6 +89,7 @@ impl Counters {
         json!({
             "decode_policy": self.decode_policy,
             "decode_selections": self.decode_selections,
+            "prefill_selections": self.prefill_selections,
             "overload_fallbacks": self.overload_fallbacks,
             "overload_sheds": self.overload_sheds,
             "liveness_fallbacks": self.liveness_fallbacks,
