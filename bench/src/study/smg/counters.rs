@@ -124,8 +124,11 @@ mod tests {
         );
         assert_eq!(c.rank_dispatches, [4.0, 2.0]);
         assert_eq!(c.dispatch_max_over_mean(), Some(4.0 / 3.0));
+        assert_eq!(c.prefill_selections, 6.0);
         assert!(
-            c.line().starts_with("6 decode selections by least_load, 2 overload fallbacks"),
+            c.line().starts_with(
+                "6 decode selections by least_load (6 prefill selections), 2 overload fallbacks"
+            ),
             "{}",
             c.line()
         );
