@@ -9,7 +9,7 @@
 
 mod admin;
 mod data;
-mod info;
+pub(crate) mod info;
 pub mod input;
 pub mod render;
 

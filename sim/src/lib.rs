@@ -103,7 +103,7 @@ pub async fn run(
             let _ = load_stopped.await;
         };
         let limits = load_events::Limits {
-            capacity: app.config.params.prefix_cache_tokens,
+            capacity: api::info::reported_kv_capacity(&app.config),
             max_running_requests: app.config.max_running_requests,
         };
         tokio::spawn(load_events::publish(app.engine.clone(), limits, l.publishers, stop))

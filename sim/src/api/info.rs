@@ -9,7 +9,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
-use crate::config::DisaggregationMode;
+use crate::config::{DisaggregationMode, SimConfig};
 use crate::server::{self, Body};
 
 /// `include` sections of `/v1/loads`.
@@ -91,9 +91,21 @@ pub(super) fn server_info(app: &App) -> Value {
     info
 }
 
-/// `max_total_num_tokens`: `--max-total-tokens` when given, else the prefix cache's size.
+/// `max_total_num_tokens`: `--max-total-tokens` when given. Without it a PD decode has no KV
+/// limit here (it admits every request at once), so it reports 0 — SGLang's "unknown"
+/// (`LoadStat` in `managers/scheduler_components/load_publisher.py`, 0.5.23) — rather than a
+/// capacity a router would act on and the emulator would not enforce; a prefill or aggregated
+/// worker reports its prefix cache's size.
+pub(crate) fn reported_kv_capacity(c: &SimConfig) -> u64 {
+    match (c.kv.capacity, c.mode) {
+        (Some(capacity), _) => capacity,
+        (None, DisaggregationMode::Decode) => 0,
+        (None, _) => c.params.prefix_cache_tokens,
+    }
+}
+
 fn capacity(app: &App) -> u64 {
-    app.config.kv.capacity.unwrap_or(app.config.params.prefix_cache_tokens)
+    reported_kv_capacity(&app.config)
 }
 
 /// `GET /model_info`.

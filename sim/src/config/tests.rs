@@ -134,3 +134,14 @@ fn the_load_socket_needs_kv_events_like_sglang() {
     assert!(old.load_events.is_none());
     assert!(old.warnings.iter().any(|w| w.contains("--load-publish-endpoint")), "{:?}", old.warnings);
 }
+
+#[test]
+fn an_unbounded_decode_reports_no_kv_capacity() {
+    use crate::api::info::reported_kv_capacity;
+    let decode = config(&["--disaggregation-mode", "decode"]).unwrap();
+    assert_eq!(reported_kv_capacity(&decode), 0, "no limit is enforced, so none is claimed");
+    let bounded = config(&["--disaggregation-mode", "decode", "--max-total-tokens", "9000"]).unwrap();
+    assert_eq!(reported_kv_capacity(&bounded), 9000);
+    let prefill = config(&["--disaggregation-mode", "prefill"]).unwrap();
+    assert_eq!(reported_kv_capacity(&prefill), prefill.params.prefix_cache_tokens);
+}
