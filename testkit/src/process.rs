@@ -46,6 +46,15 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Sets `flag`'s value in `args`: the token after its first occurrence, or `flag value`
+/// appended when it is not there (or has no value yet).
+pub(crate) fn set_flag(args: &mut Vec<String>, flag: &str, value: String) {
+    match args.iter().position(|a| a == flag) {
+        Some(i) if i + 1 < args.len() => args[i + 1] = value,
+        _ => args.extend([flag.to_owned(), value]),
+    }
+}
+
 /// How a flag's value is rewritten on restart from what the first start printed.
 #[derive(Clone, Debug)]
 pub struct Rebind {
@@ -239,11 +248,7 @@ impl Process {
         for r in self.spec.rebind.clone() {
             let Some(addr) = self.try_addr(r.key) else { continue };
             let value = if r.port_only { addr.port().to_string() } else { addr.to_string() };
-            let args = &mut self.spec.args;
-            match args.iter().position(|a| a == r.flag) {
-                Some(i) if i + 1 < args.len() => args[i + 1] = value,
-                _ => args.extend([r.flag.to_owned(), value]),
-            }
+            set_flag(&mut self.spec.args, r.flag, value);
         }
         self.launch()
     }

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use crate::eventually::poll;
 use crate::http;
 use crate::node::Node;
-use crate::process::{Process, ProcessSpec, Rebind, binary};
+use crate::process::{Process, ProcessSpec, Rebind, binary, set_flag};
 use crate::server::Server;
 
 /// How long a proxy may take to hold a lease and list the model.
@@ -37,10 +37,7 @@ impl ProxySpec {
 
     /// Sets `flag` to `value` (replacing an earlier value).
     pub fn flag(mut self, flag: &str, value: impl ToString) -> Self {
-        match self.flags.iter().position(|f| f == flag) {
-            Some(i) if i + 1 < self.flags.len() => self.flags[i + 1] = value.to_string(),
-            _ => self.flags.extend([flag.to_owned(), value.to_string()]),
-        }
+        set_flag(&mut self.flags, flag, value.to_string());
         self
     }
 

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::http;
 use crate::node::Node;
-use crate::process::{Process, ProcessSpec, Rebind, binary};
+use crate::process::{Process, ProcessSpec, Rebind, binary, set_flag};
 use crate::server::Server;
 
 /// One sim to start.
@@ -159,10 +159,7 @@ impl SimSpec {
 
     /// A `--sim-*` flag (or any flag the sim takes) with its value.
     pub fn sim_flag(mut self, flag: &str, value: impl ToString) -> Self {
-        match self.sim.iter().position(|f| f == flag) {
-            Some(i) => self.sim[i + 1] = value.to_string(),
-            None => self.sim.extend([flag.to_owned(), value.to_string()]),
-        }
+        set_flag(&mut self.sim, flag, value.to_string());
         self
     }
 

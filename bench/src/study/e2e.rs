@@ -12,6 +12,16 @@ struct Cli {
     study: DecodeWeightArgs,
 }
 
+/// The study's flags for the tiny trace: 2 lanes, no warm-up, 40× compression, quiet, plus
+/// `arms` (the arms and load points of the test).
+fn tiny_study(trace: &tempfile::NamedTempFile, out: &tempfile::TempDir, arms: &[&str]) -> Cli {
+    let mut argv = vec!["study", "--trace", trace.path().to_str().unwrap()];
+    argv.extend_from_slice(arms);
+    argv.extend(["--concurrency", "2", "--warmup-s", "0", "--duration-s", "100000", "--speedup", "40"]);
+    argv.extend(["--sample-interval-s", "0.05", "--out", out.path().to_str().unwrap(), "--quiet"]);
+    Cli::try_parse_from(argv).unwrap()
+}
+
 /// Two sessions: A with 3 turns and a 2-turn sub-agent before its second, B with 2 turns.
 fn trace() -> tempfile::NamedTempFile {
     let req = |t: f64, input: u32, out: u32, think: f64, ids: &[u32]| serde_json::json!({"t": t, "type": "s", "in": input, "out": out, "think_time": think, "hash_ids": ids});
@@ -37,27 +47,7 @@ fn trace() -> tempfile::NamedTempFile {
 async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each() {
     let trace = trace();
     let out = tempfile::tempdir().unwrap();
-    let cli = Cli::try_parse_from([
-        "study",
-        "--trace",
-        trace.path().to_str().unwrap(),
-        "--arms",
-        "0,1e6,round-robin",
-        "--concurrency",
-        "2",
-        "--warmup-s",
-        "0",
-        "--duration-s",
-        "100000",
-        "--speedup",
-        "40",
-        "--sample-interval-s",
-        "0.05",
-        "--out",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .unwrap();
+    let cli = tiny_study(&trace, &out, &["--arms", "0,1e6,round-robin"]);
     let loads = decode_weight(&cli.study).await.unwrap();
     assert_eq!(loads.len(), 2);
     // The seed load point scales the mean output (172 tokens over 7 requests) to 1,000.
@@ -120,29 +110,7 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
 async fn an_smg_arm_routes_every_request_through_smg() {
     let trace = trace();
     let out = tempfile::tempdir().unwrap();
-    let cli = Cli::try_parse_from([
-        "study",
-        "--trace",
-        trace.path().to_str().unwrap(),
-        "--loads",
-        "seed",
-        "--arms",
-        "smg:least_load:no-overload",
-        "--concurrency",
-        "2",
-        "--warmup-s",
-        "0",
-        "--duration-s",
-        "100000",
-        "--speedup",
-        "40",
-        "--sample-interval-s",
-        "0.05",
-        "--out",
-        out.path().to_str().unwrap(),
-        "--quiet",
-    ])
-    .unwrap();
+    let cli = tiny_study(&trace, &out, &["--loads", "seed", "--arms", "smg:least_load:no-overload"]);
     let loads = decode_weight(&cli.study).await.unwrap();
     let arm = &loads[0].arms[0];
     let r = &arm.report;

@@ -172,19 +172,7 @@ mod tests {
     use super::*;
 
     fn record(url: &str, role: Role, bootstrap_port: Option<u16>) -> WorkerRecord {
-        WorkerRecord {
-            id: WorkerId::new("w"),
-            role,
-            url: url.into(),
-            model: ModelName::new("m"),
-            bootstrap_port,
-            dp_size: 1,
-            page_size: 1,
-            sglang_version: None,
-            kv_events: None,
-            load_events: None,
-            labels: BTreeMap::new(),
-        }
+        WorkerRecord { bootstrap_port, ..WorkerRecord::new("w", role, url, "m") }
     }
 
     #[test]
