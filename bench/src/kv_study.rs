@@ -134,7 +134,7 @@ async fn arm(name: &str, spec: &Spec, model_dir: &std::path::Path, args: &Args) 
     let plan = Plan {
         trace: args.trace.clone(),
         format: Format::Mooncake,
-        url: deployment.proxy_url.clone(),
+        urls: vec![deployment.proxy_url.clone()],
         model: MODEL.into(),
         mode: Some(Mode::Open),
         shaping: Shaping {

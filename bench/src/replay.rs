@@ -52,9 +52,10 @@ pub(crate) struct ReplayArgs {
     /// The trace format.
     #[arg(long, env = "INFERA_BENCH_FORMAT", value_enum, default_value_t = Format::Auto)]
     format: Format,
-    /// The OpenAI-compatible base URL (`http://host:port` or `…/v1`).
-    #[arg(long, env = "INFERA_BENCH_URL", default_value = "http://127.0.0.1:8000")]
-    url: String,
+    /// The OpenAI-compatible base URL (`http://host:port` or `…/v1`); several, comma-separated,
+    /// spread the sessions over them (session i to URL i mod n: several proxies or gateways).
+    #[arg(long, env = "INFERA_BENCH_URL", value_delimiter = ',', default_value = "http://127.0.0.1:8000")]
+    url: Vec<String>,
     /// The model name sent in each request.
     #[arg(long, env = "INFERA_BENCH_MODEL", default_value = "m")]
     model: String,
@@ -78,9 +79,10 @@ pub(crate) struct ReplayArgs {
     /// and `--duration-s` are divided by it, measured times multiplied (report in emulated time).
     #[arg(long, env = "INFERA_BENCH_TIME_COMPRESSION", default_value_t = 1.0)]
     time_compression: f64,
-    /// Also sample this worker's `/v1/loads` (the decode, `http://host:port`) for per-rank load.
-    #[arg(long, env = "INFERA_BENCH_SAMPLE_LOADS")]
-    sample_loads: Option<String>,
+    /// Also sample these workers' `/v1/loads` (the decodes, `http://host:port`, comma-separated)
+    /// for per-rank load.
+    #[arg(long, env = "INFERA_BENCH_SAMPLE_LOADS", value_delimiter = ',')]
+    sample_loads: Vec<String>,
     /// Rank sampling interval, in (emulated) seconds.
     #[arg(long, env = "INFERA_BENCH_SAMPLE_INTERVAL_S", default_value_t = 1.0)]
     sample_interval_s: f64,
@@ -162,13 +164,13 @@ impl ReplayArgs {
         Ok(Plan {
             trace: self.trace.clone(),
             format,
-            url: self.url.clone(),
+            urls: self.url.clone(),
             model: self.model.clone(),
             mode: self.mode,
             shaping,
             quiet: self.quiet,
-            loads: self.sample_loads.clone().map(|url| Loads {
-                url,
+            loads: (!self.sample_loads.is_empty()).then(|| Loads {
+                pool: tokio::sync::watch::channel(self.sample_loads.clone()).1,
                 interval_s: self.sample_interval_s,
                 model: None,
             }),
@@ -179,8 +181,9 @@ impl ReplayArgs {
 /// Per-rank sampling during a replay.
 #[derive(Clone, Debug)]
 pub(crate) struct Loads {
-    /// The decode worker's base URL.
-    pub(crate) url: String,
+    /// The decode workers' base URLs at each moment (the study changes them as workers join
+    /// and are drained).
+    pub(crate) pool: tokio::sync::watch::Receiver<Vec<String>>,
     /// Emulated seconds between readings.
     pub(crate) interval_s: f64,
     /// The emulated engine's timing, for the modelled step (`None` for a real engine).
@@ -193,7 +196,8 @@ pub(crate) struct Plan {
     pub(crate) trace: PathBuf,
     /// Never `Auto`.
     pub(crate) format: Format,
-    pub(crate) url: String,
+    /// The routers' base URLs; sessions are spread over them.
+    pub(crate) urls: Vec<String>,
     pub(crate) model: String,
     pub(crate) mode: Option<Mode>,
     pub(crate) shaping: Shaping,
@@ -231,15 +235,21 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
     );
     let sessions = trace::open(&plan.trace, format)?;
     let origin = Instant::now();
-    let target = Target::new(&plan.url, &plan.model, origin)?;
-    let sampler = plan
-        .loads
-        .as_ref()
-        .map(|l| Sampler::start(&l.url, Duration::from_secs_f64(l.interval_s / shaping.compression), origin));
-    let ticker = (!plan.quiet).then(|| tokio::spawn(progress_line(target.clone())));
+    anyhow::ensure!(!plan.urls.is_empty(), "no URL to replay against");
+    let first = Target::new(&plan.urls[0], &plan.model, origin)?;
+    let mut targets = vec![first.clone()];
+    for url in &plan.urls[1..] {
+        targets.push(Target::new(url, &plan.model, origin)?.sharing_progress(&first));
+    }
+    let targets: Arc<[Target]> = targets.into();
+    let sampler = plan.loads.as_ref().map(|l| {
+        Sampler::start(l.pool.clone(), Duration::from_secs_f64(l.interval_s / shaping.compression), origin)
+    });
+    let ticker = (!plan.quiet).then(|| tokio::spawn(progress_line(first)));
     let send_shaping = shaping.clone();
     let send = move |job: Job| {
-        let (target, shaping) = (target.clone(), send_shaping.clone());
+        let target = targets[(job.session.index % targets.len() as u64) as usize].clone();
+        let shaping = send_shaping.clone();
         async move {
             let turn = &job.session.turns[job.turn];
             let max_tokens = shaping.max_tokens(turn.output_tokens);
@@ -283,7 +293,7 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
     Ok(match (rank_samples, &plan.loads) {
         (Some((ranks, errors)), Some(loads)) => {
             if errors > 0 {
-                eprintln!("{errors} readings of {}/v1/loads failed", loads.url);
+                eprintln!("{errors} readings of {:?} /v1/loads failed", loads.pool.borrow());
             }
             report.with_ranks(ranks, loads.model.as_ref())
         }

@@ -1,11 +1,14 @@
 //! `infera-bench study decode-weight`: the seeds' decode request-weight study on the emulated
-//! engine. For each load point and each arm (W = 0, 180,000, 1,000,000 and the legacy
-//! round-robin and power-of-two by default) a **fresh** in-process 1P1D deployment
-//! ([`deploy`]) replays the same trace window with the same seed through the proxy, while the
-//! decode's per-rank load is sampled from its `/v1/loads` at a fixed emulated interval. It
-//! prints the seeds' two tables per load point ([`table`]), writes every arm to `study.json`,
-//! and draws the plots ([`plot`]) under `--out`. An `smg:POLICY` arm puts SMG ([`smg`]) in
-//! front of the same sims instead of control and the proxy, and reports SMG's own counters.
+//! engine. For each scenario ([`scenario`]: steady state, scale-out, mixed DP sizes, KV
+//! pressure, several routers), each load point, each arm (W = 0, 180,000, 1,000,000 and the
+//! legacy round-robin and power-of-two by default) and each of `--runs` runs, a **fresh**
+//! in-process deployment ([`deploy`]) replays the same trace window with the same seed
+//! through its routers while the scenario's events ([`events`]) change the decode pool and
+//! the decodes' per-rank load is sampled from their `/v1/loads` at a fixed emulated interval.
+//! It prints the seeds' two tables per scenario and load point ([`table`]), writes every run
+//! to `study.json` and draws the plots ([`plot`]) under `--out` ([`output`]). An `smg:POLICY`
+//! arm puts SMG ([`smg`]) in front of the same sims instead of control and the proxies, and
+//! reports SMG's own counters.
 //!
 //! Load points: `published` replays the trace as it is (think time and output lengths ×1,
 //! idle gaps capped at 300 s like AgentX); `seed` is `--match-seed-load` (the seeds' ≈ 9 s
@@ -17,7 +20,10 @@ mod arm;
 pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;
+mod events;
+mod output;
 mod plot;
+mod scenario;
 mod smg;
 mod table;
 
@@ -27,8 +33,10 @@ use std::time::Instant;
 use anyhow::Context as _;
 use arm::Arm;
 use deploy::Routing;
+use events::Applied;
 use infera_sim::params::TimingParams;
-use serde_json::{Value, json};
+use scenario::{Scenario, Topology, Window};
+use table::Label;
 
 use crate::replay::report::Report;
 use crate::replay::schedule::Shaping;
@@ -59,7 +67,7 @@ pub(crate) enum LoadPoint {
 }
 
 impl LoadPoint {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LoadPoint::Published => "published",
             LoadPoint::Seed => "seed",
@@ -73,6 +81,12 @@ pub(crate) struct DecodeWeightArgs {
     /// The agentic trace (session JSONL, optionally `.gz`).
     #[arg(long, env = "INFERA_BENCH_TRACE")]
     trace: PathBuf,
+    /// Scenarios, each with every load point and arm.
+    #[arg(long, env = "INFERA_BENCH_SCENARIOS", value_enum, value_delimiter = ',', default_value = "steady")]
+    scenarios: Vec<Scenario>,
+    /// Fresh runs of every arm (fresh runs of one arm differ by up to 10 points of p90 here).
+    #[arg(long, env = "INFERA_BENCH_RUNS", default_value_t = 1)]
+    runs: usize,
     /// Load points, each with every arm.
     #[arg(
         long,
@@ -92,7 +106,7 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "0,180000,1000000,round-robin,power-of-two"
     )]
     arms: Vec<Arm>,
-    /// Concurrent sessions (the seeds: 88).
+    /// Concurrent sessions (the seeds: 88), × the scenario's session scale.
     #[arg(long, env = "INFERA_BENCH_CONCURRENCY", default_value_t = 88)]
     concurrency: usize,
     /// Trace gaps are capped at this many seconds (AgentX: 300).
@@ -120,15 +134,20 @@ pub(crate) struct DecodeWeightArgs {
     /// Seed of control's tie-breaks and the sims.
     #[arg(long, env = "INFERA_BENCH_SEED", default_value_t = 1)]
     seed: u64,
-    /// Attention-DP ranks of the decode sim.
+    /// Attention-DP ranks of a full decode sim (the mixed-DP scenario's second has half).
     #[arg(long, env = "INFERA_BENCH_DECODE_RANKS", default_value_t = 8)]
     decode_ranks: u32,
+    /// KV tokens per decode rank in the kv-pressure scenario (SGLang's `--max-total-tokens`).
+    /// Default: 1.5 × the 1.6 M a rank holds at the seed point in steady state (median).
+    #[arg(long, env = "INFERA_BENCH_KV_PRESSURE_TOKENS", default_value_t = 2_400_000)]
+    kv_pressure_tokens: u64,
     /// The prefill's prefix cache, tokens (the kit's HiCache: 4 × 250 GB / 70,272 B per token).
     #[arg(long, env = "INFERA_BENCH_PREFILL_CACHE_TOKENS", default_value_t = 14_230_000)]
     prefill_cache_tokens: u64,
-    /// GPUs tok/s/GPU divides by (the seeds' 1P1D: 4 prefill + 8 decode).
-    #[arg(long, env = "INFERA_BENCH_GPUS", default_value_t = 12)]
-    gpus: u32,
+    /// GPUs per prefill; tok/s/GPU divides by these plus one per decode rank (the seeds'
+    /// 1P1D: 4 + 8 = 12).
+    #[arg(long, env = "INFERA_BENCH_PREFILL_GPUS", default_value_t = 4)]
+    prefill_gpus: u32,
     /// The `smg` SMG arms run (default: `.venv/bin/smg` of the workspace, `cargo xtask setup`).
     #[arg(long, env = "INFERA_SMG")]
     smg: Option<PathBuf>,
@@ -140,17 +159,30 @@ pub(crate) struct DecodeWeightArgs {
     quiet: bool,
 }
 
-/// One arm's outcome.
+/// One run of an arm.
 pub(crate) struct ArmRun {
     pub(crate) arm: Arm,
+    /// 1-based.
+    pub(crate) run: usize,
     pub(crate) report: Report,
+    /// The scenario's events as they happened.
+    pub(crate) applied: Vec<Applied>,
     /// What the router says it did (control's picks, or SMG's counters).
     pub(crate) routing: Routing,
     pub(crate) wall_s: f64,
 }
 
-/// One load point's arms.
+impl ArmRun {
+    /// The row name: the arm, and the run when there are several.
+    pub(crate) fn label(&self, runs: usize) -> Label {
+        Label { arm: self.arm, run: (runs > 1).then_some(self.run) }
+    }
+}
+
+/// One scenario at one load point: every arm's runs.
 pub(crate) struct LoadRun {
+    pub(crate) scenario: Scenario,
+    pub(crate) topology: Topology,
     pub(crate) load: LoadPoint,
     pub(crate) shaping: Shaping,
     pub(crate) seed_load: Option<SeedLoad>,
@@ -162,7 +194,7 @@ pub(crate) fn run(args: StudyArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let loads = rt.block_on(decode_weight(&args))?;
-    let path = write_outputs(&args, &loads)?;
+    let path = output::write(&args, &loads)?;
     println!(
         "wrote {} and the plots beside it ({:.0} s wall in all)",
         path.display(),
@@ -183,23 +215,32 @@ impl DecodeWeightArgs {
             anyhow::ensure!(v.is_finite() && v > 0.0, "{name} must be positive");
         }
         anyhow::ensure!(
-            self.concurrency > 0 && !self.arms.is_empty() && !self.loads.is_empty(),
+            self.concurrency > 0
+                && self.runs > 0
+                && !self.arms.is_empty()
+                && !self.loads.is_empty()
+                && !self.scenarios.is_empty(),
             "nothing to run"
         );
-        anyhow::ensure!(
-            self.decode_ranks > 0 && self.gpus > 0,
-            "--decode-ranks and --gpus must be at least 1"
-        );
+        anyhow::ensure!(self.decode_ranks > 0, "--decode-ranks must be at least 1");
+        anyhow::ensure!(self.kv_pressure_tokens > 0, "--kv-pressure-tokens must be at least 1");
         Ok(())
     }
 
-    fn shaping(&self, load: LoadPoint) -> anyhow::Result<(Shaping, Option<SeedLoad>)> {
+    fn window(&self) -> Window {
+        Window { warmup_s: self.warmup_s, end_s: self.duration_s }
+    }
+
+    /// The load point's shaping for `topology` (its sessions scale the concurrency; the seed
+    /// point's output and think-time scales come from the first `--concurrency` sessions).
+    fn shaping(&self, load: LoadPoint, topology: &Topology) -> anyhow::Result<(Shaping, Option<SeedLoad>)> {
+        let concurrency = ((self.concurrency as f64 * topology.sessions_scale).round() as usize).max(1);
         let mut shaping = Shaping {
             speedup: 1.0,
             think_time_scale: 1.0,
             output_scale: 1.0,
             idle_gap_cap_s: self.idle_gap_cap_s,
-            concurrency: self.concurrency,
+            concurrency,
             warmup_per_lane: self.warmup_per_lane,
             warmup_s: self.warmup_s,
             cut_at_end: true,
@@ -216,100 +257,111 @@ impl DecodeWeightArgs {
     }
 }
 
-/// Runs every load point and arm, printing each load point's tables as it completes.
+/// Runs every scenario, load point, arm and run, printing each cell's tables as it completes.
 pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec<LoadRun>> {
     args.validate()?;
-    let mut loads = Vec::new();
-    for &load in &args.loads {
-        let (shaping, seed_load) = args.shaping(load)?;
-        println!("== load point: {} ({})", load.name(), describe(&shaping));
-        if let Some(m) = &seed_load {
-            println!("   {m}");
+    let mut cells = Vec::new();
+    for &scenario in &args.scenarios {
+        let topology = scenario.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
+        for &load in &args.loads {
+            let (shaping, seed_load) = args.shaping(load, &topology)?;
+            println!("== scenario {}, load point {}: {topology}", scenario.name(), load.name());
+            println!("   {}", describe(&shaping));
+            if let Some(m) = &seed_load {
+                println!("   {m}");
+            }
+            let mut arms = Vec::new();
+            for &arm in &args.arms {
+                for run in 1..=args.runs {
+                    let cell = Cell { scenario, topology: &topology, load, shaping: &shaping };
+                    let done = run_arm(args, arm, run, &cell).await.with_context(|| {
+                        format!("{} {} arm {arm} run {run}", scenario.name(), load.name())
+                    })?;
+                    eprintln!(
+                        "   {arm} run {run}: {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
+                        done.report.completed,
+                        done.report.warmup,
+                        done.report.failed,
+                        done.report.cut,
+                        done.wall_s
+                    );
+                    arms.push(done);
+                }
+            }
+            let cell = LoadRun { scenario, topology: topology.clone(), load, shaping, seed_load, arms };
+            output::print(args, &cell);
+            cells.push(cell);
         }
-        let mut arms = Vec::new();
-        for &arm in &args.arms {
-            let run = run_arm(args, arm, load, &shaping)
-                .await
-                .with_context(|| format!("{} arm {arm}", load.name()))?;
-            eprintln!(
-                "   {arm}: {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
-                run.report.completed, run.report.warmup, run.report.failed, run.report.cut, run.wall_s
-            );
-            arms.push(run);
-        }
-        let rows: Vec<(Arm, &Report)> = arms.iter().map(|a| (a.arm, &a.report)).collect();
-        println!("\n{}", table::results(&rows, args.gpus));
-        println!(
-            "Decode ranks over the measured window (/v1/loads every {} s emulated):\n",
-            args.sample_interval_s
-        );
-        println!("{}", table::ranks(&rows));
-        print_smg(&arms, args.speedup);
-        loads.push(LoadRun { load, shaping, seed_load, arms });
     }
-    Ok(loads)
+    Ok(cells)
 }
 
-/// What each SMG arm's SMG did, under the tables.
-fn print_smg(arms: &[ArmRun], speedup: f64) {
-    let mut any = false;
-    for a in arms {
-        if let Routing::Smg { counters, .. } = &a.routing {
-            any = true;
-            println!("{}: {}", a.arm, counters.line());
-        }
-    }
-    if any {
-        println!(
-            "(SMG's load monitor polls every {} s of wall clock, its default, = {} emulated s at {speedup}× compression; its other timers are wall-clock too.)\n",
-            smg::LOAD_MONITOR_INTERVAL_S,
-            smg::LOAD_MONITOR_INTERVAL_S * speedup
-        );
-    }
-}
-
-async fn run_arm(
-    args: &DecodeWeightArgs,
-    arm: Arm,
+/// Where one arm runs.
+struct Cell<'a> {
+    scenario: Scenario,
+    topology: &'a Topology,
     load: LoadPoint,
-    shaping: &Shaping,
-) -> anyhow::Result<ArmRun> {
+    shaping: &'a Shaping,
+}
+
+async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>) -> anyhow::Result<ArmRun> {
     let started = Instant::now();
     if matches!(arm, Arm::Smg(_)) {
         std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     }
     let spec = deploy::Spec {
         arm,
+        topology: cell.topology.clone(),
         speedup: args.speedup,
         seed: args.seed,
-        decode_ranks: args.decode_ranks,
         prefill_cache_tokens: args.prefill_cache_tokens,
         smg: args.smg.clone(),
-        smg_log: args.out.join(format!("smg-{}-{}.log", load.name(), arm.key())),
+        smg_log: args.out.join(format!(
+            "smg-{}-{}-{}-{run}",
+            cell.scenario.name(),
+            cell.load.name(),
+            arm.key()
+        )),
     };
     let deployment = deploy::Deployment::start(&spec).await?;
     let picks_at_start = deployment.decode_picks().await?;
     let plan = Plan {
         trace: args.trace.clone(),
         format: Format::Agentic,
-        url: deployment.url.clone(),
+        urls: deployment.urls.clone(),
         model: deploy::MODEL.to_owned(),
         mode: Some(Mode::Closed),
-        shaping: shaping.clone(),
+        shaping: cell.shaping.clone(),
         quiet: args.quiet,
         loads: Some(Loads {
-            url: deployment.decode_url.clone(),
+            pool: deployment.pool.subscribe(),
             interval_s: args.sample_interval_s,
             model: Some(TimingParams::default()),
         }),
     };
-    let report = crate::replay::replay(&plan).await;
+    let names: Vec<(String, String)> = cell
+        .topology
+        .decodes
+        .iter()
+        .map(|d| (d.name.clone(), deployment.decode_url(&d.name).unwrap_or_default()))
+        .collect();
+    let (report, applied) = tokio::join!(
+        crate::replay::replay(&plan),
+        events::drive(&deployment, &cell.topology.events, &names, args.speedup)
+    );
     let routing = deployment.routing(picks_at_start).await;
     deployment.stop().await?;
-    Ok(ArmRun { arm, report: report?, routing: routing?, wall_s: started.elapsed().as_secs_f64() })
+    Ok(ArmRun {
+        arm,
+        run,
+        report: report?,
+        applied: applied?,
+        routing: routing?,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
 }
 
-fn describe(s: &Shaping) -> String {
+pub(crate) fn describe(s: &Shaping) -> String {
     format!(
         "think-time ×{:.3}, output length ×{:.3}, idle-gap cap {} s, concurrency {}, warm-up {} s + {}/lane, {} s emulated per arm (cut at the end), time compression {}",
         s.think_time_scale,
@@ -321,80 +373,6 @@ fn describe(s: &Shaping) -> String {
         s.duration_s.unwrap_or(0.0),
         s.compression
     )
-}
-
-/// Everything as JSON.
-pub(crate) fn json(args: &DecodeWeightArgs, loads: &[LoadRun]) -> Value {
-    json!({
-        "study": "decode-weight",
-        "trace": args.trace.display().to_string(),
-        "deployment": {
-            "shape": "1P1D in process: prefill sim (1 rank, 8k chunks, shortest-prefill-first) + decode sim (TP 8, DP attention) + infera-control + infera-proxy; an SMG arm: the same sims behind one `smg launch --pd-disaggregation --dp-aware` instead",
-            "decode_ranks": args.decode_ranks,
-            "prefill_cache_tokens": args.prefill_cache_tokens,
-            "gpus_for_per_gpu_rates": args.gpus,
-            "timing": "infera-sim defaults (the seeds' step-time calibration)",
-            "seed": args.seed,
-            "time_compression": args.speedup,
-            "sample_interval_s": args.sample_interval_s,
-        },
-        "loads": loads.iter().map(|l| json!({
-            "load": l.load.name(),
-            "shaping": describe(&l.shaping),
-            "match_seed_load": l.seed_load.as_ref().map(|m| json!({
-                "sessions": m.sessions,
-                "requests": m.requests,
-                "mean_output_tokens": m.mean_output_tokens,
-                "mean_think_s": m.mean_think_s,
-                "output_scale": m.output_scale,
-                "think_time_scale": m.think_time_scale,
-            })),
-            "arms": l.arms.iter().map(|a| arm_json(a, args.gpus)).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-fn arm_json(a: &ArmRun, gpus: u32) -> Value {
-    let mut v = json!({
-        "arm": a.arm.to_string(),
-        "key": a.arm.key(),
-        "control_flags": a.arm.control_flags(),
-        "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(gpus),
-        "wall_s": a.wall_s,
-        "report": a.report.json(),
-    });
-    match &a.routing {
-        Routing::Control { picks_at_start, picks, fallback_picks } => {
-            v["control_decode_picks_at_start"] = json!(picks_at_start);
-            v["control_decode_picks"] = json!(picks);
-            v["proxy_fallback_picks"] = json!(fallback_picks);
-        }
-        Routing::Smg { counters, argv } => {
-            v["smg_argv"] = json!(argv);
-            v["smg"] = counters.json();
-        }
-    }
-    v
-}
-
-/// Writes `study.json` and two SVGs per load point under `--out`; the JSON's path.
-fn write_outputs(args: &DecodeWeightArgs, loads: &[LoadRun]) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    for l in loads {
-        let rows: Vec<(Arm, &Report)> = l.arms.iter().map(|a| (a.arm, &a.report)).collect();
-        let name = l.load.name();
-        let svg = plot::interactivity_vs_throughput(
-            &format!("Interactivity vs throughput, load {name}"),
-            &rows,
-            args.gpus,
-        );
-        std::fs::write(args.out.join(format!("{name}-interactivity.svg")), svg)?;
-        let svg = plot::busiest_over_time(&format!("Decode ranks over time, load {name}"), &rows);
-        std::fs::write(args.out.join(format!("{name}-busiest-rank.svg")), svg)?;
-    }
-    let path = args.out.join("study.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&json(args, loads))? + "\n")?;
-    Ok(path)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod sim;
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
+pub use infera_registry::register::Registration;
 pub use infera_registry::test_server::EtcdServer;
 pub use proxy::{Proxy, ProxySpec};
 pub use sim::{Sim, SimSpec};

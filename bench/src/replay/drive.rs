@@ -65,6 +65,12 @@ impl Target {
         Ok(Self { client, url, model: model.to_owned(), origin, progress: Arc::default() })
     }
 
+    /// The same server counting into `other`'s progress (one progress line over several).
+    pub(crate) fn sharing_progress(mut self, other: &Target) -> Self {
+        self.progress = Arc::clone(&other.progress);
+        self
+    }
+
     fn ms(&self, t: Instant) -> f64 {
         t.duration_since(self.origin).as_secs_f64() * 1e3
     }

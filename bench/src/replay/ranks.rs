@@ -1,7 +1,9 @@
-//! The decode worker's DP ranks over time, read from its SGLang `/v1/loads` (one entry per
-//! rank: `num_running_reqs`, and `num_used_tokens` = the KV it holds, which counts requests
+//! The decode workers' DP ranks over time, read from each one's SGLang `/v1/loads` (one entry
+//! per rank: `num_running_reqs`, and `num_used_tokens` = the KV it holds, which counts requests
 //! still receiving their KV as SGLang's `#token` does) at a fixed interval, and summarised as
-//! the seeds summarised their decode logs:
+//! the seeds summarised their decode logs. With several decode workers a sample is every rank
+//! of the workers in the pool at that moment (the set may change during a run: a worker joins,
+//! one is drained), one after another:
 //!
 //! - **running per rank**: the mean over samples of the mean over ranks;
 //! - **busiest median / p90**: percentiles over samples of the busiest rank's requests;
@@ -11,6 +13,7 @@
 //! - **step median** (emulated engine only): the decode step the sim's timing model gives for
 //!   each sample's loads (`infera_sim::timing::step_ms`), median over samples.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,7 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use infera_sim::params::TimingParams;
 use infera_sim::timing::{self, RankLoad};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::percentile::percentile;
@@ -34,6 +37,16 @@ pub(crate) struct RankSample {
     pub(crate) running: Vec<u32>,
     /// `num_used_tokens` per rank, in rank order.
     pub(crate) tokens: Vec<u64>,
+    /// Which worker each run of ranks is (empty: one worker, all of them).
+    pub(crate) workers: Vec<WorkerSpan>,
+}
+
+/// A worker's ranks within a [`RankSample`]: the next `ranks` entries.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct WorkerSpan {
+    /// Its base URL.
+    pub(crate) url: Arc<str>,
+    pub(crate) ranks: usize,
 }
 
 impl RankSample {
@@ -42,8 +55,21 @@ impl RankSample {
         self.running.iter().copied().max().unwrap_or(0)
     }
 
-    fn mean_running(&self) -> f64 {
+    /// The mean rank's requests.
+    pub(crate) fn mean_running(&self) -> f64 {
         mean_of(self.running.iter().map(|&r| f64::from(r)))
+    }
+
+    /// The mean requests over the ranks of the worker at `url`, if it is in the sample.
+    pub(crate) fn worker_mean_running(&self, url: &str) -> Option<f64> {
+        let mut start = 0;
+        for w in &self.workers {
+            if &*w.url == url {
+                return Some(mean_of(self.running[start..start + w.ranks].iter().map(|&r| f64::from(r))));
+            }
+            start += w.ranks;
+        }
+        None
     }
 
     /// Busiest over mean, for requests and for context; `None` when that mean is 0.
@@ -144,7 +170,7 @@ pub(crate) fn series_json(samples: &[RankSample]) -> Value {
     })
 }
 
-/// Reads `/v1/loads` of one worker every `interval` until stopped.
+/// Reads `/v1/loads` of every worker in a changing set every `interval` until stopped.
 #[derive(Debug)]
 pub(crate) struct Sampler {
     stop: oneshot::Sender<()>,
@@ -152,9 +178,9 @@ pub(crate) struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling `base_url` (`http://host:port`); times are from `origin`.
-    pub(crate) fn start(base_url: &str, interval: Duration, origin: Instant) -> Self {
-        let url = format!("{}/v1/loads?include=core", base_url.trim_end_matches('/'));
+    /// Starts sampling the workers `pool` names at each tick (base URLs, `http://host:port`);
+    /// times are from `origin`. A tick at which any of them does not answer counts as failed.
+    pub(crate) fn start(pool: watch::Receiver<Vec<String>>, interval: Duration, origin: Instant) -> Self {
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
@@ -167,8 +193,12 @@ impl Sampler {
                     _ = tick.tick() => {}
                 }
                 let at_ms = origin.elapsed().as_secs_f64() * 1e3;
-                match read(&client, &url).await {
-                    Some((running, tokens)) => samples.push(RankSample { at_ms, running, tokens }),
+                let urls = pool.borrow().clone();
+                match read_all(&client, &urls).await {
+                    Some(mut sample) => {
+                        sample.at_ms = at_ms;
+                        samples.push(sample);
+                    }
                     None => errors += 1,
                 }
             }
@@ -183,9 +213,23 @@ impl Sampler {
     }
 }
 
+/// One sample of every worker in `urls`, in that order; `None` when one does not answer.
+async fn read_all(client: &LoadsClient, urls: &[String]) -> Option<RankSample> {
+    let reads =
+        urls.iter().map(|u| read(client, format!("{}/v1/loads?include=core", u.trim_end_matches('/'))));
+    let mut sample = RankSample::default();
+    for (url, read) in urls.iter().zip(futures_util::future::join_all(reads).await) {
+        let (running, tokens) = read?;
+        sample.workers.push(WorkerSpan { url: url.as_str().into(), ranks: running.len() });
+        sample.running.extend(running);
+        sample.tokens.extend(tokens);
+    }
+    Some(sample)
+}
+
 type LoadsClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
-async fn read(client: &LoadsClient, url: &str) -> Option<(Vec<u32>, Vec<u64>)> {
+async fn read(client: &LoadsClient, url: String) -> Option<(Vec<u32>, Vec<u64>)> {
     let uri: http::Uri = url.parse().ok()?;
     let resp = client.get(uri).await.ok()?;
     if !resp.status().is_success() {
@@ -215,7 +259,7 @@ mod tests {
     use super::*;
 
     fn sample(running: &[u32], tokens: &[u64]) -> RankSample {
-        RankSample { at_ms: 0.0, running: running.to_vec(), tokens: tokens.to_vec() }
+        RankSample { at_ms: 0.0, running: running.to_vec(), tokens: tokens.to_vec(), workers: Vec::new() }
     }
 
     #[test]
@@ -241,6 +285,23 @@ mod tests {
         let p = TimingParams::default();
         let s = RankStats::of(&[sample(&[9, 1], &[0, 0]), sample(&[0, 0], &[0, 0])], Some(&p));
         assert!((s.step_ms_p50.unwrap() - 49.5).abs() < 1e-9, "idle samples have no step");
+    }
+
+    #[test]
+    fn a_workers_mean_is_over_its_own_ranks() {
+        let s = RankSample {
+            running: vec![4, 2, 0, 0, 1],
+            tokens: vec![0; 5],
+            workers: vec![
+                WorkerSpan { url: "http://a".into(), ranks: 2 },
+                WorkerSpan { url: "http://b".into(), ranks: 3 },
+            ],
+            ..RankSample::default()
+        };
+        assert_eq!(s.worker_mean_running("http://a"), Some(3.0));
+        assert!((s.worker_mean_running("http://b").unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.worker_mean_running("http://c"), None);
+        assert!((s.mean_running() - 1.4).abs() < 1e-12);
     }
 
     #[test]

@@ -342,7 +342,8 @@ mod tests {
             input_tokens: 7,
         };
         let shaping = Shaping { compression: 10.0, ..super::super::schedule::tests::shaping() };
-        let ranks = |at_ms| RankSample { at_ms, running: vec![4, 2], tokens: vec![10, 10] };
+        let ranks =
+            |at_ms| RankSample { at_ms, running: vec![4, 2], tokens: vec![10, 10], workers: Vec::new() };
         let r = Report::new("t".into(), "closed", shaping, &[a], 0, 0)
             .with_ranks(vec![ranks(50.0), ranks(150.0), ranks(250.0)], None);
         assert_eq!((r.window_ms, r.window_s), ((1_000.0, 2_000.0), 1.0));

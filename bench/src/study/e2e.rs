@@ -4,7 +4,7 @@
 use clap::Parser;
 
 use super::deploy::Routing;
-use super::{DecodeWeightArgs, decode_weight, write_outputs};
+use super::{DecodeWeightArgs, decode_weight, output};
 
 #[derive(Parser)]
 struct Cli {
@@ -15,9 +15,21 @@ struct Cli {
 /// The study's flags for the tiny trace: 2 lanes, no warm-up, 40× compression, quiet, plus
 /// `arms` (the arms and load points of the test).
 fn tiny_study(trace: &tempfile::NamedTempFile, out: &tempfile::TempDir, arms: &[&str]) -> Cli {
+    tiny_study_for(trace, out, arms, 100_000.0)
+}
+
+/// [`tiny_study`] with a window of `duration_s` emulated seconds (the scenarios' events are
+/// placed in it).
+fn tiny_study_for(
+    trace: &tempfile::NamedTempFile,
+    out: &tempfile::TempDir,
+    arms: &[&str],
+    duration_s: f64,
+) -> Cli {
     let mut argv = vec!["study", "--trace", trace.path().to_str().unwrap()];
     argv.extend_from_slice(arms);
-    argv.extend(["--concurrency", "2", "--warmup-s", "0", "--duration-s", "100000", "--speedup", "40"]);
+    let duration = duration_s.to_string();
+    argv.extend(["--concurrency", "2", "--warmup-s", "0", "--duration-s", &duration, "--speedup", "40"]);
     argv.extend(["--sample-interval-s", "0.05", "--out", out.path().to_str().unwrap(), "--quiet"]);
     Cli::try_parse_from(argv).unwrap()
 }
@@ -40,6 +52,19 @@ fn trace() -> tempfile::NamedTempFile {
     ]});
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), format!("{a}\n{b}\n")).unwrap();
+    file
+}
+
+/// [`trace`] and a third session of three turns 30 s apart (the scenarios' events fall inside
+/// its run).
+fn long_trace() -> tempfile::NamedTempFile {
+    let file = trace();
+    let req = |t: f64, think: f64| serde_json::json!({"t": t, "type": "s", "in": 300, "out": 20, "think_time": think, "hash_ids": [40, 41, 42, 43]});
+    let c = serde_json::json!({"id": "trace_c", "block_size": 64, "hash_id_scope": "local", "requests": [
+        req(0.0, 0.0), req(30.0, 30.0), req(60.0, 30.0),
+    ]});
+    let text = std::fs::read_to_string(file.path()).unwrap();
+    std::fs::write(file.path(), format!("{text}{c}\n")).unwrap();
     file
 }
 
@@ -73,32 +98,32 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
             assert!(r.rank_series.iter().all(|s| s.running.len() == 8));
             assert!(r.ranks.is_some());
         }
-        let rows: Vec<_> = load.arms.iter().map(|a| (a.arm, &a.report)).collect();
+        let rows: Vec<_> = load.arms.iter().map(|a| (a.label(1), &a.report)).collect();
         assert_eq!(super::table::results(&rows, 12).lines().count(), 2 + 3);
         assert_eq!(super::table::ranks(&rows).lines().count(), 2 + 3);
     }
 
-    let path = write_outputs(&cli.study, &loads).unwrap();
+    let path = output::write(&cli.study, &loads).unwrap();
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert_eq!(v["loads"].as_array().map(Vec::len), Some(2));
-    for load in v["loads"].as_array().unwrap() {
+    assert_eq!(v["cells"].as_array().map(Vec::len), Some(2));
+    for load in v["cells"].as_array().unwrap() {
         for arm in load["arms"].as_array().unwrap() {
             assert_eq!(arm["control_decode_picks_at_start"], 0.0);
             assert_eq!(arm["report"]["completed"], 7);
         }
     }
-    assert_eq!(v["loads"][1]["load"], "seed");
-    assert_eq!(v["loads"][0]["arms"][2]["control_flags"][3], "round-robin");
+    assert_eq!(v["cells"][1]["load"], "seed");
+    assert_eq!(v["cells"][0]["arms"][2]["control_flags"][3], "round-robin");
     assert!(
-        v["loads"][0]["arms"][1]["report"]["decode_rank_series"]["running"]
+        v["cells"][0]["arms"][1]["report"]["decode_rank_series"]["running"]
             .as_array()
             .is_some_and(|a| !a.is_empty())
     );
     for name in [
-        "published-interactivity.svg",
-        "published-busiest-rank.svg",
-        "seed-interactivity.svg",
-        "seed-busiest-rank.svg",
+        "steady-published-interactivity.svg",
+        "steady-published-busiest-rank.svg",
+        "steady-seed-interactivity.svg",
+        "steady-seed-busiest-rank.svg",
     ] {
         assert!(std::fs::read_to_string(out.path().join(name)).unwrap().starts_with("<svg"));
     }
@@ -122,8 +147,107 @@ async fn an_smg_arm_routes_every_request_through_smg() {
     assert_eq!(counters.rank_dispatches.iter().sum::<f64>(), 7.0, "{}", counters.line());
     assert!(r.rank_series.iter().any(|s| s.busiest() > 0), "the decode was sampled busy");
 
-    let path = write_outputs(&cli.study, &loads).unwrap();
+    let path = output::write(&cli.study, &loads).unwrap();
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert_eq!(v["loads"][0]["arms"][0]["smg"]["decode_selections"], 7.0);
-    assert!(out.path().join("smg-seed-smg-least_load-no-overload.log").is_file());
+    assert_eq!(v["cells"][0]["arms"][0]["smg"]["decode_selections"], 7.0);
+    assert!(out.path().join("smg-steady-seed-smg-least_load-no-overload-1-0.log").is_file());
+}
+
+/// Scale-out: the second decode joins and the first is drained at their times, for infera
+/// (etcd registration, `Admin/DrainTarget`) and for SMG (its worker API); the sampled pool
+/// follows, and every request still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_out_joins_and_drains_a_decode_under_every_router() {
+    let trace = long_trace();
+    let out = tempfile::tempdir().unwrap();
+    let argv = ["--scenarios", "scale-out", "--loads", "published", "--arms", "1e6,smg:round_robin"];
+    // The window is 0–40 s: decode-1 joins at 6 s, decode-0 is drained at 26 s, while
+    // session C still runs (its second turn starts at 30 s).
+    let cli = tiny_study_for(&trace, &out, &argv, 40.0);
+    let cells = decode_weight(&cli.study).await.unwrap();
+    assert_eq!(cells.len(), 1);
+    for arm in &cells[0].arms {
+        let r = &arm.report;
+        assert_eq!(r.failed, 0, "{}: {r}", arm.arm);
+        assert_eq!(r.completed + r.cut, 9, "{}: A's and B's 7, C's first two", arm.arm);
+        let what: Vec<&str> = arm.applied.iter().map(|e| e.what.as_str()).collect();
+        assert_eq!(what, ["decode-1 joins", "decode-0 is drained"], "{}", arm.arm);
+        assert!(
+            arm.applied[0].done_s >= 6.0 && arm.applied[1].done_s >= 26.0,
+            "{}: {:?}",
+            arm.arm,
+            arm.applied
+        );
+        // The pool sampled: decode-0 alone, both, then decode-1 alone.
+        let widths: Vec<usize> = r.rank_series.iter().map(|s| s.running.len()).collect();
+        assert_eq!(widths.first(), Some(&8), "{}", arm.arm);
+        assert!(widths.contains(&16), "{}: both decodes sampled once decode-1 joined", arm.arm);
+        match &arm.routing {
+            Routing::Control { fallback_picks, .. } => {
+                assert_eq!(*fallback_picks, 0.0);
+                // Control takes the drain at once; SMG lists a removed worker for seconds of
+                // wall clock (its removal is a background job), past this tiny replay's end.
+                let last = r.rank_series.last().unwrap();
+                assert_eq!(last.workers.len(), 1, "{}", arm.arm);
+                assert_eq!(&*last.workers[0].url, arm.applied[0].url, "{}: decode-1 is left", arm.arm);
+            }
+            Routing::Smg { counters, .. } => {
+                assert_eq!(counters.rank_dispatches.len(), 16, "both decodes' ranks are counted");
+                assert_eq!(counters.decode_selections as usize, r.completed + r.cut);
+            }
+        }
+    }
+}
+
+/// Several routers: the sessions are spread over four proxies sharing one control (every
+/// pick is control's) and over four SMG replicas (their selections add up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_proxy_spreads_the_sessions_over_every_router() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let argv = ["--scenarios", "multi-proxy", "--loads", "published", "--arms", "1e6,smg:round_robin"];
+    let cells = decode_weight(&tiny_study(&trace, &out, &argv).study).await.unwrap();
+    for arm in &cells[0].arms {
+        assert_eq!((arm.report.completed, arm.report.failed), (7, 0), "{}", arm.arm);
+        match &arm.routing {
+            Routing::Control { picks_at_start, picks, fallback_picks } => {
+                assert_eq!((*picks - *picks_at_start, *fallback_picks), (7.0, 0.0));
+            }
+            Routing::Smg { counters, argv } => {
+                assert_eq!(counters.decode_selections, 7.0, "the four replicas' selections add up");
+                assert!(argv.contains(&"round_robin".to_owned()));
+            }
+        }
+    }
+    for i in 0..4 {
+        assert!(out.path().join(format!("smg-multi-proxy-published-smg-round_robin-1-{i}.log")).is_file());
+    }
+}
+
+/// Mixed DP sizes (8 + 4 ranks) and KV pressure deploy as their tables say and serve the
+/// trace under both routers: the samples have every rank of both decodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_dp_and_kv_pressure_deploy_their_decodes() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let argv = [
+        "--scenarios",
+        "mixed-dp,kv-pressure",
+        "--loads",
+        "published",
+        "--arms",
+        "1e6,smg:round_robin",
+        "--kv-pressure-tokens",
+        "50000",
+    ];
+    let cells = decode_weight(&tiny_study(&trace, &out, &argv).study).await.unwrap();
+    assert_eq!(cells.len(), 2);
+    for cell in &cells {
+        for arm in &cell.arms {
+            assert_eq!((arm.report.completed, arm.report.failed), (7, 0), "{}", arm.arm);
+            let ranks = if cell.topology.decodes.len() == 2 { 12 } else { 8 };
+            assert!(arm.report.rank_series.iter().all(|s| s.running.len() == ranks), "{}", arm.arm);
+        }
+    }
+    assert_eq!(cells[1].topology.decodes[0].kv_tokens, Some(50_000));
 }

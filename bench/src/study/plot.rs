@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::arm::Arm;
+use super::table::Label;
 use crate::replay::report::Report;
 
 const COLOURS: [&str; 8] =
@@ -107,7 +107,7 @@ fn open(width: f64, height: f64, title: &str) -> String {
 }
 
 /// Interactivity (p50 filled, p90 open) against tok/s/GPU, one colour per arm.
-pub(crate) fn interactivity_vs_throughput(title: &str, rows: &[(Arm, &Report)], gpus: u32) -> String {
+pub(crate) fn interactivity_vs_throughput(title: &str, rows: &[(Label, &Report)], gpus: u32) -> String {
     let (w, h) = (760.0, 440.0);
     let area = (80.0, 40.0, 520.0, 380.0);
     let pts: Vec<(f64, Option<f64>, Option<f64>)> = rows
@@ -167,7 +167,7 @@ pub(crate) fn interactivity_vs_throughput(title: &str, rows: &[(Arm, &Report)], 
 }
 
 /// One panel per arm: the busiest rank's and the mean rank's running requests over time.
-pub(crate) fn busiest_over_time(title: &str, rows: &[(Arm, &Report)]) -> String {
+pub(crate) fn busiest_over_time(title: &str, rows: &[(Label, &Report)]) -> String {
     let (w, panel) = (820.0, 150.0);
     let h = 40.0 + panel * rows.len() as f64 + 20.0;
     let t_max =
@@ -263,13 +263,19 @@ mod tests {
             input_tokens: 5,
         };
         let series = (0..5)
-            .map(|i| RankSample { at_ms: f64::from(i) * 1e3, running: vec![i, 1], tokens: vec![0, 0] })
+            .map(|i| RankSample {
+                at_ms: f64::from(i) * 1e3,
+                running: vec![i, 1],
+                tokens: vec![0, 0],
+                workers: Vec::new(),
+            })
             .collect();
         let r = Report::new("t".into(), "closed", shaping(), &[s], 0, 0).with_ranks(series, None);
-        let rows = [(Arm::Weight(0.0), &r), (Arm::Weight(1e6), &r)];
+        let label = |w| Label { arm: crate::study::arm::Arm::Weight(w), run: None };
+        let rows = [(label(0.0), &r), (label(1e6), &r)];
         for svg in [interactivity_vs_throughput("a & b", &rows, 12), busiest_over_time("t", &rows)] {
             assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-            assert!(svg.contains("W = 1,000,000") && !svg.contains("a & b"));
+            assert!(svg.contains("1,000,000") && !svg.contains("a & b"));
         }
         assert_eq!(busiest_over_time("t", &rows).matches("<polyline").count(), 4);
     }

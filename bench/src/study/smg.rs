@@ -1,8 +1,10 @@
 //! SMG (the Shepherd Model Gateway, `smg==1.13.0` in the project venv) as an arm of the decode
-//! study: `smg:POLICY` runs one `smg launch` in PD mode with DP awareness in front of the same
-//! two sims the infera arms get, with `--decode-policy POLICY` and every other flag at the
-//! default a user would run (loopback only); `smg:POLICY:no-overload` adds
-//! `--disable-worker-overload-protection`.
+//! study: `smg:POLICY` runs `smg launch` in PD mode with DP awareness in front of the same sims
+//! the infera arms get (one SMG per router of the scenario, each routing on its own), with
+//! `--decode-policy POLICY` and every other flag at the default a user would run (loopback
+//! only); `smg:POLICY:no-overload` adds `--disable-worker-overload-protection`. A decode that
+//! joins is added through SMG's `POST /workers` (`dp_aware`), one that is drained removed
+//! rank by rank through `DELETE /workers/{id}`: SMG's own worker API, as an operator uses it.
 //!
 //! SMG refuses port 0 for its router and its metrics (`Port must be > 0`), so both ports are
 //! picked by binding port 0 on loopback and releasing it just before SMG starts. Its load
@@ -17,8 +19,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context as _;
-pub(crate) use counters::Counters;
-use infera_testkit::http::{get_ok, metric_sum};
+pub(crate) use counters::{Counters, DecodeRanks};
+use infera_testkit::http::{get_json, get_ok, metric_sum, post_json, request};
+use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
 pub(crate) const LOAD_MONITOR_INTERVAL_S: f64 = 10.0;
@@ -85,15 +88,20 @@ impl SmgArm {
     }
 }
 
+/// A prefill as SMG takes it: base URL and PD bootstrap port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PrefillUrl {
+    pub(crate) url: String,
+    pub(crate) bootstrap_port: u16,
+}
+
 /// What one SMG is started with.
 #[derive(Clone, Debug)]
 pub(crate) struct Launch {
     pub(crate) arm: SmgArm,
-    /// The prefill sim's base URL and its PD bootstrap port.
-    pub(crate) prefill_url: String,
-    pub(crate) bootstrap_port: u16,
-    /// The decode sim's base URL (SMG finds its DP ranks with `--dp-aware`).
-    pub(crate) decode_url: String,
+    pub(crate) prefills: Vec<PrefillUrl>,
+    /// The decodes' base URLs (SMG finds their DP ranks with `--dp-aware`).
+    pub(crate) decodes: Vec<String>,
     /// SMG's router port and its Prometheus port.
     pub(crate) port: u16,
     pub(crate) metrics_port: u16,
@@ -102,31 +110,31 @@ pub(crate) struct Launch {
 impl Launch {
     /// `smg`'s argv, after the program.
     pub(crate) fn argv(&self) -> Vec<String> {
-        let mut argv: Vec<String> = [
-            "launch",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &self.port.to_string(),
-            "--pd-disaggregation",
-            "--prefill",
-            &self.prefill_url,
-            &self.bootstrap_port.to_string(),
-            "--decode",
-            &self.decode_url,
-            "--decode-policy",
-            self.arm.policy.name(),
-            "--dp-aware",
-            "--prometheus-host",
-            "127.0.0.1",
-            "--prometheus-port",
-            &self.metrics_port.to_string(),
-            // Its per-request INFO lines cost CPU the 2-core replay needs; no routing effect.
-            "--log-level",
-            "warn",
-        ]
-        .map(str::to_owned)
-        .into();
+        let mut argv: Vec<String> =
+            ["launch", "--host", "127.0.0.1", "--port", &self.port.to_string(), "--pd-disaggregation"]
+                .map(str::to_owned)
+                .into();
+        for p in &self.prefills {
+            argv.extend(["--prefill".to_owned(), p.url.clone(), p.bootstrap_port.to_string()]);
+        }
+        for d in &self.decodes {
+            argv.extend(["--decode".to_owned(), d.clone()]);
+        }
+        argv.extend(
+            [
+                "--decode-policy",
+                self.arm.policy.name(),
+                "--dp-aware",
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                &self.metrics_port.to_string(),
+                // Its per-request INFO lines cost CPU the 2-core replay needs; no routing effect.
+                "--log-level",
+                "warn",
+            ]
+            .map(str::to_owned),
+        );
         if !self.arm.overload_protection {
             argv.push("--disable-worker-overload-protection".to_owned());
         }
@@ -154,6 +162,12 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A worker in SMG's `GET /workers`.
+struct Listed {
+    id: String,
+    ready: bool,
+}
+
 /// A running SMG; killed on drop.
 pub(crate) struct Smg {
     /// The router's base URL (what the replay sends to).
@@ -166,7 +180,7 @@ pub(crate) struct Smg {
 
 impl Smg {
     /// Starts `program` in front of the sims, its output in `log`, and waits (bounded) until
-    /// it lists the model with the prefill and all `decode_ranks` decode ranks registered.
+    /// it lists the model with every prefill and all `decode_ranks` decode ranks registered.
     ///
     /// # Errors
     /// When it does not start, exits, or is not ready in time (with the tail of its log).
@@ -201,6 +215,7 @@ impl Smg {
 
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
         let (models_url, metrics_url) = (format!("{}/v1/models", self.url), self.metrics_url.clone());
+        let prefills = self.launch.prefills.len() as f64;
         let child = &mut self.child;
         let waited = infera_testkit::poll(READY, "SMG to list the model with every worker", async || {
             if let Ok(Some(status)) = child.try_wait() {
@@ -210,7 +225,8 @@ impl Smg {
             let metrics = get_ok(&metrics_url).await.unwrap_or_default();
             let pool =
                 |kind: &str| metric_sum(&metrics, "smg_worker_pool_size", &format!("worker_type=\"{kind}\""));
-            (listed && pool("prefill") >= 1.0 && pool("decode") >= f64::from(decode_ranks)).then_some(Ok(()))
+            (listed && pool("prefill") >= prefills && pool("decode") >= f64::from(decode_ranks))
+                .then_some(Ok(()))
         })
         .await;
         let why = match waited {
@@ -236,9 +252,61 @@ impl Smg {
     ///
     /// # Errors
     /// When its metrics do not answer.
-    pub(crate) async fn counters(&self, decode_ranks: u32) -> anyhow::Result<Counters> {
+    pub(crate) async fn counters(&self, decodes: &[DecodeRanks]) -> anyhow::Result<Counters> {
         let text = get_ok(&self.metrics_url).await.context("SMG's /metrics")?;
-        Ok(Counters::parse(&text, &self.launch.decode_url, decode_ranks))
+        Ok(Counters::parse(&text, decodes))
+    }
+
+    /// Adds a decode (`POST /workers`, DP-aware) and waits (bounded) until SMG lists its
+    /// `ranks` ranks ready.
+    ///
+    /// # Errors
+    /// When SMG refuses it or does not register its ranks in time.
+    pub(crate) async fn add_decode(&self, url: &str, ranks: u32) -> anyhow::Result<()> {
+        let body = json!({"url": url, "worker_type": "decode", "dp_aware": true});
+        let (status, answer) = post_json(&format!("{}/workers", self.url), &body).await?;
+        anyhow::ensure!(status.is_success(), "SMG POST /workers {url}: {status} {answer}");
+        infera_testkit::poll(READY, "SMG to list the added decode's ranks", async || {
+            let listed = self.ranks_of(url).await.ok()?;
+            (listed.iter().filter(|w| w.ready).count() == ranks as usize).then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Removes every rank of a decode (`DELETE /workers/{id}` for each `URL@rank` SMG lists)
+    /// and waits (bounded) until SMG lists none. What the decode holds runs on: its streams
+    /// are open connections.
+    ///
+    /// # Errors
+    /// When SMG's worker list does not answer or a removal is refused.
+    pub(crate) async fn remove_decode(&self, url: &str) -> anyhow::Result<()> {
+        for w in self.ranks_of(url).await? {
+            let (status, _) =
+                request(http::Method::DELETE, &format!("{}/workers/{}", self.url, w.id), None).await?;
+            anyhow::ensure!(status.is_success(), "SMG DELETE /workers/{}: {status}", w.id);
+        }
+        infera_testkit::poll(READY, "SMG to list none of the removed decode's ranks", async || {
+            self.ranks_of(url).await.ok()?.is_empty().then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The workers SMG lists for the decode at `url` (one per DP rank, `URL@rank`).
+    async fn ranks_of(&self, url: &str) -> anyhow::Result<Vec<Listed>> {
+        let listed = get_json(&format!("{}/workers", self.url)).await?;
+        let prefix = format!("{url}@");
+        Ok(listed["workers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| {
+                let (id, wurl) = (w["id"].as_str()?, w["url"].as_str()?);
+                (wurl == url || wurl.starts_with(&prefix))
+                    .then(|| Listed { id: id.to_owned(), ready: w["status"] == "ready" })
+            })
+            .collect())
     }
 
     /// Its argv.
@@ -276,9 +344,8 @@ mod tests {
 
         let launch = Launch {
             arm,
-            prefill_url: "http://127.0.0.1:4001".into(),
-            bootstrap_port: 4002,
-            decode_url: "http://127.0.0.1:4003".into(),
+            prefills: vec![PrefillUrl { url: "http://127.0.0.1:4001".into(), bootstrap_port: 4002 }],
+            decodes: vec!["http://127.0.0.1:4003".into()],
             port: 4004,
             metrics_port: 4005,
         };

@@ -6,7 +6,7 @@
 //! 2. `weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) |
 //!    context busiest / mean (median / p90) | step median` — the decode ranks over the window.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use super::arm::{Arm, thousands};
 use crate::replay::report::Report;
@@ -20,7 +20,7 @@ fn secs(ms: Option<f64>) -> Option<f64> {
 }
 
 /// The seeds' results table.
-pub(crate) fn results(rows: &[(Arm, &Report)], gpus: u32) -> String {
+pub(crate) fn results(rows: &[(Label, &Report)], gpus: u32) -> String {
     let mut out = String::from(
         "| --decode-request-weight | tok/s/GPU | requests (per s) | interactivity p50 / p90 | TTFT p50 / p90 / mean | ITL p50 / p90 |\n\
          |---|---|---|---|---|---|\n",
@@ -30,7 +30,7 @@ pub(crate) fn results(rows: &[(Arm, &Report)], gpus: u32) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} ({:.2}) | {} / {} | {} / {} / {} s | {} / {} ms |",
-            label(arm),
+            arm,
             thousands(per_gpu.round()),
             thousands(r.completed as f64),
             r.requests_per_s,
@@ -47,20 +47,20 @@ pub(crate) fn results(rows: &[(Arm, &Report)], gpus: u32) -> String {
 }
 
 /// The seeds' decode-ranks table.
-pub(crate) fn ranks(rows: &[(Arm, &Report)]) -> String {
+pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     let mut out = String::from(
         "| weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) | context busiest / mean (median / p90) | step median |\n\
          |---|---|---|---|---|---|\n",
     );
     for (arm, r) in rows {
         let Some(s) = &r.ranks else {
-            let _ = writeln!(out, "| {} | – | – | – | – | – |", label(arm));
+            let _ = writeln!(out, "| {} | – | – | – | – | – |", arm);
             continue;
         };
         let _ = writeln!(
             out,
             "| {} | {:.2} | {} / {} | {} / {} | {} / {} | {} ms |",
-            label(arm),
+            arm,
             s.running_per_rank,
             num(s.busiest.p50, 0),
             num(s.busiest.p90, 0),
@@ -74,10 +74,25 @@ pub(crate) fn ranks(rows: &[(Arm, &Report)]) -> String {
     out
 }
 
-fn label(arm: &Arm) -> String {
-    match arm {
-        Arm::Weight(w) => thousands(*w),
-        legacy => legacy.to_string(),
+/// A row's name: the arm (a weight as the seeds' column has it: `1,000,000`), and which run
+/// of it when an arm ran more than once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Label {
+    pub(crate) arm: Arm,
+    /// 1-based; `None` when there is one run.
+    pub(crate) run: Option<usize>,
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.arm {
+            Arm::Weight(w) => f.write_str(&thousands(w))?,
+            other => write!(f, "{other}")?,
+        }
+        match self.run {
+            Some(n) => write!(f, " · run {n}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -98,10 +113,14 @@ mod tests {
             tokens: 13,
             input_tokens: 11_987,
         };
-        let r = Report::new("t".into(), "closed", shaping(), &[s], 0, 0)
-            .with_ranks(vec![RankSample { at_ms: 1_000.0, running: vec![6, 2], tokens: vec![3, 1] }], None);
+        let r = Report::new("t".into(), "closed", shaping(), &[s], 0, 0).with_ranks(
+            vec![RankSample { at_ms: 1_000.0, running: vec![6, 2], tokens: vec![3, 1], workers: Vec::new() }],
+            None,
+        );
         let arms = [Arm::Weight(1e6), "round-robin".parse().unwrap()];
-        let rows: Vec<(Arm, &Report)> = arms.iter().map(|a| (*a, &r)).collect();
+        let mut rows: Vec<(Label, &Report)> =
+            arms.iter().map(|&arm| (Label { arm, run: None }, &r)).collect();
+        rows[1].0.run = Some(2);
         let t = results(&rows, 12);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
@@ -110,7 +129,7 @@ mod tests {
             lines[2],
             "| 1,000,000 | 250 | 1 (0.25) | 100.0 / 100.0 | 2.00 / 2.00 / 2.00 s | 10.0 / 10.0 ms |"
         );
-        assert!(lines[3].starts_with("| round-robin (legacy) |"));
+        assert!(lines[3].starts_with("| round-robin (legacy) · run 2 |"));
         let k = ranks(&rows);
         assert_eq!(k.lines().nth(2), Some("| 1,000,000 | 4.00 | 6 / 6 | 1.50 / 1.50 | 1.50 / 1.50 | – ms |"));
     }

@@ -28,13 +28,20 @@ pub(crate) struct Counters {
     pub(crate) liveness_fallbacks: f64,
     /// `smg_worker_retries_total` (every worker type and endpoint).
     pub(crate) retries: f64,
-    /// `smg_worker_requests_total{worker="DECODE@r"}` per DP rank r.
+    /// `smg_worker_requests_total{worker="DECODE@r"}` per DP rank r, decode after decode.
     pub(crate) rank_dispatches: Vec<f64>,
 }
 
+/// A decode as SMG names it (`http://host:port`), with its DP ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DecodeRanks {
+    pub(crate) url: String,
+    pub(crate) ranks: u32,
+}
+
 impl Counters {
-    /// From a `/metrics` text; `decode_url` is how SMG names the decode (`http://host:port`).
-    pub(crate) fn parse(text: &str, decode_url: &str, decode_ranks: u32) -> Self {
+    /// From a `/metrics` text; `decodes` the decodes it knew of.
+    pub(crate) fn parse(text: &str, decodes: &[DecodeRanks]) -> Self {
         let decode = "worker_type=\"decode\"";
         let decode_policy = text
             .lines()
@@ -49,12 +56,31 @@ impl Counters {
             overload_sheds: metric_sum(text, "smg_worker_overload_shed_total", ""),
             liveness_fallbacks: metric_sum(text, "smg_worker_liveness_fallback_total", ""),
             retries: metric_sum(text, "smg_worker_retries_total", ""),
-            rank_dispatches: (0..decode_ranks)
-                .map(|r| {
-                    metric_sum(text, "smg_worker_requests_total", &format!("worker=\"{decode_url}@{r}\""))
+            rank_dispatches: decodes
+                .iter()
+                .flat_map(|d| (0..d.ranks).map(move |r| (d, r)))
+                .map(|(d, r)| {
+                    metric_sum(text, "smg_worker_requests_total", &format!("worker=\"{}@{r}\"", d.url))
                 })
                 .collect(),
         }
+    }
+
+    /// Several replicas' counters as one: sums (the policy is the first's).
+    pub(crate) fn sum(all: &[Counters]) -> Counters {
+        let mut out = all.first().cloned().unwrap_or_else(|| Counters::parse("", &[]));
+        for c in all.iter().skip(1) {
+            out.decode_selections += c.decode_selections;
+            out.prefill_selections += c.prefill_selections;
+            out.overload_fallbacks += c.overload_fallbacks;
+            out.overload_sheds += c.overload_sheds;
+            out.liveness_fallbacks += c.liveness_fallbacks;
+            out.retries += c.retries;
+            for (a, b) in out.rank_dispatches.iter_mut().zip(&c.rank_dispatches) {
+                *a += b;
+            }
+        }
+        out
     }
 
     /// The busiest rank's dispatches over the mean rank's.
@@ -116,7 +142,7 @@ mod tests {
             smg_worker_requests_total{worker=\"http://127.0.0.1:9@0\",model=\"m\"} 4\n\
             smg_worker_requests_total{worker=\"http://127.0.0.1:9@1\",model=\"m\"} 2\n\
             smg_worker_requests_total{worker=\"http://127.0.0.1:8\",model=\"m\"} 6\n";
-        let c = Counters::parse(text, "http://127.0.0.1:9", 2);
+        let c = Counters::parse(text, &[DecodeRanks { url: "http://127.0.0.1:9".into(), ranks: 2 }]);
         assert_eq!(c.decode_policy, "least_load");
         assert_eq!(
             (c.decode_selections, c.overload_fallbacks, c.overload_sheds, c.liveness_fallbacks, c.retries),
@@ -133,5 +159,8 @@ mod tests {
             c.line()
         );
         assert!(c.line().ends_with("per rank 4/2 (busiest / mean 1.33)"), "{}", c.line());
+        let two = Counters::sum(&[c.clone(), c.clone()]);
+        assert_eq!((two.decode_selections, two.rank_dispatches.clone()), (12.0, vec![8.0, 4.0]));
+        assert_eq!(two.decode_policy, "least_load");
     }
 }

@@ -1,0 +1,149 @@
+//! What the study shows: per scenario and load point the seeds' two tables, what each SMG
+//! did and what the scenario's events did (on stdout as each cell completes), every run as
+//! `study.json`, and two plots per cell under `--out`.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use super::deploy::Routing;
+use super::events::{self, CATCH_UP_SHARE};
+use super::scenario::Change;
+use super::table::Label;
+use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, smg, table};
+use crate::replay::report::Report;
+
+fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
+    cell.arms.iter().map(|a| (a.label(runs), &a.report)).collect()
+}
+
+/// A cell's tables, SMG lines and events on stdout.
+pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
+    let rows = rows(cell, args.runs);
+    println!("\n{}", table::results(&rows, cell.topology.gpus(args.prefill_gpus)));
+    println!(
+        "Decode ranks over the measured window (/v1/loads every {} s emulated; every rank of the decodes in the pool):\n",
+        args.sample_interval_s
+    );
+    println!("{}", table::ranks(&rows));
+    let mut smg_shown = false;
+    for a in &cell.arms {
+        if let Routing::Smg { counters, .. } = &a.routing {
+            smg_shown = true;
+            println!("{}: {}", a.label(args.runs), counters.line());
+        }
+    }
+    if smg_shown {
+        println!(
+            "(SMG's load monitor polls every {} s of wall clock, its default, = {} emulated s at {}× compression; its other timers are wall-clock too.)\n",
+            smg::LOAD_MONITOR_INTERVAL_S,
+            smg::LOAD_MONITOR_INTERVAL_S * args.speedup,
+            args.speedup
+        );
+    }
+    for a in &cell.arms {
+        let lines: Vec<String> = a
+            .applied
+            .iter()
+            .map(|e| {
+                let caught = match catch_up(a, e) {
+                    Some(Some(s)) => {
+                        format!(", its ranks carried {CATCH_UP_SHARE} × the mean rank {s:.0} s later")
+                    }
+                    Some(None) => ", its ranks never carried the mean rank".to_owned(),
+                    None => String::new(),
+                };
+                format!("{} at {:.0} s (routers had it at {:.0} s){caught}", e.what, e.event.at_s, e.done_s)
+            })
+            .collect();
+        if !lines.is_empty() {
+            println!("{}: {}", a.label(args.runs), lines.join("; "));
+        }
+    }
+}
+
+/// For a join: the seconds until the decode carried the mean (inner `None`: never).
+fn catch_up(a: &ArmRun, e: &events::Applied) -> Option<Option<f64>> {
+    matches!(e.event.change, Change::Join(_))
+        .then(|| events::catch_up_s(&a.report.rank_series, &e.url, e.done_s))
+}
+
+/// Everything as JSON.
+pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
+    json!({
+        "study": "decode-weight",
+        "trace": args.trace.display().to_string(),
+        "deployment": {
+            "shape": "in process: prefill sims (1 rank, 8k chunks, shortest-prefill-first) + decode sims (TP = ranks, DP attention) + infera-control + infera-proxy per router; an SMG arm: the same sims behind `smg launch --pd-disaggregation --dp-aware` per router instead",
+            "decode_ranks": args.decode_ranks,
+            "kv_pressure_tokens_per_rank": args.kv_pressure_tokens,
+            "prefill_cache_tokens": args.prefill_cache_tokens,
+            "prefill_gpus": args.prefill_gpus,
+            "timing": "infera-sim defaults (the seeds' step-time calibration)",
+            "seed": args.seed,
+            "time_compression": args.speedup,
+            "sample_interval_s": args.sample_interval_s,
+            "runs": args.runs,
+        },
+        "cells": cells.iter().map(|c| json!({
+            "scenario": c.scenario.name(),
+            "topology": c.topology.to_string(),
+            "gpus": c.topology.gpus(args.prefill_gpus),
+            "load": c.load.name(),
+            "shaping": describe(&c.shaping),
+            "match_seed_load": c.seed_load.as_ref().map(|m| json!({
+                "sessions": m.sessions,
+                "requests": m.requests,
+                "mean_output_tokens": m.mean_output_tokens,
+                "mean_think_s": m.mean_think_s,
+                "output_scale": m.output_scale,
+                "think_time_scale": m.think_time_scale,
+            })),
+            "arms": c.arms.iter().map(|a| arm_json(a, c.topology.gpus(args.prefill_gpus))).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn arm_json(a: &ArmRun, gpus: u32) -> Value {
+    let mut v = json!({
+        "arm": a.arm.to_string(),
+        "key": a.arm.key(),
+        "run": a.run,
+        "control_flags": a.arm.control_flags(),
+        "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(gpus),
+        "wall_s": a.wall_s,
+        "events": a.applied.iter().map(|e| e.json(catch_up(a, e).flatten())).collect::<Vec<_>>(),
+        "report": a.report.json(),
+    });
+    match &a.routing {
+        Routing::Control { picks_at_start, picks, fallback_picks } => {
+            v["control_decode_picks_at_start"] = json!(picks_at_start);
+            v["control_decode_picks"] = json!(picks);
+            v["proxy_fallback_picks"] = json!(fallback_picks);
+        }
+        Routing::Smg { counters, argv } => {
+            v["smg_argv"] = json!(argv);
+            v["smg"] = counters.json();
+        }
+    }
+    v
+}
+
+/// Writes `study.json` and two SVGs per cell under `--out`; the JSON's path.
+pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    for c in cells {
+        let rows = rows(c, args.runs);
+        let name = format!("{}-{}", c.scenario.name(), c.load.name());
+        let gpus = c.topology.gpus(args.prefill_gpus);
+        let svg =
+            plot::interactivity_vs_throughput(&format!("Interactivity vs throughput, {name}"), &rows, gpus);
+        std::fs::write(args.out.join(format!("{name}-interactivity.svg")), svg)?;
+        let svg = plot::busiest_over_time(&format!("Decode ranks over time, {name}"), &rows);
+        std::fs::write(args.out.join(format!("{name}-busiest-rank.svg")), svg)?;
+    }
+    let path = args.out.join("study.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json(args, cells))? + "\n")?;
+    Ok(path)
+}
