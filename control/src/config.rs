@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, PrefillPolicy, RequestWeight, WeightNeedsDemand, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, PrefillPolicy, RegisteredWorker, RequestWeight, WeightNeedsDemand,
 };
 
 use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
@@ -146,8 +146,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// `/metrics` address.
     pub metrics_listen: SocketAddr,
-    /// The workers of the static file (empty with etcd).
-    pub workers: Vec<WorkerRecord>,
+    /// The workers of the static file (empty with etcd); `dp_size` may be left out.
+    pub workers: Vec<RegisteredWorker>,
     /// etcd endpoints; empty = the static file is the registry.
     pub etcd: Vec<String>,
     /// How often workers' `/v1/loads` is read; `None`: never.

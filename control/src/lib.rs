@@ -17,11 +17,14 @@
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`workers_file`]: the static registry.
+//! - [`dp_discovery`]: the `dp_size` of workers whose record leaves it out, from their
+//!   `/server_info`, before they enter the view.
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
 
 pub mod affinity;
 pub mod config;
 pub mod decisions;
+pub mod dp_discovery;
 pub mod engine;
 pub mod error;
 pub mod kv_feed;
@@ -87,8 +90,9 @@ pub async fn run(
     } else {
         persist::load(&etcd, config.settings).await
     };
-    let static_workers = config.workers.clone();
-    let mut view = View::new(config.workers);
+    // The static workers are registered below, as registry changes are: the drains of their
+    // targets apply when they appear.
+    let mut view = View::default();
     view.drain_by_name(drains);
     let core = RoutingCore::new(view, settings, epoch, rng)?;
     let mut registry = prometheus_client::registry::Registry::default();
@@ -102,9 +106,9 @@ pub async fn run(
     );
     let state =
         ControlState::new(core, feed.clone(), engine, ControlMetrics::register(&mut registry), persist_to);
-    for record in &static_workers {
-        state.follow_kv(record);
-        state.follow_engine(record);
+    // Into the view now when the file gives `dp_size`, once `/server_info` has given it otherwise.
+    for registered in config.workers {
+        state.register(registered);
     }
     state.publish_loads();
     let stop = Stop::on(shutdown);

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::dp_discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,6 +63,7 @@ pub struct ControlMetrics {
     leases: Gauge,
     shadow: Family<AgreementLabels, Counter>,
     registry_changes: Family<RegistryLabels, Counter>,
+    discovery: DiscoveryMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -85,6 +87,7 @@ impl ControlMetrics {
             leases: Gauge::default(),
             shadow: Family::default(),
             registry_changes: Family::default(),
+            discovery: DiscoveryMetrics::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -118,11 +121,26 @@ impl ControlMetrics {
             m.registry_changes.clone(),
         );
         r.register(
+            "workers_awaiting_dp_size",
+            "Workers registered without dp_size whose /server_info has not given it yet (not routable)",
+            m.discovery.awaiting.clone(),
+        );
+        r.register(
+            "dp_size_discovery_failures",
+            "Failed /server_info attempts for a worker's dp_size, by worker and reason: unanswered, malformed, invalid",
+            m.discovery.failures.clone(),
+        );
+        r.register(
             "decode_shadow_decisions",
             "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
             m.shadow.clone(),
         );
         m
+    }
+
+    /// The DP-size discovery's metrics (registered with these).
+    pub fn discovery(&self) -> DiscoveryMetrics {
+        self.discovery.clone()
     }
 
     /// A target's load changed.

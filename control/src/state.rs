@@ -11,6 +11,7 @@ use infera_proto::types::{
 use rand::rngs::SmallRng;
 
 use crate::decisions::DecisionHub;
+use crate::dp_discovery::Discovery;
 use crate::engine::metrics::EngineMetrics;
 use crate::engine::{EngineBoard, EngineFeed};
 use crate::error::ControlError;
@@ -23,9 +24,15 @@ use crate::routing::{
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
 
+mod workers;
+
 /// Shared state of a running control.
 #[derive(Debug)]
 pub struct ControlState {
+    /// Workers registered without `dp_size`, asked for it before they enter the view. Taken
+    /// before the core lock whenever both are held, so a registry change and a discovered size
+    /// are applied one at a time.
+    discovery: Mutex<Discovery>,
     core: Mutex<RoutingCore<SmallRng>>,
     /// The KV-event subscribers and the prefix index they fill (read by prefill picks, under the
     /// core lock: always taken in that order).
@@ -50,6 +57,7 @@ impl ControlState {
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
         Arc::new(Self {
+            discovery: Mutex::new(Discovery::new(metrics.discovery())),
             core: Mutex::new(core),
             kv_feed,
             engine: engine.0,
@@ -61,9 +69,9 @@ impl ControlState {
         })
     }
 
-    /// Follows a worker's KV events (static workers at start; registry changes call it too). The
-    /// worker must be in the view already.
-    pub fn follow_kv(&self, record: &WorkerRecord) {
+    /// Follows a worker's KV events over its ranks ([`workers`] calls it as the worker enters the
+    /// view). The worker must be in the view already.
+    fn follow_kv(&self, record: &WorkerRecord) {
         let keys: Option<Vec<TargetKey>> = {
             let core = self.core();
             record.targets().map(|t| core.target_key(&t)).collect()
@@ -78,11 +86,6 @@ impl ControlState {
     /// Moves the feed's and the index's counters into the metrics.
     pub fn export_kv_metrics(&self) {
         self.kv_feed.export_metrics();
-    }
-
-    /// Follows a worker's engine readings (static workers at start, registry changes).
-    pub fn follow_engine(&self, record: &WorkerRecord) {
-        self.engine.follow(record);
     }
 
     /// The engines' readings.
@@ -110,39 +113,6 @@ impl ControlState {
             })
             .collect();
         self.engine_metrics.export(&gauge_rows, Instant::now());
-    }
-
-    /// Applies a registry change to the worker view. A removed worker's targets take no new
-    /// picks; what they hold is released as its streams end.
-    pub fn apply(&self, change: infera_registry::Change) {
-        let kind = {
-            let mut core = self.core();
-            match &change {
-                infera_registry::Change::Upsert(record) => {
-                    tracing::info!(worker = %record.id, role = record.role.as_str(), model = %record.model, url = %record.url, ranks = record.dp_size, "worker registered");
-                    core.upsert_worker(record.clone());
-                    "upsert"
-                }
-                infera_registry::Change::Remove(id) => {
-                    tracing::info!(worker = %id, "worker left");
-                    core.remove_worker(id);
-                    "remove"
-                }
-            }
-        };
-        // The view knows the worker's targets now, so the feed's events find their keys.
-        match &change {
-            infera_registry::Change::Upsert(record) => {
-                self.follow_kv(record);
-                self.engine.follow(record);
-            }
-            infera_registry::Change::Remove(id) => {
-                self.kv_feed.forget(id);
-                self.engine.forget(id);
-            }
-        }
-        self.metrics.registry_change(kind);
-        self.publish_loads();
     }
 
     /// Publishes every live target's load (zero at start), so each target has its gauge

@@ -6,14 +6,14 @@
 //! role = "decode"            # prefill | decode | mixed
 //! url = "http://127.0.0.1:30001"
 //! model = "glm-5.2"
-//! dp_size = 8                # attention-DP ranks (default 1)
+//! dp_size = 8                # DP ranks; left out: asked of the worker's /server_info
 //! bootstrap_port = 8998      # prefill only; SGLang's default when omitted
 //! ```
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use infera_proto::types::{Role, WorkerRecord};
+use infera_proto::types::{RegisteredWorker, Role};
 use serde::Deserialize;
 
 /// SGLang's default `--disaggregation-bootstrap-port`.
@@ -23,7 +23,7 @@ pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
 #[serde(deny_unknown_fields)]
 struct WorkersFile {
     #[serde(default)]
-    workers: Vec<WorkerRecord>,
+    workers: Vec<RegisteredWorker>,
 }
 
 /// A workers file that cannot be used.
@@ -62,14 +62,14 @@ pub enum WorkersFileError {
 }
 
 /// Reads and checks a workers file.
-pub fn load(path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+pub fn load(path: &Path) -> Result<Vec<RegisteredWorker>, WorkersFileError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| WorkersFileError::Read { path: path.to_owned(), source })?;
     parse(&text, path)
 }
 
 /// Parses and checks workers-file text; `path` names it in errors.
-pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+pub fn parse(text: &str, path: &Path) -> Result<Vec<RegisteredWorker>, WorkersFileError> {
     let file: WorkersFile = toml::from_str(text)
         .map_err(|e| WorkersFileError::Parse { path: path.to_owned(), source: Box::new(e) })?;
     let mut seen = HashSet::new();
@@ -99,12 +99,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<WorkerRecord>, WorkersFileEr
 mod tests {
     use super::*;
 
-    fn parse_str(text: &str) -> Result<Vec<WorkerRecord>, WorkersFileError> {
+    fn parse_str(text: &str) -> Result<Vec<RegisteredWorker>, WorkersFileError> {
         parse(text, Path::new("workers.toml"))
     }
 
     #[test]
-    fn a_pd_deployment_parses_with_defaults() {
+    fn a_pd_deployment_parses_with_defaults_and_dp_size_left_to_ask() {
         let w = parse_str(
             r#"
             [[workers]]
@@ -124,8 +124,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w[0].bootstrap_port, Some(DEFAULT_BOOTSTRAP_PORT));
-        assert_eq!(w[0].dp_size, 1);
-        assert_eq!(w[1].targets().count(), 8);
+        assert_eq!(w[0].dp_size, None, "left out: asked of the worker");
+        assert_eq!(w[1].dp_size, Some(8), "given: kept");
         assert_eq!(w[1].labels["zone"], "a");
     }
 

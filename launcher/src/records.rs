@@ -34,6 +34,7 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         url: format!("http://{}", host_port(&host, server.port)),
         model: ModelName::new(model.as_str()),
         bootstrap_port,
+        // Always given: the plan knows the ranks, so control never has to ask the worker.
         dp_size: w.args.parallel.dp_ranks(),
         page_size: server.page_size.unwrap_or(1),
         sglang_version: Some(w.args.version.to_string()),
@@ -66,12 +67,15 @@ fn host_port(host: &str, port: u16) -> String {
 }
 
 #[derive(Serialize)]
-struct WorkersFile<'a> {
-    workers: &'a [WorkerRecord],
+#[serde(bound(serialize = "Ranks: Serialize + Copy + Into<Option<u32>>"))]
+struct WorkersFile<'a, Ranks> {
+    workers: &'a [WorkerRecord<Ranks>],
 }
 
-/// Control's static workers file (`infera-control --workers FILE`) listing `records`.
-pub fn workers_file(records: &[WorkerRecord]) -> String {
+/// Control's static workers file (`infera-control --workers FILE`) listing `records`: the
+/// launcher's records give `dp_size` (it knows the ranks from the plan); a
+/// [`infera_proto::types::RegisteredWorker`] without one leaves it for control to ask.
+pub fn workers_file<Ranks: Serialize + Copy + Into<Option<u32>>>(records: &[WorkerRecord<Ranks>]) -> String {
     let head = "# Written by infera-launch up: the workers of the deployment (control --workers).\n";
     let body = toml::to_string(&WorkersFile { workers: records }).expect("worker records serialize to TOML");
     format!("{head}{body}")

@@ -15,4 +15,4 @@ pub use modes::{
     RequestWeight, WeightError, WeightNeedsDemand,
 };
 pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
-pub use worker::{KvEventsSource, Role, WorkerRecord, load_endpoint_for_rank};
+pub use worker::{KvEventsSource, RegisteredWorker, Role, Sizing, WorkerRecord, load_endpoint_for_rank};

@@ -4,32 +4,34 @@
 
 use std::collections::BTreeMap;
 
-use infera_proto::types::{WorkerId, WorkerRecord};
+use infera_proto::types::{RegisteredWorker, WorkerId};
 
 /// One change to the worker view.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    /// A worker appeared or its record changed.
-    Upsert(WorkerRecord),
+    /// A worker appeared or its record changed (its `dp_size` may be left out).
+    Upsert(Box<RegisteredWorker>),
     /// A worker left.
     Remove(WorkerId),
 }
 
 /// The registered workers, by id.
-pub type Workers = BTreeMap<WorkerId, WorkerRecord>;
+pub type Workers = BTreeMap<WorkerId, RegisteredWorker>;
 
 /// What turns `old` into `new`: removals first, then additions and changed records.
 pub fn diff(old: &Workers, new: &Workers) -> Vec<Change> {
     let removed = old.keys().filter(|id| !new.contains_key(*id)).map(|id| Change::Remove(id.clone()));
-    let upserted =
-        new.iter().filter(|(id, r)| old.get(*id) != Some(*r)).map(|(_, r)| Change::Upsert(r.clone()));
+    let upserted = new
+        .iter()
+        .filter(|(id, r)| old.get(*id) != Some(*r))
+        .map(|(_, r)| Change::Upsert(Box::new(r.clone())));
     removed.chain(upserted).collect()
 }
 
 /// Applies a change to a view; returns whether it changed anything (a repeated event is a no-op).
 pub fn apply(view: &mut Workers, change: &Change) -> bool {
     match change {
-        Change::Upsert(r) => view.insert(r.id.clone(), r.clone()).as_ref() != Some(r),
+        Change::Upsert(r) => view.insert(r.id.clone(), (**r).clone()).as_ref() != Some(&**r),
         Change::Remove(id) => view.remove(id).is_some(),
     }
 }
@@ -37,13 +39,15 @@ pub fn apply(view: &mut Workers, change: &Change) -> bool {
 #[cfg(test)]
 mod tests {
 
+    use infera_proto::types::WorkerRecord;
+
     use super::*;
 
-    fn w(id: &str, port: u16) -> WorkerRecord {
-        WorkerRecord::decode(id, format!("http://h:{port}"), "m", 1)
+    fn w(id: &str, port: u16) -> RegisteredWorker {
+        WorkerRecord::decode(id, format!("http://h:{port}"), "m", 1).into()
     }
 
-    fn view(ws: &[WorkerRecord]) -> Workers {
+    fn view(ws: &[RegisteredWorker]) -> Workers {
         ws.iter().map(|w| (w.id.clone(), w.clone())).collect()
     }
 
@@ -54,7 +58,11 @@ mod tests {
         let changes = diff(&old, &new);
         assert_eq!(
             changes,
-            [Change::Remove(WorkerId::new("c")), Change::Upsert(w("b", 20)), Change::Upsert(w("d", 4))]
+            [
+                Change::Remove(WorkerId::new("c")),
+                Change::Upsert(Box::new(w("b", 20))),
+                Change::Upsert(Box::new(w("d", 4)))
+            ]
         );
         let mut v = old.clone();
         for c in &changes {
@@ -62,7 +70,7 @@ mod tests {
         }
         assert_eq!(v, new);
         assert!(diff(&new, &new).is_empty(), "the same view: no change");
-        assert!(!apply(&mut v, &Change::Upsert(w("a", 1))), "a repeated event changes nothing");
+        assert!(!apply(&mut v, &Change::Upsert(Box::new(w("a", 1)))), "a repeated event changes nothing");
         assert!(!apply(&mut v, &Change::Remove(WorkerId::new("zz"))));
     }
 }

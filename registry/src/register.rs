@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use etcd_client::PutOptions;
-use infera_proto::types::WorkerRecord;
+use infera_proto::types::RegisteredWorker;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -25,10 +25,11 @@ pub struct Registration {
 
 impl Registration {
     /// Registers `record` at `endpoints` with a lease of `ttl` (whole seconds, at least 1) and
-    /// keeps it registered until stopped.
-    pub fn start(endpoints: Vec<String>, record: WorkerRecord, ttl: Duration) -> Self {
+    /// keeps it registered until stopped. A [`infera_proto::types::WorkerRecord`] is written
+    /// with its `dp_size`; a [`RegisteredWorker`] without one leaves it out.
+    pub fn start(endpoints: Vec<String>, record: impl Into<RegisteredWorker>, ttl: Duration) -> Self {
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(keep_registered(endpoints, record, ttl, stopped));
+        let task = tokio::spawn(keep_registered(endpoints, record.into(), ttl, stopped));
         Self { stop: Some(stop), task: Some(task) }
     }
 
@@ -58,7 +59,7 @@ enum Ended {
 
 async fn keep_registered(
     endpoints: Vec<String>,
-    record: WorkerRecord,
+    record: RegisteredWorker,
     ttl: Duration,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -80,7 +81,7 @@ async fn keep_registered(
 
 async fn register_once(
     endpoints: &[String],
-    record: &WorkerRecord,
+    record: &RegisteredWorker,
     ttl: Duration,
     stop: &mut oneshot::Receiver<()>,
 ) -> Result<Ended, RegistryError> {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, WatchOptions};
-use infera_proto::types::WorkerRecord;
+use infera_proto::types::RegisteredWorker;
 use tokio::sync::{mpsc, watch};
 
 use crate::diff::{Change, Workers, apply, diff};
@@ -88,7 +88,7 @@ async fn watch_round(
             let Some(kv) = event.kv() else { continue };
             let change = match event.event_type() {
                 EventType::Put => match record(kv.key(), kv.value()) {
-                    Some(r) => Change::Upsert(r),
+                    Some(r) => Change::Upsert(Box::new(r)),
                     None => continue,
                 },
                 EventType::Delete => match std::str::from_utf8(kv.key()).ok().and_then(keys::worker_id) {
@@ -105,10 +105,10 @@ async fn watch_round(
 }
 
 /// A valid worker record stored at `key`; anything else is logged and skipped.
-fn record(key: &[u8], value: &[u8]) -> Option<WorkerRecord> {
+fn record(key: &[u8], value: &[u8]) -> Option<RegisteredWorker> {
     let key = std::str::from_utf8(key).ok()?;
     let id = keys::worker_id(key)?;
-    match serde_json::from_slice::<WorkerRecord>(value) {
+    match serde_json::from_slice::<RegisteredWorker>(value) {
         Ok(r) if r.id != id => {
             tracing::warn!(key, record_id = %r.id, "worker record id does not match its key; ignored");
             None

@@ -2,15 +2,16 @@
 
 use std::time::{Duration, Instant};
 
-use infera_proto::types::{WorkerId, WorkerRecord};
+use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
 use infera_registry::test_server::EtcdServer;
 use infera_registry::{Change, Registration, watch_workers};
 use tokio::sync::{mpsc, watch};
 
-fn record(id: &str) -> WorkerRecord {
+fn record(id: &str) -> RegisteredWorker {
     WorkerRecord::decode(id, "http://127.0.0.1:30001", "m", 4)
         .with_page_size(64)
         .with_sglang_version("0.5.23")
+        .into()
 }
 
 async fn next(rx: &mut mpsc::Receiver<Change>, within: Duration) -> Change {
@@ -29,14 +30,20 @@ async fn a_registered_worker_appears_and_leaves_with_its_lease() {
     let etcd = EtcdServer::start();
     let (mut changes, _stop) = start_watch(&etcd);
     let reg = Registration::start(vec![etcd.url()], record("decode-0"), Duration::from_secs(2));
-    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("decode-0")));
+    assert_eq!(
+        next(&mut changes, Duration::from_secs(10)).await,
+        Change::Upsert(Box::new(record("decode-0")))
+    );
     // A clean stop revokes the lease: gone at once.
     reg.stop().await;
     assert_eq!(next(&mut changes, Duration::from_secs(2)).await, Change::Remove(WorkerId::new("decode-0")));
 
     // A registrar that dies (no revoke): gone when its 2 s lease runs out.
     let reg = Registration::start(vec![etcd.url()], record("decode-1"), Duration::from_secs(2));
-    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("decode-1")));
+    assert_eq!(
+        next(&mut changes, Duration::from_secs(10)).await,
+        Change::Upsert(Box::new(record("decode-1")))
+    );
     let died = Instant::now();
     drop(reg);
     assert_eq!(next(&mut changes, Duration::from_secs(8)).await, Change::Remove(WorkerId::new("decode-1")));
@@ -48,7 +55,7 @@ async fn an_etcd_outage_keeps_the_view_and_the_watch_resumes_without_repeats() {
     let mut etcd = EtcdServer::start();
     let (mut changes, _stop) = start_watch(&etcd);
     let _a = Registration::start(vec![etcd.url()], record("a"), Duration::from_secs(10));
-    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(record("a")));
+    assert_eq!(next(&mut changes, Duration::from_secs(10)).await, Change::Upsert(Box::new(record("a"))));
 
     etcd.stop();
     // 20 s without etcd: the watch must not report any change (no drop-all).
@@ -57,7 +64,7 @@ async fn an_etcd_outage_keeps_the_view_and_the_watch_resumes_without_repeats() {
     etcd.resume();
 
     let _b = Registration::start(vec![etcd.url()], record("b"), Duration::from_secs(10));
-    assert_eq!(next(&mut changes, Duration::from_secs(15)).await, Change::Upsert(record("b")));
+    assert_eq!(next(&mut changes, Duration::from_secs(15)).await, Change::Upsert(Box::new(record("b"))));
     // "a" re-registered itself after the outage with the same record: no change is reported.
     let repeat = tokio::time::timeout(Duration::from_secs(4), changes.recv()).await;
     assert!(repeat.is_err(), "a repeated change after the resync: {repeat:?}");

@@ -175,6 +175,10 @@ struct SimOnlyArgs {
     /// Fault: every request's connection is closed abruptly after K tokens.
     #[arg(long, env = "INFERA_SIM_DIE_AFTER_TOKENS")]
     sim_die_after_tokens: Option<u32>,
+    /// Fault: a JSON object whose keys replace (`null`: remove) those of every `/server_info`
+    /// answer, e.g. `{"dp_size": "eight"}` for a router's malformed-answer path.
+    #[arg(long, env = "INFERA_SIM_SERVER_INFO_OVERRIDE")]
+    sim_server_info_override: Option<String>,
     /// Log filter (tracing directives).
     #[arg(long, env = "INFERA_SIM_LOG", default_value = "info")]
     sim_log: String,
@@ -278,6 +282,8 @@ pub struct SimConfig {
     pub bootstrap_timeout: Duration,
     /// Fault knobs at start.
     pub faults: Faults,
+    /// `--sim-server-info-override`: keys that replace (`null`: remove) `/server_info`'s.
+    pub server_info_override: serde_json::Map<String, serde_json::Value>,
     /// Log filter.
     pub log: String,
     /// Warnings to log at start (dropped flags, policies acting as others).
@@ -315,6 +321,9 @@ pub enum ConfigError {
     /// `--tokenizer-path` / `--chat-template`.
     #[error("--tokenizer-path: {0}")]
     Tokenizer(#[from] infera_tokenize::LoadError),
+    /// `--sim-server-info-override` is not a JSON object.
+    #[error("--sim-server-info-override must be a JSON object: {0}")]
+    ServerInfoOverride(#[source] serde_json::Error),
     /// A size that must be ≥ 1.
     #[error("--{flag} must be at least 1 (got {value})")]
     Size {

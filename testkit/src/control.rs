@@ -9,7 +9,7 @@ use clap::Parser as _;
 use infera_proto::pb::admin_client::AdminClient;
 use infera_proto::pb::router_client::RouterClient;
 use infera_proto::pb::{self};
-use infera_proto::types::WorkerRecord;
+use infera_proto::types::{RegisteredWorker, WorkerRecord};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
@@ -26,6 +26,8 @@ pub enum Workers {
     None,
     /// A static file listing these records (`infera-launch up` writes the same).
     Records(Vec<WorkerRecord>),
+    /// A static file listing records as a registrar may write them (`dp_size` left out or not).
+    Registered(Vec<RegisteredWorker>),
     /// A static file with exactly this text.
     Toml(String),
 }
@@ -65,6 +67,7 @@ impl ControlSpec {
         let text = match &self.workers {
             Workers::None => return Ok(None),
             Workers::Records(records) => infera_launcher::records::workers_file(records),
+            Workers::Registered(records) => infera_launcher::records::workers_file(records),
             Workers::Toml(text) => text.clone(),
         };
         let file = tempfile::NamedTempFile::new()?;

@@ -197,6 +197,11 @@ impl SimSpec {
         }
     }
 
+    /// Its worker record were it serving on `port` (for a registry told of it before it starts).
+    pub fn record_at(&self, port: u16) -> WorkerRecord {
+        worker_record(&self.plan(port, None))
+    }
+
     fn argv(&self, plan: &WorkerPlan, params: Option<&tempfile::NamedTempFile>) -> Vec<String> {
         let mut argv = plan.args.render();
         argv.extend(self.sim.iter().cloned());
@@ -232,7 +237,15 @@ impl SimSpec {
     /// # Errors
     /// When the command line does not parse or a socket cannot be bound.
     pub async fn start(self) -> anyhow::Result<Sim> {
-        let http = TcpListener::bind("127.0.0.1:0").await?;
+        self.start_on(TcpListener::bind("127.0.0.1:0").await?).await
+    }
+
+    /// Starts it in this process on a listener bound earlier (a worker that starts answering on
+    /// an address others were given before it served), its bootstrap listener on port 0.
+    ///
+    /// # Errors
+    /// When the command line does not parse or a socket cannot be bound.
+    pub async fn start_on(self, http: TcpListener) -> anyhow::Result<Sim> {
         let bootstrap =
             if self.role == Role::Prefill { Some(TcpListener::bind("127.0.0.1:0").await?) } else { None };
         let addr = http.local_addr()?;

@@ -21,7 +21,7 @@ async fn publisher() -> Publisher {
 
 fn worker(id: &str, p: &Publisher) -> String {
     format!(
-        "[[workers]]\nid = '{id}'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\npage_size = {PS}\n\
+        "[[workers]]\nid = '{id}'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\ndp_size = 1\npage_size = {PS}\n\
          kv_events = {{ endpoint = 'tcp://127.0.0.1:{}', replay_endpoint = 'tcp://127.0.0.1:{}' }}\n",
         p.port(),
         p.replay_port().unwrap()

@@ -4,6 +4,7 @@ mod harness;
 
 mod admin;
 mod bad_input;
+mod dp_discovery;
 mod engine;
 mod kv;
 mod leases;

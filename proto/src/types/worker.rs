@@ -1,4 +1,5 @@
-//! Worker records: what a registry (the static workers file now, etcd later) says about a worker.
+//! Worker records: what a registry (the static workers file, etcd) says about a worker, and the
+//! worker control routes to once its attention-DP ranks are known.
 
 use std::collections::BTreeMap;
 
@@ -36,9 +37,13 @@ fn one() -> u32 {
 }
 
 /// One SGLang worker (one HTTP server), with its attention-DP ranks.
+///
+/// `Ranks` is what is known of the ranks: `u32` in the worker control routes to (the default),
+/// `Option<u32>` in a record as a registry holds it ([`RegisteredWorker`]), where `dp_size` may
+/// be left out and control asks the worker's `GET /server_info` for it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkerRecord {
+#[serde(deny_unknown_fields, bound(serialize = "Ranks: Serialize + Copy + Into<Option<u32>>"))]
+pub struct WorkerRecord<Ranks = u32> {
     /// Unique in the deployment.
     pub id: WorkerId,
     /// What the worker does.
@@ -50,9 +55,11 @@ pub struct WorkerRecord {
     /// PD bootstrap port (prefill workers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_port: Option<u16>,
-    /// Attention-DP ranks behind the one HTTP port (1 without DP attention).
-    #[serde(default = "one")]
-    pub dp_size: u32,
+    /// DP ranks behind the one HTTP port (1 without DP): SGLang's `dp_size × attn_dp_size`. Required
+    /// in a [`WorkerRecord`]; in a [`RegisteredWorker`] `None` (left out) means "ask the worker",
+    /// while a value given is authoritative.
+    #[serde(skip_serializing_if = "ranks_unknown")]
+    pub dp_size: Ranks,
     /// KV page size in tokens.
     #[serde(default = "one")]
     pub page_size: u32,
@@ -72,6 +79,14 @@ pub struct WorkerRecord {
     /// Free-form labels (zone, node, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+/// A worker record as a registry holds it: `dp_size` may be left out (`None`), and control then
+/// asks the worker before routing to it.
+pub type RegisteredWorker = WorkerRecord<Option<u32>>;
+
+fn ranks_unknown<R: Copy + Into<Option<u32>>>(ranks: &R) -> bool {
+    (*ranks).into().is_none()
 }
 
 /// A worker's KV-event sockets. SGLang offsets both ports by the DP rank (`port + rank`), so the
@@ -123,9 +138,10 @@ fn offset_port(endpoint: &str, rank: u32) -> Result<String, &'static str> {
     Ok(format!("tcp://{host}:{port}"))
 }
 
-impl WorkerRecord {
+impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
     /// Checks the values every registry (static file, etcd) must hold to; the error names the
-    /// problem. Duplicate ids are the registry's own check.
+    /// problem. Duplicate ids are the registry's own check. While the ranks are not known, the
+    /// KV-event and load sockets are checked for rank 0 only (the rest once they are).
     pub fn check(&self) -> Result<(), &'static str> {
         if self.id.as_str().trim().is_empty() || self.id.as_str().contains('/') {
             return Err("id must be non-empty and without '/'");
@@ -133,9 +149,11 @@ impl WorkerRecord {
         if self.model.as_str().trim().is_empty() {
             return Err("model must not be empty");
         }
-        if self.dp_size == 0 {
+        let dp_size: Option<u32> = self.dp_size.into();
+        if dp_size == Some(0) {
             return Err("dp_size must be at least 1");
         }
+        let last_rank = dp_size.map_or(0, |n| n - 1);
         if self.page_size == 0 {
             return Err("page_size must be at least 1");
         }
@@ -153,12 +171,67 @@ impl WorkerRecord {
             return Err("bootstrap_port is for prefill workers only");
         }
         if let Some(kv) = &self.kv_events {
-            kv.for_rank(self.dp_size - 1)?;
+            kv.for_rank(last_rank)?;
         }
         if let Some(load) = &self.load_events {
-            load_endpoint_for_rank(load, self.dp_size - 1)?;
+            load_endpoint_for_rank(load, last_rank)?;
         }
         Ok(())
+    }
+
+    /// The same record with `dp_size` as its ranks.
+    fn with_ranks<To>(self, dp_size: To) -> WorkerRecord<To> {
+        WorkerRecord {
+            id: self.id,
+            role: self.role,
+            url: self.url,
+            model: self.model,
+            bootstrap_port: self.bootstrap_port,
+            dp_size,
+            page_size: self.page_size,
+            sglang_version: self.sglang_version,
+            kv_events: self.kv_events,
+            load_events: self.load_events,
+            labels: self.labels,
+        }
+    }
+}
+
+/// A registered worker, by whether its record gives its ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sizing {
+    /// The record gives `dp_size`: the worker to route to, as it is.
+    Given(WorkerRecord),
+    /// The record leaves it out: to be asked of the worker's `/server_info`.
+    Ask(RegisteredWorker),
+}
+
+impl RegisteredWorker {
+    /// Whether the record gives its ranks, and the worker with them when it does.
+    pub fn sizing(self) -> Sizing {
+        match self.dp_size {
+            Some(n) => Sizing::Given(self.with_ranks(n)),
+            None => Sizing::Ask(self),
+        }
+    }
+
+    /// The worker to route to, with the `dp_size` ranks its `/server_info` reported.
+    pub fn with_discovered_ranks(self, dp_size: u32) -> WorkerRecord {
+        self.with_ranks(dp_size)
+    }
+}
+
+impl From<WorkerRecord> for RegisteredWorker {
+    fn from(record: WorkerRecord) -> Self {
+        let dp_size = record.dp_size;
+        record.with_ranks(Some(dp_size))
+    }
+}
+
+impl WorkerRecord {
+    /// The record as a registry would hold it with `dp_size` left out (for control to ask).
+    pub fn without_dp_size(self) -> RegisteredWorker {
+        self.with_ranks(None)
     }
 
     /// The worker's targets, one per DP rank.
@@ -204,6 +277,42 @@ mod tests {
             r.kv_events.as_mut().unwrap().endpoint = bad.into();
             assert!(r.check().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_registered_record_may_leave_dp_size_out() {
+        let json = r#"{"id":"d","role":"decode","url":"http://h:1","model":"m"}"#;
+        let left_out: RegisteredWorker = serde_json::from_str(json).unwrap();
+        assert_eq!(left_out.dp_size, None);
+        assert_eq!(left_out.check(), Ok(()));
+        assert!(!serde_json::to_string(&left_out).unwrap().contains("dp_size"), "still left out");
+        let Sizing::Ask(left_out) = left_out.sizing() else { panic!("nothing to go by") };
+        assert_eq!(left_out.with_discovered_ranks(8).targets().count(), 8);
+
+        let given: RegisteredWorker =
+            serde_json::from_str(r#"{"id":"d","role":"decode","url":"http://h:1","model":"m","dp_size":4}"#)
+                .unwrap();
+        let Sizing::Given(given) = given.sizing() else { panic!("the record gives it") };
+        assert_eq!(given.dp_size, 4, "a given size is kept");
+        let zero: RegisteredWorker =
+            serde_json::from_str(r#"{"id":"d","role":"decode","url":"http://h:1","model":"m","dp_size":0}"#)
+                .unwrap();
+        assert!(zero.check().is_err());
+
+        // The worker control routes to has its size; the launcher's records always say it.
+        assert!(serde_json::from_str::<WorkerRecord>(json).unwrap_err().to_string().contains("dp_size"));
+        let record = WorkerRecord::decode("d", "http://h:1", "m", 8);
+        let text = serde_json::to_string(&record).unwrap();
+        assert_eq!(serde_json::from_str::<RegisteredWorker>(&text).unwrap(), RegisteredWorker::from(record));
+    }
+
+    #[test]
+    fn sockets_of_a_record_without_dp_size_are_checked_for_rank_zero_then_all() {
+        let mut r = record("http://h:1", Role::Decode, None);
+        r.load_events = Some("tcp://10.0.0.7:65530".into());
+        let registered = r.without_dp_size();
+        assert_eq!(registered.check(), Ok(()), "rank 0's port is valid");
+        assert!(registered.with_discovered_ranks(8).check().is_err(), "rank 7's is past 65535");
     }
 
     #[test]

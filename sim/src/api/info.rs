@@ -88,6 +88,14 @@ pub(super) fn server_info(app: &App) -> Value {
     if c.ranks == 1 {
         info["status"] = json!("ready");
     }
+    if let Value::Object(keys) = &mut info {
+        for (key, value) in &c.server_info_override {
+            match value {
+                Value::Null => keys.remove(key),
+                v => keys.insert(key.clone(), v.clone()),
+            };
+        }
+    }
     info
 }
 

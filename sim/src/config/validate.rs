@@ -105,6 +105,10 @@ impl TryFrom<SimArgs> for SimConfig {
                 stall_after_tokens: sim.sim_stall_after_tokens,
                 die_after_tokens: sim.sim_die_after_tokens,
             },
+            server_info_override: match &sim.sim_server_info_override {
+                Some(text) => serde_json::from_str(text).map_err(ConfigError::ServerInfoOverride)?,
+                None => serde_json::Map::new(),
+            },
             log: sim.sim_log,
             warnings,
         })

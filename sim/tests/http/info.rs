@@ -48,6 +48,22 @@ async fn health_and_info_endpoints_answer_in_sglang_shapes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_server_info_override_replaces_and_removes_keys() {
+    let sim = Sim::start(&[
+        "--attn-dp-size",
+        "4",
+        "--sim-server-info-override",
+        r#"{"dp_size": "four", "attn_dp_size": null}"#,
+    ])
+    .await;
+    let (_, info) = sim.get("/server_info").await;
+    assert_eq!(info["dp_size"], "four");
+    assert!(info.get("attn_dp_size").is_none());
+    assert_eq!(info["internal_states"].as_array().unwrap().len(), 4, "the ranks themselves are unchanged");
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn old_versions_report_dp_size_as_ranks() {
     let sim =
         Sim::start(&["--dp-size", "2", "--enable-dp-attention", "--sim-sglang-version", "0.5.21"]).await;
