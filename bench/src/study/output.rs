@@ -27,6 +27,7 @@ pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
         args.sample_interval_s
     );
     println!("{}", table::ranks(&rows));
+    println!("{}", table::versus(&rows, cell.topology.gpus(args.prefill_gpus)));
     let mut smg_shown = false;
     for a in &cell.arms {
         if let Routing::Smg { counters, .. } = &a.routing {

@@ -5,6 +5,9 @@
 //!    deployment's GPUs, as the seeds and InferenceX do.
 //! 2. `weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) |
 //!    context busiest / mean (median / p90) | step median` — the decode ranks over the window.
+//! 3. [`versus`]: each arm over its runs (mean, and the runs' range) against the best peer arm
+//!    of the same cell — a peer is SMG or one of infera's legacy policies, the best is the one
+//!    with the highest mean p90 interactivity.
 
 use std::fmt::{self, Write as _};
 
@@ -74,6 +77,58 @@ pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     out
 }
 
+/// Each arm's mean over its runs, and as a ratio to the best peer's: `arm | runs | p90
+/// interactivity mean (min–max) | × best peer | tok/s/GPU × best peer | TTFT p90 × best peer`.
+pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32) -> String {
+    let mut arms: Vec<Arm> = Vec::new();
+    for (l, _) in rows {
+        if !arms.contains(&l.arm) {
+            arms.push(l.arm);
+        }
+    }
+    let runs = |arm: Arm| rows.iter().filter(move |(l, _)| l.arm == arm).map(|(_, r)| *r);
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let p90 = |arm| mean(runs(arm).filter_map(|r| r.interactivity.p90).collect());
+    let per_gpu = |arm| mean(runs(arm).map(|r| r.total_tokens_per_s / f64::from(gpus.max(1))).collect());
+    let ttft = |arm| mean(runs(arm).filter_map(|r| r.ttft_ms.p90).collect());
+    let peer = arms
+        .iter()
+        .copied()
+        .filter(|a| matches!(a, Arm::Legacy(_) | Arm::Smg(_)))
+        .filter_map(|a| Some((a, p90(a)?)))
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .map(|(a, _)| a);
+    let mut out = match peer {
+        Some(p) => format!("Over the runs, against the best peer arm ({p}):\n\n"),
+        None => "Over the runs (no peer arm):\n\n".to_owned(),
+    };
+    out.push_str(
+        "| arm | runs | interactivity p90, mean (min–max) | × best peer | tok/s/GPU × best peer | TTFT p90 × best peer |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    let ratio = |v: Option<f64>, of: Option<f64>| match (v, of) {
+        (Some(v), Some(of)) if of > 0.0 => format!("{:.3}", v / of),
+        _ => "–".to_owned(),
+    };
+    for &arm in &arms {
+        let all: Vec<f64> = runs(arm).filter_map(|r| r.interactivity.p90).collect();
+        let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} ({}–{}) | {} | {} | {} |",
+            Label { arm, run: None },
+            all.len(),
+            num(p90(arm), 1),
+            num(Some(lo), 1),
+            num(Some(hi), 1),
+            ratio(p90(arm), peer.and_then(p90)),
+            ratio(per_gpu(arm), peer.and_then(per_gpu)),
+            ratio(ttft(arm), peer.and_then(ttft)),
+        );
+    }
+    out
+}
+
 /// A row's name: the arm (a weight as the seeds' column has it: `1,000,000`), and which run
 /// of it when an arm ran more than once.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -130,6 +185,13 @@ mod tests {
             "| 1,000,000 | 250 | 1 (0.25) | 100.0 / 100.0 | 2.00 / 2.00 / 2.00 s | 10.0 / 10.0 ms |"
         );
         assert!(lines[3].starts_with("| round-robin (legacy) · run 2 |"));
+        let v = versus(&rows, 12);
+        assert!(v.starts_with("Over the runs, against the best peer arm (round-robin (legacy)):"), "{v}");
+        assert_eq!(
+            v.lines().nth(4),
+            Some("| 1,000,000 | 1 | 100.0 (100.0–100.0) | 1.000 | 1.000 | 1.000 |"),
+            "{v}"
+        );
         let k = ranks(&rows);
         assert_eq!(k.lines().nth(2), Some("| 1,000,000 | 4.00 | 6 / 6 | 1.50 / 1.50 | 1.50 / 1.50 | – ms |"));
     }
