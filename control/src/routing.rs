@@ -34,10 +34,12 @@ use crate::view::View;
 mod outcome;
 #[cfg(test)]
 mod tests;
+mod weights;
 
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
+pub use weights::DecodeWeights;
 
 /// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
 /// to record the full decision, and the clocks.
@@ -75,6 +77,8 @@ pub struct RoutingCore<R> {
     overlap: OverlapScratch,
     /// Reused buffer: per decode candidate, whether its KV would overflow (empty: not checked).
     overflow: Vec<bool>,
+    /// Pinned or fitted W, and the pools' fitted W.
+    weights: DecodeWeights,
 }
 
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
@@ -103,6 +107,7 @@ impl<R: Rng> RoutingCore<R> {
             scored: Vec::new(),
             overlap: OverlapScratch::default(),
             overflow: Vec::new(),
+            weights: DecodeWeights::default(),
         })
     }
 
@@ -123,16 +128,22 @@ impl<R: Rng> RoutingCore<R> {
         {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
-        scoring::score(kind, &self.settings, req.input_tokens, &self.candidates, &mut self.scored);
+        // The W of this pick: pinned, or the pool's fitted W (auto).
+        let weight = match kind {
+            PickKind::Decode => self.weights.for_pool(&req.model, self.settings.weight),
+            PickKind::Prefill => RequestWeight::ZERO,
+        };
+        let settings = Settings { weight, ..self.settings.clone() };
+        scoring::score(kind, &settings, req.input_tokens, &self.candidates, &mut self.scored);
         self.overflow.clear();
         if let (PickKind::Decode, Some(room)) = (kind, kv_room) {
             skip_overflowing(&self.view, room, req.input_tokens, &mut self.scored, &mut self.overflow);
         }
         let pool = self.round_robin.cursor(pool);
         let choice = match kind {
-            PickKind::Decode => scoring::choose_decode(&self.settings, &self.scored, pool, &mut self.rng),
+            PickKind::Decode => scoring::choose_decode(&settings, &self.scored, pool, &mut self.rng),
             PickKind::Prefill => scoring::choose_prefill(
-                &self.settings,
+                &settings,
                 &self.sessions,
                 &self.scored,
                 req,
@@ -154,7 +165,7 @@ impl<R: Rng> RoutingCore<R> {
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
             self.sessions.remember(session.clone(), chosen.key, now);
         }
-        let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, wall));
+        let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, weight, wall));
         let slot = self.view.slot(chosen.key);
         Ok(Picked {
             reservation,
@@ -165,7 +176,7 @@ impl<R: Rng> RoutingCore<R> {
                 self.overflow.get(choice.index).copied().unwrap_or(false),
             ),
             mode: self.settings.mode,
-            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
+            weight,
             agree: choice.agree,
             change: self.change(chosen.key, load),
             decision,
@@ -220,6 +231,16 @@ impl<R: Rng> RoutingCore<R> {
     /// Sets W; effective from the next pick.
     pub fn set_weight(&mut self, weight: RequestWeight) -> Result<&Settings, ControlError> {
         self.update(Settings { weight, ..self.settings.clone() })
+    }
+
+    /// Pinned or fitted W, and the pools' fitted W.
+    pub fn weights(&self) -> &DecodeWeights {
+        &self.weights
+    }
+
+    /// Changes how W is chosen or the pools' fitted W; effective from the next pick.
+    pub fn weights_mut(&mut self) -> &mut DecodeWeights {
+        &mut self.weights
     }
 
     /// Sets the demand mode; effective from the next pick.
@@ -338,6 +359,7 @@ impl<R: Rng> RoutingCore<R> {
         req: &PickRequest,
         reservation: ReservationId,
         choice: &Choice,
+        weight: RequestWeight,
         wall: SystemTime,
     ) -> Decision {
         let overflows = |i: usize| self.overflow.get(i).copied().unwrap_or(false);
@@ -361,7 +383,7 @@ impl<R: Rng> RoutingCore<R> {
             agree: chosen.cost == min,
             chosen: chosen.target,
             suggested,
-            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
+            weight,
             request_tokens: req.input_tokens,
             candidates,
         }
