@@ -142,3 +142,43 @@ fn pool_weight(workers: &[WorkerRow]) -> Option<f64> {
     }
     (weights > 0.0).then(|| (sum / weights).exp())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn row(worker: &str, weight: Option<f64>, samples: f64) -> WorkerRow {
+        WorkerRow {
+            worker: WorkerId::new(worker),
+            report: FitReport { solution: None, verdict: Verdict::Trusted, samples, weight, moved_at: None },
+        }
+    }
+
+    #[test]
+    fn a_pool_takes_the_samples_weighted_geometric_mean_of_its_workers() {
+        let w = pool_weight(&[row("a", Some(1e6), 300.0), row("b", Some(1e5), 100.0), row("c", None, 900.0)]);
+        // exp((300 ln 1e6 + 100 ln 1e5) / 400) = 10^5.75
+        assert!((w.unwrap() / 10f64.powf(5.75) - 1.0).abs() < 1e-12);
+        assert_eq!(pool_weight(&[row("c", None, 900.0)]), None, "no trusted fit: the fallback");
+    }
+
+    #[test]
+    fn prefills_are_not_fitted_and_workers_group_by_model() {
+        let fits = WeightFits::new(Duration::from_secs(60));
+        let reading = WorkerReading { at: Instant::now(), ranks: Vec::new() };
+        let rec = |id: &str, role, model: &str| WorkerRecord::new(id, role, "http://x:1", model);
+        fits.observe(&rec("p", Role::Prefill, "m"), reading.clone());
+        fits.observe(&rec("d", Role::Decode, "m"), reading.clone());
+        fits.observe(&rec("x", Role::Mixed, "agg"), reading.clone());
+        let pools = fits.pools();
+        let names: Vec<(&str, Vec<&str>)> = pools
+            .iter()
+            .map(|p| (p.model.as_str(), p.workers.iter().map(|w| w.worker.as_str()).collect()))
+            .collect();
+        assert_eq!(names, [("agg", vec!["x"]), ("m", vec!["d"])]);
+        fits.forget(&WorkerId::new("d"));
+        assert_eq!(fits.pools().len(), 1);
+    }
+}
