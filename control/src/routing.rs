@@ -14,7 +14,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_kv::hash::PageHash;
 use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId, Role, Target,
@@ -31,11 +30,13 @@ use crate::settings::{OverlapCredit, Settings};
 use crate::target::{KvRoom, Load, TargetKey};
 use crate::view::View;
 
+mod candidates;
 mod outcome;
 #[cfg(test)]
 mod tests;
 mod weights;
 
+use candidates::{OverlapScratch, credit_overlap, skip_overflowing};
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
@@ -79,17 +80,6 @@ pub struct RoutingCore<R> {
     overflow: Vec<bool>,
     /// Pinned or fitted W, and the pools' fitted W.
     weights: DecodeWeights,
-}
-
-/// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
-#[derive(Debug, Default)]
-struct OverlapScratch {
-    /// The prompt's page hashes.
-    hashes: Vec<PageHash>,
-    /// The candidates' target keys.
-    keys: Vec<TargetKey>,
-    /// Pages matched, per candidate.
-    pages: Vec<u32>,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -399,50 +389,5 @@ impl<R: Rng> RoutingCore<R> {
             .into_iter()
             .map(|(reservation, load)| Ended { change: self.change(reservation.target, load), reservation })
             .collect()
-    }
-}
-
-/// Fills each prefill candidate's overlap from the index; only targets whose page size is the one
-/// the prompt was hashed with can match.
-fn credit_overlap(
-    candidates: &mut [Candidate],
-    OverlapScratch { hashes, keys, pages: out }: &mut OverlapScratch,
-    index: &KvIndex,
-    req: &PickRequest,
-) {
-    hashes.clear();
-    hashes.extend(req.page_hashes.iter().map(|&h| PageHash(h)));
-    keys.clear();
-    keys.extend(candidates.iter().map(|c| c.key));
-    index.overlaps(hashes, keys, out);
-    for (c, &pages) in candidates.iter_mut().zip(out.iter()) {
-        if c.page_size == req.page_size && pages > 0 {
-            c.overlap_pages = pages;
-            c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
-        }
-    }
-}
-
-/// KV headroom: a decode candidate whose KV would overflow with this request and what is on its
-/// way there ([`KvUse::would_overflow`]) costs infinity, so the lowest-cost choice passes it by —
-/// unless every candidate would overflow, when none is skipped. Marks each in `overflow`.
-fn skip_overflowing(
-    view: &View,
-    room: &dyn KvRoom,
-    request_tokens: u64,
-    scored: &mut [Scored],
-    overflow: &mut Vec<bool>,
-) {
-    overflow.extend(scored.iter().map(|s| {
-        let target = &view.slot(s.candidate.key).target;
-        room.kv_use(target).is_some_and(|kv| kv.would_overflow(s.candidate.load, request_tokens))
-    }));
-    if overflow.iter().all(|o| *o) {
-        return;
-    }
-    for (s, o) in scored.iter_mut().zip(overflow.iter()) {
-        if *o {
-            s.cost = f64::INFINITY;
-        }
     }
 }
