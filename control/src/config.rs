@@ -9,6 +9,7 @@ use infera_proto::types::{
     DecodeInputDemand, DecodePolicy, PrefillPolicy, RegisteredWorker, RequestWeight, WeightNeedsDemand,
 };
 
+use crate::fit::WeightMode;
 use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
@@ -77,9 +78,25 @@ struct DecodeArgs {
     decode_input_demand: DecodeInputDemand,
     /// W: tokens charged per request a decode target holds,
     /// cost = booked input tokens + request tokens + W × held requests. 0 = token-only demand;
-    /// W > 0 needs --decode-input-demand shadow or on.
+    /// W > 0 needs --decode-input-demand shadow or on. `auto`: each decode pool's W is fitted
+    /// online from its engines' step times (`decode_moments` of `GET /v1/loads`), with
+    /// --decode-request-weight-fallback until a fit is trusted.
     #[arg(long, env = "INFERA_DECODE_REQUEST_WEIGHT", default_value = "0", allow_negative_numbers = true)]
-    decode_request_weight: RequestWeight,
+    decode_request_weight: WeightArg,
+    /// With --decode-request-weight auto: the W of a decode pool none of whose workers has a
+    /// trusted fit yet (tokens per request; W > 0 needs --decode-input-demand shadow or on).
+    #[arg(
+        long,
+        env = "INFERA_DECODE_REQUEST_WEIGHT_FALLBACK",
+        default_value = "0",
+        allow_negative_numbers = true
+    )]
+    decode_request_weight_fallback: RequestWeight,
+    /// Half-life of the W fit's memory (ms): a poll interval this old weighs half as much as
+    /// the newest. Fitted W in force also moves toward the fit with this time constant.
+    #[arg(long, env = "INFERA_DECODE_WEIGHT_FIT_HALF_LIFE_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    decode_weight_fit_half_life_ms: u64,
     /// The legacy decode policy (selects in off and shadow modes).
     #[arg(long, env = "INFERA_DECODE_POLICY", value_enum, default_value_t = DecodePolicy::RoundRobin)]
     decode_policy: DecodePolicy,
@@ -152,8 +169,12 @@ pub struct Config {
     pub etcd: Vec<String>,
     /// How often workers' `/v1/loads` is read; `None`: never.
     pub engine_poll: Option<Duration>,
-    /// Routing settings at start.
+    /// Routing settings at start (with W fitted, `weight` is the fallback).
     pub settings: Settings,
+    /// Pinned or fitted W.
+    pub weight_mode: WeightMode,
+    /// The W fit's forgetting half-life.
+    pub fit_half_life: Duration,
     /// The KV prefix index's block budget.
     pub kv_index_max_blocks: usize,
     /// Admin bearer token.
@@ -191,13 +212,36 @@ pub enum ConfigError {
     WeightNeedsDemand(WeightNeedsDemand),
 }
 
+/// `--decode-request-weight`: a number, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum WeightArg {
+    Pinned(RequestWeight),
+    Auto,
+}
+
+impl std::str::FromStr for WeightArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            Ok(Self::Auto)
+        } else {
+            s.parse().map(Self::Pinned).map_err(|e| format!("{e} (or `auto`)"))
+        }
+    }
+}
+
 impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(a: Args) -> Result<Self, ConfigError> {
+        let (weight_mode, weight) = match a.decode.decode_request_weight {
+            WeightArg::Pinned(w) => (WeightMode::Pinned, w),
+            WeightArg::Auto => (WeightMode::Auto, a.decode.decode_request_weight_fallback),
+        };
         let settings = Settings {
             mode: a.decode.decode_input_demand,
-            weight: a.decode.decode_request_weight,
+            weight,
             policy: a.decode.decode_policy,
             prefill_policy: a.prefill.prefill_policy,
             overlap_credit: a.prefill.prefill_overlap_credit,
@@ -218,6 +262,8 @@ impl TryFrom<Args> for Config {
             engine_poll: (a.engine.engine_poll_ms > 0)
                 .then(|| Duration::from_millis(a.engine.engine_poll_ms)),
             settings,
+            weight_mode,
+            fit_half_life: Duration::from_millis(a.decode.decode_weight_fit_half_life_ms),
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             seed: a.admin.seed,
@@ -252,7 +298,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a.decode.decode_input_demand, DecodeInputDemand::Shadow);
-        assert_eq!(a.decode.decode_request_weight.get(), 180_000.0);
+        assert_eq!(a.decode.decode_request_weight, WeightArg::Pinned(RequestWeight::new(180_000.0).unwrap()));
         assert_eq!(a.decode.decode_policy, DecodePolicy::PowerOfTwo);
         for bad in [
             ["--decode-request-weight", "-1"],
@@ -262,6 +308,35 @@ mod tests {
             let mut argv = vec!["infera-control", "--workers", "w.toml"];
             argv.extend(bad);
             assert!(Args::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn auto_fits_w_with_the_fallback_until_then() {
+        let base = ["infera-control", "--workers", "/dev/null", "--decode-input-demand", "shadow"];
+        let parse = |extra: &[&str]| Args::try_parse_from([&base[..], extra].concat());
+        let a = parse(&["--decode-request-weight", "auto", "--decode-request-weight-fallback", "180000"])
+            .unwrap();
+        assert_eq!(a.decode.decode_request_weight, WeightArg::Auto);
+        assert_eq!(a.decode.decode_weight_fit_half_life_ms, 60_000);
+        let c = Config::try_from(a).unwrap();
+        assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 180_000.0));
+        assert_eq!(c.fit_half_life, Duration::from_secs(60));
+        let c = Config::try_from(parse(&["--decode-request-weight", "AUTO"]).unwrap()).unwrap();
+        assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 0.0));
+        let c = Config::try_from(
+            parse(&["--decode-request-weight", "5", "--decode-request-weight-fallback", "9"]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.weight_mode, c.settings.weight.get()),
+            (WeightMode::Pinned, 5.0),
+            "the fallback is for auto only"
+        );
+        for bad in
+            [&["--decode-request-weight", "automatic"][..], &["--decode-weight-fit-half-life-ms", "10"]]
+        {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 

@@ -131,16 +131,23 @@ fn with_queues(load: EngineLoad, polled: &EngineLoad) -> EngineLoad {
 #[derive(Debug)]
 pub struct EngineFeed {
     board: Arc<EngineBoard>,
+    /// Each polled decode worker's fit of W, fed by its poller.
+    fits: Arc<crate::fit::WeightFits>,
     /// `None`: `/v1/loads` is not polled.
     interval: Option<Duration>,
     pollers: Mutex<HashMap<WorkerId, Vec<JoinHandle<()>>>>,
 }
 
 impl EngineFeed {
-    /// A feed polling every `interval` (`None`: nothing is polled; load sockets are still
-    /// followed).
-    pub fn new(interval: Option<Duration>) -> Self {
-        Self { board: Arc::default(), interval, pollers: Mutex::default() }
+    /// A feed polling every `interval` (`None`: nothing is polled, nothing is fitted; load
+    /// sockets are still followed), each answer also read by `fits`.
+    pub fn new(interval: Option<Duration>, fits: Arc<crate::fit::WeightFits>) -> Self {
+        Self { board: Arc::default(), fits, interval, pollers: Mutex::default() }
+    }
+
+    /// The fits of W.
+    pub fn fits(&self) -> &crate::fit::WeightFits {
+        &self.fits
     }
 
     /// The readings.
@@ -153,7 +160,8 @@ impl EngineFeed {
     pub fn follow(&self, record: &WorkerRecord) {
         let mut tasks = subscribe::spawn(record, &self.board);
         if let Some(interval) = self.interval {
-            tasks.push(tokio::spawn(poll::run(record.clone(), interval, self.board.clone())));
+            let (board, fits) = (self.board.clone(), self.fits.clone());
+            tasks.push(tokio::spawn(poll::run(record.clone(), interval, board, fits)));
         }
         let old = self.pollers.lock().expect("pollers lock").insert(record.id.clone(), tasks);
         old.into_iter().flatten().for_each(|task| task.abort());
@@ -165,6 +173,7 @@ impl EngineFeed {
             tasks.iter().for_each(JoinHandle::abort);
         }
         self.board.forget(worker);
+        self.fits.forget(worker);
     }
 
     /// Stops every reader (control is stopping).

@@ -12,6 +12,7 @@
 //!   [`target`] holds what they all share: a target's key and load.
 //! - [`kv_feed`]: KV-event subscribers and the prefix index they fill.
 //! - [`engine`]: each worker's own `/v1/loads` readings, beside the ledger (and the drift).
+//! - [`fit`]: W fitted online from those readings' decode step times (`auto`).
 //! - [`settings`]: W, the mode and the policies in force.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
@@ -27,6 +28,7 @@ pub mod decisions;
 pub mod dp_discovery;
 pub mod engine;
 pub mod error;
+pub mod fit;
 pub mod kv_feed;
 pub mod ledger;
 pub mod metrics;
@@ -61,6 +63,9 @@ use crate::view::View;
 const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the KV feed's counters and the index's size reach the metrics.
 const KV_METRICS_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the pools' fitted W reach the routing core and the fit's gauges. Fitted W moves
+/// with the fit's half-life (a minute by default), so a quarter second late is nothing.
+const WEIGHT_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 /// How often idle sessions are forgotten.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -85,24 +90,25 @@ pub async fn run(
     };
     let epoch: u32 = rand::random();
     let etcd = config.etcd;
-    let (settings, drains) = if etcd.is_empty() {
-        (config.settings, Vec::new())
-    } else {
-        persist::load(&etcd, config.settings).await
-    };
+    let flags = persist::Persisted { settings: config.settings, weight_mode: config.weight_mode };
+    let (persist::Persisted { settings, weight_mode }, drains) =
+        if etcd.is_empty() { (flags, Vec::new()) } else { persist::load(&etcd, flags).await };
     // The static workers are registered below, as registry changes are: the drains of their
     // targets apply when they appear.
     let mut view = View::default();
     view.drain_by_name(drains);
-    let core = RoutingCore::new(view, settings, epoch, rng)?;
+    let mut core = RoutingCore::new(view, settings, epoch, rng)?;
+    core.weights_mut().set_mode(weight_mode);
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);
     let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
     let feed = Arc::new(feed);
+    let fits = Arc::new(fit::WeightFits::new(config.fit_half_life));
     let engine = (
-        engine::EngineFeed::new(config.engine_poll),
+        engine::EngineFeed::new(config.engine_poll, fits),
         engine::metrics::EngineMetrics::register(&mut registry),
+        fit::metrics::FitMetrics::register(&mut registry),
     );
     let state =
         ControlState::new(core, feed.clone(), engine, ControlMetrics::register(&mut registry), persist_to);
@@ -156,6 +162,7 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
     let mut leases = tokio::time::interval(LEASE_CHECK_INTERVAL);
     let mut sessions = tokio::time::interval(SESSION_SWEEP_INTERVAL);
     let mut kv_metrics = tokio::time::interval(KV_METRICS_INTERVAL);
+    let mut weights = tokio::time::interval(WEIGHT_SYNC_INTERVAL);
     leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -167,6 +174,7 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
                 state.export_kv_metrics();
                 state.export_engine_metrics();
             }
+            _ = weights.tick() => state.sync_weights(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Admin changes of W, the demand mode, the prefill overlap credit and drains, persisted in etcd (`/infera/v1/config/…`)
+//! Admin changes of W (a number, or `auto` with its fallback number), the demand mode, the prefill overlap credit and drains, persisted in etcd (`/infera/v1/config/…`)
 //! when control runs with `--etcd`, and read at start: what operators set at run time outlives a
 //! restart, and a second control starts with it. Persisted values win over the flags; a
 //! persisted pair that does not validate (W > 0 with mode off) is ignored with a warning.
@@ -13,15 +13,28 @@ use std::time::Duration;
 use clap::ValueEnum;
 use infera_proto::types::{DecodeInputDemand, DpRank, OverlapCredit, RequestWeight, Target, WorkerId};
 
+use crate::fit::WeightMode;
 use crate::settings::Settings;
 
 const MODE: &str = "decode_input_demand";
+/// W: a number, or `auto` (then the number is under [`FALLBACK`]).
 const WEIGHT: &str = "decode_request_weight";
+const FALLBACK: &str = "decode_request_weight_fallback";
+const AUTO: &str = "auto";
 const CREDIT: &str = "prefill_overlap_credit";
 const DRAINED: &str = "drained_targets";
 
+/// The routing settings as persisted: the settings and how W is chosen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Persisted {
+    /// The settings; with W fitted, `weight` is the fallback.
+    pub settings: Settings,
+    /// Pinned or fitted W.
+    pub weight_mode: WeightMode,
+}
+
 /// What control starts with: the settings (flags overridden by etcd) and the persisted drains.
-pub async fn load(endpoints: &[String], flags: Settings) -> (Settings, Vec<Target>) {
+pub async fn load(endpoints: &[String], flags: Persisted) -> (Persisted, Vec<Target>) {
     match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(endpoints)).await {
         Ok(Ok(persisted)) => {
             let drains = persisted.get(DRAINED).map(|v| parse_drains(v)).unwrap_or_default();
@@ -46,9 +59,9 @@ pub struct Saver<T>(tokio::sync::watch::Sender<Option<T>>);
 
 /// The drained set, as `drained_targets`.
 pub type DrainSaver = Saver<Vec<Target>>;
-/// W, the mode and the prefill overlap credit, as `decode_request_weight`,
-/// `decode_input_demand` and `prefill_overlap_credit`.
-pub type SettingsSaver = Saver<Settings>;
+/// W, the mode and the prefill overlap credit, as `decode_request_weight` (a number or `auto`),
+/// `decode_request_weight_fallback`, `decode_input_demand` and `prefill_overlap_credit`.
+pub type SettingsSaver = Saver<Persisted>;
 
 impl<T: Send + Sync + 'static> Saver<T> {
     /// Starts the writer task; `render` turns a value into the keys it is stored under.
@@ -88,14 +101,23 @@ impl DrainSaver {
 impl SettingsSaver {
     /// Starts the writer of W, the mode and the credit (one transaction per write).
     pub fn start(endpoints: Vec<String>) -> Self {
-        Self::start_with(endpoints, "the routing settings", |s| {
-            vec![
-                (MODE, s.mode.as_str().to_owned()),
-                (WEIGHT, s.weight.get().to_string()),
-                (CREDIT, s.overlap_credit.get().to_string()),
-            ]
-        })
+        Self::start_with(endpoints, "the routing settings", render)
     }
+}
+
+/// The keys the settings are stored under.
+fn render(p: &Persisted) -> Vec<(&'static str, String)> {
+    let s = &p.settings;
+    let weight = match p.weight_mode {
+        WeightMode::Pinned => s.weight.get().to_string(),
+        WeightMode::Auto => AUTO.to_owned(),
+    };
+    vec![
+        (MODE, s.mode.as_str().to_owned()),
+        (WEIGHT, weight),
+        (FALLBACK, s.weight.get().to_string()),
+        (CREDIT, s.overlap_credit.get().to_string()),
+    ]
 }
 
 fn parse_drains(value: &str) -> Vec<Target> {
@@ -115,8 +137,56 @@ fn parse_drains(value: &str) -> Vec<Target> {
 }
 
 /// `flags` overridden by the persisted values that parse and validate together.
-pub fn merge(flags: Settings, persisted: &BTreeMap<String, String>) -> Settings {
+pub fn merge(flags: Persisted, persisted: &BTreeMap<String, String>) -> Persisted {
     let mut next = flags.clone();
+    let (mode, settings) = (&mut next.weight_mode, &mut next.settings);
+    merge_weight(mode, settings, persisted);
+    merge_settings(settings, persisted);
+    if next == flags {
+        return flags;
+    }
+    match next.settings.validate() {
+        Ok(()) => {
+            let s = &next.settings;
+            tracing::info!(mode = %s.mode, weight = s.weight.get(), weight_mode = next.weight_mode.as_str(),
+                credit = s.overlap_credit.get(), "using the settings persisted in etcd");
+            next
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring persisted settings that do not validate together");
+            flags
+        }
+    }
+}
+
+/// W as persisted: a number pins it; `auto` fits it, with the fallback number beside it (an
+/// `auto` written by a control that knew no fallback keeps the flags' number).
+fn merge_weight(mode: &mut WeightMode, next: &mut Settings, persisted: &BTreeMap<String, String>) {
+    let number = |key: &str, v: &str| match v.parse::<f64>().ok().and_then(|w| RequestWeight::new(w).ok()) {
+        Some(w) => Some(w),
+        None => {
+            tracing::warn!(value = %v, key, "ignoring a persisted W that does not parse");
+            None
+        }
+    };
+    match persisted.get(WEIGHT).map(String::as_str) {
+        Some(AUTO) => {
+            *mode = WeightMode::Auto;
+            if let Some(w) = persisted.get(FALLBACK).and_then(|v| number(FALLBACK, v)) {
+                next.weight = w;
+            }
+        }
+        Some(v) => {
+            if let Some(w) = number(WEIGHT, v) {
+                *mode = WeightMode::Pinned;
+                next.weight = w;
+            }
+        }
+        None => {}
+    }
+}
+
+fn merge_settings(next: &mut Settings, persisted: &BTreeMap<String, String>) {
     if let Some(m) = persisted.get(MODE) {
         match DecodeInputDemand::from_str(m, true) {
             Ok(mode) => next.mode = mode,
@@ -125,32 +195,10 @@ pub fn merge(flags: Settings, persisted: &BTreeMap<String, String>) -> Settings 
             }
         }
     }
-    if let Some(w) = persisted.get(WEIGHT) {
-        match w.parse::<f64>().ok().and_then(|w| RequestWeight::new(w).ok()) {
-            Some(weight) => next.weight = weight,
-            None => {
-                tracing::warn!(value = %w, "ignoring a persisted decode_request_weight that does not parse")
-            }
-        }
-    }
     if let Some(c) = persisted.get(CREDIT) {
         match c.parse::<OverlapCredit>() {
             Ok(credit) => next.overlap_credit = credit,
             Err(e) => tracing::warn!(value = %c, error = %e, "ignoring a persisted prefill_overlap_credit"),
-        }
-    }
-    if next == flags {
-        return flags;
-    }
-    match next.validate() {
-        Ok(()) => {
-            tracing::info!(mode = %next.mode, weight = next.weight.get(), credit = next.overlap_credit.get(),
-                "using the settings persisted in etcd");
-            next
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "ignoring persisted settings that do not validate together");
-            flags
         }
     }
 }
@@ -161,7 +209,11 @@ mod tests {
 
     use super::*;
 
-    fn flags() -> Settings {
+    fn flags() -> Persisted {
+        Persisted { settings: settings(), weight_mode: WeightMode::Pinned }
+    }
+
+    fn settings() -> Settings {
         Settings {
             mode: DecodeInputDemand::Off,
             weight: RequestWeight::ZERO,
@@ -181,18 +233,46 @@ mod tests {
 
     #[test]
     fn persisted_values_win_when_they_validate_together() {
-        let s = merge(flags(), &map(&[(MODE, "on"), (WEIGHT, "1000000")]));
+        let s = merge(flags(), &map(&[(MODE, "on"), (WEIGHT, "1000000")])).settings;
         assert_eq!((s.mode, s.weight.get()), (DecodeInputDemand::On, 1e6));
         let s = merge(flags(), &map(&[(WEIGHT, "5")]));
         assert_eq!(s, flags(), "W > 0 with the flags' mode off does not validate");
         let s = merge(flags(), &map(&[(MODE, "sideways"), (WEIGHT, "-1")]));
         assert_eq!(s, flags(), "values that do not parse are ignored");
         assert_eq!(merge(flags(), &BTreeMap::new()), flags());
-        let s = merge(flags(), &map(&[(CREDIT, "2.5")]));
+        let s = merge(flags(), &map(&[(CREDIT, "2.5")])).settings;
         assert_eq!(s.overlap_credit.get(), 2.5);
         for bad in ["101", "NaN", "x"] {
             assert_eq!(merge(flags(), &map(&[(CREDIT, bad)])), flags(), "credit {bad} is ignored");
         }
+    }
+
+    #[test]
+    fn auto_is_persisted_like_a_number_with_its_fallback() {
+        let p = merge(flags(), &map(&[(MODE, "shadow"), (WEIGHT, AUTO), (FALLBACK, "180000")]));
+        assert_eq!(
+            (p.weight_mode, p.settings.mode, p.settings.weight.get()),
+            (WeightMode::Auto, DecodeInputDemand::Shadow, 180_000.0)
+        );
+        // Written by a control before the fallback existed: the flags' number stays.
+        let p = merge(flags(), &map(&[(MODE, "on"), (WEIGHT, AUTO)]));
+        assert_eq!((p.weight_mode, p.settings.weight.get()), (WeightMode::Auto, 0.0));
+        // A number pins again, even over flags that said auto.
+        let auto = Persisted { weight_mode: WeightMode::Auto, ..flags() };
+        let p = merge(auto, &map(&[(MODE, "on"), (WEIGHT, "5"), (FALLBACK, "7")]));
+        assert_eq!((p.weight_mode, p.settings.weight.get()), (WeightMode::Pinned, 5.0));
+        // What the saver writes reads back as it was.
+        let saved = Persisted {
+            settings: Settings {
+                mode: DecodeInputDemand::On,
+                weight: RequestWeight::new(3e5).unwrap(),
+                ..settings()
+            },
+            weight_mode: WeightMode::Auto,
+        };
+        let written: BTreeMap<String, String> =
+            render(&saved).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        assert_eq!(merge(flags(), &written), saved);
     }
 
     #[test]

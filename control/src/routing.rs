@@ -14,7 +14,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_kv::hash::PageHash;
 use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId, Role, Target,
@@ -31,13 +30,17 @@ use crate::settings::{OverlapCredit, Settings};
 use crate::target::{KvRoom, Load, TargetKey};
 use crate::view::View;
 
+mod candidates;
 mod outcome;
 #[cfg(test)]
 mod tests;
+mod weights;
 
+use candidates::{OverlapScratch, credit_overlap, skip_overflowing};
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
+pub use weights::DecodeWeights;
 
 /// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
 /// to record the full decision, and the clocks.
@@ -75,17 +78,8 @@ pub struct RoutingCore<R> {
     overlap: OverlapScratch,
     /// Reused buffer: per decode candidate, whether its KV would overflow (empty: not checked).
     overflow: Vec<bool>,
-}
-
-/// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
-#[derive(Debug, Default)]
-struct OverlapScratch {
-    /// The prompt's page hashes.
-    hashes: Vec<PageHash>,
-    /// The candidates' target keys.
-    keys: Vec<TargetKey>,
-    /// Pages matched, per candidate.
-    pages: Vec<u32>,
+    /// Pinned or fitted W, and the pools' fitted W.
+    weights: DecodeWeights,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -103,6 +97,7 @@ impl<R: Rng> RoutingCore<R> {
             scored: Vec::new(),
             overlap: OverlapScratch::default(),
             overflow: Vec::new(),
+            weights: DecodeWeights::default(),
         })
     }
 
@@ -123,16 +118,22 @@ impl<R: Rng> RoutingCore<R> {
         {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
-        scoring::score(kind, &self.settings, req.input_tokens, &self.candidates, &mut self.scored);
+        // The W of this pick: pinned, or the pool's fitted W (auto).
+        let weight = match kind {
+            PickKind::Decode => self.weights.for_pool(&req.model, self.settings.weight),
+            PickKind::Prefill => RequestWeight::ZERO,
+        };
+        let settings = Settings { weight, ..self.settings.clone() };
+        scoring::score(kind, &settings, req.input_tokens, &self.candidates, &mut self.scored);
         self.overflow.clear();
         if let (PickKind::Decode, Some(room)) = (kind, kv_room) {
             skip_overflowing(&self.view, room, req.input_tokens, &mut self.scored, &mut self.overflow);
         }
         let pool = self.round_robin.cursor(pool);
         let choice = match kind {
-            PickKind::Decode => scoring::choose_decode(&self.settings, &self.scored, pool, &mut self.rng),
+            PickKind::Decode => scoring::choose_decode(&settings, &self.scored, pool, &mut self.rng),
             PickKind::Prefill => scoring::choose_prefill(
-                &self.settings,
+                &settings,
                 &self.sessions,
                 &self.scored,
                 req,
@@ -154,7 +155,7 @@ impl<R: Rng> RoutingCore<R> {
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
             self.sessions.remember(session.clone(), chosen.key, now);
         }
-        let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, wall));
+        let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, weight, wall));
         let slot = self.view.slot(chosen.key);
         Ok(Picked {
             reservation,
@@ -165,7 +166,7 @@ impl<R: Rng> RoutingCore<R> {
                 self.overflow.get(choice.index).copied().unwrap_or(false),
             ),
             mode: self.settings.mode,
-            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
+            weight,
             agree: choice.agree,
             change: self.change(chosen.key, load),
             decision,
@@ -220,6 +221,16 @@ impl<R: Rng> RoutingCore<R> {
     /// Sets W; effective from the next pick.
     pub fn set_weight(&mut self, weight: RequestWeight) -> Result<&Settings, ControlError> {
         self.update(Settings { weight, ..self.settings.clone() })
+    }
+
+    /// Pinned or fitted W, and the pools' fitted W.
+    pub fn weights(&self) -> &DecodeWeights {
+        &self.weights
+    }
+
+    /// Changes how W is chosen or the pools' fitted W; effective from the next pick.
+    pub fn weights_mut(&mut self) -> &mut DecodeWeights {
+        &mut self.weights
     }
 
     /// Sets the demand mode; effective from the next pick.
@@ -338,6 +349,7 @@ impl<R: Rng> RoutingCore<R> {
         req: &PickRequest,
         reservation: ReservationId,
         choice: &Choice,
+        weight: RequestWeight,
         wall: SystemTime,
     ) -> Decision {
         let overflows = |i: usize| self.overflow.get(i).copied().unwrap_or(false);
@@ -361,7 +373,7 @@ impl<R: Rng> RoutingCore<R> {
             agree: chosen.cost == min,
             chosen: chosen.target,
             suggested,
-            weight: if kind == PickKind::Decode { self.settings.weight } else { RequestWeight::ZERO },
+            weight,
             request_tokens: req.input_tokens,
             candidates,
         }
@@ -377,50 +389,5 @@ impl<R: Rng> RoutingCore<R> {
             .into_iter()
             .map(|(reservation, load)| Ended { change: self.change(reservation.target, load), reservation })
             .collect()
-    }
-}
-
-/// Fills each prefill candidate's overlap from the index; only targets whose page size is the one
-/// the prompt was hashed with can match.
-fn credit_overlap(
-    candidates: &mut [Candidate],
-    OverlapScratch { hashes, keys, pages: out }: &mut OverlapScratch,
-    index: &KvIndex,
-    req: &PickRequest,
-) {
-    hashes.clear();
-    hashes.extend(req.page_hashes.iter().map(|&h| PageHash(h)));
-    keys.clear();
-    keys.extend(candidates.iter().map(|c| c.key));
-    index.overlaps(hashes, keys, out);
-    for (c, &pages) in candidates.iter_mut().zip(out.iter()) {
-        if c.page_size == req.page_size && pages > 0 {
-            c.overlap_pages = pages;
-            c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
-        }
-    }
-}
-
-/// KV headroom: a decode candidate whose KV would overflow with this request and what is on its
-/// way there ([`KvUse::would_overflow`]) costs infinity, so the lowest-cost choice passes it by —
-/// unless every candidate would overflow, when none is skipped. Marks each in `overflow`.
-fn skip_overflowing(
-    view: &View,
-    room: &dyn KvRoom,
-    request_tokens: u64,
-    scored: &mut [Scored],
-    overflow: &mut Vec<bool>,
-) {
-    overflow.extend(scored.iter().map(|s| {
-        let target = &view.slot(s.candidate.key).target;
-        room.kv_use(target).is_some_and(|kv| kv.would_overflow(s.candidate.load, request_tokens))
-    }));
-    if overflow.iter().all(|o| *o) {
-        return;
-    }
-    for (s, o) in scored.iter_mut().zip(overflow.iter()) {
-        if *o {
-            s.cost = f64::INFINITY;
-        }
     }
 }

@@ -15,6 +15,8 @@ use crate::dp_discovery::Discovery;
 use crate::engine::metrics::EngineMetrics;
 use crate::engine::{EngineBoard, EngineFeed};
 use crate::error::ControlError;
+use crate::fit::WeightMode;
+use crate::fit::metrics::FitMetrics;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
 use crate::routing::{
@@ -40,6 +42,7 @@ pub struct ControlState {
     /// The engines' own readings (`GET /v1/loads`), outside the core lock.
     engine: EngineFeed,
     engine_metrics: EngineMetrics,
+    fit_metrics: FitMetrics,
     metrics: ControlMetrics,
     decisions: DecisionHub,
     /// Writers of admin changes to etcd (`--etcd`).
@@ -52,7 +55,7 @@ impl ControlState {
     pub fn new(
         core: RoutingCore<SmallRng>,
         kv_feed: Arc<KvFeed>,
-        engine: (EngineFeed, EngineMetrics),
+        engine: (EngineFeed, EngineMetrics, FitMetrics),
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
     ) -> Arc<Self> {
@@ -62,6 +65,7 @@ impl ControlState {
             kv_feed,
             engine: engine.0,
             engine_metrics: engine.1,
+            fit_metrics: engine.2,
             metrics,
             decisions: DecisionHub::new(4096),
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
@@ -113,6 +117,28 @@ impl ControlState {
             })
             .collect();
         self.engine_metrics.export(&gauge_rows, Instant::now());
+    }
+
+    /// Hands the core each pool's fitted W (auto picks use them from the next pick) and sets
+    /// the fit's gauges.
+    pub fn sync_weights(&self) {
+        let pools = self.engine.fits().pools();
+        let fitted = pools
+            .iter()
+            .filter_map(|p| Some((p.model.clone(), RequestWeight::new(p.weight?).ok()?)))
+            .collect();
+        let mut core = self.core();
+        core.weights_mut().set_fitted(fitted);
+        let set = core.settings().weight;
+        let weights = core.weights().clone();
+        drop(core);
+        self.fit_metrics.export(&pools, |p| weights.for_pool(&p.model, set).get());
+    }
+
+    /// How W is chosen, and every decode pool's fit.
+    pub fn weight_fits(&self) -> (WeightMode, Vec<crate::fit::PoolFit>) {
+        let mode = self.core().weights().mode();
+        (mode, self.engine.fits().pools())
     }
 
     /// Publishes every live target's load (zero at start), so each target has its gauge
@@ -257,10 +283,14 @@ impl ControlState {
         self.core().settings().clone()
     }
 
-    /// Sets W.
-    pub fn set_weight(&self, w: RequestWeight) -> Result<Settings, ControlError> {
-        let s = self.change_settings(|core| core.set_weight(w))?;
-        tracing::info!(weight = w.get(), "decode request weight changed");
+    /// Sets W: pinned to `w`, or fitted (auto) with `w` as the fallback.
+    pub fn set_weight(&self, w: RequestWeight, mode: WeightMode) -> Result<Settings, ControlError> {
+        let s = self.change_settings(|core| {
+            core.set_weight(w)?;
+            core.weights_mut().set_mode(mode);
+            Ok(core.settings())
+        })?;
+        tracing::info!(weight = w.get(), mode = mode.as_str(), "decode request weight changed");
         Ok(s)
     }
 
@@ -287,7 +317,7 @@ impl ControlState {
         let mut core = self.core();
         let s = change(&mut core)?.clone();
         if let Some(saver) = &self.settings_saver {
-            saver.save(s.clone());
+            saver.save(crate::persist::Persisted { settings: s.clone(), weight_mode: core.weights().mode() });
         }
         Ok(s)
     }

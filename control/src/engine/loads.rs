@@ -6,12 +6,18 @@
 //! field a version lacks reads as 0; a rank without `dp_rank` or a body that is not that
 //! shape is an error.
 //!
+//! Each rank's `decode_moments` (`[steps, Σ batch, Σ step_us, Σ batch², Σ batch·step_us,
+//! Σ generated]`, null before the first counted step) feed the fit of W ([`crate::fit`]); any
+//! other shape of it reads as none.
+//!
 //! SGLang's `num_waiting_reqs` already counts the disaggregation queues that wait: a prefill's
 //! bootstrap queue, a decode's prealloc, transfer and retracted queues
 //! (`managers/scheduler_components/load_inquirer.py`, 0.5.18 and 0.5.23). Only a prefill's
 //! in-flight queue (prefilled, sending its KV) is outside both the running batch and it.
 
 use serde::Deserialize;
+
+use crate::fit::Moments;
 
 /// What one DP rank's engine reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +78,8 @@ struct Rank {
     max_total_num_tokens: u64,
     #[serde(default)]
     disaggregation: Option<Disaggregation>,
+    #[serde(default)]
+    decode_moments: Option<Vec<f64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -88,16 +96,28 @@ struct Disaggregation {
     decode_retracted_queue_reqs: u64,
 }
 
-/// The ranks of a `/v1/loads` body, as (rank, load).
+/// One rank of a `/v1/loads` answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankAnswer {
+    /// The DP rank.
+    pub rank: u32,
+    /// Its counts.
+    pub load: EngineLoad,
+    /// Its decode step moments (`None`: null, missing or not six numbers).
+    pub moments: Option<Moments>,
+}
+
+/// The ranks of a `/v1/loads` body.
 ///
 /// # Errors
 /// When the body is not SGLang's shape.
-pub fn parse(body: &[u8]) -> Result<Vec<(u32, EngineLoad)>, LoadsError> {
+pub fn parse(body: &[u8]) -> Result<Vec<RankAnswer>, LoadsError> {
     let body: Body = serde_json::from_slice(body)?;
     Ok(body
         .loads
         .into_iter()
         .map(|r| {
+            let moments = r.decode_moments.as_deref().and_then(|m| <[f64; 6]>::try_from(m).ok()).map(Moments);
             let d = r.disaggregation.unwrap_or_default();
             let load = EngineLoad {
                 running: r.num_running_reqs,
@@ -110,7 +130,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<(u32, EngineLoad)>, LoadsError> {
                 used_tokens: r.num_used_tokens,
                 max_total_tokens: r.max_total_num_tokens,
             };
-            (r.dp_rank, load)
+            RankAnswer { rank: r.dp_rank, load, moments }
         })
         .collect())
 }
@@ -134,8 +154,8 @@ mod tests {
             {"dp_rank":1,"num_running_reqs":0}]}"#;
         let ranks = parse(body).unwrap();
         assert_eq!(ranks.len(), 2);
-        let (rank, load) = ranks[0];
-        assert_eq!(rank, 0);
+        let RankAnswer { rank, load, moments } = ranks[0];
+        assert_eq!((rank, moments), (0, None));
         assert_eq!(
             load,
             EngineLoad {
@@ -151,7 +171,11 @@ mod tests {
             }
         );
         assert_eq!((load.queued(), load.holding()), (7, 12), "the queues are not counted twice");
-        assert_eq!(ranks[1], (1, EngineLoad::default()), "missing fields read as 0");
+        assert_eq!(
+            ranks[1],
+            RankAnswer { rank: 1, load: EngineLoad::default(), moments: None },
+            "missing fields read as 0"
+        );
     }
 
     #[test]
@@ -159,8 +183,17 @@ mod tests {
         // SGLang counts the bootstrap queue in num_waiting_reqs, not the in-flight one.
         let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":1,"num_waiting_reqs":5,"disaggregation":{"mode":"prefill",
             "prefill_bootstrap_queue_reqs":4,"prefill_inflight_queue_reqs":2}}]}"#;
-        let (_, load) = parse(body).unwrap()[0];
+        let load = parse(body).unwrap()[0].load;
         assert_eq!((load.bootstrap_queue, load.inflight_queue, load.holding()), (4, 2, 8));
+    }
+
+    #[test]
+    fn decode_moments_are_six_sums() {
+        let body = br#"{"loads":[{"dp_rank":0,"decode_moments":[3.0,18.0,120000.0,108.0,720000.0,65.0]},
+            {"dp_rank":1,"decode_moments":[1.0,2.0]},{"dp_rank":2,"decode_moments":null}]}"#;
+        let ranks = parse(body).unwrap();
+        assert_eq!(ranks[0].moments, Some(Moments([3.0, 18.0, 120_000.0, 108.0, 720_000.0, 65.0])));
+        assert_eq!((ranks[1].moments, ranks[2].moments), (None, None));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! One worker's poller: `GET {url}/v1/loads?include=core,disagg` every interval, each answer
 //! replacing the worker's readings on the board. A worker that does not answer keeps its last
 //! readings, which age (`Admin/ListTargets` shows how old); the first failure and the recovery
-//! are logged once each.
+//! are logged once each. Each answer is also one reading of the worker's W fit
+//! ([`crate::fit::WeightFits`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use infera_proto::types::WorkerRecord;
 
 use super::EngineBoard;
 use super::loads;
+use crate::fit::{RankReading, WeightFits, WorkerReading};
 
 /// An answer larger than this is not a `/v1/loads` answer (a 64-rank worker answers ~40 KiB).
 const MAX_BODY: usize = 4 << 20;
@@ -31,7 +33,12 @@ enum PollError {
     Body(#[from] loads::LoadsError),
 }
 
-pub(super) async fn run(record: WorkerRecord, interval: Duration, board: Arc<EngineBoard>) {
+pub(super) async fn run(
+    record: WorkerRecord,
+    interval: Duration,
+    board: Arc<EngineBoard>,
+    fits: Arc<WeightFits>,
+) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let url = format!("{}/v1/loads?include=core,disagg", record.url.trim_end_matches('/'));
     let Ok(uri) = url.parse::<http::Uri>() else {
@@ -48,7 +55,27 @@ pub(super) async fn run(record: WorkerRecord, interval: Duration, board: Arc<Eng
         let sent = Instant::now();
         match fetch(&client, uri.clone(), timeout).await {
             Ok(ranks) => {
-                board.put(&record.id, record.dp_size, ranks, sent, Instant::now());
+                let at = Instant::now();
+                let reading = WorkerReading {
+                    at,
+                    ranks: ranks
+                        .iter()
+                        .map(|r| RankReading {
+                            rank: r.rank,
+                            moments: r.moments,
+                            used_tokens: r.load.used_tokens,
+                            running: r.load.running,
+                        })
+                        .collect(),
+                };
+                fits.observe(&record, reading);
+                board.put(
+                    &record.id,
+                    record.dp_size,
+                    ranks.into_iter().map(|r| (r.rank, r.load)).collect(),
+                    sent,
+                    at,
+                );
                 if std::mem::take(&mut failing) {
                     tracing::info!(worker = %record.id, "engine loads readable again");
                 }
@@ -66,7 +93,7 @@ async fn fetch(
     client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
     uri: http::Uri,
     timeout: Duration,
-) -> Result<Vec<(u32, loads::EngineLoad)>, PollError> {
+) -> Result<Vec<loads::RankAnswer>, PollError> {
     let answer = async {
         let resp = client.get(uri).await.map_err(|e| PollError::Http(e.to_string()))?;
         if !resp.status().is_success() {

@@ -302,6 +302,7 @@ proptest! {
     }
 }
 
+mod auto_weight;
 mod headroom;
 mod kv;
 

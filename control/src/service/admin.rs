@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use super::wire;
 use crate::error::ControlError;
+use crate::fit::WeightMode;
 use crate::state::ControlState;
 
 /// The Admin service.
@@ -25,6 +26,12 @@ pub(crate) struct AdminService {
 impl AdminService {
     pub(super) fn new(state: Arc<ControlState>, stop: watch::Receiver<()>) -> Self {
         Self { state, stop }
+    }
+
+    /// The settings as `GetConfig` shows them, with how W is chosen and every pool's fit.
+    fn config(&self, s: &crate::settings::Settings) -> pb::Config {
+        let (mode, pools) = self.state.weight_fits();
+        wire::config(s, mode, &pools)
     }
 
     fn drain(
@@ -43,16 +50,18 @@ type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
-        Ok(Response::new(wire::config(&self.state.settings())))
+        Ok(Response::new(self.config(&self.state.settings())))
     }
 
     async fn set_decode_request_weight(
         &self,
         req: Request<pb::SetDecodeRequestWeightRequest>,
     ) -> Result<Response<pb::Config>, Status> {
-        let w = convert::request_weight("decode_request_weight", req.get_ref().decode_request_weight)
+        let m = req.get_ref();
+        let w = convert::request_weight("decode_request_weight", m.decode_request_weight)
             .map_err(ControlError::from)?;
-        Ok(Response::new(wire::config(&self.state.set_weight(w)?)))
+        let mode = if m.auto { WeightMode::Auto } else { WeightMode::Pinned };
+        Ok(Response::new(self.config(&self.state.set_weight(w, mode)?)))
     }
 
     async fn set_decode_input_demand(
@@ -61,7 +70,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::Config>, Status> {
         let mode = convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
             .map_err(ControlError::from)?;
-        Ok(Response::new(wire::config(&self.state.set_mode(mode)?)))
+        Ok(Response::new(self.config(&self.state.set_mode(mode)?)))
     }
 
     async fn set_prefill_overlap_credit(
@@ -70,7 +79,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::Config>, Status> {
         let c = convert::overlap_credit("prefill_overlap_credit", req.get_ref().prefill_overlap_credit)
             .map_err(ControlError::from)?;
-        Ok(Response::new(wire::config(&self.state.set_overlap_credit(c)?)))
+        Ok(Response::new(self.config(&self.state.set_overlap_credit(c)?)))
     }
 
     async fn list_targets(

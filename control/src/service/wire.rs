@@ -7,11 +7,14 @@ use infera_proto::types::RequestWeight;
 
 use crate::decisions::{CandidateTerms, Decision};
 use crate::engine::{EngineBoard, Reading};
+use crate::fit::{PoolFit, WeightMode, WorkerRow};
 use crate::routing::{ReservationRow, TargetRow};
 use crate::settings::Settings;
 
-pub(super) fn config(s: &Settings) -> pb::Config {
+pub(super) fn config(s: &Settings, mode: WeightMode, pools: &[PoolFit]) -> pb::Config {
     pb::Config {
+        decode_request_weight_auto: mode == WeightMode::Auto,
+        decode_pool_weights: pools.iter().map(|p| pool_weight(p, mode, s.weight)).collect(),
         decode_input_demand: pb::DecodeInputDemand::from(s.mode) as i32,
         decode_request_weight: s.weight.get(),
         decode_policy: pb::DecodePolicy::from(s.policy) as i32,
@@ -21,6 +24,38 @@ pub(super) fn config(s: &Settings) -> pb::Config {
         prefill_policy: s.prefill_policy.as_str().to_owned(),
         prefill_overlap_credit: s.overlap_credit.get(),
         decode_prefilling_weight: s.prefilling_weight.get(),
+    }
+}
+
+fn pool_weight(p: &PoolFit, mode: WeightMode, set: RequestWeight) -> pb::DecodePoolWeight {
+    pb::DecodePoolWeight {
+        model: p.model.to_string(),
+        request_weight: match mode {
+            WeightMode::Pinned => set.get(),
+            WeightMode::Auto => p.weight.unwrap_or(set.get()),
+        },
+        fitted_weight: p.weight,
+        workers: p.workers.iter().map(worker_fit).collect(),
+    }
+}
+
+fn worker_fit(row: &WorkerRow) -> pb::DecodeWeightFit {
+    let r = &row.report;
+    let s = r.solution;
+    let of = |f: fn(&crate::fit::regress::Solution) -> f64| s.as_ref().map_or(0.0, f);
+    pb::DecodeWeightFit {
+        worker_id: row.worker.to_string(),
+        verdict: r.verdict.as_str().to_owned(),
+        weight_in_force: r.weight,
+        fitted_weight: s.map(|s| s.weight_tokens).filter(|w| w.is_finite()),
+        r_squared: of(|s| s.r_squared),
+        samples: r.samples,
+        relative_standard_error: of(|s| s.weight_rel_se),
+        base_ms: of(|s| s.base_ms),
+        ms_per_request: of(|s| s.ms_per_request),
+        ms_per_mtoken: of(|s| s.ms_per_mtoken),
+        mean_requests: of(|s| s.mean_requests),
+        mean_context_tokens: of(|s| s.mean_context_tokens),
     }
 }
 

@@ -20,7 +20,10 @@ async fn admin_calls_need_the_token_and_router_calls_do_not() {
     let err = admin.get_config(with_token(pb::GetConfigRequest {}, "wrong")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
     let err = admin
-        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: 0.0 })
+        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
+            decode_request_weight: 0.0,
+            auto: false,
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
@@ -56,7 +59,7 @@ async fn weight_without_demand_is_rejected_at_run_time_and_changes_nothing() {
     assert_eq!(cfg.decode_input_demand, DecodeInputDemand::Off as i32);
     assert_eq!(cfg.decode_request_weight, 0.0);
 
-    let set_w = |w: f64| pb::SetDecodeRequestWeightRequest { decode_request_weight: w };
+    let set_w = |w: f64| pb::SetDecodeRequestWeightRequest { decode_request_weight: w, auto: false };
     let set_m = |m: DecodeInputDemand| pb::SetDecodeInputDemandRequest { decode_input_demand: m as i32 };
     let err = admin.set_decode_request_weight(set_w(1e6)).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);

@@ -31,7 +31,10 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
 
     for w in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e13] {
         let err = admin
-            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: w })
+            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
+                decode_request_weight: w,
+                auto: false,
+            })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "W = {w}: {err:?}");

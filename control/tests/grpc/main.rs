@@ -13,3 +13,5 @@ mod picks;
 mod reasons;
 mod reflection;
 mod registry;
+mod weight_fit;
+mod weight_fit_sim;

@@ -108,7 +108,10 @@ async fn weight_changes_the_cost_ordering_on_a_crafted_ledger() {
 
     let mut admin = control.admin().await;
     let cfg = admin
-        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: 50_000.0 })
+        .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
+            decode_request_weight: 50_000.0,
+            auto: false,
+        })
         .await
         .unwrap()
         .into_inner();

@@ -71,7 +71,10 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
     for i in 1..=30 {
         let w = f64::from(i) * 6_000.0;
         admin
-            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest { decode_request_weight: w })
+            .set_decode_request_weight(pb::SetDecodeRequestWeightRequest {
+                decode_request_weight: w,
+                auto: false,
+            })
             .await
             .unwrap();
     }

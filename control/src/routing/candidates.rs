@@ -1,0 +1,66 @@
+//! A pick's candidates before the choice: the KV overlap credited to prefill candidates, and
+//! decode candidates whose KV would overflow passed by.
+
+use infera_kv::hash::PageHash;
+use infera_proto::types::PickRequest;
+
+use super::KvIndex;
+use crate::scoring::{Candidate, Scored};
+use crate::target::{KvRoom, TargetKey};
+use crate::view::View;
+
+/// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
+#[derive(Debug, Default)]
+pub(super) struct OverlapScratch {
+    /// The prompt's page hashes.
+    pub(super) hashes: Vec<PageHash>,
+    /// The candidates' target keys.
+    pub(super) keys: Vec<TargetKey>,
+    /// Pages matched, per candidate.
+    pub(super) pages: Vec<u32>,
+}
+
+/// Fills each prefill candidate's overlap from the index; only targets whose page size is the one
+/// the prompt was hashed with can match.
+pub(super) fn credit_overlap(
+    candidates: &mut [Candidate],
+    OverlapScratch { hashes, keys, pages: out }: &mut OverlapScratch,
+    index: &KvIndex,
+    req: &PickRequest,
+) {
+    hashes.clear();
+    hashes.extend(req.page_hashes.iter().map(|&h| PageHash(h)));
+    keys.clear();
+    keys.extend(candidates.iter().map(|c| c.key));
+    index.overlaps(hashes, keys, out);
+    for (c, &pages) in candidates.iter_mut().zip(out.iter()) {
+        if c.page_size == req.page_size && pages > 0 {
+            c.overlap_pages = pages;
+            c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
+        }
+    }
+}
+
+/// KV headroom: a decode candidate whose KV would overflow with this request and what is on its
+/// way there ([`KvUse::would_overflow`]) costs infinity, so the lowest-cost choice passes it by —
+/// unless every candidate would overflow, when none is skipped. Marks each in `overflow`.
+pub(super) fn skip_overflowing(
+    view: &View,
+    room: &dyn KvRoom,
+    request_tokens: u64,
+    scored: &mut [Scored],
+    overflow: &mut Vec<bool>,
+) {
+    overflow.extend(scored.iter().map(|s| {
+        let target = &view.slot(s.candidate.key).target;
+        room.kv_use(target).is_some_and(|kv| kv.would_overflow(s.candidate.load, request_tokens))
+    }));
+    if overflow.iter().all(|o| *o) {
+        return;
+    }
+    for (s, o) in scored.iter_mut().zip(overflow.iter()) {
+        if *o {
+            s.cost = f64::INFINITY;
+        }
+    }
+}
