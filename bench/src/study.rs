@@ -26,6 +26,7 @@ mod plot;
 mod scenario;
 mod smg;
 mod table;
+mod weight;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -167,6 +168,8 @@ pub(crate) struct ArmRun {
     pub(crate) report: Report,
     /// The scenario's events as they happened.
     pub(crate) applied: Vec<Applied>,
+    /// The W control's decode picks used over the run (empty for SMG).
+    pub(crate) weights: weight::WeightSeries,
     /// What the router says it did (control's picks, or SMG's counters).
     pub(crate) routing: Routing,
     pub(crate) wall_s: f64,
@@ -296,6 +299,9 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
     Ok(cells)
 }
 
+/// Emulated seconds between readings of control's W.
+const WEIGHT_INTERVAL_S: f64 = 10.0;
+
 /// Where one arm runs.
 struct Cell<'a> {
     scenario: Scenario,
@@ -345,9 +351,19 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
         .iter()
         .map(|d| (d.name.clone(), deployment.decode_url(&d.name).unwrap_or_default()))
         .collect();
-    let (report, applied) = tokio::join!(
-        crate::replay::replay(&plan),
-        events::drive(&deployment, &cell.topology.events, &names, args.speedup)
+    let (replayed, stop_weights) = tokio::sync::oneshot::channel::<()>();
+    let replay = async {
+        let report = crate::replay::replay(&plan).await;
+        let _ = replayed.send(());
+        report
+    };
+    let stopped = async {
+        let _ = stop_weights.await;
+    };
+    let (report, applied, weights) = tokio::join!(
+        replay,
+        events::drive(&deployment, &cell.topology.events, &names, args.speedup),
+        weight::sample(&deployment, WEIGHT_INTERVAL_S, args.speedup, stopped)
     );
     let routing = deployment.routing(picks_at_start).await;
     deployment.stop().await?;
@@ -356,6 +372,7 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
         run,
         report: report?,
         applied: applied?,
+        weights,
         routing: routing?,
         wall_s: started.elapsed().as_secs_f64(),
     })

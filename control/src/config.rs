@@ -85,10 +85,12 @@ struct DecodeArgs {
     decode_request_weight: WeightArg,
     /// With --decode-request-weight auto: the W of a decode pool none of whose workers has a
     /// trusted fit yet (tokens per request; W > 0 needs --decode-input-demand shadow or on).
+    /// The default is the seeds' hand fit: token-only demand (0) is the one setting the study
+    /// measured clearly worse (manual/features/decode_balancing.md).
     #[arg(
         long,
         env = "INFERA_DECODE_REQUEST_WEIGHT_FALLBACK",
-        default_value = "0",
+        default_value = "1000000",
         allow_negative_numbers = true
     )]
     decode_request_weight_fallback: RequestWeight,
@@ -322,8 +324,12 @@ mod tests {
         let c = Config::try_from(a).unwrap();
         assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 180_000.0));
         assert_eq!(c.fit_half_life, Duration::from_secs(60));
+        // The fallback defaults to the seeds' hand fit, not to token-only demand.
         let c = Config::try_from(parse(&["--decode-request-weight", "AUTO"]).unwrap()).unwrap();
-        assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 0.0));
+        assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 1_000_000.0));
+        // auto needs demand: with `off` its fallback W is refused, as a pinned W > 0 is.
+        let off = ["infera-control", "--workers", "/dev/null", "--decode-request-weight", "auto"];
+        assert!(Config::try_from(Args::try_parse_from(off).unwrap()).is_err());
         let c = Config::try_from(
             parse(&["--decode-request-weight", "5", "--decode-request-weight-fallback", "9"]).unwrap(),
         )

@@ -2,6 +2,8 @@
 //!
 //! - a weight `W`: `--decode-input-demand on --decode-request-weight W` (the cost
 //!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
+//! - `auto`: `--decode-input-demand on --decode-request-weight auto` (each decode pool's W
+//!   fitted online from its engines' step times, `manual/features/decode_weight_fit.md`);
 //! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`;
@@ -17,6 +19,8 @@ use super::smg::SmgArm;
 pub(crate) enum Arm {
     /// Demand on with this request weight (tokens per held request).
     Weight(f64),
+    /// Demand on with W fitted online.
+    Auto,
     /// Demand on with a request weight and a prefilling weight.
     Phased {
         /// W.
@@ -60,6 +64,9 @@ impl Arm {
                     w.to_string(),
                 ]
             }
+            Arm::Auto => {
+                ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
+            }
             Arm::Phased { weight, prefilling } => {
                 let mut flags = Arm::Weight(*weight).control_flags();
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
@@ -76,6 +83,7 @@ impl Arm {
     pub(crate) fn key(&self) -> String {
         match self {
             Arm::Weight(w) => format!("w{w}"),
+            Arm::Auto => "auto".to_owned(),
             Arm::Phased { weight, prefilling } => format!("w{weight}-p{prefilling}"),
             Arm::Legacy(p) => p.name().to_owned(),
             Arm::Smg(a) => a.spec().replace(':', "-"),
@@ -103,6 +111,7 @@ impl fmt::Display for Arm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
+            Arm::Auto => f.write_str("W = auto"),
             Arm::Phased { weight, prefilling } => {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))
             }
@@ -127,6 +136,9 @@ impl FromStr for Arm {
         if let Some(p) = legacy {
             return Ok(Arm::Legacy(p));
         }
+        if s == "auto" {
+            return Ok(Arm::Auto);
+        }
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
         }
@@ -141,7 +153,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), W/pP, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -186,5 +198,8 @@ mod tests {
         assert!(smg.control_flags().is_empty());
         assert_eq!("smg:round_robin".parse::<Arm>().unwrap().to_string(), "SMG round_robin");
         assert!("smg:random".parse::<Arm>().is_err() && "smg:".parse::<Arm>().is_err());
+        let auto: Arm = "auto".parse().unwrap();
+        assert_eq!(auto.control_flags().join(" "), "--decode-input-demand on --decode-request-weight auto");
+        assert_eq!((auto.key(), auto.to_string()), ("auto".to_owned(), "W = auto".to_owned()));
     }
 }

@@ -258,6 +258,16 @@ impl Deployment {
         Ok(())
     }
 
+    /// The first decode pool's W in use and its fitted W (control's `GetConfig`); `None` for
+    /// SMG or when control does not answer.
+    pub(crate) async fn decode_weight(&self) -> Option<(f64, Option<f64>)> {
+        let Router::Infera { cluster, .. } = &self.router else { return None };
+        let config =
+            cluster.control.admin().await.get_config(pb::GetConfigRequest {}).await.ok()?.into_inner();
+        let pool = config.decode_pool_weights.first()?;
+        Some((pool.request_weight, pool.fitted_weight))
+    }
+
     /// Control's decode picks so far (`infera_router_picks_total{kind="decode"}`, all outcomes);
     /// 0 for SMG.
     pub(crate) async fn decode_picks(&self) -> anyhow::Result<f64> {

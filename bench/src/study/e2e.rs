@@ -205,15 +205,19 @@ async fn scale_out_joins_and_drains_a_decode_under_every_router() {
 async fn multi_proxy_spreads_the_sessions_over_every_router() {
     let trace = trace();
     let out = tempfile::tempdir().unwrap();
-    let argv = ["--scenarios", "multi-proxy", "--loads", "published", "--arms", "1e6,smg:round_robin"];
+    let argv = ["--scenarios", "multi-proxy", "--loads", "published", "--arms", "auto,smg:round_robin"];
     let cells = decode_weight(&tiny_study(&trace, &out, &argv).study).await.unwrap();
     for arm in &cells[0].arms {
         assert_eq!((arm.report.completed, arm.report.failed), (7, 0), "{}", arm.arm);
         match &arm.routing {
             Routing::Control { picks_at_start, picks, fallback_picks } => {
                 assert_eq!((*picks - *picks_at_start, *fallback_picks), (7.0, 0.0));
+                // Seven requests give no trusted fit: W in use is auto's fallback throughout.
+                let last = arm.weights.last().expect("control's W was read");
+                assert_eq!((last.in_use, last.fitted), (1e6, None), "{:?}", arm.weights);
             }
             Routing::Smg { counters, argv } => {
+                assert!(arm.weights.0.is_empty(), "no control, no W");
                 assert_eq!(counters.decode_selections, 7.0, "the four replicas' selections add up");
                 assert!(argv.contains(&"round_robin".to_owned()));
             }

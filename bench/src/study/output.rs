@@ -44,6 +44,11 @@ pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
         );
     }
     for a in &cell.arms {
+        if let Some(line) = a.weights.line() {
+            println!("{}: {line}", a.label(args.runs));
+        }
+    }
+    for a in &cell.arms {
         let lines: Vec<String> = a
             .applied
             .iter()
@@ -115,6 +120,7 @@ fn arm_json(a: &ArmRun, gpus: u32) -> Value {
         "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(gpus),
         "wall_s": a.wall_s,
         "events": a.applied.iter().map(|e| e.json(catch_up(a, e).flatten())).collect::<Vec<_>>(),
+        "decode_weight": a.weights.json(),
         "report": a.report.json(),
     });
     match &a.routing {
