@@ -146,7 +146,7 @@ pub(crate) struct FailureLabels {
     reason: &'static str,
 }
 
-/// The discovery's metrics (registered with [`crate::metrics::ControlMetrics`]).
+/// The discovery's metrics (the control metrics register them).
 #[derive(Clone, Debug, Default)]
 pub struct DiscoveryMetrics {
     /// `infera_router_workers_awaiting_dp_size`.
