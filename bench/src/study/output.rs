@@ -44,7 +44,7 @@ pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
         );
     }
     for a in &cell.arms {
-        if let Some(line) = a.weights.line() {
+        if let Some(line) = a.weights.line(a.arm == super::arm::Arm::Auto) {
             println!("{}: {line}", a.label(args.runs));
         }
     }

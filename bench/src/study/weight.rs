@@ -51,12 +51,15 @@ impl WeightSeries {
         })
     }
 
-    /// One line: the final W and fit, and when it settled.
-    pub(crate) fn line(&self) -> Option<String> {
+    /// One line: the final W and fit, and (`fitted`: W follows the fit) when it settled.
+    pub(crate) fn line(&self, fitted: bool) -> Option<String> {
         let last = self.last()?;
-        let fitted = last.fitted.map_or_else(|| "no trusted fit".to_owned(), |f| format!("fitted {f:.0}"));
-        let settled = self.settled_s().map_or_else(String::new, |s| format!(", settled at {s:.0} s"));
-        Some(format!("W in use at the end {:.0} ({fitted}){settled}", last.in_use))
+        let fit = last.fitted.map_or_else(|| "no trusted fit".to_owned(), |f| format!("fitted {f:.0}"));
+        let settled = match self.settled_s() {
+            Some(s) if fitted => format!(", settled at {s:.0} s"),
+            _ => String::new(),
+        };
+        Some(format!("W in use at the end {:.0} ({fit}){settled}", last.in_use))
     }
 }
 
@@ -94,6 +97,7 @@ mod tests {
         assert_eq!(s.settled_s(), Some(20.0));
         assert_eq!(WeightSeries(vec![p(0.0, 5.0), p(1.0, 5.0)]).settled_s(), Some(0.0));
         assert_eq!(WeightSeries::default().settled_s(), None);
-        assert_eq!(s.line().unwrap(), "W in use at the end 1000000 (fitted 1000000), settled at 20 s");
+        assert_eq!(s.line(true).unwrap(), "W in use at the end 1000000 (fitted 1000000), settled at 20 s");
+        assert_eq!(s.line(false).unwrap(), "W in use at the end 1000000 (fitted 1000000)");
     }
 }
