@@ -6,8 +6,9 @@
 //! 2. `weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) |
 //!    context busiest / mean (median / p90) | step median` — the decode ranks over the window.
 //! 3. [`versus`]: each arm over its runs (mean, and the runs' range) against the best peer arm
-//!    of the same cell — a peer is SMG or one of infera's legacy policies, the best is the one
-//!    with the highest mean p90 interactivity.
+//!    of the same cell — a peer is SMG or one of infera's legacy policies (without one, the
+//!    fixed weights `auto` is measured against), the best is the one with the highest mean p90
+//!    interactivity.
 
 use std::fmt::{self, Write as _};
 
@@ -77,8 +78,9 @@ pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     out
 }
 
-/// Each arm's mean over its runs, and as a ratio to the best peer's: `arm | runs | p90
-/// interactivity mean (min–max) | × best peer | tok/s/GPU × best peer | TTFT p90 × best peer`.
+/// Each arm's mean over its runs, and as a ratio to the best peer's (or, without a peer arm,
+/// the best fixed W's): `arm | runs | p90 interactivity mean (min–max) | × best | tok/s/GPU ×
+/// best | TTFT p90 × best`.
 pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32) -> String {
     let mut arms: Vec<Arm> = Vec::new();
     for (l, _) in rows {
@@ -91,19 +93,26 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32) -> String {
     let p90 = |arm| mean(runs(arm).filter_map(|r| r.interactivity.p90).collect());
     let per_gpu = |arm| mean(runs(arm).map(|r| r.total_tokens_per_s / f64::from(gpus.max(1))).collect());
     let ttft = |arm| mean(runs(arm).filter_map(|r| r.ttft_ms.p90).collect());
-    let peer = arms
-        .iter()
-        .copied()
-        .filter(|a| matches!(a, Arm::Legacy(_) | Arm::Smg(_)))
-        .filter_map(|a| Some((a, p90(a)?)))
-        .max_by(|x, y| x.1.total_cmp(&y.1))
-        .map(|(a, _)| a);
+    let best = |of: &dyn Fn(&Arm) -> bool| {
+        arms.iter()
+            .copied()
+            .filter(|a| of(a))
+            .filter_map(|a| Some((a, p90(a)?)))
+            .max_by(|x, y| x.1.total_cmp(&y.1))
+            .map(|(a, _)| a)
+    };
+    // The peers (SMG, infera's legacy policies); without one, the fixed weights (what `auto`
+    // is measured against).
+    let (peer, what) = match best(&|a| matches!(a, Arm::Legacy(_) | Arm::Smg(_))) {
+        Some(p) => (Some(p), "peer"),
+        None => (best(&|a| matches!(a, Arm::Weight(_) | Arm::Phased { .. })), "fixed-W"),
+    };
     let mut out = match peer {
-        Some(p) => format!("Over the runs, against the best peer arm ({p}):\n\n"),
-        None => "Over the runs (no peer arm):\n\n".to_owned(),
+        Some(p) => format!("Over the runs, against the best {what} arm ({p}):\n\n"),
+        None => "Over the runs:\n\n".to_owned(),
     };
     out.push_str(
-        "| arm | runs | interactivity p90, mean (min–max) | × best peer | tok/s/GPU × best peer | TTFT p90 × best peer |\n\
+        "| arm | runs | interactivity p90, mean (min–max) | × best | tok/s/GPU × best | TTFT p90 × best |\n\
          |---|---|---|---|---|---|\n",
     );
     let ratio = |v: Option<f64>, of: Option<f64>| match (v, of) {
