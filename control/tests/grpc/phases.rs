@@ -1,6 +1,7 @@
 //! The prefill phase of held decode requests: a decode reservation whose request still holds a
 //! prefill reservation (same request id) is "prefilling" until that prefill ends; ListTargets
-//! and the decision events show it, and `--decode-prefilling-weight` weighs it in the cost.
+//! and the decision events show it, and `--decode-prefilling-weight` weighs it in the cost
+//! (`--decode-prefilling-age-decay on`: by its age against the measured prefill phases).
 
 use futures_util::StreamExt;
 use infera_proto::pb::{self, ReleaseReason};
@@ -48,6 +49,7 @@ async fn weight_zero_counts_only_what_is_past_prefill() {
     let control = Control::start(&pd_workers(2), &flags).await;
     let config = control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert_eq!(config.decode_prefilling_weight, 0.0);
+    assert!(!config.decode_prefilling_age_decay, "the decay is off by default");
     let lease = control.lease(0).await;
     let mut router = control.router().await;
     // Request a is still in prefill; request b is past it. Each lands on its own rank.
@@ -82,4 +84,50 @@ async fn bad_weights_do_not_start() {
         let argv = ["infera-control", "--workers", "w.toml", "--decode-prefilling-weight", bad];
         assert!(<infera_control::Args as clap::Parser>::try_parse_from(argv).is_err(), "{bad} accepted");
     }
+    let argv = ["infera-control", "--workers", "w.toml", "--decode-prefilling-age-decay", "maybe"];
+    assert!(<infera_control::Args as clap::Parser>::try_parse_from(argv).is_err());
+}
+
+const MEDIAN: &str = "infera_router_prefill_phase_median_seconds{model=\"m\"}";
+
+#[tokio::test]
+async fn the_age_decay_measures_prefill_phases_and_shows_the_weighted_prefilling() {
+    let flags = ["--decode-input-demand", "on", "--decode-prefilling-age-decay", "on"];
+    let control = Control::start(&pd_workers(2), &flags).await;
+    let config = control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    assert!(config.decode_prefilling_age_decay);
+    let lease = control.lease(0).await;
+    let mut router = control.router().await;
+    // A cancelled prefill is no phase; one that reached its EOF is.
+    let cancelled = router.pick_prefill(pick_for(&lease, "a", 100)).await.unwrap().into_inner();
+    router.release(release(&cancelled.reservation_id, ReleaseReason::Cancelled)).await.unwrap();
+    assert_eq!(sample(&control.metrics().await, MEDIAN), None);
+    let done = router.pick_prefill(pick_for(&lease, "b", 100)).await.unwrap().into_inner();
+    router.release(release(&done.reservation_id, ReleaseReason::Eof)).await.unwrap();
+    let median = sample(&control.metrics().await, MEDIAN).expect("one phase measured");
+    assert!((0.0..10.0).contains(&median), "{median}");
+    // Request c is still in prefill on its decode rank; the next pick sees it weighted by age.
+    let _pc = router.pick_prefill(pick_for(&lease, "c", 100)).await.unwrap().into_inner();
+    let dc = router.pick_decode(pick_for(&lease, "c", 100)).await.unwrap().into_inner();
+    let mut watch = control
+        .admin()
+        .await
+        .watch_decisions(pb::WatchDecisionsRequest {
+            kind: pb::PickKind::Decode as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    router.pick_decode(pick_for(&lease, "d", 100)).await.unwrap();
+    let event = watch.next().await.unwrap().unwrap();
+    let on_c =
+        event.candidates.iter().find(|c| c.target.as_ref().unwrap().dp_rank == target_of(&dc).1).unwrap();
+    assert_eq!(on_c.prefilling_requests, 1);
+    let w = on_c.prefilling_weighted;
+    assert!(w > 0.0 && w <= 1.0, "one request weighed by min(1, median / age): {w}");
+    assert!((on_c.prefilling_weighted_tokens - 100.0 * w).abs() < 1e-9, "{on_c:?}");
+    let other = event.candidates.iter().find(|c| c.target != on_c.target).unwrap();
+    assert_eq!((other.prefilling_weighted, other.prefilling_weighted_tokens), (0.0, 0.0));
+    control.stop().await;
 }
