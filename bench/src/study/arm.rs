@@ -4,6 +4,8 @@
 //!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
 //! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
+//! - either with `/age` (`1e6/age`, `1e6/p0.5/age`): `--decode-prefilling-age-decay on` (a
+//!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`;
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]` ([`super::smg`]).
 
@@ -23,6 +25,8 @@ pub(crate) enum Arm {
         weight: f64,
         /// `--decode-prefilling-weight`.
         prefilling: f64,
+        /// `--decode-prefilling-age-decay on`.
+        age_decay: bool,
     },
     /// Demand off; the legacy policy selects.
     Legacy(Legacy),
@@ -60,9 +64,12 @@ impl Arm {
                     w.to_string(),
                 ]
             }
-            Arm::Phased { weight, prefilling } => {
+            Arm::Phased { weight, prefilling, age_decay } => {
                 let mut flags = Arm::Weight(*weight).control_flags();
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
+                if *age_decay {
+                    flags.extend(["--decode-prefilling-age-decay".into(), "on".into()]);
+                }
                 flags
             }
             Arm::Legacy(p) => {
@@ -76,7 +83,8 @@ impl Arm {
     pub(crate) fn key(&self) -> String {
         match self {
             Arm::Weight(w) => format!("w{w}"),
-            Arm::Phased { weight, prefilling } => format!("w{weight}-p{prefilling}"),
+            Arm::Phased { weight, prefilling, age_decay: false } => format!("w{weight}-p{prefilling}"),
+            Arm::Phased { weight, prefilling, age_decay: true } => format!("w{weight}-p{prefilling}-age"),
             Arm::Legacy(p) => p.name().to_owned(),
             Arm::Smg(a) => a.spec().replace(':', "-"),
         }
@@ -103,8 +111,9 @@ impl fmt::Display for Arm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
-            Arm::Phased { weight, prefilling } => {
-                write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))
+            Arm::Phased { weight, prefilling, age_decay } => {
+                write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
+                if *age_decay { write!(f, ", age-decayed") } else { Ok(()) }
             }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
             Arm::Smg(a) if a.overload_protection => write!(f, "SMG {}", a.policy.name()),
@@ -130,18 +139,29 @@ impl FromStr for Arm {
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
         }
+        if let Some(w) = s.strip_suffix("/age") {
+            return match w.parse()? {
+                Arm::Weight(weight) => Ok(Arm::Phased { weight, prefilling: 1.0, age_decay: true }),
+                Arm::Phased { weight, prefilling, age_decay: false } => {
+                    Ok(Arm::Phased { weight, prefilling, age_decay: true })
+                }
+                _ => Err(format!("{s:?}: /age follows a weight or W/pP")),
+            };
+        }
         if let Some((w, p)) = s.split_once("/p") {
-            let Arm::Weight(weight) = w.parse()? else { unreachable!("a number parses as a weight") };
+            let Arm::Weight(weight) = w.parse()? else {
+                return Err(format!("{s:?}: /pP follows a weight"));
+            };
             let prefilling: f64 =
                 p.parse().map_err(|_| format!("{s:?}: the prefilling weight after /p is not a number"))?;
             if !(prefilling.is_finite() && (0.0..=4.0).contains(&prefilling)) {
                 return Err(format!("{s:?}: the prefilling weight must be between 0 and 4"));
             }
-            return Ok(Arm::Phased { weight, prefilling });
+            return Ok(Arm::Phased { weight, prefilling, age_decay: false });
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), W/pP, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), W/pP, W[/pP]/age, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -163,9 +183,25 @@ mod tests {
             .collect();
         assert_eq!(arms[2], Arm::Weight(1e6));
         let phased: Arm = "1e6/p0.5".parse().unwrap();
-        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5 });
+        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false });
         assert_eq!(phased.control_flags()[4..], ["--decode-prefilling-weight".to_owned(), "0.5".to_owned()]);
         assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
+        let aged: Arm = "1e6/age".parse().unwrap();
+        assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true });
+        assert_eq!(
+            aged.control_flags()[4..].join(" "),
+            "--decode-prefilling-weight 1 --decode-prefilling-age-decay on"
+        );
+        assert_eq!(
+            (aged.key(), aged.to_string()),
+            ("w1000000-p1-age".into(), "W = 1,000,000, prefilling ×1, age-decayed".into())
+        );
+        let half: Arm = "1e6/p0.5/age".parse().unwrap();
+        assert_eq!(half, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: true });
+        assert_eq!(phased.key(), "w1000000-p0.5", "no /age: no decay, the key as before");
+        for bad in ["round-robin/age", "1e6/age/age", "/age", "1e6/age/p1"] {
+            assert!(bad.parse::<Arm>().is_err(), "{bad}");
+        }
         assert_eq!(
             arms[1].control_flags().join(" "),
             "--decode-input-demand on --decode-request-weight 180000"
