@@ -18,6 +18,11 @@ async fn prefilling(control: &Control) -> Vec<u64> {
     rows.iter().map(|r| r.prefilling_requests).collect()
 }
 
+async fn watch_decode(control: &Control) -> tonic::Streaming<pb::DecisionEvent> {
+    let req = pb::WatchDecisionsRequest { kind: pb::PickKind::Decode as i32, ..Default::default() };
+    control.admin().await.watch_decisions(req).await.unwrap().into_inner()
+}
+
 #[tokio::test]
 async fn a_decode_is_prefilling_until_its_prefill_ends() {
     let control = Control::start(&pd_workers(2), &["--decode-input-demand", "on"]).await;
@@ -57,16 +62,7 @@ async fn weight_zero_counts_only_what_is_past_prefill() {
     let da = router.pick_decode(pick_for(&lease, "a", 100)).await.unwrap().into_inner();
     let db = router.pick_decode(pick_for(&lease, "b", 100)).await.unwrap().into_inner();
     assert_ne!(target_of(&da).1, target_of(&db).1, "the second pick avoids the first's rank");
-    let mut watch = control
-        .admin()
-        .await
-        .watch_decisions(pb::WatchDecisionsRequest {
-            kind: pb::PickKind::Decode as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = watch_decode(&control).await;
     // A new request: a's rank holds one request still in prefill, b's one past it.
     let dc = router.pick_decode(pick_for(&lease, "c", 100)).await.unwrap().into_inner();
     assert_eq!(target_of(&dc).1, target_of(&da).1, "at weight 0 the prefilling request costs nothing");
@@ -109,16 +105,7 @@ async fn the_age_decay_measures_prefill_phases_and_shows_the_weighted_prefilling
     // Request c is still in prefill on its decode rank; the next pick sees it weighted by age.
     let _pc = router.pick_prefill(pick_for(&lease, "c", 100)).await.unwrap().into_inner();
     let dc = router.pick_decode(pick_for(&lease, "c", 100)).await.unwrap().into_inner();
-    let mut watch = control
-        .admin()
-        .await
-        .watch_decisions(pb::WatchDecisionsRequest {
-            kind: pb::PickKind::Decode as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = watch_decode(&control).await;
     router.pick_decode(pick_for(&lease, "d", 100)).await.unwrap();
     let event = watch.next().await.unwrap().unwrap();
     let on_c =
