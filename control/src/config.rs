@@ -107,7 +107,7 @@ struct DecodeArgs {
     decode_prefilling_weight: PrefillingWeight,
     /// Whether a held request still in prefill counts less the longer it has been prefilling:
     /// min(1, median prefill phase of its model / its age) of a request and of its tokens.
-    #[arg(long, env = "INFERA_DECODE_PREFILLING_AGE_DECAY", value_enum, default_value_t = AgeDecay::Off)]
+    #[arg(long, env = "INFERA_DECODE_PREFILLING_AGE_DECAY", value_enum, default_value_t = AgeDecay::On)]
     decode_prefilling_age_decay: AgeDecay,
 }
 

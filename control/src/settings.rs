@@ -38,9 +38,10 @@ pub struct Settings {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AgeDecay {
     /// Every prefilling request counts whole: the cost as without the decay.
-    #[default]
     Off,
-    /// Prefilling requests older than their model's median prefill phase count less.
+    /// Prefilling requests older than their model's median prefill phase count less (the
+    /// default: measured in `manual/features/decode_balancing.md`, "Age decay, measured").
+    #[default]
     On,
 }
 

@@ -1,7 +1,9 @@
 //! One arm of the study: how control picks decode targets.
 //!
-//! - a weight `W`: `--decode-input-demand on --decode-request-weight W` (the cost
-//!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
+//! - a weight `W`: `--decode-input-demand on --decode-request-weight W
+//!   --decode-prefilling-age-decay off` (the cost `booked tokens + request tokens + W × held
+//!   requests`; W = 0 is token-only demand; the decay, on by default, is named off so the arm
+//!   stays the cost without it);
 //! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
 //! - either with `/age` (`1e6/age`, `1e6/p0.5/age`): `--decode-prefilling-age-decay on` (a
@@ -56,20 +58,10 @@ impl Arm {
     /// Control's flags for this arm (none for SMG: no control runs).
     pub(crate) fn control_flags(&self) -> Vec<String> {
         match self {
-            Arm::Weight(w) => {
-                vec![
-                    "--decode-input-demand".into(),
-                    "on".into(),
-                    "--decode-request-weight".into(),
-                    w.to_string(),
-                ]
-            }
+            Arm::Weight(w) => demand_flags(*w, false),
             Arm::Phased { weight, prefilling, age_decay } => {
-                let mut flags = Arm::Weight(*weight).control_flags();
+                let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
-                if *age_decay {
-                    flags.extend(["--decode-prefilling-age-decay".into(), "on".into()]);
-                }
                 flags
             }
             Arm::Legacy(p) => {
@@ -89,6 +81,21 @@ impl Arm {
             Arm::Smg(a) => a.spec().replace(':', "-"),
         }
     }
+}
+
+/// Demand on with W = `weight`, the prefilling age decay named either way.
+fn demand_flags(weight: f64, age_decay: bool) -> Vec<String> {
+    let decay = if age_decay { "on" } else { "off" };
+    [
+        "--decode-input-demand",
+        "on",
+        "--decode-request-weight",
+        &weight.to_string(),
+        "--decode-prefilling-age-decay",
+        decay,
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// `1000000` → `1,000,000` (integers; others as they are).
@@ -184,13 +191,16 @@ mod tests {
         assert_eq!(arms[2], Arm::Weight(1e6));
         let phased: Arm = "1e6/p0.5".parse().unwrap();
         assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false });
-        assert_eq!(phased.control_flags()[4..], ["--decode-prefilling-weight".to_owned(), "0.5".to_owned()]);
+        assert_eq!(
+            phased.control_flags()[4..].join(" "),
+            "--decode-prefilling-age-decay off --decode-prefilling-weight 0.5"
+        );
         assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
         let aged: Arm = "1e6/age".parse().unwrap();
         assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true });
         assert_eq!(
             aged.control_flags()[4..].join(" "),
-            "--decode-prefilling-weight 1 --decode-prefilling-age-decay on"
+            "--decode-prefilling-age-decay on --decode-prefilling-weight 1"
         );
         assert_eq!(
             (aged.key(), aged.to_string()),
@@ -204,7 +214,7 @@ mod tests {
         }
         assert_eq!(
             arms[1].control_flags().join(" "),
-            "--decode-input-demand on --decode-request-weight 180000"
+            "--decode-input-demand on --decode-request-weight 180000 --decode-prefilling-age-decay off"
         );
         assert_eq!(
             arms[4].control_flags().join(" "),

@@ -54,7 +54,7 @@ async fn weight_zero_counts_only_what_is_past_prefill() {
     let control = Control::start(&pd_workers(2), &flags).await;
     let config = control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert_eq!(config.decode_prefilling_weight, 0.0);
-    assert!(!config.decode_prefilling_age_decay, "the decay is off by default");
+    assert!(config.decode_prefilling_age_decay, "the decay is on by default");
     let lease = control.lease(0).await;
     let mut router = control.router().await;
     // Request a is still in prefill; request b is past it. Each lands on its own rank.
@@ -88,7 +88,7 @@ const MEDIAN: &str = "infera_router_prefill_phase_median_seconds{model=\"m\"}";
 
 #[tokio::test]
 async fn the_age_decay_measures_prefill_phases_and_shows_the_weighted_prefilling() {
-    let flags = ["--decode-input-demand", "on", "--decode-prefilling-age-decay", "on"];
+    let flags = ["--decode-input-demand", "on"];
     let control = Control::start(&pd_workers(2), &flags).await;
     let config = control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert!(config.decode_prefilling_age_decay);
