@@ -18,8 +18,8 @@ use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
 use infera_proto::pb::{self, router_client::RouterClient};
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, RequestId, RequestWeight,
-    WorkerRecord,
+    DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, ReleaseReason, RequestId,
+    RequestWeight, WorkerRecord,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
@@ -276,7 +276,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
             )
             .expect("pick");
         samples.push(t0.elapsed());
-        core.release(picked.reservation).expect("release");
+        core.release(picked.reservation, ReleaseReason::Eof, now).expect("release");
     }
     samples.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -296,5 +296,6 @@ pub(crate) fn core_settings(weight: RequestWeight) -> Settings {
         session_ttl: Duration::from_secs(600),
         lease_ttl: Duration::from_secs(300),
         prefilling_weight: Default::default(),
+        prefilling_age_decay: Default::default(),
     }
 }

@@ -23,7 +23,7 @@ use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
 use infera_proto::types::{
-    ModelName, PickKind, PickRequest, RequestId, RequestWeight, WorkerId, WorkerRecord,
+    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, WorkerId, WorkerRecord,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -309,7 +309,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                     PickContext { kv: Some(index), record_decision: false, now, wall, kv_room: None },
                 )
                 .expect("pick");
-            core.release(picked.reservation).expect("release");
+            core.release(picked.reservation, ReleaseReason::Eof, now).expect("release");
         })
     };
     (run(false), run(true))

@@ -10,7 +10,7 @@ use infera_proto::types::{
 };
 
 use crate::fit::WeightMode;
-use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
+use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
@@ -107,6 +107,10 @@ struct DecodeArgs {
     /// 1 counts them alike: the cost as it always was.
     #[arg(long, env = "INFERA_DECODE_PREFILLING_WEIGHT", default_value = "1", allow_negative_numbers = true)]
     decode_prefilling_weight: PrefillingWeight,
+    /// Whether a held request still in prefill counts less the longer it has been prefilling:
+    /// min(1, median prefill phase of its model / its age) of a request and of its tokens.
+    #[arg(long, env = "INFERA_DECODE_PREFILLING_AGE_DECAY", value_enum, default_value_t = AgeDecay::On)]
+    decode_prefilling_age_decay: AgeDecay,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -251,6 +255,7 @@ impl TryFrom<Args> for Config {
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
             prefilling_weight: a.decode.decode_prefilling_weight,
+            prefilling_age_decay: a.decode.decode_prefilling_age_decay,
         };
         settings.validate().map_err(ConfigError::WeightNeedsDemand)?;
         Ok(Self {

@@ -8,7 +8,7 @@ use infera_proto::types::{
 };
 use tokio::sync::broadcast;
 
-use crate::target::Load;
+use crate::target::{Load, WeightedPrefilling};
 
 /// One candidate's terms.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +27,8 @@ pub struct CandidateTerms {
     pub cached_tokens: u64,
     /// Decode: its KV would overflow with this request, so the cost passed it by.
     pub kv_overflow: bool,
+    /// Decode: `load.prefilling` as the cost weighed it by age (equal to it without the decay).
+    pub prefilling_weighted: WeightedPrefilling,
 }
 
 /// One routing decision.

@@ -6,17 +6,25 @@
 //! target removal) or by the expiry of its lease — and a second release of the same id is a
 //! no-op that reports [`Released::Already`]. Ids carry the issuing epoch and a sequence, so
 //! "released before" and "never issued here" are told apart without keeping tombstones.
+//!
+//! The ledger also measures the prefill phase: a prefill reservation's end of stream, minus
+//! its booking, is one sample of how long its model's prefills take ([`PhaseWindows`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_proto::types::{LeaseId, PickKind, RequestId, ReservationId};
+use infera_proto::types::{LeaseId, ModelName, PickKind, ReleaseReason, RequestId, ReservationId};
 
 use crate::error::ControlError;
+use crate::prefill_phase::{PhaseWindows, is_phase_end};
 use crate::target::{Load, Prefilling, TargetKey};
 
+mod prefilling;
 #[cfg(test)]
 mod tests;
+
+pub use prefilling::PrefillingEntry;
+use prefilling::PrefillingIndex;
 
 /// One booking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,10 +39,15 @@ pub struct Reservation {
     pub target: TargetKey,
     /// The request it was booked for.
     pub request_id: RequestId,
+    /// The model the request asked for.
+    pub model: ModelName,
     /// Input tokens charged to the target.
     pub input_tokens: u64,
     /// Wall-clock time of the booking (for operators).
     pub booked_at: SystemTime,
+    /// Monotonic time of the booking: the prefill phase and the prefilling age are measured
+    /// from it.
+    pub booked: Instant,
     /// A decode reservation whose request still holds a prefill reservation.
     pub prefilling: bool,
 }
@@ -83,6 +96,10 @@ pub struct Ledger {
     /// The live reservation of each leg by request id (the first, when a client reuses an id
     /// concurrently): how a decode reservation learns that its request is still in prefill.
     legs: HashMap<(PickKind, RequestId), u64>,
+    /// The prefilling decode reservations per target, with their ages and tokens.
+    prefilling: PrefillingIndex,
+    /// The completed prefill phases per model.
+    phases: PhaseWindows,
 }
 
 impl Ledger {
@@ -96,6 +113,8 @@ impl Ledger {
             reservations: HashMap::new(),
             leases: HashMap::new(),
             legs: HashMap::new(),
+            prefilling: PrefillingIndex::default(),
+            phases: PhaseWindows::default(),
         }
     }
 
@@ -161,8 +180,10 @@ impl Ledger {
             kind: booking.kind,
             target: booking.target,
             request_id: booking.request_id,
+            model: booking.model,
             input_tokens: booking.input_tokens,
             booked_at: wall,
+            booked: now,
             prefilling: false,
         };
         // Only the leg registered for its request id takes part in the phase: a second live
@@ -193,23 +214,25 @@ impl Ledger {
             return;
         }
         r.prefilling = on;
-        let p = &mut self.loads[r.target.index()].prefilling;
+        let load = &mut self.loads[r.target.index()];
         if on {
-            p.requests += 1;
-            p.tokens += r.input_tokens;
+            let entry = PrefillingEntry { booked: r.booked, tokens: r.input_tokens };
+            self.prefilling.add(load, r.target, seq, entry);
         } else {
-            p.requests =
-                p.requests.checked_sub(1).expect("ledger invariant: prefilling requests never go negative");
-            p.tokens = p
-                .tokens
-                .checked_sub(r.input_tokens)
-                .expect("ledger invariant: prefilling tokens never go negative");
+            self.prefilling.remove(load, r.target, seq);
         }
     }
 
-    /// Ends a reservation. Idempotent: a reservation ended before gives [`Released::Already`];
-    /// an id this ledger never issued is `UnknownReservation`.
-    pub fn release(&mut self, id: ReservationId) -> Result<Released, ControlError> {
+    /// Ends a reservation for `reason` at `now`. Idempotent: a reservation ended before gives
+    /// [`Released::Already`]; an id this ledger never issued is `UnknownReservation`. A prefill
+    /// that reached its end of stream is one sample of its model's prefill phase; cancelled
+    /// or failed ones are not (they did not finish), nor are those a lease expiry ends.
+    pub fn release(
+        &mut self,
+        id: ReservationId,
+        reason: ReleaseReason,
+        now: Instant,
+    ) -> Result<Released, ControlError> {
         if id.epoch != self.epoch || id.seq > self.last_reservation {
             return Err(ControlError::UnknownReservation(id));
         }
@@ -220,6 +243,9 @@ impl Ledger {
             lease.reservations.remove(&id.seq);
         }
         let load = self.unbook(&reservation);
+        if is_phase_end(reservation.kind, reason) {
+            self.phases.record(&reservation.model, now.saturating_duration_since(reservation.booked));
+        }
         Ok(Released::Now(reservation, load))
     }
 
@@ -249,6 +275,17 @@ impl Ledger {
     /// A live lease's state, if any.
     pub fn lease(&self, lease: LeaseId) -> Option<&LeaseState> {
         (lease.epoch == self.epoch).then(|| self.leases.get(&lease.seq)).flatten()
+    }
+
+    /// The target's decode reservations still in prefill (as many as its
+    /// `load.prefilling.requests`).
+    pub fn prefilling_on(&self, target: TargetKey) -> impl Iterator<Item = &PrefillingEntry> {
+        self.prefilling.on(target)
+    }
+
+    /// How long the prefill phases of each model took (their EOF releases).
+    pub fn phases(&self) -> &PhaseWindows {
+        &self.phases
     }
 
     /// Number of open leases.
@@ -308,16 +345,7 @@ impl Ledger {
         }
         let load = &mut self.loads[r.target.index()];
         if r.prefilling {
-            load.prefilling.requests = load
-                .prefilling
-                .requests
-                .checked_sub(1)
-                .expect("ledger invariant: prefilling requests never go negative");
-            load.prefilling.tokens = load
-                .prefilling
-                .tokens
-                .checked_sub(r.input_tokens)
-                .expect("ledger invariant: prefilling tokens never go negative");
+            self.prefilling.remove(load, r.target, r.id.seq);
         }
         // A reservation only ever subtracts what its own booking added, so these cannot
         // underflow; checked arithmetic turns a broken invariant into a loud failure.
@@ -340,6 +368,8 @@ pub struct Booking {
     pub target: TargetKey,
     /// For whom.
     pub request_id: RequestId,
+    /// The model the request asked for (its prefill phases are measured per model).
+    pub model: ModelName,
     /// How many input tokens.
     pub input_tokens: u64,
 }

@@ -10,6 +10,8 @@
 //!   time and randomness passed in; one pick is a pipeline over
 //!   [`view`] (targets per model and role) → [`ledger`] (loads) → [`scoring`] → book.
 //!   [`target`] holds what they all share: a target's key and load.
+//! - [`prefill_phase`]: how long prefill phases take (measured by the ledger) and how much a
+//!   request still in prefill counts by its age.
 //! - [`kv_feed`]: KV-event subscribers and the prefix index they fill.
 //! - [`engine`]: each worker's own `/v1/loads` readings, beside the ledger (and the drift).
 //! - [`fit`]: W fitted online from those readings' decode step times (`auto`).
@@ -33,6 +35,7 @@ pub mod kv_feed;
 pub mod ledger;
 pub mod metrics;
 pub mod persist;
+pub mod prefill_phase;
 pub mod routing;
 pub mod scoring;
 pub mod service;

@@ -2,13 +2,15 @@
 //! `/metrics` HTTP endpoint (OpenMetrics text).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use infera_proto::serve::{Drain, serve_http};
-use infera_proto::types::{PickKind, ReleaseReason, Role};
+use infera_proto::types::{ModelName, PickKind, ReleaseReason, Role};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,6 +46,11 @@ struct ReleaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgreementLabels {
     agreement: &'static str,
 }
@@ -64,6 +71,7 @@ pub struct ControlMetrics {
     shadow: Family<AgreementLabels, Counter>,
     registry_changes: Family<RegistryLabels, Counter>,
     discovery: DiscoveryMetrics,
+    prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,6 +96,7 @@ impl ControlMetrics {
             shadow: Family::default(),
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
+            prefill_phase_median: Family::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -135,6 +144,11 @@ impl ControlMetrics {
             "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
             m.shadow.clone(),
         );
+        r.register(
+            "prefill_phase_median_seconds",
+            "Median of the model's last 256 prefill phases (a prefill reservation's booking to its EOF release)",
+            m.prefill_phase_median.clone(),
+        );
         m
     }
 
@@ -169,6 +183,13 @@ impl ControlMetrics {
     /// A reservation ended.
     pub fn release(&self, kind: PickKind, reason: ReleaseReason) {
         self.releases.get_or_create(&ReleaseLabels { kind: kind.as_str(), reason: reason.as_str() }).inc();
+    }
+
+    /// A prefill of `model` completed; `median` is the model's median phase with it.
+    pub fn prefill_phase_median(&self, model: &ModelName, median: Duration) {
+        self.prefill_phase_median
+            .get_or_create(&ModelLabels { model: model.to_string() })
+            .set(median.as_secs_f64());
     }
 
     /// A release named a reservation that had already ended.

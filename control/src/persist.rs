@@ -224,6 +224,7 @@ mod tests {
             session_ttl: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1),
             prefilling_weight: Default::default(),
+            prefilling_age_decay: Default::default(),
         }
     }
 

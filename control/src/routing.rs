@@ -16,27 +16,28 @@ use std::time::{Duration, Instant, SystemTime};
 
 use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, RequestWeight, ReservationId, Role, Target,
-    WorkerId, WorkerRecord,
+    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
+    Role, Target, WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
 use crate::affinity::Sessions;
-use crate::decisions::{CandidateTerms, Decision};
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
-use crate::scoring::{self, Candidate, Choice, RoundRobin, Scored};
+use crate::prefill_phase::is_phase_end;
+use crate::scoring::{self, Candidate, RoundRobin, Scored};
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::{KvRoom, Load, TargetKey};
 use crate::view::View;
 
 mod candidates;
 mod outcome;
+mod record;
 #[cfg(test)]
 mod tests;
 mod weights;
 
-use candidates::{OverlapScratch, credit_overlap, skip_overflowing};
+use candidates::{OverlapScratch, credit_overlap, decay_prefilling, skip_overflowing};
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
@@ -118,6 +119,10 @@ impl<R: Rng> RoutingCore<R> {
         {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
+        if kind == PickKind::Decode && self.settings.prefilling_age_decay.is_on() {
+            let median = self.ledger.phases().median(&req.model);
+            decay_prefilling(&mut self.candidates, &self.ledger, median, now);
+        }
         // The W of this pick: pinned, or the pool's fitted W (auto).
         let weight = match kind {
             PickKind::Decode => self.weights.for_pool(&req.model, self.settings.weight),
@@ -149,6 +154,7 @@ impl<R: Rng> RoutingCore<R> {
             kind,
             target: chosen.key,
             request_id: req.request_id.clone(),
+            model: req.model.clone(),
             input_tokens: req.input_tokens - chosen.cached_tokens,
         };
         let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
@@ -173,10 +179,20 @@ impl<R: Rng> RoutingCore<R> {
         })
     }
 
-    /// Ends a reservation; `None` when it had already ended.
-    pub fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
-        Ok(match self.ledger.release(id)? {
-            Released::Now(r, load) => Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load) }),
+    /// Ends a reservation for `reason` at `now`; `None` when it had already ended.
+    pub fn release(
+        &mut self,
+        id: ReservationId,
+        reason: ReleaseReason,
+        now: Instant,
+    ) -> Result<Option<ReleasedNow>, ControlError> {
+        Ok(match self.ledger.release(id, reason, now)? {
+            Released::Now(r, load) => {
+                let phase_median = is_phase_end(r.kind, reason)
+                    .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
+                    .flatten();
+                Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load), phase_median })
+            }
             Released::Already => None,
         })
     }
@@ -328,55 +344,6 @@ impl<R: Rng> RoutingCore<R> {
         next.validate()?;
         self.settings = next;
         Ok(&self.settings)
-    }
-
-    fn terms(&self, scored: &Scored, affinity: Option<TargetKey>, kv_overflow: bool) -> CandidateTerms {
-        let c = &scored.candidate;
-        CandidateTerms {
-            target: self.view.slot(c.key).target.clone(),
-            load: c.load,
-            cost: scored.cost,
-            session_affinity: affinity == Some(c.key),
-            overlap_pages: c.overlap_pages,
-            cached_tokens: c.cached_tokens,
-            kv_overflow,
-        }
-    }
-
-    fn decision(
-        &self,
-        kind: PickKind,
-        req: &PickRequest,
-        reservation: ReservationId,
-        choice: &Choice,
-        weight: RequestWeight,
-        wall: SystemTime,
-    ) -> Decision {
-        let overflows = |i: usize| self.overflow.get(i).copied().unwrap_or(false);
-        let candidates: Vec<CandidateTerms> = self
-            .scored
-            .iter()
-            .enumerate()
-            .map(|(i, c)| self.terms(c, choice.affinity, overflows(i)))
-            .collect();
-        let chosen = candidates[choice.index].clone();
-        let suggested = choice.suggested.map(|i| candidates[i].target.clone());
-        let min = candidates.iter().map(|c| c.cost).fold(f64::INFINITY, f64::min);
-        Decision {
-            at: wall,
-            kind,
-            request_id: req.request_id.clone(),
-            reservation,
-            model: req.model.clone(),
-            mode: self.settings.mode,
-            policy: self.settings.policy,
-            agree: chosen.cost == min,
-            chosen: chosen.target,
-            suggested,
-            weight,
-            request_tokens: req.input_tokens,
-            candidates,
-        }
     }
 
     fn change(&self, key: TargetKey, load: Load) -> LoadChange {

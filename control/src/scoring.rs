@@ -21,7 +21,7 @@ use infera_proto::types::{DecodePolicy, PickKind, RequestWeight};
 use rand::Rng;
 
 use crate::settings::{OverlapCredit, PrefillingWeight, Settings};
-use crate::target::{Load, TargetKey};
+use crate::target::{Load, TargetKey, WeightedPrefilling};
 
 mod choose;
 mod round_robin;
@@ -46,12 +46,15 @@ pub struct Candidate {
     pub overlap_pages: u32,
     /// Prefill: the prompt tokens those pages cover (at most the request's tokens).
     pub cached_tokens: u64,
+    /// Decode: `load.prefilling` weighed by age (equal to it without the age decay).
+    pub prefilling: WeightedPrefilling,
 }
 
 impl Candidate {
     /// A candidate with no KV overlap (yet).
     pub fn new(key: TargetKey, position: usize, load: Load, page_size: u32) -> Self {
-        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0 }
+        let prefilling = load.prefilling.into();
+        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0, prefilling }
     }
 }
 
@@ -83,9 +86,13 @@ pub fn score(
     out.clear();
     out.extend(candidates.iter().map(|&c| {
         let cost = match kind {
-            PickKind::Decode => {
-                phased_decode_cost(c.load, request_tokens, settings.weight, settings.prefilling_weight)
-            }
+            PickKind::Decode => phased_decode_cost(
+                c.load,
+                c.prefilling,
+                request_tokens,
+                settings.weight,
+                settings.prefilling_weight,
+            ),
             PickKind::Prefill => {
                 prefill_cost(c.load, request_tokens, c.cached_tokens, settings.overlap_credit)
             }
@@ -100,9 +107,15 @@ pub fn decode_cost(load: Load, request_tokens: u64, weight: RequestWeight) -> f6
 }
 
 /// The decode cost with the held requests still in prefill (and their tokens) weighed by `p`
-/// against those past it; `p` = 1 is [`decode_cost`] exactly.
+/// against those past it, each by its age weight as `weighted` sums them (`load.prefilling`
+/// itself without the age decay); `p` = 1 without the decay is [`decode_cost`] exactly:
+///
+/// ```text
+/// past_tokens + p × Σw·tokens + request_tokens + W × (past_requests + p × Σw)
+/// ```
 pub fn phased_decode_cost(
     load: Load,
+    weighted: WeightedPrefilling,
     request_tokens: u64,
     weight: RequestWeight,
     p: PrefillingWeight,
@@ -112,9 +125,9 @@ pub fn phased_decode_cost(
     let past_requests = (load.held_requests - prefilling.requests) as f64;
     let p = p.get();
     past_tokens
-        + p * prefilling.tokens as f64
+        + p * weighted.tokens
         + request_tokens as f64
-        + weight.get() * (past_requests + p * prefilling.requests as f64)
+        + weight.get() * (past_requests + p * weighted.requests)
 }
 
 /// The prefill cost of a candidate: the prefill tokens in flight there once this one is added,

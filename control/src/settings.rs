@@ -28,6 +28,36 @@ pub struct Settings {
     /// How much a held decode request still in prefill counts, relative to one already past
     /// its prefill (1: alike, the cost as it always was).
     pub prefilling_weight: PrefillingWeight,
+    /// Whether a prefilling request counts less the longer it has been prefilling, past its
+    /// model's median prefill phase (`crate::prefill_phase`).
+    pub prefilling_age_decay: AgeDecay,
+}
+
+/// `--decode-prefilling-age-decay`: whether a held decode request still in prefill counts
+/// `min(1, median phase / its age)` of a request (on) or a whole one (off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgeDecay {
+    /// Every prefilling request counts whole: the cost as without the decay.
+    Off,
+    /// Prefilling requests older than their model's median prefill phase count less (the
+    /// default: measured in `manual/features/decode_balancing.md`, "Age decay, measured").
+    #[default]
+    On,
+}
+
+impl AgeDecay {
+    /// Whether the decay applies.
+    pub fn is_on(self) -> bool {
+        self == Self::On
+    }
+
+    /// The flag's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::On => "on",
+        }
+    }
 }
 
 /// The weight of a decode target's held requests (and their tokens) that are still in

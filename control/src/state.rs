@@ -213,11 +213,14 @@ impl ControlState {
 
     /// Ends a reservation; `true` when an earlier release had already ended it.
     pub fn release(&self, id: ReservationId, reason: ReleaseReason) -> Result<bool, ControlError> {
-        let released = self.core().release(id)?;
+        let released = self.core().release(id, reason, Instant::now())?;
         match released {
-            Some(ReleasedNow { kind, change }) => {
+            Some(ReleasedNow { kind, change, phase_median }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
+                if let Some((model, median)) = phase_median {
+                    self.metrics.prefill_phase_median(&model, median);
+                }
                 Ok(false)
             }
             None => {

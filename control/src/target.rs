@@ -45,6 +45,23 @@ pub struct Prefilling {
     pub tokens: u64,
 }
 
+/// A decode target's prefilling requests as a pick weighs them: each counts `w` ≤ 1 of a
+/// request (and `w` of its tokens) by its age (`crate::prefill_phase`); all ones without the
+/// age decay, when this equals [`Prefilling`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WeightedPrefilling {
+    /// Σ w over the prefilling requests.
+    pub requests: f64,
+    /// Σ w × tokens.
+    pub tokens: f64,
+}
+
+impl From<Prefilling> for WeightedPrefilling {
+    fn from(p: Prefilling) -> Self {
+        Self { requests: p.requests as f64, tokens: p.tokens as f64 }
+    }
+}
+
 /// What a decode target's engine says of its KV memory, for the headroom check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvUse {

@@ -1,11 +1,16 @@
 //! One arm of the study: how control picks decode targets.
 //!
-//! - a weight `W`: `--decode-input-demand on --decode-request-weight W` (the cost
-//!   `booked tokens + request tokens + W × held requests`; W = 0 is token-only demand);
+//! - a weight `W`: `--decode-input-demand on --decode-request-weight W
+//!   --decode-prefilling-age-decay off` (the cost `booked tokens + request tokens + W × held
+//!   requests`; W = 0 is token-only demand; the decay, on by default, is named off so the arm
+//!   stays the cost without it);
 //! - `auto`: `--decode-input-demand on --decode-request-weight auto` (each decode pool's W
-//!   fitted online from its engines' step times, `manual/features/decode_weight_fit.md`);
+//!   fitted online from its engines' step times, `manual/features/decode_weight_fit.md`; the
+//!   age decay at control's default);
 //! - a weight with a prefilling weight, `W/pP` (e.g. `1e6/p0`): the same with
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
+//! - either with `/age` (`1e6/age`, `1e6/p0.5/age`): `--decode-prefilling-age-decay on` (a
+//!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`;
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]` ([`super::smg`]).
 
@@ -27,6 +32,8 @@ pub(crate) enum Arm {
         weight: f64,
         /// `--decode-prefilling-weight`.
         prefilling: f64,
+        /// `--decode-prefilling-age-decay on`.
+        age_decay: bool,
     },
     /// Demand off; the legacy policy selects.
     Legacy(Legacy),
@@ -56,19 +63,12 @@ impl Arm {
     /// Control's flags for this arm (none for SMG: no control runs).
     pub(crate) fn control_flags(&self) -> Vec<String> {
         match self {
-            Arm::Weight(w) => {
-                vec![
-                    "--decode-input-demand".into(),
-                    "on".into(),
-                    "--decode-request-weight".into(),
-                    w.to_string(),
-                ]
-            }
+            Arm::Weight(w) => demand_flags(*w, false),
             Arm::Auto => {
                 ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
             }
-            Arm::Phased { weight, prefilling } => {
-                let mut flags = Arm::Weight(*weight).control_flags();
+            Arm::Phased { weight, prefilling, age_decay } => {
+                let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
                 flags
             }
@@ -84,11 +84,27 @@ impl Arm {
         match self {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Auto => "auto".to_owned(),
-            Arm::Phased { weight, prefilling } => format!("w{weight}-p{prefilling}"),
+            Arm::Phased { weight, prefilling, age_decay: false } => format!("w{weight}-p{prefilling}"),
+            Arm::Phased { weight, prefilling, age_decay: true } => format!("w{weight}-p{prefilling}-age"),
             Arm::Legacy(p) => p.name().to_owned(),
             Arm::Smg(a) => a.spec().replace(':', "-"),
         }
     }
+}
+
+/// Demand on with W = `weight`, the prefilling age decay named either way.
+fn demand_flags(weight: f64, age_decay: bool) -> Vec<String> {
+    let decay = if age_decay { "on" } else { "off" };
+    [
+        "--decode-input-demand",
+        "on",
+        "--decode-request-weight",
+        &weight.to_string(),
+        "--decode-prefilling-age-decay",
+        decay,
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// `1000000` → `1,000,000` (integers; others as they are).
@@ -112,8 +128,9 @@ impl fmt::Display for Arm {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
             Arm::Auto => f.write_str("W = auto"),
-            Arm::Phased { weight, prefilling } => {
-                write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))
+            Arm::Phased { weight, prefilling, age_decay } => {
+                write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
+                if *age_decay { write!(f, ", age-decayed") } else { Ok(()) }
             }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
             Arm::Smg(a) if a.overload_protection => write!(f, "SMG {}", a.policy.name()),
@@ -142,18 +159,29 @@ impl FromStr for Arm {
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
         }
+        if let Some(w) = s.strip_suffix("/age") {
+            return match w.parse()? {
+                Arm::Weight(weight) => Ok(Arm::Phased { weight, prefilling: 1.0, age_decay: true }),
+                Arm::Phased { weight, prefilling, age_decay: false } => {
+                    Ok(Arm::Phased { weight, prefilling, age_decay: true })
+                }
+                _ => Err(format!("{s:?}: /age follows a weight or W/pP")),
+            };
+        }
         if let Some((w, p)) = s.split_once("/p") {
-            let Arm::Weight(weight) = w.parse()? else { unreachable!("a number parses as a weight") };
+            let Arm::Weight(weight) = w.parse()? else {
+                return Err(format!("{s:?}: /pP follows a weight"));
+            };
             let prefilling: f64 =
                 p.parse().map_err(|_| format!("{s:?}: the prefilling weight after /p is not a number"))?;
             if !(prefilling.is_finite() && (0.0..=4.0).contains(&prefilling)) {
                 return Err(format!("{s:?}: the prefilling weight must be between 0 and 4"));
             }
-            return Ok(Arm::Phased { weight, prefilling });
+            return Ok(Arm::Phased { weight, prefilling, age_decay: false });
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -175,12 +203,31 @@ mod tests {
             .collect();
         assert_eq!(arms[2], Arm::Weight(1e6));
         let phased: Arm = "1e6/p0.5".parse().unwrap();
-        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5 });
-        assert_eq!(phased.control_flags()[4..], ["--decode-prefilling-weight".to_owned(), "0.5".to_owned()]);
+        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false });
+        assert_eq!(
+            phased.control_flags()[4..].join(" "),
+            "--decode-prefilling-age-decay off --decode-prefilling-weight 0.5"
+        );
         assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
+        let aged: Arm = "1e6/age".parse().unwrap();
+        assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true });
+        assert_eq!(
+            aged.control_flags()[4..].join(" "),
+            "--decode-prefilling-age-decay on --decode-prefilling-weight 1"
+        );
+        assert_eq!(
+            (aged.key(), aged.to_string()),
+            ("w1000000-p1-age".into(), "W = 1,000,000, prefilling ×1, age-decayed".into())
+        );
+        let half: Arm = "1e6/p0.5/age".parse().unwrap();
+        assert_eq!(half, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: true });
+        assert_eq!(phased.key(), "w1000000-p0.5", "no /age: no decay, the key as before");
+        for bad in ["round-robin/age", "1e6/age/age", "/age", "1e6/age/p1"] {
+            assert!(bad.parse::<Arm>().is_err(), "{bad}");
+        }
         assert_eq!(
             arms[1].control_flags().join(" "),
-            "--decode-input-demand on --decode-request-weight 180000"
+            "--decode-input-demand on --decode-request-weight 180000 --decode-prefilling-age-decay off"
         );
         assert_eq!(
             arms[4].control_flags().join(" "),

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_proto::types::{PickKind, RequestId, ReservationId};
+use infera_proto::types::{ModelName, PickKind, ReleaseReason, RequestId, ReservationId};
 use proptest::prelude::*;
 
 use super::*;
@@ -15,7 +15,7 @@ const TARGETS: u32 = 6;
 enum Op {
     OpenLease { ttl_ms: u64 },
     Book { lease: usize, target: u32, tokens: u64, prefill: bool, request: u8 },
-    Release { reservation: usize },
+    Release { reservation: usize, reason: usize },
     KeepAlive { lease: usize },
     CloseLease { lease: usize },
     Advance { ms: u64 },
@@ -27,7 +27,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (50u64..2_000).prop_map(|ttl_ms| Op::OpenLease { ttl_ms }),
         6 => (any::<usize>(), 0..TARGETS, 0u64..200_000, any::<bool>(), 0u8..6)
             .prop_map(|(lease, target, tokens, prefill, request)| Op::Book { lease, target, tokens, prefill, request }),
-        5 => any::<usize>().prop_map(|reservation| Op::Release { reservation }),
+        5 => (any::<usize>(), any::<usize>()).prop_map(|(reservation, reason)| Op::Release { reservation, reason }),
         2 => any::<usize>().prop_map(|lease| Op::KeepAlive { lease }),
         1 => any::<usize>().prop_map(|lease| Op::CloseLease { lease }),
         2 => (0u64..500).prop_map(|ms| Op::Advance { ms }),
@@ -44,6 +44,7 @@ fn leg(kind: PickKind, target: u32, tokens: u64, request: &str) -> Booking {
         kind,
         target: TargetKey::from_index(target),
         request_id: RequestId::new(request),
+        model: ModelName::new("m"),
         input_tokens: tokens,
     }
 }
@@ -78,9 +79,24 @@ fn check_prefilling_sound(ledger: &Ledger) {
 fn check_consistent(ledger: &Ledger) {
     let expected = recomputed(ledger);
     for t in 0..TARGETS {
-        let got = ledger.load(TargetKey::from_index(t));
+        let key = TargetKey::from_index(t);
+        let got = ledger.load(key);
         assert_eq!(got, expected.get(&t).copied().unwrap_or_default(), "target {t}");
+        // The per-target index a pick weighs by age is exactly the aggregate's reservations.
+        let (mut requests, mut tokens) = (0, 0);
+        for e in ledger.prefilling_on(key) {
+            requests += 1;
+            tokens += e.tokens;
+        }
+        assert_eq!(Prefilling { requests, tokens }, got.prefilling, "target {t}'s prefilling index");
     }
+}
+
+/// Release reasons, indexed by the proptest.
+const REASONS: [ReleaseReason; 5] = ReleaseReason::ALL;
+
+fn phase_samples(ledger: &Ledger) -> usize {
+    ledger.phases().window(&ModelName::new("m")).map_or(0, |w| w.len())
 }
 
 proptest! {
@@ -94,6 +110,7 @@ proptest! {
         let mut leases = Vec::new();
         let mut issued: Vec<ReservationId> = Vec::new();
         let mut ended: std::collections::HashSet<ReservationId> = Default::default();
+        let mut eof_prefills = 0;
 
         for op in ops {
             match op {
@@ -109,12 +126,16 @@ proptest! {
                         Err(e) => prop_assert!(false, "unexpected {e}"),
                     }
                 }
-                Op::Release { reservation } if !issued.is_empty() => {
+                Op::Release { reservation, reason } if !issued.is_empty() => {
                     let id = issued[reservation % issued.len()];
+                    let reason = REASONS[reason % REASONS.len()];
                     let before = ledger.total();
-                    match ledger.release(id).unwrap() {
+                    match ledger.release(id, reason, now).unwrap() {
                         Released::Now(r, _) => {
                             prop_assert!(ended.insert(id), "released twice: {id}");
+                            if r.kind == PickKind::Prefill && reason == ReleaseReason::Eof {
+                                eof_prefills += 1;
+                            }
                             prop_assert_eq!(ledger.total().held_requests + 1, before.held_requests);
                             prop_assert_eq!(ledger.total().booked_input_tokens + r.input_tokens, before.booked_input_tokens);
                         }
@@ -142,6 +163,8 @@ proptest! {
             }
             check_consistent(&ledger);
             check_prefilling_sound(&ledger);
+            // Samples come from prefills released at their EOF only (never from expiries).
+            prop_assert_eq!(phase_samples(&ledger), eof_prefills.min(crate::prefill_phase::PHASE_WINDOW));
         }
 
         // Every lease ends (as a dead proxy's would): everything must be back to exactly zero.
@@ -152,8 +175,9 @@ proptest! {
         prop_assert!(ledger.reservations().is_empty());
         prop_assert_eq!(ended.len(), issued.len());
         for id in issued {
-            prop_assert_eq!(ledger.release(id).unwrap(), Released::Already);
+            prop_assert_eq!(ledger.release(id, ReleaseReason::Eof, now).unwrap(), Released::Already);
         }
+        prop_assert_eq!(phase_samples(&ledger), eof_prefills.min(crate::prefill_phase::PHASE_WINDOW));
     }
 }
 
@@ -165,8 +189,14 @@ fn unknown_ids_are_not_found_and_change_nothing() {
     let (id, _) = ledger.book(lease, booking(0, 100), now, SystemTime::UNIX_EPOCH).unwrap();
     let never = ReservationId { epoch: 1, seq: id.seq + 1 };
     let other_epoch = ReservationId { epoch: 2, seq: id.seq };
-    assert!(matches!(ledger.release(never), Err(ControlError::UnknownReservation(_))));
-    assert!(matches!(ledger.release(other_epoch), Err(ControlError::UnknownReservation(_))));
+    assert!(matches!(
+        ledger.release(never, ReleaseReason::Eof, now),
+        Err(ControlError::UnknownReservation(_))
+    ));
+    assert!(matches!(
+        ledger.release(other_epoch, ReleaseReason::Eof, now),
+        Err(ControlError::UnknownReservation(_))
+    ));
     assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1, ..Load::default() });
 }
 
@@ -216,13 +246,13 @@ fn a_decode_is_prefilling_while_its_requests_prefill_is_live_in_either_booking_o
     assert_eq!(load.prefilling, Prefilling { requests: 2, tokens: 140 });
     assert_eq!(load.held_requests, 2);
     // A's prefill ends (its KV is on its way): A decodes.
-    ledger.release(p1).unwrap();
+    ledger.release(p1, ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.load(d).prefilling, Prefilling { requests: 1, tokens: 40 });
     // B's decode ends (cancelled) while B still prefills.
-    ledger.release(d2).unwrap();
+    ledger.release(d2, ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.load(d).prefilling, Prefilling::default());
-    ledger.release(p2).unwrap();
-    ledger.release(d1).unwrap();
+    ledger.release(p2, ReleaseReason::Eof, now).unwrap();
+    ledger.release(d1, ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.total(), Load::default());
 }
 
@@ -239,4 +269,70 @@ fn a_lease_expiry_ends_the_prefill_phase_with_the_prefill() {
     ledger.expire(now + Duration::from_secs(1));
     assert_eq!(ledger.load(TargetKey::from_index(1)).prefilling, Prefilling::default());
     assert_eq!(ledger.load(TargetKey::from_index(1)).held_requests, 1);
+}
+
+#[test]
+fn phase_samples_are_the_eof_prefill_releases_booking_to_end() {
+    let t0 = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_secs(600), t0);
+    let other = ledger.open_lease("q".into(), Duration::from_secs(1), t0);
+    let book = |ledger: &mut Ledger, lease, kind, request: &str| {
+        ledger.book(lease, leg(kind, 0, 10, request), t0, wall).unwrap().0
+    };
+    let eof = book(&mut ledger, lease, PickKind::Prefill, "a");
+    let cancelled = book(&mut ledger, lease, PickKind::Prefill, "b");
+    let failed = book(&mut ledger, lease, PickKind::Prefill, "c");
+    let decode = book(&mut ledger, lease, PickKind::Decode, "a");
+    let expires = book(&mut ledger, other, PickKind::Prefill, "d");
+    let m = ModelName::new("m");
+    assert_eq!(ledger.phases().median(&m), None, "nothing completed yet");
+
+    ledger.release(cancelled, ReleaseReason::Cancelled, t0 + Duration::from_secs(1)).unwrap();
+    ledger.release(failed, ReleaseReason::Failed, t0 + Duration::from_secs(2)).unwrap();
+    ledger.release(decode, ReleaseReason::Eof, t0 + Duration::from_secs(3)).unwrap();
+    ledger.expire(t0 + Duration::from_secs(4));
+    assert_eq!(
+        ledger.phases().median(&m),
+        None,
+        "a cancel, a failure, a decode's EOF and an expiry are no phases"
+    );
+    assert!(matches!(
+        ledger.release(expires, ReleaseReason::Eof, t0 + Duration::from_secs(5)).unwrap(),
+        Released::Already
+    ));
+
+    ledger.release(eof, ReleaseReason::Eof, t0 + Duration::from_secs(7)).unwrap();
+    assert_eq!(ledger.phases().median(&m), Some(Duration::from_secs(7)), "booked at t0, ended at t0 + 7 s");
+    ledger.release(eof, ReleaseReason::Eof, t0 + Duration::from_secs(9)).unwrap();
+    assert_eq!(
+        ledger.phases().window(&m).map(|w| w.len()),
+        Some(1),
+        "a repeated release is no second sample"
+    );
+}
+
+#[test]
+fn the_prefilling_index_keeps_each_decodes_booking_time_and_tokens() {
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(30);
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1);
+    let lease = ledger.open_lease("p".into(), Duration::from_secs(600), t0);
+    let d = TargetKey::from_index(1);
+    // Decode booked at t0, its prefill at t1: the age runs from the decode's booking.
+    ledger.book(lease, leg(PickKind::Decode, 1, 100, "a"), t0, wall).unwrap();
+    let (p, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 100, "a"), t1, wall).unwrap();
+    ledger.book(lease, leg(PickKind::Prefill, 0, 7, "b"), t0, wall).unwrap();
+    ledger.book(lease, leg(PickKind::Decode, 1, 7, "b"), t1, wall).unwrap();
+    let mut entries: Vec<PrefillingEntry> = ledger.prefilling_on(d).copied().collect();
+    entries.sort_by_key(|e| e.tokens);
+    assert_eq!(
+        entries,
+        [PrefillingEntry { booked: t1, tokens: 7 }, PrefillingEntry { booked: t0, tokens: 100 }]
+    );
+    ledger.release(p, ReleaseReason::Eof, t1).unwrap();
+    assert_eq!(ledger.prefilling_on(d).count(), 1);
+    assert_eq!(ledger.prefilling_on(TargetKey::from_index(0)).count(), 0, "prefill targets hold none");
 }

@@ -1,12 +1,17 @@
-//! A pick's candidates before the choice: the KV overlap credited to prefill candidates, and
-//! decode candidates whose KV would overflow passed by.
+//! A pick's candidates before the choice: the KV overlap credited to prefill candidates, decode
+//! candidates' prefilling requests weighed by their age, and decode candidates whose KV would
+//! overflow passed by.
+
+use std::time::{Duration, Instant};
 
 use infera_kv::hash::PageHash;
 use infera_proto::types::PickRequest;
 
 use super::KvIndex;
+use crate::ledger::Ledger;
+use crate::prefill_phase::age_weight;
 use crate::scoring::{Candidate, Scored};
-use crate::target::{KvRoom, TargetKey};
+use crate::target::{KvRoom, TargetKey, WeightedPrefilling};
 use crate::view::View;
 
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
@@ -38,6 +43,30 @@ pub(super) fn credit_overlap(
             c.overlap_pages = pages;
             c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
         }
+    }
+}
+
+/// The age decay (`crate::prefill_phase`): each decode candidate's prefilling reservations count
+/// `min(1, median / age)` each, against the pool's `median` prefill phase (`None` before the
+/// first: all count whole, as loaded). Touches only the candidates' own prefilling
+/// reservations.
+pub(super) fn decay_prefilling(
+    candidates: &mut [Candidate],
+    ledger: &Ledger,
+    median: Option<Duration>,
+    now: Instant,
+) {
+    if median.is_none() {
+        return;
+    }
+    for c in candidates.iter_mut().filter(|c| c.load.prefilling.requests > 0) {
+        let mut weighted = WeightedPrefilling::default();
+        for e in ledger.prefilling_on(c.key) {
+            let w = age_weight(now.saturating_duration_since(e.booked), median);
+            weighted.requests += w;
+            weighted.tokens += w * e.tokens as f64;
+        }
+        c.prefilling = weighted;
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use infera_proto::types::{
-    DecodeInputDemand, LeaseId, PickKind, RequestWeight, ReservationId, Role, Target, WorkerRecord,
+    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Role, Target, WorkerRecord,
 };
 
 use crate::decisions::{CandidateTerms, Decision};
@@ -71,6 +71,9 @@ pub struct ReleasedNow {
     pub kind: PickKind,
     /// Its target's load after the release.
     pub change: LoadChange,
+    /// A prefill that reached its end of stream: its model and the model's median prefill
+    /// phase with it counted.
+    pub phase_median: Option<(ModelName, Duration)>,
 }
 
 /// A lease that expired, with the reservations its expiry ended (the ledger's

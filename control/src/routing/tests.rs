@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, ModelName, PickKind, PickRequest, RequestId,
-    RequestWeight, Role, SessionKey, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, ModelName, PickKind, PickRequest, ReleaseReason,
+    RequestId, RequestWeight, ReservationId, Role, SessionKey, WorkerId, WorkerRecord,
 };
 use proptest::prelude::*;
 use rand::{SeedableRng, rngs::SmallRng};
@@ -26,6 +26,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
         session_ttl: Duration::from_secs(60),
         lease_ttl: Duration::from_secs(10),
         prefilling_weight: Default::default(),
+        prefilling_age_decay: Default::default(),
     }
 }
 
@@ -72,6 +73,11 @@ impl Fixture {
 
     fn decode(&mut self, tokens: u64) -> Picked {
         self.pick(PickKind::Decode, "m", tokens).unwrap()
+    }
+
+    /// Ends a reservation at its end of stream, now.
+    fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
+        self.core.release(id, ReleaseReason::Eof, self.now)
     }
 }
 
@@ -122,7 +128,7 @@ fn shadow_keeps_the_legacy_pick_and_records_the_suggestion() {
     assert_eq!(ranks, [0, 1, 2, 3, 0, 1, 2, 3], "round-robin selects in shadow mode");
     // Empty rank 3: the cost now points there, round-robin goes on with rank 0.
     for p in picks.iter().filter(|p| rank(p) == 3) {
-        f.core.release(p.reservation).unwrap();
+        f.release(p.reservation).unwrap();
     }
     let p = f.decode(1_000);
     assert_eq!(rank(&p), 0, "the legacy pick stands");
@@ -150,7 +156,7 @@ fn shadow_agreement_is_reported() {
     assert_eq!(d.suggested.as_ref(), Some(&d.chosen), "a tied legacy choice is the suggestion");
     let b = f.decode(1_000); // rank 1: rank 0 holds 1, rank 1 holds 0 → legacy agrees with cost
     assert_eq!((rank(&b), b.agree), (1, Some(true)));
-    f.core.release(a.reservation).unwrap();
+    f.release(a.reservation).unwrap();
     let c = f.decode(1_000); // rank 0 (holds 0) vs rank 1 (holds 1): agree
     assert_eq!((rank(&c), c.agree), (0, Some(true)));
     let d = f.decode(1_000); // rank 1 holds 1, rank 0 holds 1: tie → agree
@@ -159,8 +165,8 @@ fn shadow_agreement_is_reported() {
     assert_eq!((rank(&e), e.agree), (0, Some(true)));
     let g = f.decode(1_000); // round-robin rank 1 (holds 2) while rank 0 holds 2: tie
     assert_eq!(g.agree, Some(true));
-    f.core.release(e.reservation).unwrap();
-    f.core.release(c.reservation).unwrap();
+    f.release(e.reservation).unwrap();
+    f.release(c.reservation).unwrap();
     // Now rank 0 holds 0 and rank 1 holds 3; round-robin goes to rank 0: agree. Then rank 1: disagree.
     assert_eq!(f.decode(1_000).agree, Some(true));
     let h = f.decode(1_000);
@@ -288,8 +294,8 @@ proptest! {
                 },
                 2 if !held.is_empty() => {
                     let id = held.swap_remove(tokens as usize % held.len());
-                    prop_assert!(f.core.release(id).unwrap().is_some());
-                    prop_assert!(f.core.release(id).unwrap().is_none(), "second release is a no-op");
+                    prop_assert!(f.release(id).unwrap().is_some());
+                    prop_assert!(f.release(id).unwrap().is_none(), "second release is a no-op");
                 }
                 _ => {
                     drained[r as usize] = !drained[r as usize];
@@ -297,7 +303,7 @@ proptest! {
                 }
             }
         }
-        for id in held { f.core.release(id).unwrap(); }
+        for id in held { f.release(id).unwrap(); }
         prop_assert_eq!(f.core.total_load(), Load::default());
     }
 }
@@ -305,6 +311,7 @@ proptest! {
 mod auto_weight;
 mod headroom;
 mod kv;
+mod prefilling_age;
 
 #[test]
 fn round_robin_prefill_ignores_overlap_and_load() {

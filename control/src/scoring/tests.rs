@@ -98,12 +98,18 @@ fn the_prefilling_weight_scales_what_is_still_in_prefill_and_one_changes_nothing
         held_requests: 4,
         prefilling: Prefilling { requests: 3, tokens: 9_000 },
     };
-    let alike = phased_decode_cost(load, 500, w, PrefillingWeight::ALIKE);
+    let alike = phased_decode_cost(load, load.prefilling.into(), 500, w, PrefillingWeight::ALIKE);
     assert_eq!(alike, decode_cost(load, 500, w));
     // Only what is past prefill: 1,000 tokens and 1 request.
-    assert_eq!(phased_decode_cost(load, 500, w, PrefillingWeight::new(0.0).unwrap()), 1_000.0 + 500.0 + 1e6);
+    assert_eq!(
+        phased_decode_cost(load, load.prefilling.into(), 500, w, PrefillingWeight::new(0.0).unwrap()),
+        1_000.0 + 500.0 + 1e6
+    );
     // Twice: 1,000 + 18,000 tokens, 1 + 6 requests.
-    assert_eq!(phased_decode_cost(load, 500, w, PrefillingWeight::new(2.0).unwrap()), 19_000.0 + 500.0 + 7e6);
+    assert_eq!(
+        phased_decode_cost(load, load.prefilling.into(), 500, w, PrefillingWeight::new(2.0).unwrap()),
+        19_000.0 + 500.0 + 7e6
+    );
     for bad in ["-0.1", "4.5", "nan", "inf", "x"] {
         assert!(bad.parse::<PrefillingWeight>().is_err(), "{bad}");
     }

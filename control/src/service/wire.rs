@@ -24,6 +24,7 @@ pub(super) fn config(s: &Settings, mode: WeightMode, pools: &[PoolFit]) -> pb::C
         prefill_policy: s.prefill_policy.as_str().to_owned(),
         prefill_overlap_credit: s.overlap_credit.get(),
         decode_prefilling_weight: s.prefilling_weight.get(),
+        decode_prefilling_age_decay: s.prefilling_age_decay.is_on(),
     }
 }
 
@@ -114,6 +115,8 @@ pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -
         prefilling_requests: c.load.prefilling.requests,
         prefilling_tokens: c.load.prefilling.tokens,
         kv_overflow: c.kv_overflow,
+        prefilling_weighted: c.prefilling_weighted.requests,
+        prefilling_weighted_tokens: c.prefilling_weighted.tokens,
     }
 }
 

@@ -73,11 +73,11 @@ fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
     assert_eq!((other.overlap_pages, other.cached_tokens), (0, 0), "the decision shows every overlap");
     // Booked: the 360 tokens rank 1 still has to compute, not the 1,000 of the prompt.
     assert_eq!(f.core.target_rows(&[holder])[0].load.booked_input_tokens, 360);
-    f.core.release(p.reservation).unwrap();
+    f.release(p.reservation).unwrap();
     // The index, not the picks, says what a target holds: the same prompt again sees 40 pages.
     let again = kv_pick(&mut f, &index, &prompt, PS);
     assert_eq!((rank(&again), again.chosen.overlap_pages), (1, 40));
-    f.core.release(again.reservation).unwrap();
+    f.release(again.reservation).unwrap();
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
         if rank(&p) == 1 {
             break;
         }
-        f.core.release(p.reservation).unwrap();
+        f.release(p.reservation).unwrap();
     }
     let p = kv_pick(&mut f, &index, &prompt, PS);
     let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
@@ -153,7 +153,7 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
         PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now(), kv_room: None },
     );
     let first = first.unwrap();
-    f.core.release(first.reservation).unwrap();
+    f.release(first.reservation).unwrap();
     let other = 1 - rank(&first);
     let index = index_holding(key(&mut f, other), &prompt, 40);
     let mut req = f.req("m", 1_000, Some("s"));
