@@ -345,12 +345,6 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
             model: Some(TimingParams::default()),
         }),
     };
-    let names: Vec<(String, String)> = cell
-        .topology
-        .decodes
-        .iter()
-        .map(|d| (d.name.clone(), deployment.decode_url(&d.name).unwrap_or_default()))
-        .collect();
     let (replayed, stop_weights) = tokio::sync::oneshot::channel::<()>();
     let replay = async {
         let report = crate::replay::replay(&plan).await;
@@ -362,7 +356,7 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
     };
     let (report, applied, weights) = tokio::join!(
         replay,
-        events::drive(&deployment, &cell.topology.events, &names, args.speedup),
+        events::drive(&deployment, &cell.topology.events, args.speedup),
         weight::sample(&deployment, WEIGHT_INTERVAL_S, args.speedup, stopped)
     );
     let routing = deployment.routing(picks_at_start).await;

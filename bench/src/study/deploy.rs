@@ -58,9 +58,11 @@ pub(crate) struct Spec {
 
 /// A decode of the deployment.
 #[derive(Clone, Debug)]
-struct Decode {
-    name: String,
-    url: String,
+pub(crate) struct Decode {
+    /// Its worker id.
+    pub(crate) name: String,
+    /// Its base URL.
+    pub(crate) url: String,
     ranks: u32,
 }
 
@@ -141,14 +143,12 @@ impl Deployment {
     async fn start_smg(spec: &Spec, arm: SmgArm) -> anyhow::Result<Self> {
         let program = smg::binary(spec.smg.as_deref())?;
         let mut sims = Vec::new();
-        let mut decodes = Vec::new();
-        for (s, at_start) in kit_sims(spec) {
-            let sim = s.start().await?;
-            if sim.record.role == infera_proto::types::Role::Decode && at_start {
-                decodes.push(sim.url.clone());
-            }
-            sims.push(sim);
+        for (s, _) in kit_sims(spec) {
+            sims.push(s.start().await?);
         }
+        // SMG starts with the decodes in the pool from the start; a joining one is added later.
+        let (decodes, pool) = decodes_of(spec, sims.iter());
+        let at_start = pool.borrow().clone();
         let prefills = sims[..spec.topology.prefills]
             .iter()
             .map(|p| {
@@ -162,14 +162,13 @@ impl Deployment {
             let launch = Launch {
                 arm,
                 prefills: prefills.clone(),
-                decodes: decodes.clone(),
+                decodes: at_start.clone(),
                 port: 0,
                 metrics_port: 0,
             };
             let log = PathBuf::from(format!("{}-{i}.log", spec.smg_log.display()));
             smgs.push(Smg::start(&program, launch, MODEL, ranks, log).await?);
         }
-        let (decodes, pool) = decodes_of(spec, sims.iter());
         let urls = smgs.iter().map(|s| s.url.clone()).collect();
         Ok(Self { urls, pool, decodes, router: Router::Smg { smgs, sims } })
     }
@@ -203,14 +202,9 @@ impl Deployment {
         Ok(Self { urls, pool, decodes, router })
     }
 
-    /// The base URL of the decode with this worker id.
-    pub(crate) fn decode_url(&self, name: &str) -> Option<String> {
-        self.decodes.iter().find(|d| d.name == name).map(|d| d.url.clone())
-    }
-
     /// Applies a change to the decode pool and waits (bounded) until the routers see it; the
-    /// sampled pool follows.
-    pub(crate) async fn apply(&self, change: Change) -> anyhow::Result<()> {
+    /// sampled pool follows. The decode it changed.
+    pub(crate) async fn apply(&self, change: Change) -> anyhow::Result<Decode> {
         let (i, joins) = match change {
             Change::Join(i) => (i, true),
             Change::Drain(i) => (i, false),
@@ -255,7 +249,7 @@ impl Deployment {
             }
         }
         self.pool.send_replace(pool);
-        Ok(())
+        Ok(d)
     }
 
     /// The first decode pool's W in use and its fitted W (control's `GetConfig`); `None` for
@@ -344,7 +338,8 @@ fn decodes_of<'a>(
         })
         .collect();
     let at_start = spec.topology.decodes.iter().zip(&decodes).filter(|(d, _)| d.at_start);
-    (decodes.clone(), watch::Sender::new(at_start.map(|(_, d)| d.url.clone()).collect()))
+    let pool = watch::Sender::new(at_start.map(|(_, d)| d.url.clone()).collect());
+    (decodes, pool)
 }
 
 /// Until control holds every proxy's lease (bounded): a pick before the lease would be routed

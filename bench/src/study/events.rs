@@ -41,23 +41,21 @@ impl Applied {
 pub(crate) async fn drive(
     deployment: &Deployment,
     events: &[Event],
-    names: &[(String, String)],
     compression: f64,
 ) -> anyhow::Result<Vec<Applied>> {
     let origin = Instant::now();
     let mut applied = Vec::new();
     for &event in events {
         tokio::time::sleep_until((origin + Duration::from_secs_f64(event.at_s / compression)).into()).await;
-        deployment.apply(event.change).await?;
-        let (i, verb) = match event.change {
-            Change::Join(i) => (i, "joins"),
-            Change::Drain(i) => (i, "is drained"),
+        let decode = deployment.apply(event.change).await?;
+        let verb = match event.change {
+            Change::Join(_) => "joins",
+            Change::Drain(_) => "is drained",
         };
-        let (name, url) = names[i].clone();
         applied.push(Applied {
             event,
-            what: format!("{name} {verb}"),
-            url,
+            what: format!("{} {verb}", decode.name),
+            url: decode.url,
             done_s: origin.elapsed().as_secs_f64() * compression,
         });
     }
