@@ -31,6 +31,8 @@ pub struct Args {
     #[command(flatten)]
     leases: LeaseArgs,
     #[command(flatten)]
+    replicas: ReplicaArgs,
+    #[command(flatten)]
     admin: AdminArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
@@ -152,6 +154,22 @@ struct LeaseArgs {
 }
 
 #[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Replicas (with --etcd)")]
+struct ReplicaArgs {
+    /// The URL proxies and the other replicas reach this control's gRPC at: written into the
+    /// leader key, and named by followers in their NOT_LEADER answers. Default:
+    /// `http://<bound --listen address>` (the host name for an unspecified address).
+    #[arg(long, env = "INFERA_CONTROL_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// TTL of the leader's etcd lease (s): a leader that dies, hangs or loses etcd is replaced
+    /// this long after its last renewal; it renews every TTL/4 and stops booking by itself
+    /// before the TTL could have run out.
+    #[arg(long, env = "INFERA_CONTROL_LEADER_LEASE_TTL_SECS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=60))]
+    leader_lease_ttl_secs: u64,
+}
+
+#[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Admin")]
 struct AdminArgs {
     /// Bearer token every Admin call must carry (`authorization: Bearer <token>`). Unset = open.
@@ -185,6 +203,10 @@ pub struct Config {
     pub kv_index_max_blocks: usize,
     /// Admin bearer token.
     pub admin_token: Option<String>,
+    /// The URL to advertise (`None`: from the bound address).
+    pub advertise_url: Option<String>,
+    /// The leader lease's TTL (with etcd).
+    pub leader_ttl: Duration,
     /// RNG seed.
     pub seed: Option<u64>,
     /// Logs and traces.
@@ -273,6 +295,8 @@ impl TryFrom<Args> for Config {
             fit_half_life: Duration::from_millis(a.decode.decode_weight_fit_half_life_ms),
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
+            advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
+            leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
             seed: a.admin.seed,
             telemetry: a.telemetry.into_config("infera-control")?,
         })

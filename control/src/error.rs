@@ -49,6 +49,22 @@ pub enum ControlError {
     /// An Admin call without the right bearer token.
     #[error("admin calls need the header `authorization: Bearer <token>` matching --admin-token")]
     Unauthenticated,
+    /// This control does not lead (or its leadership lapsed): it books nothing.
+    #[error("{}", not_leader(.leader.as_deref(), *.lapsed))]
+    NotLeader {
+        /// The leader's URL, when one is known.
+        leader: Option<String>,
+        /// This control led, but could not renew its leadership in time.
+        lapsed: bool,
+    },
+}
+
+fn not_leader(leader: Option<&str>, lapsed: bool) -> String {
+    match (leader, lapsed) {
+        (_, true) => "this control's leadership lapsed (its etcd lease could have expired); it books nothing until re-elected".to_owned(),
+        (Some(url), false) => format!("this control is not the leader; the leader is {url}"),
+        (None, false) => "this control is not the leader, and no leader is known yet".to_owned(),
+    }
 }
 
 fn pool_name(kind: PickKind) -> &'static str {
@@ -80,6 +96,7 @@ impl ControlError {
             Self::UnknownTarget(_) => ErrorReason::UnknownTarget,
             Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
             Self::Unauthenticated => ErrorReason::Unauthenticated,
+            Self::NotLeader { .. } => ErrorReason::NotLeader,
         }
     }
 
@@ -91,6 +108,10 @@ impl ControlError {
 
 impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
-        e.reason().status(e.to_string())
+        let leader = match &e {
+            ControlError::NotLeader { leader, .. } => leader.clone(),
+            _ => None,
+        };
+        e.reason().status_naming(e.to_string(), leader.as_deref())
     }
 }

@@ -154,7 +154,7 @@ impl Ledger {
         Ok(self.release_all(state.reservations))
     }
 
-    /// Books `input_tokens` on `target` under `lease`. Returns the new reservation's id and
+    /// Books `input_tokens` on `target` under `lease`, as of `booking.age` before `now`. Returns the new reservation's id and
     /// the target's load after the booking.
     pub fn book(
         &mut self,
@@ -182,8 +182,8 @@ impl Ledger {
             request_id: booking.request_id,
             model: booking.model,
             input_tokens: booking.input_tokens,
-            booked_at: wall,
-            booked: now,
+            booked_at: wall.checked_sub(booking.age).unwrap_or(wall),
+            booked: now.checked_sub(booking.age).unwrap_or(now),
             prefilling: false,
         };
         // Only the leg registered for its request id takes part in the phase: a second live
@@ -288,6 +288,11 @@ impl Ledger {
         &self.phases
     }
 
+    /// Whether `holder` holds a lease (open, expired or not yet reaped).
+    pub fn has_lease_of(&self, holder: &str) -> bool {
+        self.leases.values().any(|l| l.holder == holder)
+    }
+
     /// Number of open leases.
     pub fn lease_count(&self) -> usize {
         self.leases.len()
@@ -372,4 +377,7 @@ pub struct Booking {
     pub model: ModelName,
     /// How many input tokens.
     pub input_tokens: u64,
+    /// How long before now the leg started: zero for a pick, the leg's age for one a proxy
+    /// re-declares (so its prefill phase and prefilling age count from its real start).
+    pub age: Duration,
 }

@@ -19,6 +19,7 @@
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
 //! - [`decisions`]: decision events for `WatchDecisions`.
+//! - [`leader`]: HA replicas — the election through etcd, the booking gate, the warm rebuild.
 //! - [`workers_file`]: the static registry.
 //! - [`dp_discovery`]: the `dp_size` of workers whose record leaves it out, from their
 //!   `/server_info`, before they enter the view.
@@ -32,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod fit;
 pub mod kv_feed;
+pub mod leader;
 pub mod ledger;
 pub mod metrics;
 pub mod persist;
@@ -91,11 +93,19 @@ pub async fn run(
         Some(seed) => SmallRng::seed_from_u64(seed),
         None => SmallRng::from_os_rng(),
     };
-    let epoch: u32 = rand::random();
     let etcd = config.etcd;
+    let url = advertise_url(config.advertise_url, listeners.grpc.local_addr()?);
+    // Standalone: ids of a random epoch. Replicas: the term of each election (none yet).
+    let (leadership, epoch) = if etcd.is_empty() {
+        let epoch: u32 = rand::random();
+        (leader::Leadership::standalone(url.clone(), epoch, std::time::Instant::now()), epoch)
+    } else {
+        (leader::Leadership::candidate(url.clone(), std::time::Instant::now()), 0)
+    };
+    let leadership = Arc::new(leadership);
     let flags = persist::Persisted { settings: config.settings, weight_mode: config.weight_mode };
     let (persist::Persisted { settings, weight_mode }, drains) =
-        if etcd.is_empty() { (flags, Vec::new()) } else { persist::load(&etcd, flags).await };
+        if etcd.is_empty() { (flags.clone(), Vec::new()) } else { persist::load(&etcd, flags.clone()).await };
     // The static workers are registered below, as registry changes are: the drains of their
     // targets apply when they appear.
     let mut view = View::default();
@@ -113,8 +123,20 @@ pub async fn run(
         engine::metrics::EngineMetrics::register(&mut registry),
         fit::metrics::FitMetrics::register(&mut registry),
     );
-    let state =
-        ControlState::new(core, feed.clone(), engine, ControlMetrics::register(&mut registry), persist_to);
+    let ha = state::Ha::new(
+        leadership.clone(),
+        etcd.clone(),
+        flags,
+        leader::metrics::LeaderMetrics::register(&mut registry),
+    );
+    let state = ControlState::new(
+        core,
+        feed.clone(),
+        engine,
+        ControlMetrics::register(&mut registry),
+        persist_to,
+        ha,
+    );
     // Into the view now when the file gives `dp_size`, once `/server_info` has given it otherwise.
     for registered in config.workers {
         state.register(registered);
@@ -123,7 +145,16 @@ pub async fn run(
     let stop = Stop::on(shutdown);
     let routes = service::routes(state.clone(), config.admin_token, stop.receiver()).await?;
     if !etcd.is_empty() {
-        follow_registry(state.clone(), etcd, stop.receiver());
+        // A replica campaigns once it sees the registry: a leader without the view would refuse
+        // picks it could serve.
+        let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
+        let election = leader::election::ElectionConfig { endpoints: etcd, url, ttl: config.leader_ttl };
+        let (takeover, stop) = (state::takeover(&state), stop.receiver());
+        tokio::spawn(async move {
+            if synced.await.is_ok() {
+                leader::election::run(election, leadership, takeover, stop).await;
+            }
+        });
     }
     let stopped = || stop.wait();
 
@@ -149,15 +180,58 @@ pub async fn run(
 }
 
 /// Keeps the worker view in step with etcd: every change of `/infera/v1/workers/` is applied
-/// to the view as it comes; an etcd outage keeps the last view.
-fn follow_registry(state: Arc<ControlState>, endpoints: Vec<String>, stop: tokio::sync::watch::Receiver<()>) {
+/// to the view as it comes; an etcd outage keeps the last view. The answer comes once the first
+/// snapshot is in the view.
+fn follow_registry(
+    state: Arc<ControlState>,
+    endpoints: Vec<String>,
+    stop: tokio::sync::watch::Receiver<()>,
+) -> tokio::sync::oneshot::Receiver<()> {
     let (tx, mut changes) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(infera_registry::watch_workers(endpoints, tx, None, stop));
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let (applied_tx, applied_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(infera_registry::watch_workers(endpoints, tx, Some(synced_tx), stop));
     tokio::spawn(async move {
-        while let Some(change) = changes.recv().await {
-            state.apply(change);
+        // The watch says "synced" after sending the snapshot's changes; they are applied once
+        // every change queued before that signal is.
+        let mut synced = Some(synced_rx);
+        let mut applied = Some(applied_tx);
+        loop {
+            tokio::select! {
+                biased;
+                change = changes.recv() => match change {
+                    Some(change) => state.apply(change),
+                    None => return,
+                },
+                Ok(()) = async { synced.as_mut().expect("polled while set").await }, if synced.is_some() => {
+                    synced = None;
+                    while let Ok(change) = changes.try_recv() {
+                        state.apply(change);
+                    }
+                    if let Some(tx) = applied.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
         }
     });
+    applied_rx
+}
+
+/// The URL this control is reached at: `--advertise-url`, else its bound address (the host
+/// name for an unspecified one).
+fn advertise_url(given: Option<String>, bound: std::net::SocketAddr) -> String {
+    if let Some(url) = given {
+        return url;
+    }
+    if bound.ip().is_unspecified() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim();
+        if !host.is_empty() {
+            return format!("http://{host}:{}", bound.port());
+        }
+    }
+    format!("http://{bound}")
 }
 
 /// Releases what expired leases held, and forgets idle sessions, until stopped.
@@ -176,6 +250,7 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
             _ = kv_metrics.tick() => {
                 state.export_kv_metrics();
                 state.export_engine_metrics();
+                state.export_leader_metrics();
             }
             _ = weights.tick() => state.sync_weights(),
         }

@@ -33,6 +33,7 @@ use crate::view::View;
 mod candidates;
 mod outcome;
 mod record;
+mod redeclare;
 #[cfg(test)]
 mod tests;
 mod weights;
@@ -41,6 +42,7 @@ use candidates::{OverlapScratch, credit_overlap, decay_prefilling, skip_overflow
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
+pub use redeclare::{Declared, Redeclared};
 pub use weights::DecodeWeights;
 
 /// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
@@ -156,6 +158,7 @@ impl<R: Rng> RoutingCore<R> {
             request_id: req.request_id.clone(),
             model: req.model.clone(),
             input_tokens: req.input_tokens - chosen.cached_tokens,
+            age: Duration::ZERO,
         };
         let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {

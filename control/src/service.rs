@@ -3,6 +3,7 @@
 
 mod admin;
 mod auth;
+mod forward;
 mod router;
 mod wire;
 

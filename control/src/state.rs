@@ -26,7 +26,10 @@ use crate::routing::{
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
 
+mod ha;
 mod workers;
+
+pub use ha::{Ha, takeover};
 
 /// Shared state of a running control.
 #[derive(Debug)]
@@ -48,6 +51,8 @@ pub struct ControlState {
     /// Writers of admin changes to etcd (`--etcd`).
     settings_saver: Option<crate::persist::SettingsSaver>,
     drains: Option<crate::persist::DrainSaver>,
+    /// The replica set: who books, takeovers, warmth.
+    ha: Ha,
 }
 
 impl ControlState {
@@ -58,6 +63,7 @@ impl ControlState {
         engine: (EngineFeed, EngineMetrics, FitMetrics),
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
+        ha: Ha,
     ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Mutex::new(Discovery::new(metrics.discovery())),
@@ -70,6 +76,7 @@ impl ControlState {
             decisions: DecisionHub::new(4096),
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
             drains: persist_to.map(crate::persist::DrainSaver::start),
+            ha,
         })
     }
 
@@ -158,6 +165,8 @@ impl ControlState {
 
     /// Picks and books.
     pub fn pick(&self, kind: PickKind, req: &PickRequest) -> Result<Picked, ControlError> {
+        let rpc = if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" };
+        self.gate(rpc)?;
         let started = Instant::now();
         let watched =
             self.decisions.watched() || tracing::enabled!(target: "decode_demand", tracing::Level::DEBUG);
@@ -172,7 +181,16 @@ impl ControlState {
                 wall: SystemTime::now(),
                 kv_room: Some(self.engine.board()),
             };
-            (core.pick(kind, req, ctx), mode)
+            let mut result = core.pick(kind, req, ctx);
+            // Fencing: a leader paused between the gate and the booking may have lost its term
+            // meanwhile; what it booked then is undone, never answered.
+            if let Ok(picked) = &result
+                && let Err(e) = self.gate(rpc)
+            {
+                let _ = core.release(picked.reservation, ReleaseReason::Cancelled, Instant::now());
+                result = Err(e);
+            }
+            (result, mode)
         };
         let mode = if kind == PickKind::Decode { mode.as_str() } else { "-" };
         let seconds = started.elapsed().as_secs_f64();
@@ -213,6 +231,7 @@ impl ControlState {
 
     /// Ends a reservation; `true` when an earlier release had already ended it.
     pub fn release(&self, id: ReservationId, reason: ReleaseReason) -> Result<bool, ControlError> {
+        self.gate("Release")?;
         let released = self.core().release(id, reason, Instant::now())?;
         match released {
             Some(ReleasedNow { kind, change, phase_median }) => {
@@ -231,25 +250,36 @@ impl ControlState {
     }
 
     /// Opens a lease.
-    pub fn open_lease(&self, holder: String, ttl: Duration) -> OpenedLease {
-        let mut core = self.core();
-        let opened = core.open_lease(holder, ttl, Instant::now());
-        self.metrics.leases(core.lease_count());
-        opened
+    pub fn open_lease(&self, holder: String, ttl: Duration) -> Result<OpenedLease, ControlError> {
+        self.gate("OpenLease")?;
+        let (opened, leases) = {
+            let mut core = self.core();
+            let opened = core.open_lease(holder.clone(), ttl, Instant::now());
+            (opened, core.lease_count())
+        };
+        self.metrics.leases(leases);
+        self.lease_opened(&holder, opened.ttl);
+        Ok(opened)
     }
 
     /// Renews a lease.
     pub fn keep_alive(&self, lease: LeaseId) -> Result<Duration, ControlError> {
+        self.gate("KeepAlive")?;
         self.core().keep_alive(lease, Instant::now())
     }
 
     /// Closes a lease, releasing what it held as cancelled.
     pub fn close_lease(&self, lease: LeaseId) -> Result<usize, ControlError> {
-        let (ended, leases) = {
+        self.gate("CloseLease")?;
+        let (ended, leases, holder) = {
             let mut core = self.core();
-            (core.close_lease(lease, Instant::now())?, core.lease_count())
+            let holder = core.lease_holder(lease);
+            (core.close_lease(lease, Instant::now())?, core.lease_count(), holder)
         };
         self.metrics.leases(leases);
+        if let Some(holder) = holder {
+            self.lease_gone(&holder);
+        }
         self.ended(&ended, ReleaseReason::Cancelled);
         Ok(ended.len())
     }
@@ -270,6 +300,7 @@ impl ControlState {
             tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
             self.metrics.lease_expired();
             self.ended(ended, ReleaseReason::LeaseExpired);
+            self.lease_gone(holder);
         }
         expired.len()
     }

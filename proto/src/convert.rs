@@ -3,13 +3,14 @@
 //! numbers. Control maps a [`ConvertError`] to `INVALID_ARGUMENT` in one place; the proxy drops
 //! (and logs) an answer of control's that does not convert.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::pb;
 use crate::types::{
-    CreditError, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, MAX_PAGE_HASHES,
-    MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest, Picked, ReleaseReason, RequestId,
-    RequestWeight, ReservationId, Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
+    CreditError, DeclaredLeg, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId,
+    MAX_DECLARED_LEGS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest,
+    Picked, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey, Target, WeightError,
+    WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -126,6 +127,37 @@ pub fn release_request(m: &pb::ReleaseRequest) -> Result<(ReservationId, Release
     Ok((id, reason))
 }
 
+/// A `Redeclare`: the new lease and the legs to book under it.
+pub fn redeclare_request(m: pb::RedeclareRequest) -> Result<(LeaseId, Vec<DeclaredLeg>), ConvertError> {
+    let lease = lease_id("lease_id", &m.lease_id)?;
+    if m.legs.len() > MAX_DECLARED_LEGS {
+        let value = m.legs.len() as u64;
+        return Err(err("legs", Problem::TooLarge { value, max: MAX_DECLARED_LEGS as u64 }));
+    }
+    let legs = m.legs.into_iter().map(declared_leg).collect::<Result<_, _>>()?;
+    Ok((lease, legs))
+}
+
+fn declared_leg(m: pb::DeclaredLeg) -> Result<DeclaredLeg, ConvertError> {
+    if m.input_tokens > MAX_REQUEST_TOKENS {
+        let value = m.input_tokens;
+        return Err(err("legs.input_tokens", Problem::TooLarge { value, max: MAX_REQUEST_TOKENS }));
+    }
+    let kind = kind_filter("legs.kind", m.kind)?.ok_or_else(|| err("legs.kind", Problem::Unspecified))?;
+    Ok(DeclaredLeg {
+        kind,
+        target: target(m.target.as_ref().ok_or_else(|| err("legs.target", Problem::Missing))?)?,
+        model: ModelName::new(non_empty("legs.model", m.model)?),
+        request_id: RequestId::new(non_empty("legs.request_id", m.request_id)?),
+        input_tokens: m.input_tokens,
+        age: Duration::from_millis(m.age_ms),
+        previous: match m.previous_reservation_id.as_str() {
+            "" => None,
+            id => Some(reservation_id("legs.previous_reservation_id", id)?),
+        },
+    })
+}
+
 /// A request weight.
 pub fn request_weight(field: &'static str, w: f64) -> Result<RequestWeight, ConvertError> {
     RequestWeight::new(w).map_err(|e| err(field, e))
@@ -237,6 +269,20 @@ impl From<&PickRequest> for pb::PickRequest {
     }
 }
 
+impl From<&DeclaredLeg> for pb::DeclaredLeg {
+    fn from(l: &DeclaredLeg) -> Self {
+        pb::DeclaredLeg {
+            kind: pb::PickKind::from(l.kind) as i32,
+            target: Some((&l.target).into()),
+            model: l.model.to_string(),
+            request_id: l.request_id.to_string(),
+            input_tokens: l.input_tokens,
+            age_ms: u64::try_from(l.age.as_millis()).unwrap_or(u64::MAX),
+            previous_reservation_id: l.previous.map(|r| r.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
 impl From<ReleaseReason> for pb::ReleaseReason {
     fn from(r: ReleaseReason) -> Self {
         match r {
@@ -338,6 +384,38 @@ mod tests {
         let ok = pick_request(pick("l-00000001-1", "m", MAX_REQUEST_TOKENS)).unwrap();
         assert_eq!(ok.input_tokens, MAX_REQUEST_TOKENS);
         assert_eq!(ok.session, None);
+    }
+
+    #[test]
+    fn redeclared_legs_round_trip_and_are_checked_field_by_field() {
+        let leg = DeclaredLeg {
+            kind: PickKind::Decode,
+            target: Target::new(WorkerId::new("d"), DpRank(3)),
+            model: ModelName::new("m"),
+            request_id: RequestId::new("req-1"),
+            input_tokens: 900,
+            age: Duration::from_millis(1_234),
+            previous: Some(ReservationId { epoch: 9, seq: 4 }),
+        };
+        let wire =
+            |legs: Vec<pb::DeclaredLeg>| pb::RedeclareRequest { lease_id: "l-00000002-1".into(), legs };
+        let (lease, back) = redeclare_request(wire(vec![(&leg).into()])).unwrap();
+        assert_eq!((lease, back), (LeaseId { epoch: 2, seq: 1 }, vec![leg.clone()]));
+        let fallback = DeclaredLeg { previous: None, ..leg.clone() };
+        assert_eq!(redeclare_request(wire(vec![(&fallback).into()])).unwrap().1, vec![fallback]);
+        let bad = |f: fn(&mut pb::DeclaredLeg)| {
+            let mut m = pb::DeclaredLeg::from(&leg);
+            f(&mut m);
+            redeclare_request(wire(vec![m])).unwrap_err().field
+        };
+        assert_eq!(bad(|m| m.kind = 0), "legs.kind");
+        assert_eq!(bad(|m| m.target = None), "legs.target");
+        assert_eq!(bad(|m| m.model.clear()), "legs.model");
+        assert_eq!(bad(|m| m.request_id.clear()), "legs.request_id");
+        assert_eq!(bad(|m| m.input_tokens = MAX_REQUEST_TOKENS + 1), "legs.input_tokens");
+        assert_eq!(bad(|m| m.previous_reservation_id = "r-1".into()), "legs.previous_reservation_id");
+        let no_lease = pb::RedeclareRequest { lease_id: String::new(), legs: Vec::new() };
+        assert_eq!(redeclare_request(no_lease).unwrap_err().field, "lease_id");
     }
 
     #[test]

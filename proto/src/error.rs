@@ -22,6 +22,11 @@ pub const DOMAIN: &str = "infera.control.v1";
 /// ([`ErrorReason::as_str`]), for operators reading trailers.
 pub const ERROR_REASON_METADATA: &str = "infera-error";
 
+/// gRPC metadata key of a `NOT_LEADER` status naming the leader's URL.
+pub const LEADER_METADATA: &str = "infera-leader";
+/// The `ErrorInfo.metadata` key of the same URL.
+const LEADER_INFO_KEY: &str = "leader";
+
 /// Why control refused a call.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum ErrorReason {
@@ -45,11 +50,14 @@ pub enum ErrorReason {
     WeightNeedsDemand,
     /// An Admin call without the right bearer token.
     Unauthenticated,
+    /// This control does not lead its replica set (or its leadership lapsed): it books nothing.
+    /// The status names the leader when one is known ([`LEADER_METADATA`]).
+    NotLeader,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -60,6 +68,7 @@ impl ErrorReason {
         Self::UnknownTarget,
         Self::WeightNeedsDemand,
         Self::Unauthenticated,
+        Self::NotLeader,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -76,6 +85,7 @@ impl ErrorReason {
             Self::UnknownTarget => "unknown_target",
             Self::WeightNeedsDemand => "weight_needs_demand",
             Self::Unauthenticated => "unauthenticated",
+            Self::NotLeader => "not_leader",
         }
     }
 
@@ -93,6 +103,7 @@ impl ErrorReason {
             Self::UnknownTarget => "UNKNOWN_TARGET",
             Self::WeightNeedsDemand => "WEIGHT_NEEDS_DEMAND",
             Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::NotLeader => "NOT_LEADER",
         }
     }
 
@@ -111,7 +122,7 @@ impl ErrorReason {
             | Self::UnknownWorker
             | Self::UnknownTarget => Code::NotFound,
             Self::NoPool | Self::WeightNeedsDemand => Code::FailedPrecondition,
-            Self::NoEligibleTarget => Code::Unavailable,
+            Self::NoEligibleTarget | Self::NotLeader => Code::Unavailable,
             Self::Unauthenticated => Code::Unauthenticated,
         }
     }
@@ -119,9 +130,23 @@ impl ErrorReason {
     /// The status control answers with: this reason's code, `message` for people, the reason as an
     /// `ErrorInfo` detail and as `infera-error` metadata.
     pub fn status(self, message: impl Into<String>) -> Status {
+        self.status_naming(message, None)
+    }
+
+    /// [`ErrorReason::status`], naming the leader's URL when `leader` is given: as the
+    /// `ErrorInfo` metadata entry `leader` (what callers decode, [`StatusReason::leader`]) and as
+    /// the `infera-leader` metadata.
+    pub fn status_naming(self, message: impl Into<String>, leader: Option<&str>) -> Status {
         let mut metadata = MetadataMap::new();
         metadata.insert(ERROR_REASON_METADATA, MetadataValue::from_static(self.as_str()));
-        let details = ErrorDetails::with_error_info(self.error_info_reason(), DOMAIN, HashMap::new());
+        let mut info = HashMap::new();
+        if let Some(url) = leader
+            && let Ok(value) = MetadataValue::try_from(url)
+        {
+            metadata.insert(LEADER_METADATA, value);
+            info.insert(LEADER_INFO_KEY.to_owned(), url.to_owned());
+        }
+        let details = ErrorDetails::with_error_info(self.error_info_reason(), DOMAIN, info);
         Status::with_error_details_and_metadata(self.code(), message, details, metadata)
     }
 }
@@ -154,6 +179,13 @@ impl StatusReason {
             },
             _ => Self::Absent,
         }
+    }
+
+    /// The leader a `NOT_LEADER` status names, if any.
+    pub fn leader(status: &Status) -> Option<String> {
+        let info = status.get_details_error_info()?;
+        (info.domain == DOMAIN).then_some(())?;
+        info.metadata.get(LEADER_INFO_KEY).filter(|u| !u.is_empty()).cloned()
     }
 
     /// The known reason, if any.
@@ -195,6 +227,19 @@ mod tests {
             assert_eq!(r.error_info_reason(), r.as_str().to_ascii_uppercase());
             assert!(r.error_info_reason().bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
         }
+    }
+
+    #[test]
+    fn a_not_leader_status_names_the_leader_in_its_detail_and_its_metadata() {
+        let status = ErrorReason::NotLeader.status_naming("not the leader", Some("http://10.0.0.2:50051"));
+        assert_eq!(status.code(), Code::Unavailable);
+        let meta = status.metadata().get(LEADER_METADATA).and_then(|v| v.to_str().ok());
+        assert_eq!(meta, Some("http://10.0.0.2:50051"));
+        let wire = Status::with_details(status.code(), status.message(), status.details().to_vec().into());
+        assert_eq!(StatusReason::of(&wire).known(), Some(ErrorReason::NotLeader));
+        assert_eq!(StatusReason::leader(&wire).as_deref(), Some("http://10.0.0.2:50051"));
+        assert_eq!(StatusReason::leader(&ErrorReason::NotLeader.status("no leader yet")), None);
+        assert_eq!(StatusReason::leader(&Status::unavailable("connection refused")), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod api;
 mod ids;
 mod modes;
 mod pick;
+mod redeclare;
 mod worker;
 
 pub use api::Api;
@@ -15,4 +16,5 @@ pub use modes::{
     RequestWeight, WeightError, WeightNeedsDemand,
 };
 pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
+pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
 pub use worker::{KvEventsSource, RegisteredWorker, Role, Sizing, WorkerRecord, load_endpoint_for_rank};

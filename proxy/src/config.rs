@@ -40,9 +40,15 @@ struct ListenArgs {
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Control")]
 struct ControlArgs {
-    /// infera-control's gRPC URL.
-    #[arg(long, env = "INFERA_PROXY_CONTROL", default_value = "http://127.0.0.1:50051")]
-    control: String,
+    /// infera-control's gRPC URL, or the URLs of its HA replicas (comma-separated): the proxy
+    /// talks to the leader, found by asking in turn and following the leader a replica names.
+    #[arg(
+        long,
+        env = "INFERA_PROXY_CONTROL",
+        default_value = "http://127.0.0.1:50051",
+        value_delimiter = ','
+    )]
+    control: Vec<String>,
     /// Deadline of one pick round trip to control; past it the request is routed locally
     /// from the last known target list (and counted as a fallback).
     #[arg(long, env = "INFERA_PROXY_PICK_TIMEOUT_MS", default_value_t = 50,
@@ -98,8 +104,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Name in control's lease table (completed with the bound address when unset).
     pub name: Option<String>,
-    /// Control's URL.
-    pub control: http::Uri,
+    /// Control's URLs (one, or its replicas').
+    pub control: Vec<http::Uri>,
     /// Pick deadline.
     pub pick_timeout: Duration,
     /// Lease TTL.
@@ -141,12 +147,10 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(a: Args) -> Result<Self, ConfigError> {
-        let control: http::Uri = a.control.control.parse().map_err(|e: http::uri::InvalidUri| {
-            ConfigError::ControlUrl { url: a.control.control.clone(), reason: e.to_string() }
-        })?;
-        if !matches!(control.scheme_str(), Some("http" | "https")) || control.host().is_none() {
+        let control = a.control.control.iter().map(|u| control_url(u)).collect::<Result<Vec<_>, _>>()?;
+        if control.is_empty() {
             return Err(ConfigError::ControlUrl {
-                url: a.control.control,
+                url: String::new(),
                 reason: "expected http://host:port".into(),
             });
         }
@@ -164,6 +168,15 @@ impl TryFrom<Args> for Config {
             telemetry: a.telemetry.into_config("infera-proxy")?,
         })
     }
+}
+
+fn control_url(url: &str) -> Result<http::Uri, ConfigError> {
+    let bad = |reason: String| ConfigError::ControlUrl { url: url.to_owned(), reason };
+    let parsed: http::Uri = url.trim().parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+        return Err(bad("expected http://host:port".into()));
+    }
+    Ok(parsed)
 }
 
 impl TokenizerArgs {
@@ -189,10 +202,16 @@ mod tests {
 
     #[test]
     fn bad_control_urls_are_rejected() {
-        for url in ["", "127.0.0.1:50051", "ftp://x"] {
+        for url in ["", "127.0.0.1:50051", "ftp://x", "http://a:1,ftp://x", "http://a:1,"] {
             let a = Args::try_parse_from(["infera-proxy", "--control", url]).unwrap();
             assert!(Config::try_from(a).is_err(), "{url:?} accepted");
         }
+        let a = Args::try_parse_from(["infera-proxy", "--control", "http://a:1,http://b:2"]).unwrap();
+        let c = Config::try_from(a).unwrap();
+        assert_eq!(
+            c.control.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["http://a:1/", "http://b:2/"]
+        );
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //!
 //! What lives where:
 //!
-//! - [`ControlLink`] (here): the gRPC client and the parts below, started by
-//!   [`ControlLink::spawn`].
+//! - [`ControlLink`] (here): the parts below, started by [`ControlLink::spawn`].
+//! - `controls`: the control replicas (`--control a,b,c`) and the one talked to now.
 //! - `lease`: the lease, opened at start, renewed every TTL/3, reopened at once when control
-//!   forgets it, closed at shutdown.
+//!   forgets it or does not lead (moving to the leader), closed at shutdown.
+//! - `legs` and `redeclare`: every leg in flight, and re-declaring those not booked under the
+//!   lease held now (after a restart or failover, and local fallback picks).
 //! - `targets_refresh`: the target list, refreshed every `--targets-refresh-ms` for the fallback
 //!   and for `/v1/models`.
 //! - `pick_call`: one pick — the RPC with its deadline, control's refusals, and the late answer
@@ -19,21 +21,23 @@
 //! - `release`: a leg's end — the local count at once, control's reservation in the background,
 //!   retried while control is unreachable.
 
+mod controls;
 mod fallback;
 mod lease;
+mod legs;
 mod page_hashes;
 mod pick;
 mod pick_call;
+mod redeclare;
 mod release;
 mod targets_refresh;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use infera_proto::pb::router_client::RouterClient;
 use infera_proto::types::LeaseId;
-use tonic::transport::{Channel, Endpoint as GrpcEndpoint};
 
+use self::controls::Controls;
 use self::fallback::Fallback;
 use self::lease::Lease;
 pub use self::pick::{Pick, PickError};
@@ -41,13 +45,13 @@ use self::release::Releaser;
 use self::targets_refresh::KnownTargets;
 use crate::config::Config;
 use crate::metrics::ProxyMetrics;
-use crate::targets::{LocalLoad, TargetList};
+use crate::targets::TargetList;
 
-/// The proxy's connection to control: the gRPC client, the lease, the last target list, the
-/// releases in flight and the local fallback.
+/// The proxy's connection to control: the replicas, the lease, the last target list, the legs
+/// in flight and the local fallback.
 #[derive(Debug)]
 pub struct ControlLink {
-    client: RouterClient<Channel>,
+    controls: Arc<Controls>,
     pick_timeout: Duration,
     lease: Arc<Lease>,
     targets: Arc<KnownTargets>,
@@ -60,17 +64,11 @@ impl ControlLink {
     /// A link to `config.control`, holding its lease as `name`; nothing is sent until
     /// [`ControlLink::spawn`].
     pub fn new(config: &Config, name: String, metrics: Arc<ProxyMetrics>) -> Arc<Self> {
-        let channel = GrpcEndpoint::from(config.control.clone())
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .connect_lazy();
-        let client = RouterClient::new(channel);
+        let controls = Arc::new(Controls::new(&config.control));
         let lease = Arc::new(Lease::new(name, config.lease_ttl));
-        let releaser =
-            Arc::new(Releaser::new(client.clone(), lease.clone(), LocalLoad::default(), metrics.clone()));
+        let releaser = Arc::new(Releaser::new(controls.clone(), lease.clone(), metrics.clone()));
         Arc::new(Self {
-            client,
+            controls,
             pick_timeout: config.pick_timeout,
             lease,
             targets: Arc::new(KnownTargets::new(config.targets_refresh)),
@@ -82,9 +80,19 @@ impl ControlLink {
 
     /// Starts the lease and target-list loops; they end when `stop` fires.
     pub fn spawn(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<()>) {
-        let (client, metrics) = (self.client.clone(), self.metrics.clone());
-        tokio::spawn(self.lease.clone().run(client.clone(), metrics.clone(), stop.clone()));
-        tokio::spawn(self.targets.clone().run(client, metrics, stop));
+        let (controls, metrics) = (self.controls.clone(), self.metrics.clone());
+        let link = self.clone();
+        let reconcile = move |held, always| {
+            let link = link.clone();
+            async move { redeclare::redeclare(&link.releaser, &link.controls, &link.metrics, held, always).await }
+        };
+        tokio::spawn(self.lease.clone().run(controls.clone(), metrics.clone(), reconcile, stop.clone()));
+        tokio::spawn(self.targets.clone().run(controls, metrics, stop));
+    }
+
+    /// Legs in flight (booked or local).
+    pub fn legs_in_flight(&self) -> usize {
+        self.releaser.legs.len()
     }
 
     /// The lease held now.
@@ -99,6 +107,6 @@ impl ControlLink {
 
     /// Closes the lease at shutdown (best effort): control releases what it still holds.
     pub async fn close(&self) {
-        self.lease.close(self.client.clone()).await;
+        self.lease.close(&self.controls).await;
     }
 }

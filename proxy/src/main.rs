@@ -20,7 +20,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     // One line on stdout that scripts and tests wait for (the port may have been 0).
     println!("infera-proxy listening http={addr}");
-    tracing::info!(%addr, control = %config.control, "infera-proxy started");
+    tracing::info!(%addr, control = ?config.control.iter().map(ToString::to_string).collect::<Vec<_>>(), "infera-proxy started");
     let result = infera_proxy::run(listener, config, telemetry::stop_signal()).await;
     telemetry.shutdown().await;
     result

@@ -66,6 +66,7 @@ pub struct ProxyMetrics {
     control_errors: Family<CallLabels, Counter>,
     retries: Counter,
     late_picks: Counter,
+    redeclared: Family<OutcomeLabels, Counter>,
     tokenize: Family<OutcomeLabels, Counter>,
     tokenize_seconds: Histogram,
     tokenize_cache: Family<ResultLabels, Counter>,
@@ -85,6 +86,7 @@ impl ProxyMetrics {
             control_errors: Family::default(),
             retries: Counter::default(),
             late_picks: Counter::default(),
+            redeclared: Family::default(),
             tokenize: Family::default(),
             tokenize_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
             tokenize_cache: Family::default(),
@@ -107,6 +109,11 @@ impl ProxyMetrics {
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
         r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
         r.register("retries", "Requests re-picked after a failure before the first byte", m.retries.clone());
+        r.register(
+            "redeclared_legs",
+            "Legs in flight re-declared to a control that did not hold them (restart, failover, local picks), by outcome: booked, unknown_target",
+            m.redeclared.clone(),
+        );
         r.register(
             "late_picks",
             "Picks control answered after the pick deadline; released at once",
@@ -171,6 +178,13 @@ impl ProxyMetrics {
     /// A call to control failed.
     pub fn control_error(&self, call: &'static str) {
         self.control_errors.get_or_create(&CallLabels { call }).inc();
+    }
+
+    /// Legs re-declared to control: `booked` booked anew, `unknown` not (control does not know
+    /// their target yet).
+    pub fn redeclared(&self, booked: u64, unknown: u64) {
+        self.redeclared.get_or_create(&OutcomeLabels { outcome: "booked" }).inc_by(booked);
+        self.redeclared.get_or_create(&OutcomeLabels { outcome: "unknown_target" }).inc_by(unknown);
     }
 
     /// A pick answered after its deadline was released.

@@ -9,6 +9,13 @@ pub const WORKERS: &str = "/infera/v1/workers/";
 /// Persisted admin settings: `/infera/v1/config/{name}`.
 pub const CONFIG: &str = "/infera/v1/config/";
 
+/// The control replicas' leader: `/infera/v1/control/leader` → JSON `{url, epoch}` of the leader,
+/// bound to its etcd lease.
+pub const CONTROL_LEADER: &str = "/infera/v1/control/leader";
+/// The proxies holding a lease with the leader: `/infera/v1/control/proxies/{holder}` → the
+/// lease TTL in ms. A new leader waits for these to re-declare.
+pub const CONTROL_PROXIES: &str = "/infera/v1/control/proxies/";
+
 /// The key of a worker's record.
 pub fn worker(id: &WorkerId) -> String {
     format!("{WORKERS}{id}")
@@ -17,6 +24,11 @@ pub fn worker(id: &WorkerId) -> String {
 /// The worker id of a record key (`None` for keys outside the prefix or with an empty id).
 pub fn worker_id(key: &str) -> Option<WorkerId> {
     key.strip_prefix(WORKERS).filter(|id| !id.is_empty() && !id.contains('/')).map(WorkerId::new)
+}
+
+/// The key of a proxy holding a lease.
+pub fn control_proxy(holder: &str) -> String {
+    format!("{CONTROL_PROXIES}{holder}")
 }
 
 /// The key of a persisted setting.

@@ -46,6 +46,7 @@ fn leg(kind: PickKind, target: u32, tokens: u64, request: &str) -> Booking {
         request_id: RequestId::new(request),
         model: ModelName::new("m"),
         input_tokens: tokens,
+        age: Duration::ZERO,
     }
 }
 

@@ -11,6 +11,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
 
+use super::forward::Forwarder;
 use super::wire;
 use crate::error::ControlError;
 use crate::fit::WeightMode;
@@ -21,17 +22,29 @@ use crate::state::ControlState;
 pub(crate) struct AdminService {
     state: Arc<ControlState>,
     stop: watch::Receiver<()>,
+    forwarder: Forwarder,
+}
+
+/// On a follower, sends the call to the leader instead (`$method` of the leader's Admin).
+macro_rules! or_forward {
+    ($self:ident, $req:ident, $method:ident) => {
+        if let Some(leader) = $self.state.leadership().forward_to() {
+            return $self.forwarder.forward(leader, $req, |mut c, r| async move { c.$method(r).await }).await;
+        }
+    };
 }
 
 impl AdminService {
     pub(super) fn new(state: Arc<ControlState>, stop: watch::Receiver<()>) -> Self {
-        Self { state, stop }
+        Self { state, stop, forwarder: Forwarder::default() }
     }
 
-    /// The settings as `GetConfig` shows them, with how W is chosen and every pool's fit.
+    /// The settings as `GetConfig` shows them, with how W is chosen, every pool's fit and the
+    /// leadership.
     fn config(&self, s: &crate::settings::Settings) -> pb::Config {
         let (mode, pools) = self.state.weight_fits();
-        wire::config(s, mode, &pools)
+        let (view, warm) = self.state.leadership_view();
+        wire::config(s, mode, &pools, wire::leadership(&view, warm))
     }
 
     fn drain(
@@ -49,7 +62,8 @@ type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn get_config(&self, _: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+    async fn get_config(&self, req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
+        or_forward!(self, req, get_config);
         Ok(Response::new(self.config(&self.state.settings())))
     }
 
@@ -57,6 +71,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeRequestWeightRequest>,
     ) -> Result<Response<pb::Config>, Status> {
+        or_forward!(self, req, set_decode_request_weight);
         let m = req.get_ref();
         let w = convert::request_weight("decode_request_weight", m.decode_request_weight)
             .map_err(ControlError::from)?;
@@ -68,6 +83,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetDecodeInputDemandRequest>,
     ) -> Result<Response<pb::Config>, Status> {
+        or_forward!(self, req, set_decode_input_demand);
         let mode = convert::decode_input_demand("decode_input_demand", req.get_ref().decode_input_demand)
             .map_err(ControlError::from)?;
         Ok(Response::new(self.config(&self.state.set_mode(mode)?)))
@@ -77,6 +93,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::SetPrefillOverlapCreditRequest>,
     ) -> Result<Response<pb::Config>, Status> {
+        or_forward!(self, req, set_prefill_overlap_credit);
         let c = convert::overlap_credit("prefill_overlap_credit", req.get_ref().prefill_overlap_credit)
             .map_err(ControlError::from)?;
         Ok(Response::new(self.config(&self.state.set_overlap_credit(c)?)))
@@ -86,6 +103,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListTargetsRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        or_forward!(self, req, list_targets);
         Ok(Response::new(super::list_targets(&self.state, req.into_inner())?))
     }
 
@@ -93,6 +111,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListReservationsRequest>,
     ) -> Result<Response<pb::ListReservationsResponse>, Status> {
+        or_forward!(self, req, list_reservations);
         let m = req.into_inner();
         let lease = match m.lease_id.as_str() {
             "" => None,
@@ -109,6 +128,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::DrainTargetRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        or_forward!(self, req, drain_target);
         self.drain(req, true)
     }
 
@@ -116,6 +136,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::DrainTargetRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        or_forward!(self, req, resume_target);
         self.drain(req, false)
     }
 
@@ -125,6 +146,10 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::WatchDecisionsRequest>,
     ) -> Result<Response<Self::WatchDecisionsStream>, Status> {
+        if let Some(leader) = self.state.leadership().forward_to() {
+            // A stream is not forwarded: watch the leader itself.
+            return Err(ControlError::NotLeader { leader, lapsed: false }.into());
+        }
         let m = req.into_inner();
         let kind = convert::kind_filter("kind", m.kind).map_err(ControlError::from)?;
         let model = convert::name_filter(m.model);

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::rpc_span;
 use super::wire;
 use crate::error::ControlError;
+use crate::routing::Declared;
 use crate::state::ControlState;
 
 /// The Router service.
@@ -58,7 +59,7 @@ impl Router for RouterService {
     async fn open_lease(&self, req: Request<pb::OpenLeaseRequest>) -> Result<Response<pb::Lease>, Status> {
         let m = req.into_inner();
         let crate::routing::OpenedLease { lease, ttl } =
-            self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()));
+            self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()))?;
         tracing::info!(%lease, holder = %m.holder, ttl_ms = ttl.as_millis() as u64, "lease opened");
         Ok(Response::new(pb::Lease { lease_id: lease.to_string(), ttl_ms: wire::millis(ttl) }))
     }
@@ -106,6 +107,32 @@ impl Router for RouterService {
         &self,
         req: Request<pb::ListTargetsRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        // Every replica answers: it is the proxies' fallback list, whoever leads.
         Ok(Response::new(super::list_targets(&self.state, req.into_inner())?))
+    }
+
+    async fn redeclare(
+        &self,
+        req: Request<pb::RedeclareRequest>,
+    ) -> Result<Response<pb::RedeclareResponse>, Status> {
+        let span = rpc_span("Redeclare", &req);
+        let _entered = span.enter();
+        let (lease, legs) = convert::redeclare_request(req.into_inner()).map_err(ControlError::from)?;
+        let results = self.state.redeclare(lease, &legs)?;
+        let booked = results.iter().filter(|r| matches!(r, Declared::Booked { .. })).count();
+        tracing::info!(%lease, legs = legs.len(), booked, "legs re-declared");
+        Ok(Response::new(pb::RedeclareResponse {
+            results: results
+                .iter()
+                .map(|r| match r {
+                    Declared::Booked { reservation, .. } => {
+                        pb::DeclaredResult { reservation_id: reservation.to_string(), unknown_target: false }
+                    }
+                    Declared::UnknownTarget => {
+                        pb::DeclaredResult { reservation_id: String::new(), unknown_target: true }
+                    }
+                })
+                .collect(),
+        }))
     }
 }

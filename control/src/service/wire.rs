@@ -8,11 +8,18 @@ use infera_proto::types::RequestWeight;
 use crate::decisions::{CandidateTerms, Decision};
 use crate::engine::{EngineBoard, Reading};
 use crate::fit::{PoolFit, WeightMode, WorkerRow};
+use crate::leader::LeadershipView;
 use crate::routing::{ReservationRow, TargetRow};
 use crate::settings::Settings;
 
-pub(super) fn config(s: &Settings, mode: WeightMode, pools: &[PoolFit]) -> pb::Config {
+pub(super) fn config(
+    s: &Settings,
+    mode: WeightMode,
+    pools: &[PoolFit],
+    leadership: pb::Leadership,
+) -> pb::Config {
     pb::Config {
+        leadership: Some(leadership),
         decode_request_weight_auto: mode == WeightMode::Auto,
         decode_pool_weights: pools.iter().map(|p| pool_weight(p, mode, s.weight)).collect(),
         decode_input_demand: pb::DecodeInputDemand::from(s.mode) as i32,
@@ -25,6 +32,17 @@ pub(super) fn config(s: &Settings, mode: WeightMode, pools: &[PoolFit]) -> pb::C
         prefill_overlap_credit: s.overlap_credit.get(),
         decode_prefilling_weight: s.prefilling_weight.get(),
         decode_prefilling_age_decay: s.prefilling_age_decay.is_on(),
+    }
+}
+
+pub(super) fn leadership(view: &LeadershipView, warm: bool) -> pb::Leadership {
+    pb::Leadership {
+        role: view.role.as_str().to_owned(),
+        url: view.url.clone(),
+        leader_url: view.leader_url.clone().unwrap_or_default(),
+        epoch: view.epoch,
+        warm,
+        leading_ms: view.since.map_or(0, |t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
     }
 }
 

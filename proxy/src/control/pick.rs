@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use infera_proto::types::{ModelName, ReleaseReason};
 
+use super::legs::{LegFacts, LegId};
 use super::release::{Booking, Releaser};
 use crate::error::{Leg, ProxyError};
 use crate::targets::Endpoint;
@@ -15,22 +16,30 @@ use crate::targets::Endpoint;
 pub struct Pick {
     /// Where the leg goes.
     pub endpoint: Endpoint,
-    /// Control's booking; `None` for a local fallback.
-    booking: Option<Booking>,
+    /// The leg in the releaser's registry (which holds control's booking, if any).
+    leg: LegId,
+    /// Control booked it when it was picked (else a local fallback).
+    booked: bool,
     releaser: Arc<Releaser>,
     released: bool,
 }
 
 impl Pick {
-    /// A leg starting on `endpoint`.
-    pub(super) fn new(releaser: &Arc<Releaser>, endpoint: Endpoint, booking: Option<Booking>) -> Self {
-        releaser.start(&endpoint);
-        Self { endpoint, booking, releaser: releaser.clone(), released: false }
+    /// A leg starting on `endpoint`, booked as `booking` (`None`: a local pick).
+    pub(super) fn new(
+        releaser: &Arc<Releaser>,
+        endpoint: Endpoint,
+        facts: LegFacts,
+        booking: Option<Booking>,
+    ) -> Self {
+        let booked = booking.is_some();
+        let leg = releaser.start(&endpoint, facts, booking);
+        Self { endpoint, leg, booked, releaser: releaser.clone(), released: false }
     }
 
-    /// Whether control booked it (false for a local fallback).
+    /// Whether control booked it when it was picked (false for a local fallback).
     pub fn booked(&self) -> bool {
-        self.booking.is_some()
+        self.booked
     }
 
     /// Ends the leg with `reason`.
@@ -40,7 +49,7 @@ impl Pick {
 
     fn end(&mut self, reason: ReleaseReason) {
         if !std::mem::replace(&mut self.released, true) {
-            self.releaser.release(&self.endpoint, self.booking.take(), reason);
+            self.releaser.release(&self.endpoint, self.leg, reason);
         }
     }
 }

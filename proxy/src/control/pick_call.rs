@@ -13,6 +13,7 @@ use infera_proto::types::{LeaseId, ModelName, PickKind, PickRequest, ReleaseReas
 use tonic::Status;
 
 use super::ControlLink;
+use super::legs::LegFacts;
 use super::page_hashes::PageHashes;
 use super::pick::{Pick, PickError};
 use super::release::Booking;
@@ -28,16 +29,19 @@ type PickCall =
 
 /// A pick RPC in flight; if the proxy stops waiting for it (deadline, or the request is
 /// dropped), what control books is released as soon as the answer arrives.
-struct PendingPick {
+struct PendingPick<'a> {
     call: Option<PickCall>,
     link: Arc<ControlLink>,
     lease: LeaseId,
+    kind: PickKind,
+    facts: &'a Facts,
+    model: &'a ModelName,
 }
 
-impl Drop for PendingPick {
+impl Drop for PendingPick<'_> {
     fn drop(&mut self) {
         if let Some(call) = self.call.take() {
-            self.link.release_late(call, self.lease);
+            self.link.release_late(call, self.lease, self.kind, self.facts.clone(), self.model.clone());
         }
     }
 }
@@ -65,14 +69,14 @@ impl ControlLink {
             let mut req = tonic::Request::new(pb::PickRequest::from(&pick));
             req.set_timeout(LATE_PICK_LIMIT);
             infera_proto::telemetry::inject_metadata(&tracing::Span::current(), req.metadata_mut());
-            let mut client = self.client.clone();
+            let (_, mut client) = self.controls.current();
             let call: PickCall = Box::pin(async move {
                 match kind {
                     PickKind::Prefill => client.pick_prefill(req).await,
                     PickKind::Decode => client.pick_decode(req).await,
                 }
             });
-            let mut pending = PendingPick { call: Some(call), link: self.clone(), lease };
+            let mut pending = PendingPick { call: Some(call), link: self.clone(), lease, kind, facts, model };
             let answer = tokio::select! {
                 answer = pending.call.as_mut().expect("set above") => {
                     pending.call = None;
@@ -83,7 +87,7 @@ impl ControlLink {
             };
             drop(pending);
             match answer {
-                Ok(Ok(resp)) => match self.booked(&resp.into_inner(), lease) {
+                Ok(Ok(resp)) => match self.booked(&resp.into_inner(), lease, kind, facts, model) {
                     Some(pick) => return Ok(pick),
                     None => tracing::warn!("control answered a pick without a target; routing locally"),
                 },
@@ -98,6 +102,13 @@ impl ControlLink {
                         tracing::warn!(%lease, "control does not know this proxy's lease; reopening it");
                         self.lease.forget(lease);
                     }
+                    Some(ErrorReason::NotLeader) => {
+                        tracing::warn!(%lease, leader = ?StatusReason::leader(&status), "control does not lead; moving the lease to the leader");
+                        if let Some(leader) = StatusReason::leader(&status) {
+                            self.controls.follow(&leader);
+                        }
+                        self.lease.forget(lease);
+                    }
                     _ => tracing::debug!(code = ?status.code(), "pick failed; routing locally"),
                 },
                 Err(()) => tracing::debug!(timeout = ?self.pick_timeout, "pick timed out; routing locally"),
@@ -105,26 +116,57 @@ impl ControlLink {
         }
         self.metrics.fallback(kind);
         let endpoint = self.fallback.choose(&self.targets(), &self.releaser.load, kind, model)?;
-        Ok(Pick::new(&self.releaser, endpoint, None))
+        let facts = LegFacts {
+            kind,
+            target: endpoint.target(),
+            model: model.clone(),
+            request_id: facts.request_id.clone(),
+            input_tokens: facts.input_tokens,
+        };
+        Ok(Pick::new(&self.releaser, endpoint, facts, None))
     }
 
     /// The leg control booked with `answer` under `lease`; `None` when the answer does not convert
     /// (no target, a malformed id).
-    fn booked(&self, answer: &pb::PickResponse, lease: LeaseId) -> Option<Pick> {
+    fn booked(
+        &self,
+        answer: &pb::PickResponse,
+        lease: LeaseId,
+        kind: PickKind,
+        facts: &Facts,
+        model: &ModelName,
+    ) -> Option<Pick> {
         let picked = convert::picked(answer)
             .map_err(|e| tracing::debug!(error = %e, "a pick answer that does not convert"))
             .ok()?;
         let endpoint = Endpoint::new(&picked.worker, picked.target.rank);
-        Some(Pick::new(&self.releaser, endpoint, Some(Booking { reservation: picked.reservation, lease })))
+        // What control booked: a prefill charges the tokens the target does not hold already.
+        let cached = answer.cost.as_ref().map_or(0, |c| c.cached_tokens);
+        let leg = LegFacts {
+            kind,
+            target: picked.target,
+            model: model.clone(),
+            request_id: facts.request_id.clone(),
+            input_tokens: facts.input_tokens.saturating_sub(cached),
+        };
+        let booking = Booking { reservation: picked.reservation, lease };
+        Some(Pick::new(&self.releaser, endpoint, leg, Some(booking)))
     }
 
     /// A pick the proxy stopped waiting for may still be booked by control: wait for it in the
     /// background and release what it booked at once.
-    fn release_late(self: &Arc<Self>, call: PickCall, lease: LeaseId) {
+    fn release_late(
+        self: &Arc<Self>,
+        call: PickCall,
+        lease: LeaseId,
+        kind: PickKind,
+        facts: Facts,
+        model: ModelName,
+    ) {
         let link = self.clone();
         tokio::spawn(async move {
             if let Ok(resp) = call.await
-                && let Some(pick) = link.booked(&resp.into_inner(), lease)
+                && let Some(pick) = link.booked(&resp.into_inner(), lease, kind, &facts, &model)
             {
                 link.metrics.late_pick();
                 pick.release(ReleaseReason::Cancelled);

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
-use infera_proto::pb::{self, router_client::RouterClient};
+use infera_proto::pb;
 use infera_proto::types::{LeaseId, ReleaseReason, ReservationId};
-use tonic::transport::Channel;
 
+use super::controls::Controls;
 use super::lease::Lease;
+use super::legs::{LegFacts, LegId, Legs};
 use crate::metrics::ProxyMetrics;
 use crate::targets::{Endpoint, LocalLoad};
 
@@ -26,36 +27,41 @@ pub(super) struct Booking {
 /// Starts and ends legs.
 #[derive(Debug)]
 pub(super) struct Releaser {
-    client: RouterClient<Channel>,
+    controls: Arc<Controls>,
     lease: Arc<Lease>,
     /// This proxy's legs in flight per target: the fallback's load signal.
     pub(super) load: LocalLoad,
+    /// Every leg in flight, for re-declaring.
+    pub(super) legs: Legs,
     metrics: Arc<ProxyMetrics>,
 }
 
 impl Releaser {
-    /// Releases through `client` while `lease` holds the booking's lease.
-    pub(super) fn new(
-        client: RouterClient<Channel>,
-        lease: Arc<Lease>,
-        load: LocalLoad,
-        metrics: Arc<ProxyMetrics>,
-    ) -> Self {
-        Self { client, lease, load, metrics }
+    /// Releases through the current control while `lease` holds the booking's lease.
+    pub(super) fn new(controls: Arc<Controls>, lease: Arc<Lease>, metrics: Arc<ProxyMetrics>) -> Self {
+        Self { controls, lease, load: LocalLoad::default(), legs: Legs::default(), metrics }
     }
 
-    /// A leg starts on `endpoint`.
-    pub(super) fn start(&self, endpoint: &Endpoint) {
+    /// A leg starts on `endpoint`, booked as `booking` (`None`: a local pick).
+    pub(super) fn start(&self, endpoint: &Endpoint, facts: LegFacts, booking: Option<Booking>) -> LegId {
         self.load.start(endpoint);
+        self.legs.start(facts, booking)
     }
 
-    /// A leg on `endpoint` ended with `reason`; `booking` is control's part, `None` for a local
-    /// fallback.
-    pub(super) fn release(&self, endpoint: &Endpoint, booking: Option<Booking>, reason: ReleaseReason) {
+    /// The leg `leg` on `endpoint` ended with `reason`: control's reservation that stands for it
+    /// now (if any) is released.
+    pub(super) fn release(&self, endpoint: &Endpoint, leg: LegId, reason: ReleaseReason) {
         self.load.end(endpoint);
         self.metrics.release(reason);
-        let Some(Booking { reservation, lease }) = booking else { return };
-        let (client, metrics, held) = (self.client.clone(), self.metrics.clone(), self.lease.clone());
+        if let Some(booking) = self.legs.end(leg) {
+            self.release_booking(booking, reason);
+        }
+    }
+
+    /// Releases one reservation of control's, retried while its lease is held.
+    pub(super) fn release_booking(&self, booking: Booking, reason: ReleaseReason) {
+        let Booking { reservation, lease } = booking;
+        let (controls, metrics, held) = (self.controls.clone(), self.metrics.clone(), self.lease.clone());
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(50);
             loop {
@@ -63,7 +69,7 @@ impl Releaser {
                     reservation_id: reservation.to_string(),
                     reason: pb::ReleaseReason::from(reason) as i32,
                 };
-                match client.clone().release(msg).await {
+                match controls.current().1.release(msg).await {
                     Ok(_) => return,
                     Err(s)
                         if matches!(
@@ -76,7 +82,8 @@ impl Releaser {
                     }
                     Err(s) => {
                         if !held.holds(lease) {
-                            // The lease ended: control released everything it held.
+                            // The lease ended (control released everything it held), or its
+                            // control is gone: the leg was re-declared under the next lease.
                             return;
                         }
                         metrics.control_error("release");

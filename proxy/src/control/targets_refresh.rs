@@ -4,9 +4,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use infera_proto::pb::{self, router_client::RouterClient};
-use tonic::transport::Channel;
+use infera_proto::pb;
 
+use super::controls::Controls;
 use crate::metrics::ProxyMetrics;
 use crate::targets::TargetList;
 
@@ -32,14 +32,16 @@ impl KnownTargets {
     /// Refreshes the list until `stop` fires.
     pub(super) async fn run(
         self: Arc<Self>,
-        client: RouterClient<Channel>,
+        controls: Arc<Controls>,
         metrics: Arc<ProxyMetrics>,
         mut stop: tokio::sync::watch::Receiver<()>,
     ) {
         let mut known = false;
         loop {
             let req = pb::ListTargetsRequest::default();
-            match tokio::time::timeout(Duration::from_secs(2), client.clone().list_targets(req)).await {
+            // Every replica answers ListTargets, leader or not.
+            let (_, mut client) = controls.current();
+            match tokio::time::timeout(Duration::from_secs(2), client.list_targets(req)).await {
                 Ok(Ok(resp)) => {
                     let list = TargetList::new(resp.into_inner().targets);
                     if !known {

@@ -10,6 +10,7 @@ mod ledger;
 mod load;
 mod openai;
 mod pd;
+mod rebuild;
 mod slow_control;
 mod timeout;
 mod trace;

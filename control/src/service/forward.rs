@@ -1,0 +1,72 @@
+//! Admin calls that reach a follower go to the leader: the follower calls the same method on the
+//! leader with the caller's `authorization` and hands back the leader's answer (or its status),
+//! so an operator may point grpcurl at any replica (or at a Service in front of all of them).
+//! A call forwarded once is never forwarded again (`infera-forwarded`): a replica that does not
+//! lead either refuses it with `NOT_LEADER`.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use infera_proto::pb::admin_client::AdminClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use crate::error::ControlError;
+
+/// Metadata a forwarded call carries.
+const FORWARDED: &str = "infera-forwarded";
+/// How long a forwarded call may take.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A channel to the leader, kept while the leader stays the same.
+#[derive(Debug, Default)]
+pub(super) struct Forwarder {
+    leader: Mutex<Option<(String, AdminClient<Channel>)>>,
+}
+
+impl Forwarder {
+    fn client(&self, url: &str) -> Result<AdminClient<Channel>, Status> {
+        let mut leader = self.leader.lock().expect("forwarder lock");
+        if let Some((known, client)) = leader.as_ref()
+            && known == url
+        {
+            return Ok(client.clone());
+        }
+        let endpoint = Endpoint::from_shared(url.to_owned())
+            .map_err(|e| Status::internal(format!("the leader's URL {url:?} is not a URL: {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true);
+        let client = AdminClient::new(endpoint.connect_lazy());
+        *leader = Some((url.to_owned(), client.clone()));
+        Ok(client)
+    }
+
+    /// Sends `req` to `leader` through `call` (the same method); a call that was forwarded
+    /// already, or no known leader, is `NOT_LEADER`.
+    pub(super) async fn forward<T, U, F, Fut>(
+        &self,
+        leader: Option<String>,
+        req: Request<T>,
+        call: F,
+    ) -> Result<Response<U>, Status>
+    where
+        F: FnOnce(AdminClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<U>, Status>>,
+    {
+        let not_leader = |leader| Status::from(ControlError::NotLeader { leader, lapsed: false });
+        if req.metadata().contains_key(FORWARDED) {
+            return Err(not_leader(leader));
+        }
+        let Some(url) = leader else { return Err(not_leader(None)) };
+        let client = self.client(&url)?;
+        let auth = req.metadata().get("authorization").cloned();
+        let mut out = Request::new(req.into_inner());
+        out.set_timeout(FORWARD_TIMEOUT);
+        out.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+        if let Some(auth) = auth {
+            out.metadata_mut().insert("authorization", auth);
+        }
+        call(client, out).await
+    }
+}

@@ -1,0 +1,168 @@
+//! The replica set as the state shell sees it: the booking gate on every Router call, the legs
+//! proxies re-declare, the takeover (a fresh ledger of the new term, the persisted settings and
+//! drains read again) and the step-down, and whether a new leader's ledger is warm.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use infera_proto::types::{DeclaredLeg, LeaseId};
+
+use super::ControlState;
+use crate::error::ControlError;
+use crate::leader::election::Takeover;
+use crate::leader::holders::{self, HolderBook};
+use crate::leader::metrics::LeaderMetrics;
+use crate::leader::warmth::Warmth;
+use crate::leader::{Leadership, LeadershipView, Role};
+use crate::persist::{self, Persisted};
+use crate::routing::{Declared, Redeclared};
+
+/// What the shell keeps of the replica set.
+#[derive(Debug)]
+pub struct Ha {
+    leadership: Arc<Leadership>,
+    warmth: Mutex<Warmth>,
+    /// The proxies' book in etcd (`--etcd`).
+    holders: Option<HolderBook>,
+    /// etcd endpoints (empty: standalone).
+    etcd: Vec<String>,
+    /// The settings of the flags, under what etcd persisted (read again at each takeover).
+    flags: Persisted,
+    /// The proxies' default lease TTL: how long a new leader waits for unknown proxies.
+    lease_ttl: Duration,
+    metrics: LeaderMetrics,
+}
+
+impl Ha {
+    /// The replica set of `leadership`; `etcd` empty for a standalone control.
+    pub fn new(
+        leadership: Arc<Leadership>,
+        etcd: Vec<String>,
+        flags: Persisted,
+        metrics: LeaderMetrics,
+    ) -> Self {
+        let lease_ttl = flags.settings.lease_ttl;
+        let holders = (!etcd.is_empty()).then(|| HolderBook::start(etcd.clone()));
+        let view = leadership.view();
+        metrics.leadership(view.role != Role::Follower, view.epoch);
+        let since = view.since.unwrap_or_else(Instant::now);
+        Self {
+            leadership,
+            warmth: Mutex::new(Warmth::new(since, None, lease_ttl)),
+            holders,
+            etcd,
+            flags,
+            lease_ttl,
+            metrics,
+        }
+    }
+
+    fn warmth(&self) -> std::sync::MutexGuard<'_, Warmth> {
+        self.warmth.lock().expect("warmth lock")
+    }
+}
+
+impl ControlState {
+    /// Refuses a Router call `rpc` when this control may not book.
+    pub(super) fn gate(&self, rpc: &'static str) -> Result<(), ControlError> {
+        self.ha.leadership.check(Instant::now()).inspect_err(|_| self.ha.metrics.not_leader(rpc))
+    }
+
+    /// The leadership (for `GetConfig`, and where Admin calls go).
+    pub fn leadership(&self) -> &Leadership {
+        &self.ha.leadership
+    }
+
+    /// The role, leader and term, and whether the ledger is warm.
+    pub fn leadership_view(&self) -> (LeadershipView, bool) {
+        let view = self.ha.leadership.view();
+        let warm = view.role != Role::Follower && self.ha.warmth().is_warm(Instant::now());
+        (view, warm)
+    }
+
+    /// Sets the leadership gauges (every second).
+    pub fn export_leader_metrics(&self) {
+        let (view, warm) = self.leadership_view();
+        self.ha.metrics.leadership(view.role != Role::Follower, view.epoch);
+        self.ha.metrics.warm(warm);
+    }
+
+    /// A proxy opened a lease: the book of proxies a later leader waits for.
+    pub(super) fn lease_opened(&self, holder: &str, ttl: Duration) {
+        if let Some(book) = &self.ha.holders {
+            book.opened(holder, ttl);
+        }
+    }
+
+    /// A proxy's lease ended: out of the book, unless it holds another.
+    pub(super) fn lease_gone(&self, holder: &str) {
+        if let Some(book) = &self.ha.holders
+            && !self.core().holds_lease_of(holder)
+        {
+            book.gone(holder);
+        }
+    }
+
+    /// Books the legs a proxy re-declares under `lease`.
+    pub fn redeclare(&self, lease: LeaseId, legs: &[DeclaredLeg]) -> Result<Vec<Declared>, ControlError> {
+        self.gate("Redeclare")?;
+        let (Redeclared { results, changes }, holder) = {
+            let mut core = self.core();
+            let out = core.redeclare(lease, legs, Instant::now(), SystemTime::now())?;
+            (out, core.lease_holder(lease))
+        };
+        self.ha.metrics.redeclare_call();
+        for r in &results {
+            match r {
+                Declared::Booked { kind, was_booked, .. } => self.ha.metrics.redeclared(*kind, *was_booked),
+                Declared::UnknownTarget => self.ha.metrics.unknown_target(),
+            }
+        }
+        for change in &changes {
+            self.metrics.load(change);
+        }
+        if let Some(holder) = holder {
+            self.ha.warmth().redeclared(&holder);
+        }
+        Ok(results)
+    }
+
+    /// Takes over with term `epoch`: the persisted settings and drains read again (another
+    /// leader may have changed them), a fresh ledger, and a warmth that waits for the proxies of
+    /// the book.
+    async fn take_over(&self, epoch: u32) {
+        let (persisted, drains) = persist::load(&self.ha.etcd, self.ha.flags.clone()).await;
+        let expected = holders::load(&self.ha.etcd).await;
+        let now = Instant::now();
+        {
+            let mut core = self.core();
+            core.restore(persisted, drains);
+            core.reset_ledger(epoch);
+        }
+        tracing::info!(epoch, waiting_for = expected.as_ref().map(|e| e.len()), "taking over as leader");
+        *self.ha.warmth() = Warmth::new(now, expected, self.ha.lease_ttl);
+        self.ha.metrics.takeover();
+        self.publish_loads();
+    }
+}
+
+impl Takeover for ControlState {
+    fn elected(&self, epoch: u32) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.take_over(epoch))
+    }
+
+    fn deposed(&self) {
+        // What it held is the new leader's; ids of this term are refused from now on.
+        self.core().reset_ledger(0);
+        self.publish_loads();
+        self.ha.metrics.leadership(false, 0);
+        self.ha.metrics.warm(false);
+    }
+}
+
+/// Lets the election hold the state as its [`Takeover`].
+pub fn takeover(state: &Arc<ControlState>) -> Arc<dyn Takeover> {
+    state.clone()
+}
