@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct EtcdServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// The address it listens on for clients (loopback unless started on another).
+    host: std::net::IpAddr,
     client_port: u16,
     peer_port: u16,
 }
@@ -42,15 +44,20 @@ fn data_dir() -> tempfile::TempDir {
 impl EtcdServer {
     /// Starts etcd and waits (bounded) until it answers `/health`.
     pub fn start() -> Self {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// Starts etcd listening for clients on `host` (an address of this machine).
+    pub fn start_on(host: std::net::IpAddr) -> Self {
         let mut server =
-            Self { child: None, dir: data_dir(), client_port: free_port(), peer_port: free_port() };
+            Self { child: None, dir: data_dir(), host, client_port: free_port(), peer_port: free_port() };
         server.resume();
         server
     }
 
     /// The client URL, e.g. `http://127.0.0.1:41234`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host, self.client_port)
     }
 
     /// Stops etcd (SIGTERM), keeping its data.
@@ -93,7 +100,7 @@ impl EtcdServer {
     }
 
     fn healthy(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) else { return false };
+        let Ok(mut s) = TcpStream::connect((self.host, self.client_port)) else { return false };
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
         if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
             return false;

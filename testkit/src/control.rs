@@ -108,15 +108,34 @@ impl ControlSpec {
     /// # Errors
     /// When the binary is missing or does not start.
     pub async fn spawn(self) -> anyhow::Result<Control> {
+        self.spawn_in(None).await
+    }
+
+    /// Starts it as an `infera-control` process inside the network namespace `netns` (named, with
+    /// the address it listens on there), or here when `None`.
+    ///
+    /// # Errors
+    /// When the binary is missing or does not start.
+    pub async fn spawn_in(self, netns: Option<(&str, std::net::IpAddr)>) -> anyhow::Result<Control> {
         let file = self.workers_file()?;
-        let mut args = vec!["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>();
+        let host = netns.map_or_else(|| "127.0.0.1".to_owned(), |(_, ip)| ip.to_string());
+        let mut args = Vec::new();
+        let mut program = binary("infera-control")?;
+        if let Some((name, _)) = netns {
+            args.extend(["netns", "exec", name].map(str::to_owned));
+            args.push(program.display().to_string());
+            program = "ip".into();
+        }
+        args.extend([
+            "--listen".to_owned(),
+            format!("{host}:0"),
+            "--metrics-listen".to_owned(),
+            format!("{host}:0"),
+        ]);
         args.extend(self.argv(file.as_ref()));
         let spec = ProcessSpec {
             name: "infera-control".to_owned(),
-            program: binary("infera-control")?,
+            program,
             args,
             env: BTreeMap::from([("INFERA_LOG".to_owned(), "warn".to_owned())]),
             rebind: vec![

@@ -9,14 +9,18 @@
 //! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
 //!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
 //! - [`http`]: a small probe client and a metric reader.
+//! - [`replicas`]: several controls electing a leader through etcd (HA), optionally each in a
+//!   network namespace of its own ([`netns`]) so that links can be cut.
 
 pub mod cluster;
 pub mod control;
 pub mod eventually;
 pub mod http;
+pub mod netns;
 pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod replicas;
 pub mod server;
 pub mod sim;
 
@@ -26,4 +30,5 @@ pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
 pub use infera_registry::register::Registration;
 pub use infera_registry::test_server::EtcdServer;
 pub use proxy::{Proxy, ProxySpec};
+pub use replicas::Replicas;
 pub use sim::{Sim, SimSpec};

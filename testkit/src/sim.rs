@@ -197,6 +197,12 @@ impl SimSpec {
         }
     }
 
+    /// Serves on `host` (an address of this machine) instead of loopback.
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.args.server.host = host.into();
+        self
+    }
+
     /// Its worker record were it serving on `port` (for a registry told of it before it starts).
     pub fn record_at(&self, port: u16) -> WorkerRecord {
         worker_record(&self.plan(port, None))
@@ -237,7 +243,8 @@ impl SimSpec {
     /// # Errors
     /// When the command line does not parse or a socket cannot be bound.
     pub async fn start(self) -> anyhow::Result<Sim> {
-        self.start_on(TcpListener::bind("127.0.0.1:0").await?).await
+        let host = self.args.server.host.clone();
+        self.start_on(TcpListener::bind((host.as_str(), 0)).await?).await
     }
 
     /// Starts it in this process on a listener bound earlier (a worker that starts answering on
@@ -246,8 +253,11 @@ impl SimSpec {
     /// # Errors
     /// When the command line does not parse or a socket cannot be bound.
     pub async fn start_on(self, http: TcpListener) -> anyhow::Result<Sim> {
-        let bootstrap =
-            if self.role == Role::Prefill { Some(TcpListener::bind("127.0.0.1:0").await?) } else { None };
+        let bootstrap = if self.role == Role::Prefill {
+            Some(TcpListener::bind((http.local_addr()?.ip(), 0)).await?)
+        } else {
+            None
+        };
         let addr = http.local_addr()?;
         let bootstrap_addr = bootstrap.as_ref().map(TcpListener::local_addr).transpose()?;
         let Prepared { config, plan, params } = self.config(addr.port(), bootstrap_addr.map(|a| a.port()))?;

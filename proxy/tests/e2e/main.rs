@@ -5,6 +5,7 @@ mod harness;
 
 mod engine;
 mod errors;
+mod failover;
 mod kv;
 mod ledger;
 mod load;
