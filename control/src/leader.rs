@@ -24,7 +24,7 @@ pub mod warmth;
 
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::ControlError;
 
@@ -63,6 +63,8 @@ pub struct LeadershipView {
     pub epoch: u32,
     /// When this control took over (leader and standalone).
     pub since: Option<Instant>,
+    /// The same, on the wall clock (for operators).
+    pub since_wall: Option<SystemTime>,
 }
 
 /// The leadership as the rest of control reads it: the role, the leader, and the booking gate.
@@ -84,13 +86,21 @@ impl Leadership {
             url,
             epoch,
             since: Some(now),
+            since_wall: Some(SystemTime::now()),
         };
         Self { base: now, book_until: AtomicU64::new(u64::MAX), view: RwLock::new(view) }
     }
 
     /// A replica that has not won an election (yet): it books nothing.
     pub fn candidate(url: String, now: Instant) -> Self {
-        let view = LeadershipView { role: Role::Follower, url, leader_url: None, epoch: 0, since: None };
+        let view = LeadershipView {
+            role: Role::Follower,
+            url,
+            leader_url: None,
+            epoch: 0,
+            since: None,
+            since_wall: None,
+        };
         Self { base: now, book_until: AtomicU64::new(0), view: RwLock::new(view) }
     }
 
@@ -107,8 +117,8 @@ impl Leadership {
         Err(ControlError::NotLeader { leader, lapsed })
     }
 
-    /// Where Admin calls go when this control does not lead: `None` when it leads (or may
-    /// book), else the leader's URL if one is known.
+    /// Where Admin calls go when this control does not lead: `None` when it leads, else the
+    /// leader's URL if one is known (`Some(None)`: a follower that knows no leader).
     pub fn forward_to(&self) -> Option<Option<String>> {
         let view = self.view();
         match view.role {
@@ -131,6 +141,7 @@ impl Leadership {
             view.leader_url = Some(view.url.clone());
             view.epoch = epoch;
             view.since = Some(now);
+            view.since_wall = Some(SystemTime::now());
         }
         self.extend(until);
     }
@@ -146,6 +157,7 @@ impl Leadership {
         let mut view = self.view.write().expect("leadership lock");
         view.role = Role::Follower;
         view.since = None;
+        view.since_wall = None;
         (view.leader_url, view.epoch) = match leader {
             Some((url, epoch)) => (Some(url), epoch),
             None => (None, 0),

@@ -72,6 +72,23 @@ fn control_unit_and_env_start_a_valid_control() {
 }
 
 #[test]
+fn an_ha_replica_unit_and_its_two_env_files_start_a_valid_control() {
+    let (name, words) = exec_start("infera-control@.service", "a");
+    assert_eq!(name, "infera-control");
+    // The replica's own file is read after the shared one: its values win.
+    let mut env = env_file("control.env");
+    let own = env_file("control-a.env");
+    env.extend(own.clone());
+    let argv: Vec<String> =
+        std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
+    let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!config.etcd.is_empty(), "replicas elect through etcd");
+    assert_eq!(config.advertise_url.as_deref(), Some(own["INFERA_CONTROL_ADVERTISE_URL"].as_str()));
+    assert_eq!(config.leader_ttl.as_secs().to_string(), env["INFERA_CONTROL_LEADER_LEASE_TTL_SECS"]);
+}
+
+#[test]
 fn proxy_unit_and_env_start_a_valid_proxy() {
     let (name, words) = exec_start("infera-proxy@.service", "8000");
     assert_eq!(name, "infera-proxy");

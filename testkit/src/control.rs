@@ -241,6 +241,21 @@ impl Control {
         rows.into_inner().targets
     }
 
+    /// Waits (bounded) until it leads: a control with `--etcd` books only once elected.
+    ///
+    /// # Errors
+    /// When it is not elected in time.
+    pub async fn wait_leading(&self) -> anyhow::Result<()> {
+        let url = self.url();
+        crate::eventually::poll(std::time::Duration::from_secs(30), "control to lead", async || {
+            let mut admin = self.admin().await;
+            let config = admin.get_config(pb::GetConfigRequest::default()).await.ok()?.into_inner();
+            config.leadership.filter(|l| l.url == url && l.role != "follower").map(|_| ())
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Held requests and booked input tokens summed over every target.
     pub async fn ledger(&self) -> Ledger {
         self.targets().await.iter().fold(Ledger::default(), |l, r| Ledger {

@@ -312,6 +312,7 @@ mod auto_weight;
 mod headroom;
 mod kv;
 mod prefilling_age;
+mod redeclare;
 
 #[test]
 fn round_robin_prefill_ignores_overlap_and_load() {

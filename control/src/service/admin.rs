@@ -25,11 +25,21 @@ pub(crate) struct AdminService {
     forwarder: Forwarder,
 }
 
-/// On a follower, sends the call to the leader instead (`$method` of the leader's Admin).
+/// On a follower, sends the call to the leader instead (`$method` of the leader's Admin). A
+/// follower that knows no leader (an election in progress) refuses a change with `NOT_LEADER`
+/// but answers a read itself (`read`): its view, its settings, an empty ledger.
 macro_rules! or_forward {
     ($self:ident, $req:ident, $method:ident) => {
         if let Some(leader) = $self.state.leadership().forward_to() {
             return $self.forwarder.forward(leader, $req, |mut c, r| async move { c.$method(r).await }).await;
+        }
+    };
+    ($self:ident, $req:ident, $method:ident, read) => {
+        if let Some(Some(leader)) = $self.state.leadership().forward_to() {
+            return $self
+                .forwarder
+                .forward(Some(leader), $req, |mut c, r| async move { c.$method(r).await })
+                .await;
         }
     };
 }
@@ -63,7 +73,7 @@ type DecisionStream = Pin<Box<dyn Stream<Item = Result<pb::DecisionEvent, Status
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn get_config(&self, req: Request<pb::GetConfigRequest>) -> Result<Response<pb::Config>, Status> {
-        or_forward!(self, req, get_config);
+        or_forward!(self, req, get_config, read);
         Ok(Response::new(self.config(&self.state.settings())))
     }
 
@@ -103,7 +113,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListTargetsRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        or_forward!(self, req, list_targets);
+        or_forward!(self, req, list_targets, read);
         Ok(Response::new(super::list_targets(&self.state, req.into_inner())?))
     }
 
@@ -111,7 +121,7 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListReservationsRequest>,
     ) -> Result<Response<pb::ListReservationsResponse>, Status> {
-        or_forward!(self, req, list_reservations);
+        or_forward!(self, req, list_reservations, read);
         let m = req.into_inner();
         let lease = match m.lease_id.as_str() {
             "" => None,

@@ -42,7 +42,7 @@ pub(super) fn leadership(view: &LeadershipView, warm: bool) -> pb::Leadership {
         leader_url: view.leader_url.clone().unwrap_or_default(),
         epoch: view.epoch,
         warm,
-        leading_ms: view.since.map_or(0, |t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        leading_since: view.since_wall.map(timestamp),
     }
 }
 

@@ -14,7 +14,7 @@ pub(crate) fn pd_workers(ranks: u32) -> String {
 }
 
 /// A running control, started with the workspace's test kit.
-pub(crate) struct Control(infera_testkit::Control);
+pub(crate) struct Control(pub(crate) infera_testkit::Control);
 
 impl std::ops::Deref for Control {
     type Target = infera_testkit::Control;
@@ -33,8 +33,13 @@ impl Control {
     }
 
     /// Starts control without a workers file, with exactly these flags (plus `--seed 7`).
+    /// With `--etcd` it is a replica: this waits until it leads (it books only then).
     pub(crate) async fn start_with(flags: &[&str]) -> Self {
-        Self(ControlSpec::new(Workers::None).flags(flags.iter().copied()).start().await.unwrap())
+        let control = ControlSpec::new(Workers::None).flags(flags.iter().copied()).start().await.unwrap();
+        if flags.contains(&"--etcd") {
+            control.wait_leading().await.unwrap();
+        }
+        Self(control)
     }
 
     /// Opens a lease with `ttl_ms` (0 = default) and returns its id.

@@ -13,5 +13,6 @@ mod picks;
 mod reasons;
 mod reflection;
 mod registry;
+mod replicas;
 mod weight_fit;
 mod weight_fit_sim;

@@ -115,7 +115,7 @@ impl Lease {
                         metrics.control_error("open_lease");
                         let wait = self.move_on(&controls, at, &status, backoff);
                         if wait == backoff {
-                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            backoff = (backoff * 2).min(Duration::from_millis(250));
                         }
                         wait
                     }
