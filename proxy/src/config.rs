@@ -32,7 +32,9 @@ struct ListenArgs {
     /// HTTP address (OpenAI + SGLang APIs, /health, /metrics). Port 0 picks a free port.
     #[arg(long, env = "INFERA_PROXY_LISTEN", default_value = "127.0.0.1:8000")]
     listen: SocketAddr,
-    /// This proxy's name in control's lease table; default `infera-proxy@<listen address>`.
+    /// This proxy's name in control's lease table; default `infera-proxy@<listen address>` (the
+    /// host name for an unspecified address). A new control leader waits for every proxy by
+    /// this name: give each proxy its own.
     #[arg(long, env = "INFERA_PROXY_NAME")]
     name: Option<String>,
 }

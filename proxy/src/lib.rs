@@ -43,6 +43,19 @@ use crate::metrics::ProxyMetrics;
 use crate::server::Ctx;
 use crate::upstream::Upstreams;
 
+/// `infera-proxy@<bound address>`, the host name standing in for an unspecified address: a new
+/// control leader waits for each proxy by this name, so two proxies must not share it.
+fn default_name(bound: Option<std::net::SocketAddr>) -> String {
+    let Some(addr) = bound else { return "infera-proxy@?".to_owned() };
+    if addr.ip().is_unspecified() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        if !host.trim().is_empty() {
+            return format!("infera-proxy@{}:{}", host.trim(), addr.port());
+        }
+    }
+    format!("infera-proxy@{addr}")
+}
+
 /// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
 /// requests finish, and closes its lease with control.
 pub async fn run(
@@ -52,9 +65,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(ProxyMetrics::register(&mut registry));
-    let name = config.name.clone().unwrap_or_else(|| {
-        format!("infera-proxy@{}", listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()))
-    });
+    let name = config.name.clone().unwrap_or_else(|| default_name(listener.local_addr().ok()));
     let link = ControlLink::new(&config, name, metrics.clone());
     let stop = Stop::on(shutdown);
     link.spawn(stop.receiver());

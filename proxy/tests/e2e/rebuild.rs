@@ -56,3 +56,31 @@ async fn a_restarted_control_is_warm_again_from_what_the_proxies_declare() {
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_routed_locally_while_control_was_down_are_booked_once_it_is_back() {
+    let mut cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
+    cluster.stop_control().await;
+    // No control: both legs of each stream are routed locally from the last target list.
+    let streams = open_streams(&cluster, 3).await;
+    cluster.restart_control().await;
+    eventually::poll(
+        Duration::from_secs(15),
+        "the returned control to hold the 3 local streams",
+        async || (cluster.ledger().await.held_requests == 3).then_some(()),
+    )
+    .await
+    .unwrap();
+    let admin = cluster.admin().await;
+    let rows = admin.clone().list_reservations(pb::ListReservationsRequest::default()).await.unwrap();
+    assert!(rows.into_inner().reservations.iter().all(|r| r.kind == pb::PickKind::Decode as i32));
+    let metrics = cluster.control_metrics().await;
+    let fallback = metrics
+        .lines()
+        .find(|l| l.starts_with("infera_router_redeclared_total{kind=\"decode\",origin=\"fallback\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(fallback, Some(3.0), "{metrics}");
+    drop(streams);
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
