@@ -14,6 +14,8 @@ pub struct Warmth {
     /// The proxies to wait for, with their lease TTLs; `None` when nobody knows (no etcd).
     expected: Option<HashMap<String, Duration>>,
     back: HashSet<String>,
+    /// The proxies given up on (after the wait), handed out once.
+    pruned: bool,
     /// How long to wait at most when the expected proxies are unknown or none named a TTL.
     default_ttl: Duration,
 }
@@ -21,7 +23,7 @@ pub struct Warmth {
 impl Warmth {
     /// A takeover at `since`, waiting for `expected` (or, unknown, for `default_ttl`).
     pub fn new(since: Instant, expected: Option<HashMap<String, Duration>>, default_ttl: Duration) -> Self {
-        Self { since, expected, back: HashSet::new(), default_ttl }
+        Self { since, expected, back: HashSet::new(), pruned: false, default_ttl }
     }
 
     /// The proxy `holder` has re-declared under a lease with this control.
@@ -39,6 +41,16 @@ impl Warmth {
                     || waited >= expected.values().copied().max().unwrap_or(self.default_ttl)
             }
         }
+    }
+
+    /// Once the wait is over, the expected proxies that never came back — gone, to be struck from
+    /// the book so that the next takeover does not wait for them; handed out once.
+    pub fn take_gone(&mut self, now: Instant) -> Vec<String> {
+        if self.pruned || !self.is_warm(now) {
+            return Vec::new();
+        }
+        self.pruned = true;
+        self.missing()
     }
 
     /// The expected proxies that have not come back (after the wait: those gone).
@@ -76,6 +88,9 @@ mod tests {
         let mut gone = Warmth::new(t0, Some(HashMap::from([("p1".to_owned(), TTL)])), Duration::ZERO);
         assert!(!gone.is_warm(t0 + TTL - Duration::from_millis(1)));
         assert!(gone.is_warm(t0 + TTL));
+        assert!(gone.take_gone(t0).is_empty(), "still waiting");
+        assert_eq!(gone.take_gone(t0 + TTL), ["p1"]);
+        assert!(gone.take_gone(t0 + TTL).is_empty(), "handed out once");
         gone.redeclared("p1");
         assert!(gone.missing().is_empty());
     }

@@ -82,11 +82,19 @@ impl ControlState {
         (view, warm)
     }
 
-    /// Sets the leadership gauges (every second).
+    /// Sets the leadership gauges (every second), and strikes the proxies that never came back
+    /// after a takeover from the book.
     pub fn export_leader_metrics(&self) {
         let (view, warm) = self.leadership_view();
         self.ha.metrics.leadership(view.role != Role::Follower, view.epoch);
         self.ha.metrics.warm(warm);
+        if view.role == Role::Leader {
+            let gone = self.ha.warmth().take_gone(Instant::now());
+            for holder in gone {
+                tracing::info!(%holder, "a proxy of the previous leader did not come back; forgotten");
+                self.lease_gone(&holder);
+            }
+        }
     }
 
     /// A proxy opened a lease: the book of proxies a later leader waits for.

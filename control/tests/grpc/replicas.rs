@@ -66,6 +66,15 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     // The leader books one decode leg for proxy-a, then stops (revoking its term at once).
     let lease = leader.lease(0).await;
     let picked = leader.router().await.pick_decode(pick(&lease, "m", 700)).await.unwrap().into_inner();
+    // The leader keeps the proxies it has leases with in etcd: the next one waits for them.
+    let book = "/infera/v1/control/proxies/test-proxy";
+    let mut etcd_client = infera_registry::connect(std::slice::from_ref(&url)).await.unwrap();
+    infera_testkit::poll(Duration::from_secs(10), "the leader to book test-proxy in etcd", async || {
+        let got = etcd_client.get(book, None).await.ok()?;
+        (!got.kvs().is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
     assert_eq!(
         picked.reservation_id.split('-').nth(1).map(|e| u32::from_str_radix(e, 16).unwrap()),
         Some(term.epoch)
@@ -80,7 +89,9 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     let next = config.leadership.unwrap();
     assert!(next.epoch > term.epoch, "{next:?} after {term:?}");
     assert_eq!(held(&follower, "decode-0").await, [(0, 0), (0, 0)]);
-    let lease = f_router.open_lease(open).await.unwrap().into_inner().lease_id;
+    assert!(!next.warm, "test-proxy has not re-declared yet");
+    let back = pb::OpenLeaseRequest { holder: "test-proxy".into(), ttl_ms: 0 };
+    let lease = f_router.open_lease(back).await.unwrap().into_inner().lease_id;
     let leg = pb::DeclaredLeg {
         kind: pb::PickKind::Decode as i32,
         target: picked.target.clone(),
@@ -98,6 +109,9 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     let mut expected = [(0, 0), (0, 0)];
     expected[rank] = (1, 700);
     assert_eq!(held(&follower, "decode-0").await, expected);
+    let config =
+        follower.admin().await.get_config(pb::GetConfigRequest::default()).await.unwrap().into_inner();
+    assert!(config.leadership.unwrap().warm, "every proxy of the book is back");
     // The old id names nothing here; the new one ends the leg exactly once.
     let err = f_router.release(release(&picked.reservation_id, ReleaseReason::Eof)).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
