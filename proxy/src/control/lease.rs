@@ -24,6 +24,8 @@ use crate::metrics::ProxyMetrics;
 
 /// Keep-alives that fail in a row before the lease is given up for the next replica.
 const FAILURES_BEFORE_MOVING_ON: u32 = 2;
+/// The shortest time between two keep-alives when picks report a failing control.
+const SUSPECT_GAP: Duration = Duration::from_millis(100);
 /// The longest a keep-alive is waited for.
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -76,6 +78,12 @@ impl Lease {
         }
     }
 
+    /// A call to the lease's control failed in transport: renew now rather than at the next
+    /// keep-alive, so that a dead control is given up within two quick failures.
+    pub(super) fn suspect(&self) {
+        self.lost.notify_one();
+    }
+
     /// Closes the lease (best effort, one second at most).
     pub(super) async fn close(&self, controls: &Controls) {
         let held = self.held.write().expect("lease lock").take();
@@ -101,6 +109,7 @@ impl Lease {
         let mut backoff = Duration::from_millis(50);
         let mut failures = 0;
         loop {
+            let called = tokio::time::Instant::now();
             let wait = match self.held() {
                 None => match self.open(&controls).await {
                     Ok(held) => {
@@ -160,7 +169,13 @@ impl Lease {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.lost.notified() => {}
+                _ = self.lost.notified() => {
+                    // A forgotten lease reopens at once; a suspected control is asked again no
+                    // sooner than SUSPECT_GAP after the last call (picks may fail by the hundred).
+                    if self.held().is_some() {
+                        tokio::time::sleep_until(called + SUSPECT_GAP).await;
+                    }
+                }
             }
         }
     }

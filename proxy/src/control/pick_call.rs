@@ -109,9 +109,18 @@ impl ControlLink {
                         }
                         self.lease.forget(lease);
                     }
-                    _ => tracing::debug!(code = ?status.code(), "pick failed; routing locally"),
+                    Some(_) => tracing::debug!(code = ?status.code(), "pick refused; routing locally"),
+                    None => {
+                        // No reason of control's: a transport failure. The lease loop checks
+                        // the replica at once.
+                        tracing::debug!(code = ?status.code(), "pick failed; routing locally");
+                        self.lease.suspect();
+                    }
                 },
-                Err(()) => tracing::debug!(timeout = ?self.pick_timeout, "pick timed out; routing locally"),
+                Err(()) => {
+                    tracing::debug!(timeout = ?self.pick_timeout, "pick timed out; routing locally");
+                    self.lease.suspect();
+                }
             }
         }
         self.metrics.fallback(kind);

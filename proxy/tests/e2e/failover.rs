@@ -19,11 +19,10 @@ use crate::harness::*;
 
 /// The leader lease TTL (the default) and the proxies' lease TTL.
 const LEADER_TTL: Duration = Duration::from_secs(2);
-const PROXY_LEASE_TTL_MS: u64 = 3_000;
-/// How long after an event the ledger may take to equal the engine again: an election (the
-/// leader TTL), a proxy's move to the new leader and its re-declaration (a keep-alive or two),
-/// with room for a debug build on a loaded 2-core machine.
-const CONSISTENT_WITHIN: Duration = Duration::from_secs(20);
+const PROXY_LEASE_TTL_MS: u64 = 5_000;
+/// Once a new leader is elected, its held requests equal the engine's within one proxy lease
+/// TTL: each proxy moves to it and re-declares within that.
+const CONSISTENT_WITHIN: Duration = Duration::from_millis(PROXY_LEASE_TTL_MS);
 const CLIENTS: usize = 8;
 
 /// The decode rows of replica `i`'s own ListTargets, if it answers.
@@ -80,7 +79,7 @@ async fn the_ledger_survives_kills_a_full_restart_a_pause_and_a_partition_of_the
         .iter()
         .map(|s| Registration::start(vec![etcd.url()], s.record.clone(), Duration::from_secs(10)))
         .collect();
-    let flags = ["--decode-input-demand", "on", "--lease-ttl-ms", "3000"];
+    let flags = ["--decode-input-demand", "on", "--lease-ttl-ms", "5000"];
     let mut replicas = Replicas::start(&etcd.url(), 3, &flags, true).await.unwrap();
     replicas.wait_leader(None).await.unwrap();
     let mut running = Vec::new();
