@@ -2,6 +2,9 @@
 //!
 //! - `control`: PickDecode+Release round trips against a plain tonic echo service, and the
 //!   in-process pick+book cost as the number of targets grows.
+//! - `failover`: SIGKILLs of the leader of HA control replicas under streaming load — time to
+//!   the first booked pick and to a warm ledger, client failures — and the leader's pick RPC
+//!   latency against a standalone control.
 //! - `kv-index`: the KV prefix index's ingest rate and overlap-query latency on events made from a
 //!   Mooncake trace, and what a KV-aware prefill pick costs over a plain one.
 //! - `kv-study`: cache-aware prefill routing end to end on a Mooncake trace, against load-only and
@@ -16,6 +19,7 @@
 
 mod control;
 mod echo;
+mod failover;
 mod kv_index;
 mod kv_study;
 mod proxy;
@@ -36,6 +40,8 @@ struct Args {
 enum Cmd {
     /// Control: gRPC round trips vs a tonic echo baseline, and in-process pick cost.
     Control(control::ControlArgs),
+    /// Failover: leader kills under load (time to book again, to be warm); leader vs standalone pick latency.
+    Failover(failover::FailoverArgs),
     /// KV index: ingest and overlap queries on events from a Mooncake trace; KV-aware pick cost.
     KvIndex(kv_index::Args),
     /// KV study: cache-aware prefill routing vs load and round-robin on a Mooncake trace, end to end.
@@ -53,6 +59,7 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Cmd::Control(args) => control::run(args),
+        Cmd::Failover(args) => failover::run(args),
         Cmd::KvIndex(args) => kv_index::run(args),
         Cmd::KvStudy(args) => kv_study::run(args),
         Cmd::Proxy(args) => proxy::run(args),

@@ -14,7 +14,7 @@
 //! (closed loop over Mooncake treats each request as a one-turn session).
 
 mod drive;
-mod percentile;
+pub(crate) mod percentile;
 mod prompt;
 pub(crate) mod ranks;
 pub(crate) mod report;

@@ -4,8 +4,9 @@
 //!   (protoc + includes, etcd) and a Python venv in `.venv` with the real grpcurl.
 //! - `test`: `setup`, then the whole test suite.
 //! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
-//! - `bench [control|proxy]`: the benchmarks (release build), printed as ratios against a
-//!   baseline measured in the same run.
+//! - `bench [control|proxy|failover|…]`: the benchmarks (release build), printed as ratios
+//!   against a baseline measured in the same run; without a name, `control` then `proxy`
+//!   (`failover` needs etcd: `setup` installs it).
 
 mod demo;
 mod setup;
@@ -48,7 +49,9 @@ fn run() -> anyhow::Result<()> {
         }
         "bench" => {
             let mut build = cargo(&root);
-            build.args(["build", "--release", "--locked", "-q", "-p", "infera-bench", "-p", "infera-proxy"]);
+            // The failover bench runs infera-control as processes (the replicas).
+            build.args(["build", "--release", "--locked", "-q"]);
+            build.args(["-p", "infera-bench", "-p", "infera-proxy", "-p", "infera-control"]);
             status(build)?;
             let (which, flags) = match rest.split_first() {
                 Some((w, flags)) if !w.starts_with('-') => (w.as_str(), flags),
@@ -58,13 +61,15 @@ fn run() -> anyhow::Result<()> {
                 if which == "all" { &["control", "proxy"] } else { std::slice::from_ref(&which) };
             for bench in benches {
                 let mut cmd = Command::new(root.join("target/release/infera-bench"));
-                cmd.arg(bench).args(flags);
+                cmd.arg(bench).args(flags).env("INFERA_BIN_DIR", root.join("target/release"));
                 status(cmd)?;
             }
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy] [flags…]>");
+            eprintln!(
+                "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|…] [flags…]>"
+            );
             bail!("unknown task {task:?}")
         }
     }
