@@ -187,11 +187,15 @@ async fn pick_round_trip(
             session_key: String::new(),
             page_hashes: Vec::new(),
             page_size: 0,
+            exclude: Vec::new(),
         })
         .await?
         .into_inner();
-    let release =
-        pb::ReleaseRequest { reservation_id: picked.reservation_id, reason: pb::ReleaseReason::Eof as i32 };
+    let release = pb::ReleaseRequest {
+        reservation_id: picked.reservation_id,
+        reason: pb::ReleaseReason::Eof as i32,
+        failure: 0,
+    };
     c.release(release).await?;
     Ok(c)
 }
@@ -254,6 +258,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         session: None,
         page_hashes: Vec::new(),
         page_size: 0,
+        exclude: Vec::new(),
     };
     for _ in 0..n as usize * WARM_PER_TARGET {
         let req = request(&mut rng, lease);
@@ -276,7 +281,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
             )
             .expect("pick");
         samples.push(t0.elapsed());
-        core.release(picked.reservation, ReleaseReason::Eof, now).expect("release");
+        core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
     }
     samples.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;

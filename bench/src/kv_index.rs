@@ -301,6 +301,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                     Vec::new()
                 },
                 page_size: if with_hashes { args.page_size as u32 } else { 0 },
+                exclude: Vec::new(),
             };
             let picked = core
                 .pick(
@@ -309,7 +310,7 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
                     PickContext { kv: Some(index), record_decision: false, now, wall, kv_room: None },
                 )
                 .expect("pick");
-            core.release(picked.reservation, ReleaseReason::Eof, now).expect("release");
+            core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
         })
     };
     (run(false), run(true))

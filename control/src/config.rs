@@ -33,6 +33,8 @@ pub struct Args {
     #[command(flatten)]
     replicas: ReplicaArgs,
     #[command(flatten)]
+    ejection: EjectionArgs,
+    #[command(flatten)]
     admin: AdminArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
@@ -170,6 +172,29 @@ struct ReplicaArgs {
 }
 
 #[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Outlier ejection")]
+struct EjectionArgs {
+    /// Failed legs in a row (connect refused, timeout, 5xx, stream cut, as the proxies report
+    /// them; or an engine whose `/v1/loads` stays unreadable) that eject a target: it takes no
+    /// picks until its ejection ends and a probe succeeds. 0 turns ejection off.
+    #[arg(long, env = "INFERA_EJECT_AFTER_FAILURES", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    eject_after_failures: u32,
+    /// How long the first ejection of a target lasts (ms); each failed probe doubles it.
+    #[arg(long, env = "INFERA_EJECT_OPEN_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
+    eject_open_ms: u64,
+    /// The longest an ejection lasts (ms).
+    #[arg(long, env = "INFERA_EJECT_MAX_OPEN_MS", default_value_t = 600_000,
+          value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
+    eject_max_open_ms: u64,
+    /// Successful probes (one at a time) that make an ejected target healthy again.
+    #[arg(long, env = "INFERA_EJECT_CLOSE_AFTER_SUCCESSES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    eject_close_after_successes: u32,
+}
+
+#[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Admin")]
 struct AdminArgs {
     /// Bearer token every Admin call must carry (`authorization: Bearer <token>`). Unset = open.
@@ -207,6 +232,8 @@ pub struct Config {
     pub advertise_url: Option<String>,
     /// The leader lease's TTL (with etcd).
     pub leader_ttl: Duration,
+    /// Outlier ejection's thresholds.
+    pub ejection: crate::ejection::EjectionPolicy,
     /// RNG seed.
     pub seed: Option<u64>,
     /// Logs and traces.
@@ -297,6 +324,12 @@ impl TryFrom<Args> for Config {
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
+            ejection: crate::ejection::EjectionPolicy {
+                failures: a.ejection.eject_after_failures,
+                open: Duration::from_millis(a.ejection.eject_open_ms),
+                max_open: Duration::from_millis(a.ejection.eject_max_open_ms.max(a.ejection.eject_open_ms)),
+                successes: a.ejection.eject_close_after_successes,
+            },
             seed: a.admin.seed,
             telemetry: a.telemetry.into_config("infera-control")?,
         })

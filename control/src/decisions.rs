@@ -29,6 +29,8 @@ pub struct CandidateTerms {
     pub kv_overflow: bool,
     /// Decode: `load.prefilling` as the cost weighed it by age (equal to it without the decay).
     pub prefilling_weighted: WeightedPrefilling,
+    /// It is ejected and half-open: picking it is its one probe.
+    pub probe: bool,
 }
 
 /// One routing decision.

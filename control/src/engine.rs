@@ -145,7 +145,12 @@ impl EngineFeed {
         Self { board: Arc::default(), fits, interval, pollers: Mutex::default() }
     }
 
-    /// The fits of W.
+    /// How often the engines are polled (`None`: never).
+    pub fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
+    /// The W fits the readings feed.
     pub fn fits(&self) -> &crate::fit::WeightFits {
         &self.fits
     }

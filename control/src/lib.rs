@@ -16,6 +16,7 @@
 //! - [`engine`]: each worker's own `/v1/loads` readings, beside the ledger (and the drift).
 //! - [`fit`]: W fitted online from those readings' decode step times (`auto`).
 //! - [`settings`]: W, the mode and the policies in force.
+//! - [`ejection`]: outlier ejection — targets that fail their legs take no picks for a while.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
 //! - [`decisions`]: decision events for `WatchDecisions`.
@@ -29,6 +30,7 @@ pub mod affinity;
 pub mod config;
 pub mod decisions;
 pub mod dp_discovery;
+pub mod ejection;
 pub mod engine;
 pub mod error;
 pub mod fit;
@@ -112,6 +114,7 @@ pub async fn run(
     view.drain_by_name(drains);
     let mut core = RoutingCore::new(view, settings, epoch, rng)?;
     core.weights_mut().set_mode(weight_mode);
+    core.set_ejection(config.ejection);
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);
@@ -129,6 +132,7 @@ pub async fn run(
         flags,
         leader::metrics::LeaderMetrics::register(&mut registry),
     );
+    let ejection = ejection::metrics::EjectionMetrics::register(&mut registry);
     let state = ControlState::new(
         core,
         feed.clone(),
@@ -136,6 +140,7 @@ pub async fn run(
         ControlMetrics::register(&mut registry),
         persist_to,
         ha,
+        ejection,
     );
     // Into the view now when the file gives `dp_size`, once `/server_info` has given it otherwise.
     for registered in config.workers {
@@ -251,6 +256,7 @@ async fn reap(state: Arc<ControlState>, stop: impl Future<Output = ()>) {
                 state.export_kv_metrics();
                 state.export_engine_metrics();
                 state.export_leader_metrics();
+                state.check_engines();
             }
             _ = weights.tick() => state.sync_weights(),
         }

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
-    Role, Target, WorkerId, WorkerRecord,
+    DecodeInputDemand, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason, RequestWeight,
+    ReservationId, Role, Target, WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
 use crate::affinity::Sessions;
+use crate::ejection::{Breakers, Outcome};
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
 use crate::prefill_phase::is_phase_end;
@@ -31,6 +32,7 @@ use crate::target::{KvRoom, Load, TargetKey};
 use crate::view::View;
 
 mod candidates;
+mod health;
 mod outcome;
 mod record;
 mod redeclare;
@@ -38,7 +40,7 @@ mod redeclare;
 mod tests;
 mod weights;
 
-use candidates::{OverlapScratch, credit_overlap, decay_prefilling, skip_overflowing};
+use candidates::{OverlapScratch, credit_overlap, decay_prefilling, screen, skip_overflowing};
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
@@ -83,6 +85,10 @@ pub struct RoutingCore<R> {
     overflow: Vec<bool>,
     /// Pinned or fitted W, and the pools' fitted W.
     weights: DecodeWeights,
+    /// Outlier ejection: every target's breaker.
+    breakers: Breakers,
+    /// Reused buffer: the keys of the targets a pick excludes.
+    excluded: Vec<TargetKey>,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -101,6 +107,8 @@ impl<R: Rng> RoutingCore<R> {
             overlap: OverlapScratch::default(),
             overflow: Vec::new(),
             weights: DecodeWeights::default(),
+            breakers: Breakers::default(),
+            excluded: Vec::new(),
         })
     }
 
@@ -116,6 +124,9 @@ impl<R: Rng> RoutingCore<R> {
         self.ledger.check_lease(req.lease, now)?;
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
+        self.excluded.clear();
+        self.excluded.extend(req.exclude.iter().filter_map(|t| self.view.key(t)));
+        let screened = screen(&mut self.candidates, &self.breakers, &self.excluded, now);
         if let (PickKind::Prefill, Some(index)) = (kind, kv)
             && !req.page_hashes.is_empty()
         {
@@ -161,6 +172,7 @@ impl<R: Rng> RoutingCore<R> {
             age: Duration::ZERO,
         };
         let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
+        self.breakers.picked(chosen.key, now);
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
             self.sessions.remember(session.clone(), chosen.key, now);
         }
@@ -179,14 +191,17 @@ impl<R: Rng> RoutingCore<R> {
             agree: choice.agree,
             change: self.change(chosen.key, load),
             decision,
+            bypassed_ejections: screened.bypassed,
         })
     }
 
-    /// Ends a reservation for `reason` at `now`; `None` when it had already ended.
+    /// Ends a reservation for `reason` (a failed leg: with how it failed) at `now`; `None` when
+    /// it had already ended. The outcome goes to its target's breaker.
     pub fn release(
         &mut self,
         id: ReservationId,
         reason: ReleaseReason,
+        failure: Option<LegFailure>,
         now: Instant,
     ) -> Result<Option<ReleasedNow>, ControlError> {
         Ok(match self.ledger.release(id, reason, now)? {
@@ -194,7 +209,8 @@ impl<R: Rng> RoutingCore<R> {
                 let phase_median = is_phase_end(r.kind, reason)
                     .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
                     .flatten();
-                Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load), phase_median })
+                let health = self.breakers.observe(r.target, Outcome::of(reason, failure), now);
+                Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load), phase_median, health })
             }
             Released::Already => None,
         })
@@ -274,22 +290,30 @@ impl<R: Rng> RoutingCore<R> {
         Ok(keys)
     }
 
-    /// Live targets (filtered) with their loads.
-    pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<TargetRow> {
+    /// Live targets (filtered) with their loads and health at `now`.
+    pub fn targets(&self, model: Option<&str>, role: Option<Role>, now: Instant) -> Vec<TargetRow> {
         self.view
             .live_targets()
             .into_iter()
             .map(|k| (self.view.slot(k), k))
             .filter(|(s, _)| model.is_none_or(|m| s.worker.model.as_str() == m))
             .filter(|(s, _)| role.is_none_or(|r| s.worker.role == r))
-            .map(|(s, k)| TargetRow { slot: s.clone(), load: self.ledger.load(k) })
+            .map(|(s, k)| TargetRow {
+                slot: s.clone(),
+                load: self.ledger.load(k),
+                health: self.health(k, now),
+            })
             .collect()
     }
 
-    /// Some targets' rows, by key.
-    pub fn target_rows(&self, keys: &[TargetKey]) -> Vec<TargetRow> {
+    /// Some targets' rows, by key, at `now`.
+    pub fn target_rows(&self, keys: &[TargetKey], now: Instant) -> Vec<TargetRow> {
         keys.iter()
-            .map(|k| TargetRow { slot: self.view.slot(*k).clone(), load: self.ledger.load(*k) })
+            .map(|k| TargetRow {
+                slot: self.view.slot(*k).clone(),
+                load: self.ledger.load(*k),
+                health: self.health(*k, now),
+            })
             .collect()
     }
 

@@ -48,13 +48,15 @@ pub struct Candidate {
     pub cached_tokens: u64,
     /// Decode: `load.prefilling` weighed by age (equal to it without the age decay).
     pub prefilling: WeightedPrefilling,
+    /// Ejected and half-open: a pick of it is its one probe.
+    pub probe: bool,
 }
 
 impl Candidate {
     /// A candidate with no KV overlap (yet).
     pub fn new(key: TargetKey, position: usize, load: Load, page_size: u32) -> Self {
         let prefilling = load.prefilling.into();
-        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0, prefilling }
+        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0, prefilling, probe: false }
     }
 }
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, ReleaseReason, RequestWeight, ReservationId,
-    Role, WorkerId, WorkerRecord,
+    DecodeInputDemand, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason, RequestWeight,
+    ReservationId, Role, WorkerId, WorkerRecord,
 };
 use rand::rngs::SmallRng;
 
@@ -20,12 +20,13 @@ use crate::fit::metrics::FitMetrics;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
 use crate::routing::{
-    Ended, LeaseExpired, LoadChange, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow,
-    RoutingCore, TargetRow,
+    Ended, LeaseExpired, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow, RoutingCore,
+    TargetRow,
 };
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
 
+mod gauges;
 mod ha;
 mod workers;
 
@@ -53,6 +54,7 @@ pub struct ControlState {
     drains: Option<crate::persist::DrainSaver>,
     /// The replica set: who books, takeovers, warmth.
     ha: Ha,
+    ejection_metrics: crate::ejection::metrics::EjectionMetrics,
 }
 
 impl ControlState {
@@ -64,6 +66,7 @@ impl ControlState {
         metrics: ControlMetrics,
         persist_to: Option<Vec<String>>,
         ha: Ha,
+        ejection_metrics: crate::ejection::metrics::EjectionMetrics,
     ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Mutex::new(Discovery::new(metrics.discovery())),
@@ -77,6 +80,7 @@ impl ControlState {
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
             drains: persist_to.map(crate::persist::DrainSaver::start),
             ha,
+            ejection_metrics,
         })
     }
 
@@ -109,23 +113,6 @@ impl ControlState {
         self.engine.stop();
     }
 
-    /// Sets the engine gauges from the latest readings and the ledger.
-    pub fn export_engine_metrics(&self) {
-        let rows = self.core().targets(None, None);
-        let board = self.engine.board();
-        let readings: Vec<_> = rows.iter().map(|r| board.get(&r.slot.target)).collect();
-        let gauge_rows: Vec<crate::engine::metrics::Row<'_>> = rows
-            .iter()
-            .zip(&readings)
-            .map(|(r, reading)| crate::engine::metrics::Row {
-                target: r.slot.target.to_string(),
-                held: r.load.held_requests,
-                reading: reading.as_ref(),
-            })
-            .collect();
-        self.engine_metrics.export(&gauge_rows, Instant::now());
-    }
-
     /// Hands the core each pool's fitted W (auto picks use them from the next pick) and sets
     /// the fit's gauges.
     pub fn sync_weights(&self) {
@@ -146,16 +133,6 @@ impl ControlState {
     pub fn weight_fits(&self) -> (WeightMode, Vec<crate::fit::PoolFit>) {
         let mode = self.core().weights().mode();
         (mode, self.engine.fits().pools())
-    }
-
-    /// Publishes every live target's load (zero at start), so each target has its gauge
-    /// series from the beginning rather than from its first booking.
-    pub fn publish_loads(&self) {
-        let rows = self.core().targets(None, None);
-        for TargetRow { slot, load } in rows {
-            let change = LoadChange { target: slot.target, role: slot.worker.role, load };
-            self.metrics.load(&change);
-        }
     }
 
     fn core(&self) -> MutexGuard<'_, RoutingCore<SmallRng>> {
@@ -187,7 +164,7 @@ impl ControlState {
             if let Ok(picked) = &result
                 && let Err(e) = self.gate(rpc)
             {
-                let _ = core.release(picked.reservation, ReleaseReason::Cancelled, Instant::now());
+                let _ = core.release(picked.reservation, ReleaseReason::Cancelled, None, Instant::now());
                 result = Err(e);
             }
             (result, mode)
@@ -197,6 +174,12 @@ impl ControlState {
         match result {
             Ok(mut picked) => {
                 self.metrics.pick(kind, mode, "ok", seconds);
+                if picked.bypassed_ejections {
+                    self.ejection_metrics.bypassed();
+                }
+                if picked.chosen.probe {
+                    self.ejection_metrics.probe();
+                }
                 self.metrics.load(&picked.change);
                 if let Some(agree) = picked.agree {
                     self.metrics.shadow(agree);
@@ -229,14 +212,26 @@ impl ControlState {
         self.metrics.pick(kind, mode, e.reason().as_str(), 0.0);
     }
 
-    /// Ends a reservation; `true` when an earlier release had already ended it.
-    pub fn release(&self, id: ReservationId, reason: ReleaseReason) -> Result<bool, ControlError> {
+    /// Ends a reservation (a failed leg: with how it failed); `true` when an earlier release
+    /// had already ended it.
+    pub fn release(
+        &self,
+        id: ReservationId,
+        reason: ReleaseReason,
+        failure: Option<LegFailure>,
+    ) -> Result<bool, ControlError> {
         self.gate("Release")?;
-        let released = self.core().release(id, reason, Instant::now())?;
+        let released = self.core().release(id, reason, failure, Instant::now())?;
+        if let Some(f) = failure {
+            self.ejection_metrics.leg_failure(f);
+        }
         match released {
-            Some(ReleasedNow { kind, change, phase_median }) => {
+            Some(ReleasedNow { kind, change, phase_median, health }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
+                if let Some(t) = health {
+                    self.ejection_metrics.transition(&change.target, t);
+                }
                 if let Some((model, median)) = phase_median {
                     self.metrics.prefill_phase_median(&model, median);
                 }
@@ -369,12 +364,12 @@ impl ControlState {
         if let Some(saver) = &self.drains {
             saver.save(core.view().drained_names());
         }
-        Ok(core.target_rows(&keys))
+        Ok(core.target_rows(&keys, Instant::now()))
     }
 
     /// Live targets with loads.
     pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<TargetRow> {
-        self.core().targets(model, role)
+        self.core().targets(model, role, Instant::now())
     }
 
     /// Live reservations.

@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::pb;
 use crate::types::{
-    CreditError, DeclaredLeg, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId,
-    MAX_DECLARED_LEGS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName, OverlapCredit, PickKind, PickRequest,
-    Picked, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey, Target, WeightError,
-    WorkerId, WorkerRecord,
+    CreditError, DeclaredLeg, DecodeInputDemand, DecodePolicy, DpRank, IdParseError, LeaseId, LegFailure,
+    MAX_DECLARED_LEGS, MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName, OverlapCredit,
+    PickKind, PickRequest, Picked, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey,
+    Target, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -99,7 +99,17 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
     if !m.page_hashes.is_empty() && m.page_size == 0 {
         return Err(err("page_size", Problem::NotAllowed("must be positive when page_hashes are given")));
     }
+    if m.exclude.len() > MAX_EXCLUDED_TARGETS {
+        let value = m.exclude.len() as u64;
+        return Err(err("exclude", Problem::TooLarge { value, max: MAX_EXCLUDED_TARGETS as u64 }));
+    }
+    let exclude = m
+        .exclude
+        .iter()
+        .map(|t| Ok(Target::new(worker_id("exclude.worker_id", t.worker_id.clone())?, DpRank(t.dp_rank))))
+        .collect::<Result<_, ConvertError>>()?;
     Ok(PickRequest {
+        exclude,
         lease: lease_id("lease_id", &m.lease_id)?,
         request_id: RequestId::new(non_empty("request_id", m.request_id)?),
         model: ModelName::new(non_empty("model", m.model)?),
@@ -110,8 +120,27 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
     })
 }
 
-/// A release request: the reservation and why it ended. `LEASE_EXPIRED` is control's own.
-pub fn release_request(m: &pb::ReleaseRequest) -> Result<(ReservationId, ReleaseReason), ConvertError> {
+/// A release request: the reservation, why it ended and, for a failed leg, how.
+/// `LEASE_EXPIRED` is control's own; a failure kind only comes with `FAILED`.
+pub fn release_request(
+    m: &pb::ReleaseRequest,
+) -> Result<(ReservationId, ReleaseReason, Option<LegFailure>), ConvertError> {
+    let (id, reason) = release_reason(m)?;
+    let failure = match pb::LegFailure::try_from(m.failure) {
+        Err(_) => return Err(err("failure", Problem::UnknownEnum(m.failure))),
+        Ok(pb::LegFailure::Unspecified) => None,
+        Ok(_) if reason != ReleaseReason::Failed => {
+            return Err(err("failure", Problem::NotAllowed("only with reason RELEASE_REASON_FAILED")));
+        }
+        Ok(pb::LegFailure::Connect) => Some(LegFailure::Connect),
+        Ok(pb::LegFailure::Timeout) => Some(LegFailure::Timeout),
+        Ok(pb::LegFailure::ServerError) => Some(LegFailure::ServerError),
+        Ok(pb::LegFailure::StreamCut) => Some(LegFailure::StreamCut),
+    };
+    Ok((id, reason, failure))
+}
+
+fn release_reason(m: &pb::ReleaseRequest) -> Result<(ReservationId, ReleaseReason), ConvertError> {
     let id = reservation_id("reservation_id", &m.reservation_id)?;
     let reason = match pb::ReleaseReason::try_from(m.reason) {
         Err(_) => return Err(err("reason", Problem::UnknownEnum(m.reason))),
@@ -265,6 +294,18 @@ impl From<&PickRequest> for pb::PickRequest {
             session_key: p.session.as_ref().map(ToString::to_string).unwrap_or_default(),
             page_hashes: p.page_hashes.clone(),
             page_size: p.page_size,
+            exclude: p.exclude.iter().map(pb::Target::from).collect(),
+        }
+    }
+}
+
+impl From<LegFailure> for pb::LegFailure {
+    fn from(f: LegFailure) -> Self {
+        match f {
+            LegFailure::Connect => Self::Connect,
+            LegFailure::Timeout => Self::Timeout,
+            LegFailure::ServerError => Self::ServerError,
+            LegFailure::StreamCut => Self::StreamCut,
         }
     }
 }
@@ -372,6 +413,7 @@ mod tests {
             session_key: String::new(),
             page_hashes: Vec::new(),
             page_size: 0,
+            exclude: Vec::new(),
         }
     }
 
@@ -420,8 +462,17 @@ mod tests {
 
     #[test]
     fn release_reasons_are_checked() {
-        let r = |reason| pb::ReleaseRequest { reservation_id: "r-00000001-1".into(), reason };
+        let r = |reason| pb::ReleaseRequest { reservation_id: "r-00000001-1".into(), reason, failure: 0 };
         assert!(release_request(&r(pb::ReleaseReason::Eof as i32)).is_ok());
+        let failed = |failure| pb::ReleaseRequest { failure, ..r(pb::ReleaseReason::Failed as i32) };
+        assert_eq!(
+            release_request(&failed(pb::LegFailure::Connect as i32)).unwrap().2,
+            Some(LegFailure::Connect)
+        );
+        assert_eq!(release_request(&failed(0)).unwrap().2, None, "a failed leg of unknown cause");
+        assert_eq!(release_request(&failed(77)).unwrap_err().problem, Problem::UnknownEnum(77));
+        let eof_with_kind = pb::ReleaseRequest { failure: 1, ..r(pb::ReleaseReason::Eof as i32) };
+        assert_eq!(release_request(&eof_with_kind).unwrap_err().field, "failure");
         assert_eq!(release_request(&r(0)).unwrap_err().problem, Problem::Unspecified);
         assert_eq!(release_request(&r(99)).unwrap_err().problem, Problem::UnknownEnum(99));
         assert!(release_request(&r(pb::ReleaseReason::LeaseExpired as i32)).is_err());
@@ -461,6 +512,7 @@ mod tests {
             let m = pb::ReleaseRequest {
                 reservation_id: "r-00000001-1".into(),
                 reason: pb::ReleaseReason::from(reason) as i32,
+                failure: 0,
             };
             assert_eq!(release_request(&m).unwrap().1, reason);
         }

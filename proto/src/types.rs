@@ -12,9 +12,9 @@ pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
 pub use modes::{
-    CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, ReleaseReason,
-    RequestWeight, WeightError, WeightNeedsDemand,
+    CreditError, DecodeInputDemand, DecodePolicy, LegFailure, OverlapCredit, PickKind, PrefillPolicy,
+    ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,
 };
-pub use pick::{MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
+pub use pick::{MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
 pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
 pub use worker::{KvEventsSource, RegisteredWorker, Role, Sizing, WorkerRecord, load_endpoint_for_rank};

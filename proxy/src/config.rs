@@ -72,6 +72,17 @@ struct LimitArgs {
     /// Largest request body accepted (413 above).
     #[arg(long, env = "INFERA_PROXY_MAX_BODY_BYTES", default_value_t = 32 << 20)]
     max_body_bytes: usize,
+    /// Retries of a request whose leg failed before any byte reached the client (connect
+    /// refused, 5xx, a prefill that died): each on a fresh pick that passes the failed target
+    /// by. Never after bytes flowed.
+    #[arg(long, env = "INFERA_PROXY_RETRIES", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(0..=10))]
+    retries: u32,
+    /// The base of the retries' backoff (ms): retry n waits a uniform random time up to
+    /// base × 2^(n-1) (full jitter).
+    #[arg(long, env = "INFERA_PROXY_RETRY_BACKOFF_MS", default_value_t = 25,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    retry_backoff_ms: u64,
     /// Timeout from accept to the head of the answer (504 when it passes first); a stream that
     /// has begun is not cut.
     #[arg(long, env = "INFERA_PROXY_REQUEST_TIMEOUT_MS", default_value_t = 1_800_000)]
@@ -118,6 +129,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Timeout to the answer's head.
     pub request_timeout: Duration,
+    /// Retries before the first byte.
+    pub retries: u32,
+    /// The retries' backoff base.
+    pub retry_backoff: Duration,
     /// Worker connect timeout.
     pub connect_timeout: Duration,
     /// The tokenizer, loaded once at start (`--tokenizer`).
@@ -165,6 +180,8 @@ impl TryFrom<Args> for Config {
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
             max_body_bytes: a.limits.max_body_bytes,
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
+            retries: a.limits.retries,
+            retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
             tokenizer: a.tokenizer.load()?,
             telemetry: a.telemetry.into_config("infera-proxy")?,

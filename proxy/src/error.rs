@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
-use infera_proto::types::{ModelName, RequestId};
+use infera_proto::types::{LegFailure, ModelName, RequestId};
 use serde_json::json;
 
 use crate::body::{Body, full};
@@ -91,6 +91,8 @@ pub enum ProxyError {
         url: String,
         /// What happened.
         reason: String,
+        /// How, for outlier ejection: no connection, or one that broke.
+        failure: LegFailure,
     },
     /// A leg answered with an error status.
     #[error("{leg} worker {url} answered {status}: {body}")]
@@ -119,6 +121,24 @@ impl ProxyError {
             Self::UnknownModel(_) | Self::NoTarget { .. } => ErrorSource::Internal,
             Self::Upstream { .. } | Self::UpstreamStatus { .. } | Self::Timeout(_) => ErrorSource::Upstream,
         }
+    }
+
+    /// A leg's failure on a worker: the leg, and how it failed when that counts against the
+    /// worker's target (connect, 5xx, a broken connection; not a 4xx, which is the request's).
+    pub fn leg_failure(&self) -> Option<(Leg, Option<LegFailure>)> {
+        match self {
+            Self::Upstream { leg, failure, .. } => Some((*leg, Some(*failure))),
+            Self::UpstreamStatus { leg, status, .. } => {
+                Some((*leg, status.is_server_error().then_some(LegFailure::ServerError)))
+            }
+            _ => None,
+        }
+    }
+
+    /// A leg that could not be sent or whose connection broke (hyper's error `e`).
+    pub fn upstream(leg: Leg, url: &str, e: &hyper_util::client::legacy::Error) -> Self {
+        let failure = if e.is_connect() { LegFailure::Connect } else { LegFailure::StreamCut };
+        Self::Upstream { leg, url: url.to_owned(), reason: e.to_string(), failure }
     }
 
     /// Whether a new pick could succeed where this attempt failed (nothing reached the client).
@@ -227,6 +247,9 @@ mod tests {
         };
         assert!(!bad.retryable());
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "a worker's 4xx is the client's problem");
+        assert_eq!(up.leg_failure(), Some((Leg::Decode, Some(LegFailure::ServerError))));
+        assert_eq!(bad.leg_failure(), Some((Leg::Decode, None)), "a 4xx counts against no worker");
+        assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.leg_failure(), None);
         let sse = String::from_utf8(up.sse_event().to_vec()).unwrap();
         assert!(sse.starts_with("data: {\"error\":") && sse.ends_with("data: [DONE]\n\n"), "{sse}");
     }

@@ -119,7 +119,7 @@ pub async fn dispatch(
                     Ok(response) => Ok(Dispatched { response, prefill: Some(PrefillLeg { failed, cancel }) }),
                     Err(e) => {
                         cancel.cancel(ReleaseReason::Failed);
-                        Err(ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() })
+                        Err(ProxyError::upstream(Leg::Decode, url, &e))
                     }
                 },
                 done = async { failed.as_mut().expect("guarded by the branch condition").await }, if failed.is_some() => {
@@ -134,7 +134,7 @@ pub async fn dispatch(
         None => send
             .await
             .map(|response| Dispatched { response, prefill: None })
-            .map_err(|e| ProxyError::Upstream { leg: Leg::Decode, url: url.clone(), reason: e.to_string() }),
+            .map_err(|e| ProxyError::upstream(Leg::Decode, url, &e)),
     };
     let Dispatched { response, prefill } = match head {
         Ok(d) => d,

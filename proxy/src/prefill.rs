@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use infera_proto::types::{ReleaseReason, RequestId};
+use infera_proto::types::{LegFailure, ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
 use crate::control::Pick;
@@ -80,11 +80,7 @@ async fn run(
 ) {
     let url = pick.endpoint.url.clone();
     let run = async {
-        let resp = up.client.request(req).await.map_err(|e| ProxyError::Upstream {
-            leg: Leg::Prefill,
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
+        let resp = up.client.request(req).await.map_err(|e| ProxyError::upstream(Leg::Prefill, &url, &e))?;
         let status = resp.status();
         if !status.is_success() {
             let body = upstream_error_text(resp.into_body()).await;
@@ -95,6 +91,7 @@ async fn run(
             leg: Leg::Prefill,
             url: url.clone(),
             reason: e.to_string(),
+            failure: LegFailure::StreamCut,
         })
     };
     match drive(run, cancel, DETACHED_GRACE).await {
@@ -102,7 +99,10 @@ async fn run(
         Ending::Finished(Err(e)) => {
             tracing::warn!(error = %e, "prefill leg failed");
             up.metrics.upstream_error(Leg::Prefill);
-            pick.release(ReleaseReason::Failed);
+            match e.leg_failure().and_then(|(_, f)| f) {
+                Some(f) => pick.fail(f),
+                None => pick.release(ReleaseReason::Failed),
+            }
             let _ = failed.send(e);
         }
         Ending::Cancelled(reason) => {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use infera_proto::types::{Api, ReleaseReason, RequestId};
+use infera_proto::types::{Api, LegFailure, ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
 use crate::body::BodyError;
@@ -39,6 +39,11 @@ impl EndGuard {
 
     /// Ends the request with `reason` (once; later calls do nothing).
     pub fn end(&mut self, reason: ReleaseReason) {
+        self.end_with(reason, None);
+    }
+
+    /// Ends the request with `reason`; a decode leg that failed says how (`failure`).
+    pub fn end_with(&mut self, reason: ReleaseReason, failure: Option<LegFailure>) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
@@ -49,7 +54,10 @@ impl EndGuard {
             }
             abort(&self.up.client, &decode.endpoint.url, &self.rid);
         }
-        decode.release(reason);
+        match failure {
+            Some(f) => decode.fail(f),
+            None => decode.release(reason),
+        }
         // On EOF the prefill leg finishes on its own.
         if let Some(cancel) = self.prefill_cancel.take() {
             cancel.detach();
@@ -143,7 +151,9 @@ impl Relay {
     }
 
     fn fail(&mut self, e: ProxyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        self.guard.end(ReleaseReason::Failed);
+        // Counted against the decode target only when its own leg failed.
+        let failure = e.leg_failure().filter(|(leg, _)| *leg == Leg::Decode).and_then(|(_, f)| f);
+        self.guard.end_with(ReleaseReason::Failed, failure);
         self.done = true;
         if self.stream {
             Poll::Ready(Some(Ok(Frame::data(e.sse_event()))))
@@ -208,6 +218,7 @@ impl HttpBody for Relay {
                     leg: Leg::Decode,
                     url,
                     reason: format!("stream broke: {e}"),
+                    failure: LegFailure::StreamCut,
                 })
             }
             None => {

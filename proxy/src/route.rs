@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use infera_proto::types::{ModelName, PickKind, ReleaseReason};
+use infera_proto::types::{ModelName, PickKind, ReleaseReason, Target};
 
 use crate::control::{ControlLink, Pick, PickError};
 use crate::error::{Leg, ProxyError};
@@ -20,9 +20,19 @@ pub struct Route {
     pub decode: Pick,
 }
 
-/// Picks the legs of a request. A model not yet in the target list is tried as PD; control
-/// refuses the prefill pick of an aggregated model with `NO_POOL`.
-pub async fn route(link: &Arc<ControlLink>, facts: &Facts) -> Result<Route, ProxyError> {
+/// The targets a request already failed on, per leg: its retries pass them by.
+#[derive(Clone, Debug, Default)]
+pub struct Exclude {
+    /// Prefill targets.
+    pub prefill: Vec<Target>,
+    /// Decode targets.
+    pub decode: Vec<Target>,
+}
+
+/// Picks the legs of a request, passing by the targets in `exclude`. A model not yet in the
+/// target list is tried as PD; control refuses the prefill pick of an aggregated model with
+/// `NO_POOL`.
+pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) -> Result<Route, ProxyError> {
     let list = link.targets();
     let model = match facts.model.clone().or_else(|| list.only_model()) {
         Some(m) => m,
@@ -31,12 +41,14 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts) -> Result<Route, Prox
         }
     };
     if list.is_pd(&model) == Some(false) {
-        let decode = link.pick(PickKind::Decode, facts, &model).await;
+        let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
         return Ok(Route { model, prefill: None, decode });
     }
-    let (prefill, decode) =
-        tokio::join!(link.pick(PickKind::Prefill, facts, &model), link.pick(PickKind::Decode, facts, &model));
+    let (prefill, decode) = tokio::join!(
+        link.pick(PickKind::Prefill, facts, &model, &exclude.prefill),
+        link.pick(PickKind::Decode, facts, &model, &exclude.decode)
+    );
     match (prefill, decode) {
         (Ok(p), Ok(d)) => Ok(Route { model, prefill: Some(p), decode: d }),
         (Err(PickError::NoPool), Ok(d)) => Ok(Route { model, prefill: None, decode: d }),

@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::body::{Body, full};
 use crate::config::Config;
 use crate::control::Pick;
-use crate::error::ProxyError;
+use crate::error::{Leg, ProxyError};
 use crate::facts;
 use crate::forward;
 use crate::relay::{Relay, Relayed, Started};
@@ -94,22 +94,36 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
     }
     let timeout = ctx.config.request_timeout;
     let attempt = async {
-        for attempt in 0..2 {
-            let route = route::route(&ctx.up.link, &facts).await?;
+        let mut exclude = route::Exclude::default();
+        for attempt in 0.. {
+            let route = route::route(&ctx.up.link, &facts, &exclude).await?;
+            let prefill_target = route.prefill.as_ref().map(Pick::target);
+            let decode_target = route.decode.target();
             match forward::dispatch(&ctx.up, &facts, route.prefill, &route.decode, &headers).await {
                 Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
                 Err(e) => {
-                    route.decode.release(ReleaseReason::Failed);
-                    if attempt == 0 && e.retryable() {
-                        tracing::warn!(error = %e, "leg failed before the first byte; picking again");
-                        ctx.up.metrics.retried();
-                        continue;
+                    // A decode leg that failed on its worker says how (outlier ejection counts
+                    // it); a prefill leg that failed released itself so.
+                    let failed = e.leg_failure();
+                    match failed {
+                        Some((Leg::Decode, Some(f))) => route.decode.fail(f),
+                        _ => route.decode.release(ReleaseReason::Failed),
                     }
-                    return Err(e);
+                    if attempt >= ctx.config.retries || !e.retryable() {
+                        return Err(e);
+                    }
+                    match failed {
+                        Some((Leg::Prefill, _)) => exclude.prefill.extend(prefill_target),
+                        _ => exclude.decode.push(decode_target),
+                    }
+                    let wait = retry_backoff(ctx.config.retry_backoff, attempt);
+                    tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "leg failed before the first byte; picking again elsewhere");
+                    ctx.up.metrics.retried();
+                    tokio::time::sleep(wait).await;
                 }
             }
         }
-        unreachable!("the second attempt returns")
+        unreachable!("the attempts end by returning")
     };
     let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
@@ -136,6 +150,13 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
         head.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()),
     );
     Response::from_parts(head, relay.boxed())
+}
+
+/// The wait before retry `attempt + 1`: uniform in `[0, base × 2^attempt]` (full jitter), so
+/// that requests failed together do not retry together.
+fn retry_backoff(base: std::time::Duration, attempt: u32) -> std::time::Duration {
+    let cap = base.saturating_mul(1 << attempt.min(10));
+    cap.mul_f64(rand::random::<f64>())
 }
 
 /// How much of an oversized body is read and dropped before the 413, so that a client still

@@ -54,6 +54,8 @@ struct Listed {
     rank: DpRank,
     /// Whether an operator drained it (no new picks).
     drained: bool,
+    /// Whether control ejected it for failing (outlier ejection).
+    ejected: bool,
 }
 
 impl Listed {
@@ -61,7 +63,7 @@ impl Listed {
         let missing = |field| ConvertError { field, problem: Problem::Missing };
         let target = convert::target(t.target.as_ref().ok_or_else(|| missing("target"))?)?;
         let worker = convert::worker_endpoint(t.worker.as_ref().ok_or_else(|| missing("worker"))?)?;
-        Ok(Self { worker, rank: target.rank, drained: t.drained })
+        Ok(Self { worker, rank: target.rank, drained: t.drained, ejected: t.health == "ejected" })
     }
 }
 
@@ -122,14 +124,24 @@ impl TargetList {
         self.workers().find(|w| w.model == *model && w.role == Role::Prefill).map(|w| w.page_size)
     }
 
-    /// Eligible (not drained) endpoints of a pool.
-    fn pool(&self, model: &ModelName, kind: PickKind) -> Vec<Endpoint> {
+    /// Eligible endpoints of a pool: not drained, and neither ejected by control nor in
+    /// `exclude` (the request failed there) — unless that leaves none.
+    fn pool(&self, model: &ModelName, kind: PickKind, exclude: &[Target]) -> Vec<Endpoint> {
         let with_role = |role: Role| -> Vec<Endpoint> {
-            self.targets
+            let open: Vec<&Listed> = self
+                .targets
                 .iter()
                 .filter(|t| !t.drained && t.worker.model == *model && t.worker.role == role)
-                .map(|t| Endpoint::new(&t.worker, t.rank))
-                .collect()
+                .collect();
+            let excluded = |t: &Listed| exclude.iter().any(|x| x.worker == t.worker.id && x.rank == t.rank);
+            // The best tier that is not empty: healthy and not failed here, not failed here, any.
+            let tiers: [&dyn Fn(&Listed) -> bool; 2] = [&|t| !t.ejected && !excluded(t), &|t| !excluded(t)];
+            let chosen = tiers
+                .iter()
+                .map(|keep| open.iter().copied().filter(|t| keep(t)).collect::<Vec<&Listed>>())
+                .find(|tier| !tier.is_empty())
+                .unwrap_or(open);
+            chosen.into_iter().map(|t| Endpoint::new(&t.worker, t.rank)).collect()
         };
         match kind {
             PickKind::Prefill => with_role(Role::Prefill),
@@ -173,9 +185,10 @@ impl LocalLoad {
         list: &TargetList,
         model: &ModelName,
         kind: PickKind,
+        exclude: &[Target],
         rng: &mut impl Rng,
     ) -> Option<Endpoint> {
-        let pool = list.pool(model, kind);
+        let pool = list.pool(model, kind, exclude);
         // One snapshot of the counts, so the minimum and the tied set agree.
         let counts: Vec<u64> = {
             let map = self.inflight.lock().expect("local load lock");
@@ -212,6 +225,9 @@ mod tests {
             engine: None,
             drift_requests: 0,
             prefilling_requests: 0,
+            health: "healthy".into(),
+            consecutive_failures: 0,
+            ejected_for_ms: 0,
         }
     }
 
@@ -229,14 +245,33 @@ mod tests {
         assert_eq!(list.is_pd(&ModelName::new("nope")), None);
         let load = LocalLoad::default();
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let first = load.choose(&list, &m, PickKind::Decode, &mut rng).unwrap();
+        let first = load.choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
         load.start(&first);
-        let second = load.choose(&list, &m, PickKind::Decode, &mut rng).unwrap();
+        let second = load.choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
         assert_ne!(first.rank, second.rank, "the busier rank is avoided");
         assert_eq!(second.url, "http://d:1");
-        assert!(load.choose(&list, &m, PickKind::Prefill, &mut rng).is_none(), "drained prefill");
-        assert_eq!(load.choose(&list, &agg, PickKind::Decode, &mut rng).unwrap().worker_id.as_str(), "x");
+        assert!(load.choose(&list, &m, PickKind::Prefill, &[], &mut rng).is_none(), "drained prefill");
+        assert_eq!(
+            load.choose(&list, &agg, PickKind::Decode, &[], &mut rng).unwrap().worker_id.as_str(),
+            "x"
+        );
         load.end(&first);
         assert_eq!(load.get(&first), 0);
+    }
+
+    #[test]
+    fn the_fallback_passes_by_ejected_and_excluded_targets_unless_none_is_left() {
+        let ejected =
+            pb::TargetStatus { health: "ejected".into(), ..status("d", pb::Role::Decode, "m", 0, false) };
+        let list = TargetList::new(vec![ejected, status("d", pb::Role::Decode, "m", 1, false)]);
+        let (m, load) = (ModelName::new("m"), LocalLoad::default());
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        for _ in 0..8 {
+            let e = load.choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
+            assert_eq!(e.rank, DpRank(1), "rank 0 is ejected");
+        }
+        // Rank 1 failed this request: the ejected rank 0 is all that is left, so it is used.
+        let failed = [Target::new(WorkerId::new("d"), DpRank(1))];
+        assert_eq!(load.choose(&list, &m, PickKind::Decode, &failed, &mut rng).unwrap().rank, DpRank(0));
     }
 }

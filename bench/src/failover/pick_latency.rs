@@ -63,6 +63,7 @@ impl Side {
             let release = pb::ReleaseRequest {
                 reservation_id: picked.reservation_id,
                 reason: pb::ReleaseReason::Eof as i32,
+                failure: 0,
             };
             self.router.release(release).await?;
             if keep {

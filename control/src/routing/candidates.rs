@@ -8,11 +8,39 @@ use infera_kv::hash::PageHash;
 use infera_proto::types::PickRequest;
 
 use super::KvIndex;
+use crate::ejection::{Admit, Breakers};
 use crate::ledger::Ledger;
 use crate::prefill_phase::age_weight;
 use crate::scoring::{Candidate, Scored};
 use crate::target::{KvRoom, TargetKey, WeightedPrefilling};
 use crate::view::View;
+
+/// What screening left of the candidates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Screened {
+    /// Every candidate was ejected or excluded, so none was passed by.
+    pub(super) bypassed: bool,
+}
+
+/// Passes by the candidates a pick may not use: those ejected for failing (outlier ejection;
+/// a half-open one is kept as a probe) and those the request already failed on (`exclude`, a
+/// retry). When that would leave none, none is passed by: routing somewhere beats refusing.
+pub(super) fn screen(
+    candidates: &mut Vec<Candidate>,
+    breakers: &Breakers,
+    excluded: &[TargetKey],
+    now: Instant,
+) -> Screened {
+    let usable = |c: &Candidate| !excluded.contains(&c.key) && breakers.admits(c.key, now) != Admit::No;
+    if !candidates.iter().any(usable) {
+        return Screened { bypassed: !candidates.is_empty() };
+    }
+    candidates.retain(usable);
+    for c in candidates.iter_mut() {
+        c.probe = breakers.admits(c.key, now) == Admit::Probe;
+    }
+    Screened { bypassed: false }
+}
 
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
 #[derive(Debug, Default)]

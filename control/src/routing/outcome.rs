@@ -42,6 +42,8 @@ pub struct Picked {
     pub change: LoadChange,
     /// The full decision, when asked for.
     pub decision: Option<Decision>,
+    /// Every candidate was ejected (or excluded), so the ejections were ignored for this pick.
+    pub bypassed_ejections: bool,
 }
 
 /// A reservation as operators list it.
@@ -74,6 +76,8 @@ pub struct ReleasedNow {
     /// A prefill that reached its end of stream: its model and the model's median prefill
     /// phase with it counted.
     pub phase_median: Option<(ModelName, Duration)>,
+    /// What the release did to its target's breaker (ejected or re-admitted it), if anything.
+    pub health: Option<crate::ejection::Transition>,
 }
 
 /// A lease that expired, with the reservations its expiry ended (the ledger's
@@ -104,4 +108,6 @@ pub struct TargetRow {
     pub slot: Slot,
     /// What it holds.
     pub load: Load,
+    /// Outlier ejection: healthy, ejected or probing.
+    pub health: crate::ejection::Health,
 }

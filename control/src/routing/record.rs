@@ -26,6 +26,7 @@ impl<R> RoutingCore<R> {
             cached_tokens: c.cached_tokens,
             kv_overflow,
             prefilling_weighted: c.prefilling,
+            probe: c.probe,
         }
     }
 

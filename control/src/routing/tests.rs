@@ -53,6 +53,7 @@ impl Fixture {
             session: session.map(SessionKey::new),
             page_hashes: Vec::new(),
             page_size: 0,
+            exclude: Vec::new(),
         }
     }
 
@@ -77,7 +78,7 @@ impl Fixture {
 
     /// Ends a reservation at its end of stream, now.
     fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
-        self.core.release(id, ReleaseReason::Eof, self.now)
+        self.core.release(id, ReleaseReason::Eof, None, self.now)
     }
 }
 
@@ -328,7 +329,7 @@ fn a_worker_that_registers_again_with_more_ranks_serves_all_of_them() {
     let s = settings(DecodeInputDemand::Off, 0.0, DecodePolicy::RoundRobin);
     let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 2)], s);
     f.core.upsert_worker(worker("d", Role::Decode, "m", 4));
-    assert_eq!(f.core.targets(None, None).len(), 4);
+    assert_eq!(f.core.targets(None, None, f.now).len(), 4);
     let ranks: Vec<u32> = (0..4).map(|_| rank(&f.decode(1))).collect();
     assert_eq!(ranks, [0, 1, 2, 3]);
 }

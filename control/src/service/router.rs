@@ -98,8 +98,8 @@ impl Router for RouterService {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let span = rpc_span("Release", &req);
         let _entered = span.enter();
-        let (id, reason) = convert::release_request(req.get_ref()).map_err(ControlError::from)?;
-        let already_released = self.state.release(id, reason)?;
+        let (id, reason, failure) = convert::release_request(req.get_ref()).map_err(ControlError::from)?;
+        let already_released = self.state.release(id, reason, failure)?;
         Ok(Response::new(pb::ReleaseResponse { already_released }))
     }
 

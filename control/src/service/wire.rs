@@ -82,7 +82,10 @@ pub(super) fn millis(d: std::time::Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
-pub(super) fn target_status(TargetRow { slot, load }: &TargetRow, engine: &EngineBoard) -> pb::TargetStatus {
+pub(super) fn target_status(
+    TargetRow { slot, load, health }: &TargetRow,
+    engine: &EngineBoard,
+) -> pb::TargetStatus {
     let reading = engine.get(&slot.target);
     let drift = reading.map_or(0, |r| signed(load.held_requests) - signed(r.load.holding()));
     pb::TargetStatus {
@@ -94,6 +97,9 @@ pub(super) fn target_status(TargetRow { slot, load }: &TargetRow, engine: &Engin
         engine: reading.map(|r| engine_load(&r)),
         drift_requests: drift,
         prefilling_requests: load.prefilling.requests,
+        health: health.state.to_owned(),
+        consecutive_failures: health.failures,
+        ejected_for_ms: u64::try_from(health.ejected_for.as_millis()).unwrap_or(u64::MAX),
     }
 }
 
@@ -135,6 +141,7 @@ pub(super) fn terms(c: &CandidateTerms, request_tokens: u64, w: RequestWeight) -
         kv_overflow: c.kv_overflow,
         prefilling_weighted: c.prefilling_weighted.requests,
         prefilling_weighted_tokens: c.prefilling_weighted.tokens,
+        probe: c.probe,
     }
 }
 

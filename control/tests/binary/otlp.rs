@@ -74,6 +74,7 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             session_key: String::new(),
             page_hashes: Vec::new(),
             page_size: 0,
+            exclude: Vec::new(),
         });
         req.metadata_mut()
             .insert("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap());

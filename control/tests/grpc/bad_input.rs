@@ -82,7 +82,13 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         release("r-1", ReleaseReason::Eof),
         release("l-00000001-1", ReleaseReason::Eof),
         release(&held_one.reservation_id, ReleaseReason::Unspecified),
-        pb::ReleaseRequest { reservation_id: held_one.reservation_id.clone(), reason: 42 },
+        pb::ReleaseRequest { reservation_id: held_one.reservation_id.clone(), reason: 42, failure: 0 },
+        // A failure kind with a reason other than FAILED, and an unknown kind.
+        pb::ReleaseRequest {
+            failure: pb::LegFailure::Connect as i32,
+            ..release(&held_one.reservation_id, ReleaseReason::Eof)
+        },
+        pb::ReleaseRequest { failure: 99, ..release(&held_one.reservation_id, ReleaseReason::Failed) },
         release(&held_one.reservation_id, ReleaseReason::LeaseExpired),
     ];
     for req in bad_releases {

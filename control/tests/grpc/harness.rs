@@ -68,11 +68,12 @@ pub(crate) fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
         session_key: String::new(),
         page_hashes: Vec::new(),
         page_size: 0,
+        exclude: Vec::new(),
     }
 }
 
 pub(crate) fn release(id: &str, reason: pb::ReleaseReason) -> pb::ReleaseRequest {
-    pb::ReleaseRequest { reservation_id: id.into(), reason: reason as i32 }
+    pb::ReleaseRequest { reservation_id: id.into(), reason: reason as i32, failure: 0 }
 }
 
 pub(crate) fn target_of(resp: &pb::PickResponse) -> (String, u32) {

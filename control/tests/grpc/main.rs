@@ -5,6 +5,7 @@ mod harness;
 mod admin;
 mod bad_input;
 mod dp_discovery;
+mod ejection;
 mod engine;
 mod kv;
 mod leases;

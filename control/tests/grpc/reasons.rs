@@ -12,7 +12,11 @@ async fn refusals_carry_their_reason_as_a_typed_detail_and_as_metadata() {
     let lease = control.lease(0).await;
     let mut router = control.router().await;
     let never_issued = "r-00000001-999999999".to_owned();
-    let release = pb::ReleaseRequest { reservation_id: never_issued, reason: pb::ReleaseReason::Eof as i32 };
+    let release = pb::ReleaseRequest {
+        reservation_id: never_issued,
+        reason: pb::ReleaseReason::Eof as i32,
+        failure: 0,
+    };
     let cases = [
         (router.pick_decode(pick(&lease, "nope", 1)).await.unwrap_err(), ErrorReason::UnknownModel),
         (router.pick_decode(pick("", "m", 1)).await.unwrap_err(), ErrorReason::InvalidArgument),

@@ -7,6 +7,9 @@ use super::{LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, Wo
 /// context, small enough that no sum in the ledger can overflow or lose precision.
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 28;
 
+/// The most targets a pick may exclude (a retry names those its earlier attempts failed on).
+pub const MAX_EXCLUDED_TARGETS: usize = 64;
+
 /// The most page hashes a pick may carry (2^20 pages: a 16 M-token prompt at page size 16).
 pub const MAX_PAGE_HASHES: usize = 1 << 20;
 
@@ -27,6 +30,8 @@ pub struct PickRequest {
     pub page_hashes: Vec<i64>,
     /// Tokens per page of `page_hashes` (0 when there are none).
     pub page_size: u32,
+    /// Targets this request already failed on (a retry): passed by unless none would be left.
+    pub exclude: Vec<Target>,
 }
 
 /// What control answered a pick with.

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use infera_proto::types::{ModelName, PickKind};
+use infera_proto::types::{ModelName, PickKind, Target};
 use rand::{SeedableRng, rngs::SmallRng};
 
 use super::pick::PickError;
@@ -28,6 +28,7 @@ impl Fallback {
         load: &LocalLoad,
         kind: PickKind,
         model: &ModelName,
+        exclude: &[Target],
     ) -> Result<Endpoint, PickError> {
         let pd = list.is_pd(model);
         if pd.is_none() {
@@ -36,7 +37,7 @@ impl Fallback {
         if kind == PickKind::Prefill && pd == Some(false) {
             return Err(PickError::NoPool);
         }
-        let chosen = load.choose(list, model, kind, &mut *self.rng.lock().expect("rng lock"));
+        let chosen = load.choose(list, model, kind, exclude, &mut *self.rng.lock().expect("rng lock"));
         chosen.ok_or(PickError::NoTarget)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use infera_proto::types::{ModelName, ReleaseReason};
+use infera_proto::types::{LegFailure, ModelName, ReleaseReason, Target};
 
 use super::legs::{LegFacts, LegId};
 use super::release::{Booking, Releaser};
@@ -44,19 +44,30 @@ impl Pick {
 
     /// Ends the leg with `reason`.
     pub fn release(mut self, reason: ReleaseReason) {
-        self.end(reason);
+        self.end(reason, None);
     }
 
-    fn end(&mut self, reason: ReleaseReason) {
+    /// Ends the leg as failed on its worker, saying how (outlier ejection counts it against
+    /// the target).
+    pub fn fail(mut self, failure: LegFailure) {
+        self.end(ReleaseReason::Failed, Some(failure));
+    }
+
+    /// The target the leg runs on.
+    pub fn target(&self) -> Target {
+        self.endpoint.target()
+    }
+
+    fn end(&mut self, reason: ReleaseReason, failure: Option<LegFailure>) {
         if !std::mem::replace(&mut self.released, true) {
-            self.releaser.release(&self.endpoint, self.leg, reason);
+            self.releaser.release(&self.endpoint, self.leg, reason, failure);
         }
     }
 }
 
 impl Drop for Pick {
     fn drop(&mut self) {
-        self.end(ReleaseReason::Cancelled);
+        self.end(ReleaseReason::Cancelled, None);
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use infera_proto::convert;
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb;
-use infera_proto::types::{LeaseId, ModelName, PickKind, PickRequest, ReleaseReason};
+use infera_proto::types::{LeaseId, ModelName, PickKind, PickRequest, ReleaseReason, Target};
 use tonic::Status;
 
 use super::ControlLink;
@@ -48,12 +48,14 @@ impl Drop for PendingPick<'_> {
 
 impl ControlLink {
     /// Picks a target for one leg: control when it answers in time, the local fallback
-    /// otherwise.
+    /// otherwise; neither takes a target of `exclude` (the request failed there) unless no other
+    /// is left.
     pub async fn pick(
         self: &Arc<Self>,
         kind: PickKind,
         facts: &Facts,
         model: &ModelName,
+        exclude: &[Target],
     ) -> Result<Pick, PickError> {
         if let Some(lease) = self.lease() {
             let page = PageHashes::of(kind, facts, model, &self.targets());
@@ -65,6 +67,7 @@ impl ControlLink {
                 session: facts.session.clone(),
                 page_hashes: page.hashes,
                 page_size: page.page_size,
+                exclude: exclude.to_vec(),
             };
             let mut req = tonic::Request::new(pb::PickRequest::from(&pick));
             req.set_timeout(LATE_PICK_LIMIT);
@@ -124,7 +127,7 @@ impl ControlLink {
             }
         }
         self.metrics.fallback(kind);
-        let endpoint = self.fallback.choose(&self.targets(), &self.releaser.load, kind, model)?;
+        let endpoint = self.fallback.choose(&self.targets(), &self.releaser.load, kind, model, exclude)?;
         let facts = LegFacts {
             kind,
             target: endpoint.target(),

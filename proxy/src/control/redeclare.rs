@@ -64,6 +64,7 @@ pub(super) async fn redeclare(
                 releaser.release_booking(
                     Booking { reservation: orphan, lease: held.lease },
                     ReleaseReason::Cancelled,
+                    None,
                 );
             }
         }

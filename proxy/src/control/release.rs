@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb;
-use infera_proto::types::{LeaseId, ReleaseReason, ReservationId};
+use infera_proto::types::{LeaseId, LegFailure, ReleaseReason, ReservationId};
 
 use super::controls::Controls;
 use super::lease::Lease;
@@ -50,16 +50,28 @@ impl Releaser {
 
     /// The leg `leg` on `endpoint` ended with `reason`: control's reservation that stands for it
     /// now (if any) is released.
-    pub(super) fn release(&self, endpoint: &Endpoint, leg: LegId, reason: ReleaseReason) {
+    pub(super) fn release(
+        &self,
+        endpoint: &Endpoint,
+        leg: LegId,
+        reason: ReleaseReason,
+        failure: Option<LegFailure>,
+    ) {
         self.load.end(endpoint);
         self.metrics.release(reason);
         if let Some(booking) = self.legs.end(leg) {
-            self.release_booking(booking, reason);
+            self.release_booking(booking, reason, failure);
         }
     }
 
-    /// Releases one reservation of control's, retried while its lease is held.
-    pub(super) fn release_booking(&self, booking: Booking, reason: ReleaseReason) {
+    /// Releases one reservation of control's (a failed leg: with how it failed), retried while
+    /// its lease is held.
+    pub(super) fn release_booking(
+        &self,
+        booking: Booking,
+        reason: ReleaseReason,
+        failure: Option<LegFailure>,
+    ) {
         let Booking { reservation, lease } = booking;
         let (controls, metrics, held) = (self.controls.clone(), self.metrics.clone(), self.lease.clone());
         tokio::spawn(async move {
@@ -68,6 +80,7 @@ impl Releaser {
                 let msg = pb::ReleaseRequest {
                     reservation_id: reservation.to_string(),
                     reason: pb::ReleaseReason::from(reason) as i32,
+                    failure: failure.map_or(0, |f| pb::LegFailure::from(f) as i32),
                 };
                 match controls.current().1.release(msg).await {
                     Ok(_) => return,

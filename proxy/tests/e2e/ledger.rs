@@ -122,18 +122,19 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zero_after_a_prefill_fails_and_one_retry_recovers() {
+async fn zero_after_a_prefill_fails_and_the_retries_recover() {
     let cluster = Cluster::start(Shape::default()).await;
     let prefill = cluster.prefill().unwrap();
-    // One failure: the proxy picks again before the first byte and the client never knows.
-    prefill.faults(json!({"fail_next": 1})).await;
+    // Two failures: the proxy picks again before the first byte (twice, --retries 2) and the
+    // client never knows.
+    prefill.faults(json!({"fail_next": 2})).await;
     let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
-    assert!(metrics.contains("infera_proxy_retries_total 1"), "{metrics}");
+    assert!(metrics.contains("infera_proxy_retries_total 2"), "{metrics}");
     cluster.ledger_returns_to_zero().await;
-    // Two failures: the client gets an OpenAI error.
-    prefill.faults(json!({"fail_next": 2})).await;
+    // Three failures: the client gets an OpenAI error.
+    prefill.faults(json!({"fail_next": 3})).await;
     let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -155,6 +156,28 @@ async fn zero_after_a_proxy_is_killed_by_its_lease_expiring() {
     body.frame().await.unwrap().unwrap();
     assert_ne!(cluster.ledger().await, Ledger::default());
     proxy.node.kill(); // SIGKILL: no release, no CloseLease.
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decode_that_fails_is_retried_on_another_rank_and_reported_as_a_server_error() {
+    let cluster = Cluster::start(Shape::default()).await;
+    // One 500 from the decode worker: the retry's pick passes that rank by and succeeds.
+    cluster.decode().faults(json!({"fail_next": 1})).await;
+    let (status, text) = post_json(&url(&cluster, "/v1/chat/completions"), &chat(4, false), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let log = cluster.decode().requests().await;
+    let ranks: Vec<&Value> = log.iter().map(|r| &r["routed_dp_rank"]).collect();
+    assert_eq!(ranks.len(), 2, "{log:?}");
+    assert_ne!(ranks[0], ranks[1], "the retry went to another rank: {log:?}");
+    // Control hears how the failed leg failed (outlier ejection counts it against that rank);
+    // releases reach it in the background.
+    let series = "infera_router_leg_failures_total{kind=\"server_error\"} 1";
+    eventually(Duration::from_secs(10), "control to count the failed leg as a server error", async || {
+        cluster.control_metrics().await.lines().any(|l| l == series).then_some(())
+    })
+    .await;
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }

@@ -72,7 +72,7 @@ fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
     let other = d.candidates.iter().find(|c| c.target.rank.0 == 0).unwrap();
     assert_eq!((other.overlap_pages, other.cached_tokens), (0, 0), "the decision shows every overlap");
     // Booked: the 360 tokens rank 1 still has to compute, not the 1,000 of the prompt.
-    assert_eq!(f.core.target_rows(&[holder])[0].load.booked_input_tokens, 360);
+    assert_eq!(f.core.target_rows(&[holder], f.now)[0].load.booked_input_tokens, 360);
     f.release(p.reservation).unwrap();
     // The index, not the picks, says what a target holds: the same prompt again sees 40 pages.
     let again = kv_pick(&mut f, &index, &prompt, PS);

@@ -1,0 +1,151 @@
+//! Outlier ejection, decided centrally: a target whose worker lives (its lease is kept) but fails
+//! its legs is ejected for everyone at once, where every proxy on its own would keep sending it
+//! picks. Pure and synchronous; time is passed in.
+//!
+//! Per target, a breaker ([`Breaker`]):
+//!
+//! ```text
+//! healthy ──(N failures in a row)──▶ ejected (open for B) ──(B passed)──▶ probing (half-open)
+//!    ▲                                   ▲                                    │ one pick at a time
+//!    └──────────(S successes)────────────┼──────────────(a failure: B × 2)────┘
+//! ```
+//!
+//! A failure is a leg released `FAILED` with a kind (connect, timeout, 5xx, stream cut: what the
+//! proxy saw, `LegFailure`), or an engine whose `/v1/loads` stays unreadable; a success is a leg
+//! that reached its end of stream. Cancellations and legs failed because the other leg failed
+//! count for nothing. The defaults are SMG's: 10 failures, 60 s open, 3 successes to close; the
+//! open time doubles with each failed probe up to `max_open`.
+//!
+//! A pool whose every target is ejected ignores the ejections (counted): routing somewhere beats
+//! failing every request at the proxy.
+
+mod breaker;
+pub mod metrics;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, Instant};
+
+use infera_proto::types::LegFailure;
+
+pub use breaker::{Admit, Breaker, Health, Transition};
+
+use crate::target::TargetKey;
+
+/// The thresholds (`--eject-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EjectionPolicy {
+    /// Failures in a row that eject a healthy target; 0 turns ejection off.
+    pub failures: u32,
+    /// How long the first ejection lasts.
+    pub open: Duration,
+    /// The longest an ejection lasts (each failed probe doubles it).
+    pub max_open: Duration,
+    /// Successful probes that close the breaker again.
+    pub successes: u32,
+}
+
+impl Default for EjectionPolicy {
+    fn default() -> Self {
+        Self { failures: 10, open: Duration::from_secs(60), max_open: Duration::from_secs(600), successes: 3 }
+    }
+}
+
+/// What happened to a leg, for its target's breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It reached its end of stream.
+    Success,
+    /// It failed, as the proxy (or the engine poll) saw it.
+    Failure(Failure),
+    /// It ended otherwise (cancelled, the other leg failed, the target left): no signal.
+    Neutral,
+}
+
+impl Outcome {
+    /// What a release says: its end of stream a success, a failure with its kind a failure,
+    /// anything else nothing.
+    pub fn of(reason: infera_proto::types::ReleaseReason, failure: Option<LegFailure>) -> Self {
+        use infera_proto::types::ReleaseReason;
+        match (reason, failure) {
+            (ReleaseReason::Eof, _) => Self::Success,
+            (ReleaseReason::Failed, Some(f)) => Self::Failure(Failure::Leg(f)),
+            _ => Self::Neutral,
+        }
+    }
+}
+
+/// What counted as a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// A leg, as the proxy saw it.
+    Leg(LegFailure),
+    /// The worker's `/v1/loads` has not answered for a while.
+    EngineUnreachable,
+}
+
+impl Failure {
+    /// A metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Leg(l) => l.as_str(),
+            Self::EngineUnreachable => "engine_unreachable",
+        }
+    }
+}
+
+/// Every target's breaker, by key.
+#[derive(Debug, Default)]
+pub struct Breakers {
+    policy: EjectionPolicy,
+    breakers: Vec<Breaker>,
+}
+
+impl Breakers {
+    /// Breakers under `policy`.
+    pub fn new(policy: EjectionPolicy) -> Self {
+        Self { policy, breakers: Vec::new() }
+    }
+
+    /// The thresholds in force.
+    pub fn policy(&self) -> EjectionPolicy {
+        self.policy
+    }
+
+    /// Whether `key` may take a pick at `now`.
+    pub fn admits(&self, key: TargetKey, now: Instant) -> Admit {
+        if self.policy.failures == 0 {
+            return Admit::Yes;
+        }
+        self.breakers.get(key.index()).map_or(Admit::Yes, |b| b.admits(now))
+    }
+
+    /// `key` was picked at `now` (a probe when it was let through half-open).
+    pub fn picked(&mut self, key: TargetKey, now: Instant) {
+        if self.policy.failures > 0 {
+            self.get(key).picked(now);
+        }
+    }
+
+    /// A leg on `key` ended with `outcome`; what changed, if anything.
+    pub fn observe(&mut self, key: TargetKey, outcome: Outcome, now: Instant) -> Option<Transition> {
+        if self.policy.failures == 0 {
+            return None;
+        }
+        let policy = self.policy;
+        self.get(key).observe(outcome, &policy, now)
+    }
+
+    /// `key`'s health at `now`.
+    pub fn health(&self, key: TargetKey, now: Instant) -> Health {
+        self.breakers.get(key.index()).map_or(Health::default(), |b| b.health(now))
+    }
+
+    fn get(&mut self, key: TargetKey) -> &mut Breaker {
+        let i = key.index();
+        if self.breakers.len() <= i {
+            self.breakers.resize_with(i + 1, Breaker::default);
+        }
+        &mut self.breakers[i]
+    }
+}
