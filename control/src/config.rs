@@ -10,9 +10,13 @@ use infera_proto::types::{
 };
 
 use crate::fit::WeightMode;
+
+mod limits;
+
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
+use limits::{CapacityArgs, EjectionArgs, ReplicaArgs};
 
 /// infera-control: the central demand ledger and scoring service.
 #[derive(Parser, Debug)]
@@ -34,6 +38,8 @@ pub struct Args {
     replicas: ReplicaArgs,
     #[command(flatten)]
     ejection: EjectionArgs,
+    #[command(flatten)]
+    capacity: CapacityArgs,
     #[command(flatten)]
     admin: AdminArgs,
     #[command(flatten)]
@@ -156,45 +162,6 @@ struct LeaseArgs {
 }
 
 #[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Replicas (with --etcd)")]
-struct ReplicaArgs {
-    /// The URL proxies and the other replicas reach this control's gRPC at: written into the
-    /// leader key, and named by followers in their NOT_LEADER answers. Default:
-    /// `http://<bound --listen address>` (the host name for an unspecified address).
-    #[arg(long, env = "INFERA_CONTROL_ADVERTISE_URL")]
-    advertise_url: Option<String>,
-    /// TTL of the leader's etcd lease (s): a leader that dies, hangs or loses etcd is replaced
-    /// this long after its last renewal; it renews every TTL/4 and stops booking by itself
-    /// before the TTL could have run out.
-    #[arg(long, env = "INFERA_CONTROL_LEADER_LEASE_TTL_SECS", default_value_t = 2,
-          value_parser = clap::value_parser!(u64).range(1..=60))]
-    leader_lease_ttl_secs: u64,
-}
-
-#[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Outlier ejection")]
-struct EjectionArgs {
-    /// Failed legs in a row (connect refused, timeout, 5xx, stream cut, as the proxies report
-    /// them; or an engine whose `/v1/loads` stays unreadable) that eject a target: it takes no
-    /// picks until its ejection ends and a probe succeeds. 0 turns ejection off.
-    #[arg(long, env = "INFERA_EJECT_AFTER_FAILURES", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(0..=10_000))]
-    eject_after_failures: u32,
-    /// How long the first ejection of a target lasts (ms); each failed probe doubles it.
-    #[arg(long, env = "INFERA_EJECT_OPEN_MS", default_value_t = 60_000,
-          value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
-    eject_open_ms: u64,
-    /// The longest an ejection lasts (ms).
-    #[arg(long, env = "INFERA_EJECT_MAX_OPEN_MS", default_value_t = 600_000,
-          value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
-    eject_max_open_ms: u64,
-    /// Successful probes (one at a time) that make an ejected target healthy again.
-    #[arg(long, env = "INFERA_EJECT_CLOSE_AFTER_SUCCESSES", default_value_t = 3,
-          value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    eject_close_after_successes: u32,
-}
-
-#[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Admin")]
 struct AdminArgs {
     /// Bearer token every Admin call must carry (`authorization: Bearer <token>`). Unset = open.
@@ -234,6 +201,8 @@ pub struct Config {
     pub leader_ttl: Duration,
     /// Outlier ejection's thresholds.
     pub ejection: crate::ejection::EjectionPolicy,
+    /// Per-rank caps.
+    pub capacity: crate::capacity::Capacity,
     /// RNG seed.
     pub seed: Option<u64>,
     /// Logs and traces.
@@ -324,12 +293,8 @@ impl TryFrom<Args> for Config {
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
-            ejection: crate::ejection::EjectionPolicy {
-                failures: a.ejection.eject_after_failures,
-                open: Duration::from_millis(a.ejection.eject_open_ms),
-                max_open: Duration::from_millis(a.ejection.eject_max_open_ms.max(a.ejection.eject_open_ms)),
-                successes: a.ejection.eject_close_after_successes,
-            },
+            ejection: a.ejection.policy(),
+            capacity: a.capacity.caps(),
             seed: a.admin.seed,
             telemetry: a.telemetry.into_config("infera-control")?,
         })

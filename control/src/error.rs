@@ -49,6 +49,14 @@ pub enum ControlError {
     /// An Admin call without the right bearer token.
     #[error("admin calls need the header `authorization: Bearer <token>` matching --admin-token")]
     Unauthenticated,
+    /// Every candidate of the pool is at its rank's cap.
+    #[error("every {} target for model \"{model}\" is at its cap (--max-requests-per-rank, --max-kv-usage)", kind.as_str())]
+    AtCapacity {
+        /// The model the pick was for.
+        model: ModelName,
+        /// The pick asked for.
+        kind: PickKind,
+    },
     /// This control does not lead (or its leadership lapsed): it books nothing.
     #[error("{}", not_leader(.leader.as_deref(), *.lapsed))]
     NotLeader {
@@ -97,6 +105,7 @@ impl ControlError {
             Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
             Self::Unauthenticated => ErrorReason::Unauthenticated,
             Self::NotLeader { .. } => ErrorReason::NotLeader,
+            Self::AtCapacity { .. } => ErrorReason::AtCapacity,
         }
     }
 

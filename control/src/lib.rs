@@ -17,6 +17,7 @@
 //! - [`fit`]: W fitted online from those readings' decode step times (`auto`).
 //! - [`settings`]: W, the mode and the policies in force.
 //! - [`ejection`]: outlier ejection — targets that fail their legs take no picks for a while.
+//! - [`capacity`]: per-rank caps; a pick whose every candidate is full is refused.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
 //! - [`decisions`]: decision events for `WatchDecisions`.
@@ -27,6 +28,7 @@
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
 
 pub mod affinity;
+pub mod capacity;
 pub mod config;
 pub mod decisions;
 pub mod dp_discovery;
@@ -115,6 +117,7 @@ pub async fn run(
     let mut core = RoutingCore::new(view, settings, epoch, rng)?;
     core.weights_mut().set_mode(weight_mode);
     core.set_ejection(config.ejection);
+    core.set_capacity(config.capacity);
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);

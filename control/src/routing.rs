@@ -22,6 +22,7 @@ use infera_proto::types::{
 use rand::Rng;
 
 use crate::affinity::Sessions;
+use crate::capacity::Capacity;
 use crate::ejection::{Breakers, Outcome};
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
@@ -40,7 +41,9 @@ mod redeclare;
 mod tests;
 mod weights;
 
-use candidates::{OverlapScratch, credit_overlap, decay_prefilling, screen, skip_overflowing};
+use candidates::{
+    OverlapScratch, credit_overlap, decay_prefilling, screen, skip_overflowing, within_capacity,
+};
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
@@ -89,6 +92,8 @@ pub struct RoutingCore<R> {
     breakers: Breakers,
     /// Reused buffer: the keys of the targets a pick excludes.
     excluded: Vec<TargetKey>,
+    /// Per-rank caps.
+    capacity: Capacity,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -109,6 +114,7 @@ impl<R: Rng> RoutingCore<R> {
             weights: DecodeWeights::default(),
             breakers: Breakers::default(),
             excluded: Vec::new(),
+            capacity: Capacity::default(),
         })
     }
 
@@ -127,6 +133,9 @@ impl<R: Rng> RoutingCore<R> {
         self.excluded.clear();
         self.excluded.extend(req.exclude.iter().filter_map(|t| self.view.key(t)));
         let screened = screen(&mut self.candidates, &self.breakers, &self.excluded, now);
+        if !within_capacity(&mut self.candidates, &self.capacity, &self.view, kv_room) {
+            return Err(ControlError::AtCapacity { model: req.model.clone(), kind });
+        }
         if let (PickKind::Prefill, Some(index)) = (kind, kv)
             && !req.page_hashes.is_empty()
         {

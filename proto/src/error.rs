@@ -53,11 +53,13 @@ pub enum ErrorReason {
     /// This control does not lead its replica set (or its leadership lapsed): it books nothing.
     /// The status names the leader when one is known ([`LEADER_METADATA`]).
     NotLeader,
+    /// Every candidate of the pool is at its rank's cap: retry later.
+    AtCapacity,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -69,6 +71,7 @@ impl ErrorReason {
         Self::WeightNeedsDemand,
         Self::Unauthenticated,
         Self::NotLeader,
+        Self::AtCapacity,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -86,6 +89,7 @@ impl ErrorReason {
             Self::WeightNeedsDemand => "weight_needs_demand",
             Self::Unauthenticated => "unauthenticated",
             Self::NotLeader => "not_leader",
+            Self::AtCapacity => "at_capacity",
         }
     }
 
@@ -104,6 +108,7 @@ impl ErrorReason {
             Self::WeightNeedsDemand => "WEIGHT_NEEDS_DEMAND",
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::NotLeader => "NOT_LEADER",
+            Self::AtCapacity => "AT_CAPACITY",
         }
     }
 
@@ -124,6 +129,7 @@ impl ErrorReason {
             Self::NoPool | Self::WeightNeedsDemand => Code::FailedPrecondition,
             Self::NoEligibleTarget | Self::NotLeader => Code::Unavailable,
             Self::Unauthenticated => Code::Unauthenticated,
+            Self::AtCapacity => Code::ResourceExhausted,
         }
     }
 

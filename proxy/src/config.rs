@@ -72,6 +72,18 @@ struct LimitArgs {
     /// Largest request body accepted (413 above).
     #[arg(long, env = "INFERA_PROXY_MAX_BODY_BYTES", default_value_t = 32 << 20)]
     max_body_bytes: usize,
+    /// Most generation requests in flight through this proxy; above it requests wait in a
+    /// queue. 0 = no limit.
+    #[arg(long, env = "INFERA_PROXY_MAX_INFLIGHT", default_value_t = 0)]
+    max_inflight: usize,
+    /// Most requests waiting for a place in flight; more are answered 503 at once.
+    #[arg(long, env = "INFERA_PROXY_QUEUE_DEPTH", default_value_t = 1_024)]
+    queue_depth: usize,
+    /// The longest a request waits for a place in flight (or, when control has every rank at
+    /// its cap, for room), before a 503 with `Retry-After`.
+    #[arg(long, env = "INFERA_PROXY_QUEUE_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    queue_timeout_ms: u64,
     /// Retries of a request whose leg failed before any byte reached the client (connect
     /// refused, 5xx, a prefill that died): each on a fresh pick that passes the failed target
     /// by. Never after bytes flowed.
@@ -129,6 +141,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Timeout to the answer's head.
     pub request_timeout: Duration,
+    /// The in-flight limit and its queue.
+    pub admission: crate::admission::Limits,
     /// Retries before the first byte.
     pub retries: u32,
     /// The retries' backoff base.
@@ -180,6 +194,11 @@ impl TryFrom<Args> for Config {
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
             max_body_bytes: a.limits.max_body_bytes,
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
+            admission: crate::admission::Limits {
+                max_inflight: a.limits.max_inflight,
+                queue_depth: a.limits.queue_depth,
+                queue_timeout: Duration::from_millis(a.limits.queue_timeout_ms),
+            },
             retries: a.limits.retries,
             retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),

@@ -48,6 +48,36 @@ impl std::fmt::Display for Leg {
     }
 }
 
+/// What was full when a request was refused as overloaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overload {
+    /// The proxy's queue (`--queue-depth`).
+    QueueFull,
+    /// No place in flight (`--max-inflight`) within `--queue-timeout-ms`.
+    QueueTimeout,
+    /// Every rank at its cap in control, for as long as the request could wait.
+    AtCapacity,
+}
+
+impl Overload {
+    /// The `reason` label of `infera_proxy_rejected_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::QueueTimeout => "queue_timeout",
+            Self::AtCapacity => "at_capacity",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::QueueFull => "the proxy's queue is full",
+            Self::QueueTimeout => "no place in flight within the queue timeout",
+            Self::AtCapacity => "every rank is at its cap",
+        }
+    }
+}
+
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -109,6 +139,15 @@ pub enum ProxyError {
     /// The whole request took too long.
     #[error("request timed out after {0:?}")]
     Timeout(Duration),
+    /// No room for the request now: this proxy's in-flight limit with its queue full or waited
+    /// out, or every rank at its cap in control. The client may retry after `retry_after`.
+    #[error("overloaded: {}; retry after {}s", why.describe(), retry_after.as_secs().max(1))]
+    Overloaded {
+        /// What was full.
+        why: Overload,
+        /// The `Retry-After` the client is given.
+        retry_after: Duration,
+    },
 }
 
 impl ProxyError {
@@ -118,7 +157,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } | Self::BadJson(_) | Self::BadRequest(_) | Self::NoRoute { .. } => {
                 ErrorSource::Downstream
             }
-            Self::UnknownModel(_) | Self::NoTarget { .. } => ErrorSource::Internal,
+            Self::UnknownModel(_) | Self::NoTarget { .. } | Self::Overloaded { .. } => ErrorSource::Internal,
             Self::Upstream { .. } | Self::UpstreamStatus { .. } | Self::Timeout(_) => ErrorSource::Upstream,
         }
     }
@@ -163,6 +202,7 @@ impl ProxyError {
             Self::UpstreamStatus { status, .. } if status.is_client_error() => *status,
             Self::UpstreamStatus { .. } => StatusCode::BAD_GATEWAY,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -175,6 +215,7 @@ impl ProxyError {
             Self::NoTarget { .. } => ("server_error", "no_healthy_target"),
             Self::Upstream { .. } | Self::UpstreamStatus { .. } => ("server_error", "upstream_error"),
             Self::Timeout(_) => ("server_error", "timeout"),
+            Self::Overloaded { .. } => ("server_error", "overloaded"),
         }
     }
 
@@ -191,6 +232,11 @@ impl ProxyError {
         r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
         if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
             r.headers_mut().insert("x-request-id", v);
+        }
+        if let Self::Overloaded { retry_after, .. } = &self {
+            let secs = retry_after.as_secs().max(1).to_string();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_str(&secs).expect("digits"));
         }
         r
     }

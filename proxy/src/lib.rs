@@ -16,6 +16,7 @@
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
 
+pub mod admission;
 pub mod body;
 pub mod config;
 pub mod control;
@@ -25,6 +26,7 @@ pub mod forward;
 pub mod metrics;
 pub mod prefill;
 pub mod relay;
+pub mod retry;
 pub mod route;
 pub mod server;
 pub mod targets;
@@ -71,7 +73,8 @@ pub async fn run(
     link.spawn(stop.receiver());
     let up =
         Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
-    let ctx = Arc::new(Ctx { up, registry, config });
+    let admission = admission::Admission::new(config.admission);
+    let ctx = Arc::new(Ctx { up, registry, config, admission });
     server::serve(ctx, listener, stop.wait()).await;
     link.close().await;
     Ok(())

@@ -65,6 +65,9 @@ pub struct ProxyMetrics {
     releases: Family<ReasonLabels, Counter>,
     control_errors: Family<CallLabels, Counter>,
     retries: Counter,
+    queue_depth: Gauge,
+    queue_wait: Histogram,
+    rejected: Family<ReasonLabels, Counter>,
     late_picks: Counter,
     redeclared: Family<OutcomeLabels, Counter>,
     tokenize: Family<OutcomeLabels, Counter>,
@@ -85,6 +88,9 @@ impl ProxyMetrics {
             releases: Family::default(),
             control_errors: Family::default(),
             retries: Counter::default(),
+            queue_depth: Gauge::default(),
+            queue_wait: Histogram::new(exponential_buckets(1e-3, 2.0, 16)),
+            rejected: Family::default(),
             late_picks: Counter::default(),
             redeclared: Family::default(),
             tokenize: Family::default(),
@@ -109,6 +115,17 @@ impl ProxyMetrics {
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
         r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
         r.register("retries", "Requests re-picked after a failure before the first byte", m.retries.clone());
+        r.register(
+            "queue_depth",
+            "Requests waiting for a place in flight (--max-inflight)",
+            m.queue_depth.clone(),
+        );
+        r.register("queue_wait_seconds", "How long queued requests waited for a place", m.queue_wait.clone());
+        r.register(
+            "rejected",
+            "Requests answered 503 overloaded, by reason: queue_full, queue_timeout, at_capacity (every rank at its cap in control)",
+            m.rejected.clone(),
+        );
         r.register(
             "redeclared_legs",
             "Legs in flight re-declared to a control that did not hold them (restart, failover, local picks), by outcome: booked, unknown_target",
@@ -209,6 +226,21 @@ impl ProxyMetrics {
     /// A request was re-picked.
     pub fn retried(&self) {
         self.retries.inc();
+    }
+
+    /// Requests waiting for a place now.
+    pub fn queue_depth(&self, n: usize) {
+        self.queue_depth.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A queued request waited `d`.
+    pub fn queue_wait(&self, d: std::time::Duration) {
+        self.queue_wait.observe(d.as_secs_f64());
+    }
+
+    /// A request was answered 503 overloaded for `reason`.
+    pub fn rejected(&self, reason: &'static str) {
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
     }
 }
 

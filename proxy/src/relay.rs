@@ -13,6 +13,7 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use infera_proto::types::{Api, LegFailure, ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
+use crate::admission::Admitted;
 use crate::body::BodyError;
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError};
@@ -80,6 +81,8 @@ pub struct Started {
     pub at: Instant,
     /// Counts it in flight until the answer ends.
     pub inflight: InflightGuard,
+    /// Its place in flight (`--max-inflight`), given up when the answer ends.
+    pub admitted: Option<Admitted>,
 }
 
 /// A dispatched request whose decode answer is relayed: what observing and ending it needs.
@@ -113,7 +116,8 @@ pub struct Relay {
     last_data: Option<Instant>,
     /// Bytes still to come of a body with a `content-length`.
     remaining: Option<u64>,
-    _inflight: InflightGuard,
+    /// The request's count in flight and its place (`--max-inflight`), until the answer ends.
+    _inflight: (InflightGuard, Option<Admitted>),
 }
 
 impl std::fmt::Debug for Relay {
@@ -140,7 +144,7 @@ impl Relay {
             started: started.at,
             last_data: None,
             remaining: None,
-            _inflight: started.inflight,
+            _inflight: (started.inflight, started.admitted),
         }
     }
 

@@ -10,20 +10,19 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use infera_proto::serve::{Drain, serve_http};
-use infera_proto::types::{Api, ReleaseReason, RequestId};
+use infera_proto::types::{Api, RequestId};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
+use crate::admission::Admission;
 use crate::body::{Body, full};
 use crate::config::Config;
-use crate::control::Pick;
-use crate::error::{Leg, ProxyError};
+use crate::error::ProxyError;
 use crate::facts;
-use crate::forward;
 use crate::relay::{Relay, Relayed, Started};
-use crate::route;
+use crate::retry::{self, Sent};
 use crate::tokens;
 use crate::upstream::Upstreams;
 
@@ -36,6 +35,8 @@ pub struct Ctx {
     pub registry: Registry,
     /// The proxy's configuration (body and time limits, the tokenizer).
     pub config: Config,
+    /// The in-flight limit and its queue.
+    pub admission: Admission,
 }
 
 /// Serves `listener` until `stop` resolves, then lets open connections finish (streams end
@@ -60,7 +61,7 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
             return e.into_response(&facts::new_request_id());
         }
     };
-    let started = Started { at: Instant::now(), inflight: ctx.up.metrics.request_started() };
+    let started = Started { at: Instant::now(), inflight: ctx.up.metrics.request_started(), admitted: None };
     let span = tracing::info_span!("request", otel.name = api.path(), request_id = tracing::field::Empty);
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
     let resp = generate(&ctx, api, req, started).instrument(span).await;
@@ -68,16 +69,17 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
-/// A request whose legs were sent: its decode pick and what dispatching gave back.
-struct Sent {
-    decode: Pick,
-    dispatched: forward::Dispatched,
-}
-
 /// One generation request, start to relay.
-async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started) -> Response<Body> {
+async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Started) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(RequestId::new);
+    // A place in flight first: a queued request holds nothing but its connection.
+    let admitted = match ctx.admission.admit(&ctx.up.metrics).await {
+        Ok(a) => a,
+        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+    };
+    let deadline = admitted.deadline;
+    started.admitted = Some(admitted);
     let bytes = match read_body(body, ctx.config.max_body_bytes, &parts.headers).await {
         Ok(b) => b,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
@@ -93,38 +95,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
         headers.insert("x-request-id", v);
     }
     let timeout = ctx.config.request_timeout;
-    let attempt = async {
-        let mut exclude = route::Exclude::default();
-        for attempt in 0.. {
-            let route = route::route(&ctx.up.link, &facts, &exclude).await?;
-            let prefill_target = route.prefill.as_ref().map(Pick::target);
-            let decode_target = route.decode.target();
-            match forward::dispatch(&ctx.up, &facts, route.prefill, &route.decode, &headers).await {
-                Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
-                Err(e) => {
-                    // A decode leg that failed on its worker says how (outlier ejection counts
-                    // it); a prefill leg that failed released itself so.
-                    let failed = e.leg_failure();
-                    match failed {
-                        Some((Leg::Decode, Some(f))) => route.decode.fail(f),
-                        _ => route.decode.release(ReleaseReason::Failed),
-                    }
-                    if attempt >= ctx.config.retries || !e.retryable() {
-                        return Err(e);
-                    }
-                    match failed {
-                        Some((Leg::Prefill, _)) => exclude.prefill.extend(prefill_target),
-                        _ => exclude.decode.push(decode_target),
-                    }
-                    let wait = retry_backoff(ctx.config.retry_backoff, attempt);
-                    tracing::warn!(error = %e, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "leg failed before the first byte; picking again elsewhere");
-                    ctx.up.metrics.retried();
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
-        unreachable!("the attempts end by returning")
-    };
+    let attempt = retry::send(ctx, &facts, &headers, deadline);
     let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return e.into_response(&facts.request_id),
@@ -150,13 +121,6 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, started: Started)
         head.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()),
     );
     Response::from_parts(head, relay.boxed())
-}
-
-/// The wait before retry `attempt + 1`: uniform in `[0, base × 2^attempt]` (full jitter), so
-/// that requests failed together do not retry together.
-fn retry_backoff(base: std::time::Duration, attempt: u32) -> std::time::Duration {
-    let cap = base.saturating_mul(1 << attempt.min(10));
-    cap.mul_f64(rand::random::<f64>())
 }
 
 /// How much of an oversized body is read and dropped before the 413, so that a client still

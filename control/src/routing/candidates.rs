@@ -8,6 +8,7 @@ use infera_kv::hash::PageHash;
 use infera_proto::types::PickRequest;
 
 use super::KvIndex;
+use crate::capacity::Capacity;
 use crate::ejection::{Admit, Breakers};
 use crate::ledger::Ledger;
 use crate::prefill_phase::age_weight;
@@ -40,6 +41,21 @@ pub(super) fn screen(
         c.probe = breakers.admits(c.key, now) == Admit::Probe;
     }
     Screened { bypassed: false }
+}
+
+/// Passes by the candidates at their rank's cap ([`Capacity`]); `false` when that leaves none
+/// (the pick is refused then, and the proxies queue the request).
+pub(super) fn within_capacity(
+    candidates: &mut Vec<Candidate>,
+    caps: &Capacity,
+    view: &View,
+    kv_room: Option<&dyn KvRoom>,
+) -> bool {
+    if !caps.is_on() {
+        return true;
+    }
+    candidates.retain(|c| caps.has_room(&c.load, kv_room.and_then(|r| r.kv_use(&view.slot(c.key).target))));
+    !candidates.is_empty()
 }
 
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.

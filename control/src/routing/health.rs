@@ -1,5 +1,5 @@
 //! The core's side of outlier ejection ([`crate::ejection`]): the thresholds, a target's health,
-//! and engines whose readings stopped.
+//! and engines whose readings stopped; and the per-rank caps ([`crate::capacity`]).
 
 use std::time::Instant;
 
@@ -7,6 +7,7 @@ use infera_proto::types::{Target, WorkerId};
 use rand::Rng;
 
 use super::RoutingCore;
+use crate::capacity::Capacity;
 use crate::ejection::{Breakers, EjectionPolicy, Failure, Health, Outcome, Transition};
 use crate::target::TargetKey;
 
@@ -25,6 +26,11 @@ impl<R: Rng> RoutingCore<R> {
     /// Sets the ejection thresholds (at start).
     pub fn set_ejection(&mut self, policy: EjectionPolicy) {
         self.breakers = Breakers::new(policy);
+    }
+
+    /// Sets the per-rank caps (at start).
+    pub fn set_capacity(&mut self, caps: Capacity) {
+        self.capacity = caps;
     }
 
     /// A target's health.

@@ -82,6 +82,8 @@ pub enum PickError {
     NoTarget,
     /// Control rejected the request's values (e.g. an input far beyond any context).
     Invalid(String),
+    /// Every rank of the pool is at its cap in control: the request waits and picks again.
+    AtCapacity,
 }
 
 impl PickError {
@@ -93,6 +95,10 @@ impl PickError {
             Self::Invalid(_) => {
                 ProxyError::BadRequest("the request exceeds what control accepts (input tokens)")
             }
+            Self::AtCapacity => ProxyError::Overloaded {
+                why: crate::error::Overload::AtCapacity,
+                retry_after: std::time::Duration::from_secs(1),
+            },
         }
     }
 }

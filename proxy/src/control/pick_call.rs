@@ -98,6 +98,7 @@ impl ControlLink {
                     Some(ErrorReason::UnknownModel) => return Err(PickError::UnknownModel),
                     Some(ErrorReason::NoPool) => return Err(PickError::NoPool),
                     Some(ErrorReason::NoEligibleTarget) => return Err(PickError::NoTarget),
+                    Some(ErrorReason::AtCapacity) => return Err(PickError::AtCapacity),
                     Some(ErrorReason::InvalidArgument) => {
                         return Err(PickError::Invalid(status.message().to_owned()));
                     }

@@ -3,6 +3,7 @@
 mod client;
 mod harness;
 
+mod admission;
 mod engine;
 mod errors;
 mod failover;

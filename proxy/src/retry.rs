@@ -1,0 +1,89 @@
+//! The attempts of one request before its first byte: route, dispatch, and on a failure a
+//! retriable one (connect refused, 5xx, a prefill that died) picks again — up to `--retries`,
+//! with full-jitter backoff, passing by the targets it failed on — releasing each attempt's
+//! legs exactly once, the failed leg with how it failed. Every rank at its cap in control is
+//! waited on (not a retry) until the request's queue deadline.
+
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use infera_proto::types::ReleaseReason;
+
+use crate::admission;
+use crate::control::Pick;
+use crate::error::{Leg, Overload, ProxyError};
+use crate::facts::Facts;
+use crate::forward;
+use crate::route;
+use crate::server::Ctx;
+
+/// A request whose legs were sent: its decode pick and what dispatching gave back.
+#[derive(Debug)]
+pub struct Sent {
+    /// The decode leg.
+    pub decode: Pick,
+    /// What dispatching gave back.
+    pub dispatched: forward::Dispatched,
+}
+
+/// Sends `facts` (with `headers`) until an attempt's answer head arrives, or it fails for good.
+pub async fn send(
+    ctx: &Ctx,
+    facts: &Facts,
+    headers: &HeaderMap,
+    deadline: Instant,
+) -> Result<Sent, ProxyError> {
+    let mut exclude = route::Exclude::default();
+    // Retries so far (waits for room in control are not retries).
+    let mut attempt = 0;
+    loop {
+        let route = match route::route(&ctx.up.link, facts, &exclude).await {
+            Ok(route) => route,
+            // Every rank at its cap: wait for room as long as the request may queue.
+            Err(ProxyError::Overloaded { why: Overload::AtCapacity, .. })
+                if Instant::now() + admission::CAPACITY_RETRY < deadline =>
+            {
+                tokio::time::sleep(admission::CAPACITY_RETRY).await;
+                continue;
+            }
+            Err(e @ ProxyError::Overloaded { why, .. }) => {
+                ctx.up.metrics.rejected(why.as_str());
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let prefill_target = route.prefill.as_ref().map(Pick::target);
+        let decode_target = route.decode.target();
+        match forward::dispatch(&ctx.up, facts, route.prefill, &route.decode, headers).await {
+            Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
+            Err(e) => {
+                // A decode leg that failed on its worker says how (outlier ejection counts
+                // it); a prefill leg that failed released itself so.
+                let failed = e.leg_failure();
+                match failed {
+                    Some((Leg::Decode, Some(f))) => route.decode.fail(f),
+                    _ => route.decode.release(ReleaseReason::Failed),
+                }
+                if attempt >= ctx.config.retries || !e.retryable() {
+                    return Err(e);
+                }
+                match failed {
+                    Some((Leg::Prefill, _)) => exclude.prefill.extend(prefill_target),
+                    _ => exclude.decode.push(decode_target),
+                }
+                let wait = retry_backoff(ctx.config.retry_backoff, attempt);
+                attempt += 1;
+                tracing::warn!(error = %e, attempt, wait_ms = wait.as_millis() as u64, "leg failed before the first byte; picking again elsewhere");
+                ctx.up.metrics.retried();
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// The wait before retry `attempt + 1`: uniform in `[0, base × 2^attempt]` (full jitter), so
+/// that requests failed together do not retry together.
+fn retry_backoff(base: Duration, attempt: u32) -> Duration {
+    let cap = base.saturating_mul(1 << attempt.min(10));
+    cap.mul_f64(rand::random::<f64>())
+}
