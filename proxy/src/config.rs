@@ -21,6 +21,8 @@ pub struct Args {
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
+    clients: ClientArgs,
+    #[command(flatten)]
     tokenizer: TokenizerArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
@@ -64,6 +66,20 @@ struct ControlArgs {
     #[arg(long, env = "INFERA_PROXY_TARGETS_REFRESH_MS", default_value_t = 2_000,
           value_parser = clap::value_parser!(u64).range(50..=600_000))]
     targets_refresh_ms: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Clients")]
+struct ClientArgs {
+    /// API keys file (TOML `[[keys]]` with `name`, `sha256` of the key and an optional
+    /// `tokens_per_second`; or one key per line): every generation request and `/v1/models`
+    /// then needs `Authorization: Bearer <key>`. Read again on SIGHUP.
+    #[arg(long, env = "INFERA_PROXY_API_KEYS")]
+    api_keys: Option<PathBuf>,
+    /// Send the client's `Authorization` header on to the workers even with `--api-keys` (for
+    /// workers started with their own `--api-key`). Without `--api-keys` it is always sent.
+    #[arg(long, env = "INFERA_PROXY_FORWARD_AUTHORIZATION")]
+    forward_authorization: bool,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -143,6 +159,10 @@ pub struct Config {
     pub request_timeout: Duration,
     /// The in-flight limit and its queue.
     pub admission: crate::admission::Limits,
+    /// The API keys (`--api-keys`), when set.
+    pub api_keys: Option<Arc<crate::keys::Keys>>,
+    /// Whether the client's `Authorization` goes on to the workers.
+    pub forward_authorization: bool,
     /// Retries before the first byte.
     pub retries: u32,
     /// The retries' backoff base.
@@ -169,6 +189,9 @@ pub enum ConfigError {
     /// The telemetry flags.
     #[error(transparent)]
     Telemetry(#[from] LogFilterError),
+    /// `--api-keys` cannot be loaded.
+    #[error(transparent)]
+    Keys(#[from] crate::keys::KeysError),
     /// `--tokenizer` or `--chat-template` cannot be loaded.
     #[error("--tokenizer: {0}")]
     Tokenizer(#[from] LoadError),
@@ -199,6 +222,8 @@ impl TryFrom<Args> for Config {
                 queue_depth: a.limits.queue_depth,
                 queue_timeout: Duration::from_millis(a.limits.queue_timeout_ms),
             },
+            forward_authorization: a.clients.forward_authorization || a.clients.api_keys.is_none(),
+            api_keys: a.clients.api_keys.map(crate::keys::Keys::load).transpose()?.map(Arc::new),
             retries: a.limits.retries,
             retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),

@@ -139,6 +139,17 @@ pub enum ProxyError {
     /// The whole request took too long.
     #[error("request timed out after {0:?}")]
     Timeout(Duration),
+    /// `--api-keys` is set and the request carries no listed key.
+    #[error("invalid API key: send `Authorization: Bearer <key>` with a key this proxy lists")]
+    Unauthorized,
+    /// The key is over its tokens-per-second limit.
+    #[error("API key {key} is over its rate limit; retry after {}s", retry_after.as_secs().max(1))]
+    RateLimited {
+        /// The key's name.
+        key: std::sync::Arc<str>,
+        /// The `Retry-After` the client is given.
+        retry_after: Duration,
+    },
     /// No room for the request now: this proxy's in-flight limit with its queue full or waited
     /// out, or every rank at its cap in control. The client may retry after `retry_after`.
     #[error("overloaded: {}; retry after {}s", why.describe(), retry_after.as_secs().max(1))]
@@ -154,9 +165,12 @@ impl ProxyError {
     /// Where it came from.
     pub fn source_side(&self) -> ErrorSource {
         match self {
-            Self::BodyTooLarge { .. } | Self::BadJson(_) | Self::BadRequest(_) | Self::NoRoute { .. } => {
-                ErrorSource::Downstream
-            }
+            Self::BodyTooLarge { .. }
+            | Self::BadJson(_)
+            | Self::BadRequest(_)
+            | Self::NoRoute { .. }
+            | Self::Unauthorized
+            | Self::RateLimited { .. } => ErrorSource::Downstream,
             Self::UnknownModel(_) | Self::NoTarget { .. } | Self::Overloaded { .. } => ErrorSource::Internal,
             Self::Upstream { .. } | Self::UpstreamStatus { .. } | Self::Timeout(_) => ErrorSource::Upstream,
         }
@@ -203,6 +217,8 @@ impl ProxyError {
             Self::UpstreamStatus { .. } => StatusCode::BAD_GATEWAY,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -216,6 +232,8 @@ impl ProxyError {
             Self::Upstream { .. } | Self::UpstreamStatus { .. } => ("server_error", "upstream_error"),
             Self::Timeout(_) => ("server_error", "timeout"),
             Self::Overloaded { .. } => ("server_error", "overloaded"),
+            Self::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+            Self::RateLimited { .. } => ("tokens", "rate_limit_exceeded"),
         }
     }
 
@@ -233,8 +251,8 @@ impl ProxyError {
         if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
             r.headers_mut().insert("x-request-id", v);
         }
-        if let Self::Overloaded { retry_after, .. } = &self {
-            let secs = retry_after.as_secs().max(1).to_string();
+        if let Self::Overloaded { retry_after, .. } | Self::RateLimited { retry_after, .. } = &self {
+            let secs = (retry_after.as_secs_f64().ceil() as u64).max(1).to_string();
             r.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_str(&secs).expect("digits"));
         }

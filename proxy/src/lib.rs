@@ -23,6 +23,7 @@ pub mod control;
 pub mod error;
 pub mod facts;
 pub mod forward;
+pub mod keys;
 pub mod metrics;
 pub mod prefill;
 pub mod relay;
@@ -58,6 +59,17 @@ fn default_name(bound: Option<std::net::SocketAddr>) -> String {
     format!("infera-proxy@{addr}")
 }
 
+/// Reads the API keys again on every SIGHUP.
+fn reload_on_sighup(keys: Arc<keys::Keys>, metrics: Arc<ProxyMetrics>) -> anyhow::Result<()> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            metrics.key_reload(keys.reload());
+        }
+    });
+    Ok(())
+}
+
 /// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
 /// requests finish, and closes its lease with control.
 pub async fn run(
@@ -73,6 +85,9 @@ pub async fn run(
     link.spawn(stop.receiver());
     let up =
         Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
+    if let Some(keys) = config.api_keys.clone() {
+        reload_on_sighup(keys, up.metrics.clone())?;
+    }
     let admission = admission::Admission::new(config.admission);
     let ctx = Arc::new(Ctx { up, registry, config, admission });
     server::serve(ctx, listener, stop.wait()).await;

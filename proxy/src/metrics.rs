@@ -44,6 +44,12 @@ struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -68,6 +74,9 @@ pub struct ProxyMetrics {
     queue_depth: Gauge,
     queue_wait: Histogram,
     rejected: Family<ReasonLabels, Counter>,
+    unauthorized: Counter,
+    key_reloads: Family<OutcomeLabels, Counter>,
+    key_requests: Family<KeyLabels, Counter>,
     late_picks: Counter,
     redeclared: Family<OutcomeLabels, Counter>,
     tokenize: Family<OutcomeLabels, Counter>,
@@ -91,6 +100,9 @@ impl ProxyMetrics {
             queue_depth: Gauge::default(),
             queue_wait: Histogram::new(exponential_buckets(1e-3, 2.0, 16)),
             rejected: Family::default(),
+            unauthorized: Counter::default(),
+            key_reloads: Family::default(),
+            key_requests: Family::default(),
             late_picks: Counter::default(),
             redeclared: Family::default(),
             tokenize: Family::default(),
@@ -115,6 +127,21 @@ impl ProxyMetrics {
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
         r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
         r.register("retries", "Requests re-picked after a failure before the first byte", m.retries.clone());
+        r.register(
+            "api_key_reloads",
+            "Reloads of --api-keys on SIGHUP, by outcome: ok, error",
+            m.key_reloads.clone(),
+        );
+        r.register(
+            "unauthorized",
+            "Requests refused 401: no API key, or one the file does not list",
+            m.unauthorized.clone(),
+        );
+        r.register(
+            "api_key_requests",
+            "Generation requests by API key name and outcome: ok, rate_limited (429)",
+            m.key_requests.clone(),
+        );
         r.register(
             "queue_depth",
             "Requests waiting for a place in flight (--max-inflight)",
@@ -226,6 +253,21 @@ impl ProxyMetrics {
     /// A request was re-picked.
     pub fn retried(&self) {
         self.retries.inc();
+    }
+
+    /// The key file was read again on SIGHUP.
+    pub fn key_reload(&self, ok: bool) {
+        self.key_reloads.get_or_create(&OutcomeLabels { outcome: if ok { "ok" } else { "error" } }).inc();
+    }
+
+    /// A request without a listed key.
+    pub fn unauthorized(&self) {
+        self.unauthorized.inc();
+    }
+
+    /// A request of the key named `key` was let through or rate limited.
+    pub fn key_request(&self, key: &str, outcome: &'static str) {
+        self.key_requests.get_or_create(&KeyLabels { key: key.to_owned(), outcome }).inc();
     }
 
     /// Requests waiting for a place now.

@@ -21,6 +21,7 @@ use crate::body::{Body, full};
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::facts;
+use crate::keys;
 use crate::relay::{Relay, Relayed, Started};
 use crate::retry::{self, Sent};
 use crate::tokens;
@@ -52,7 +53,12 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::POST, "/generate") => Api::Generate,
         (&Method::POST, "/v1/responses") => Api::Responses,
-        (&Method::GET, "/v1/models") => return models(&ctx),
+        (&Method::GET, "/v1/models") => {
+            if let Err(e) = identify(&ctx, req.headers()) {
+                return e.into_response(&facts::new_request_id());
+            }
+            return models(&ctx);
+        }
         (&Method::GET, "/health" | "/liveness") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readiness") => return readiness(&ctx),
         (&Method::GET, "/metrics") => return metrics(&ctx),
@@ -62,17 +68,59 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         }
     };
     let started = Started { at: Instant::now(), inflight: ctx.up.metrics.request_started(), admitted: None };
-    let span = tracing::info_span!("request", otel.name = api.path(), request_id = tracing::field::Empty);
+    let span = tracing::info_span!(
+        "request",
+        otel.name = api.path(),
+        request_id = tracing::field::Empty,
+        api_key = tracing::field::Empty
+    );
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
     let resp = generate(&ctx, api, req, started).instrument(span).await;
     ctx.up.metrics.answered(api.as_str(), resp.status().as_u16());
     resp
 }
 
+/// The key of a request, with `--api-keys` (`None` without): its name goes into the span and
+/// the metrics, never the key.
+fn identify(ctx: &Ctx, headers: &http::HeaderMap) -> Result<Option<keys::Caller>, ProxyError> {
+    let Some(keys) = &ctx.config.api_keys else { return Ok(None) };
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    match keys.get().identify(authorization) {
+        Ok(caller) => {
+            tracing::Span::current().record("api_key", &*caller.name);
+            Ok(Some(caller))
+        }
+        Err(_) => {
+            ctx.up.metrics.unauthorized();
+            Err(ProxyError::Unauthorized)
+        }
+    }
+}
+
+/// Charges the caller's tokens-per-second limit with the request's prompt tokens.
+fn charge(ctx: &Ctx, caller: Option<&keys::Caller>, tokens: u64) -> Result<(), ProxyError> {
+    let (Some(keys), Some(caller)) = (&ctx.config.api_keys, caller) else { return Ok(()) };
+    match keys.get().charge(caller, tokens, Instant::now()) {
+        Ok(()) => {
+            ctx.up.metrics.key_request(&caller.name, "ok");
+            Ok(())
+        }
+        Err(keys::Refusal::RateLimited { name, retry_after }) => {
+            ctx.up.metrics.key_request(&name, "rate_limited");
+            Err(ProxyError::RateLimited { key: name, retry_after })
+        }
+        Err(keys::Refusal::Unauthorized) => Err(ProxyError::Unauthorized),
+    }
+}
+
 /// One generation request, start to relay.
 async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Started) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(RequestId::new);
+    let caller = match identify(ctx, &parts.headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+    };
     // A place in flight first: a queued request holds nothing but its connection.
     let admitted = match ctx.admission.admit(&ctx.up.metrics).await {
         Ok(a) => a,
@@ -90,7 +138,13 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
     };
     let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
     tracing::Span::current().record("request_id", facts.request_id.as_str());
+    if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {
+        return e.into_response(&facts.request_id);
+    }
     let mut headers = parts.headers;
+    if !ctx.config.forward_authorization {
+        headers.remove(header::AUTHORIZATION);
+    }
     if let Ok(v) = header::HeaderValue::from_str(facts.request_id.as_str()) {
         headers.insert("x-request-id", v);
     }

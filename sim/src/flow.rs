@@ -98,6 +98,7 @@ pub fn start(app: &Arc<App>, route: Api, req: GenRequest) -> Result<Run, ApiErro
         traceparent: req.trace.traceparent.clone(),
         tracestate: req.trace.tracestate.clone(),
         x_request_id: req.trace.x_request_id.clone(),
+        authorization: req.trace.authorization,
         ..Entry::default()
     });
     let job = match admit(app, &rid, req, started) {

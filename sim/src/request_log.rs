@@ -60,6 +60,8 @@ pub struct Entry {
     pub tracestate: Option<String>,
     /// The `x-request-id` header as received.
     pub x_request_id: Option<String>,
+    /// Whether an `Authorization` header came with it (its value is never logged).
+    pub authorization: bool,
 }
 
 /// A handle on an entry, for the final update.

@@ -230,6 +230,14 @@ impl Process {
         self.signal("-STOP")
     }
 
+    /// SIGHUP (a proxy reads its API keys again).
+    ///
+    /// # Errors
+    /// When it is not running.
+    pub fn hangup(&self) -> anyhow::Result<()> {
+        self.signal("-HUP")
+    }
+
     /// SIGCONT after [`Process::pause`].
     ///
     /// # Errors

@@ -16,7 +16,16 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 }
 
 pub(crate) async fn get(url: &str) -> (StatusCode, String) {
-    let req = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    get_with(url, &[]).await
+}
+
+/// A GET with these headers.
+pub(crate) async fn get_with(url: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut req = Request::get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::new())).unwrap();
     let resp = client().request(req).await.unwrap();
     let status = resp.status();
     (status, String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())

@@ -4,6 +4,7 @@ mod client;
 mod harness;
 
 mod admission;
+mod api_keys;
 mod engine;
 mod errors;
 mod failover;

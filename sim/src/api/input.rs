@@ -43,6 +43,8 @@ pub struct TraceHeaders {
     pub tracestate: Option<String>,
     /// `x-request-id`.
     pub x_request_id: Option<String>,
+    /// Whether it carried `Authorization` (SGLang's `--api-key`; the value is not kept).
+    pub authorization: bool,
 }
 
 impl TraceHeaders {
@@ -53,6 +55,7 @@ impl TraceHeaders {
             traceparent: get("traceparent"),
             tracestate: get("tracestate"),
             x_request_id: get("x-request-id"),
+            authorization: headers.contains_key("authorization"),
         }
     }
 }

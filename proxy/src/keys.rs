@@ -1,0 +1,325 @@
+//! API keys (`--api-keys FILE`): when set, every generation request (and `/v1/models`) needs
+//! `Authorization: Bearer <key>`; a missing or unknown key is `401 invalid_api_key`, a key over
+//! its tokens-per-second limit `429` with `Retry-After`. Only the key's name ever appears in
+//! logs, traces and metric labels. The file is read at start and again on SIGHUP; a file that
+//! does not load keeps the keys in force.
+//!
+//! The file is TOML, keys by the SHA-256 of their text (so the file holds no secret):
+//!
+//! ```toml
+//! [[keys]]
+//! name = "team-a"
+//! sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//! tokens_per_second = 20000   # optional: prompt tokens per second, with a burst of one second
+//! ```
+//!
+//! or plain text, one key per line (`#` comments), each named `key-<first 8 hex of its hash>`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// A key file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    /// Unreadable.
+    #[error("--api-keys {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a key file.
+    #[error("--api-keys {path}: {problem}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the entry.
+        problem: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    keys: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    sha256: String,
+    tokens_per_second: Option<f64>,
+}
+
+/// One key's name and limit, and its bucket.
+#[derive(Debug)]
+struct Key {
+    name: Arc<str>,
+    limit: Option<Bucket>,
+}
+
+/// A token bucket: `rate` tokens a second, holding at most one second's worth.
+#[derive(Debug)]
+struct Bucket {
+    rate: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    fn new(rate: f64, now: Instant) -> Self {
+        Self { rate, state: Mutex::new((rate, now)) }
+    }
+
+    /// Takes `tokens` at `now`, or says how long until the bucket has them (it may go below
+    /// zero by one request: a request larger than a second's worth passes once it is full).
+    fn take(&self, tokens: f64, now: Instant) -> Result<(), Duration> {
+        let mut state = self.state.lock().expect("bucket lock");
+        let (level, at) = *state;
+        let level = (level + now.saturating_duration_since(at).as_secs_f64() * self.rate).min(self.rate);
+        if level < tokens.min(self.rate) {
+            *state = (level, now);
+            return Err(Duration::from_secs_f64((tokens.min(self.rate) - level) / self.rate));
+        }
+        *state = (level - tokens, now);
+        Ok(())
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization: Bearer`, or a key the file does not list.
+    Unauthorized,
+    /// The key is over its limit; retry after this long.
+    RateLimited {
+        /// The key's name.
+        name: Arc<str>,
+        /// When the bucket will have the tokens.
+        retry_after: Duration,
+    },
+}
+
+/// A request's key, once identified: its name (for logs, traces and metrics) and its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The key's name.
+    pub name: Arc<str>,
+    hash: [u8; 32],
+}
+
+/// The keys in force, by the SHA-256 of their text.
+#[derive(Debug, Default)]
+pub struct KeySet {
+    keys: HashMap<[u8; 32], Key>,
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+impl KeySet {
+    /// Parses a key file's text (TOML `[[keys]]`, or one key per line).
+    ///
+    /// # Errors
+    /// A precise problem naming the entry.
+    pub fn parse(text: &str, now: Instant) -> Result<Self, String> {
+        let mut keys = HashMap::new();
+        if text.trim_start().starts_with("[[keys]]") || text.contains("sha256") {
+            let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+            for (i, e) in file.keys.into_iter().enumerate() {
+                let hash = hex32(&e.sha256).ok_or_else(|| format!("keys[{i}].sha256: not 64 hex digits"))?;
+                if e.name.trim().is_empty() {
+                    return Err(format!("keys[{i}].name: must not be empty"));
+                }
+                let limit = match e.tokens_per_second {
+                    None => None,
+                    Some(r) if r.is_finite() && r > 0.0 => Some(Bucket::new(r, now)),
+                    Some(r) => {
+                        return Err(format!("keys[{i}].tokens_per_second: {r} is not a positive rate"));
+                    }
+                };
+                if keys.insert(hash, Key { name: e.name.into(), limit }).is_some() {
+                    return Err(format!("keys[{i}]: the same key twice"));
+                }
+            }
+        } else {
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                let hash = sha256(line);
+                let name = format!("key-{:02x}{:02x}{:02x}{:02x}", hash[0], hash[1], hash[2], hash[3]);
+                keys.insert(hash, Key { name: name.into(), limit: None });
+            }
+        }
+        if keys.is_empty() {
+            return Err("lists no key (every request would be refused)".to_owned());
+        }
+        Ok(Self { keys })
+    }
+
+    /// Reads and parses `path`.
+    ///
+    /// # Errors
+    /// When it cannot be read or parsed.
+    pub fn load(path: &Path) -> Result<Self, KeysError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| KeysError::Read { path: path.into(), source })?;
+        Self::parse(&text, Instant::now())
+            .map_err(|problem| KeysError::Invalid { path: path.into(), problem })
+    }
+
+    /// The key an `Authorization` header names, if the file lists it.
+    pub fn identify(&self, authorization: Option<&[u8]>) -> Result<Caller, Refusal> {
+        let hash = authorization
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|k| sha256(k.trim()))
+            .filter(|h| self.keys.contains_key(h))
+            .ok_or(Refusal::Unauthorized)?;
+        Ok(Caller { name: self.keys[&hash].name.clone(), hash })
+    }
+
+    /// Charges `caller`'s limit with a request of `tokens` prompt tokens at `now`.
+    pub fn charge(&self, caller: &Caller, tokens: u64, now: Instant) -> Result<(), Refusal> {
+        let Some(bucket) = self.keys.get(&caller.hash).and_then(|k| k.limit.as_ref()) else { return Ok(()) };
+        bucket
+            .take(tokens as f64, now)
+            .map_err(|retry_after| Refusal::RateLimited { name: caller.name.clone(), retry_after })
+    }
+
+    #[cfg(test)]
+    fn check(&self, authorization: Option<&[u8]>, tokens: u64, now: Instant) -> Result<Arc<str>, Refusal> {
+        let caller = self.identify(authorization)?;
+        self.charge(&caller, tokens, now)?;
+        Ok(caller.name)
+    }
+
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether it holds none (never, once loaded).
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// The keys in force and the file they came from, swapped whole on reload.
+#[derive(Debug)]
+pub struct Keys {
+    path: PathBuf,
+    set: RwLock<Arc<KeySet>>,
+}
+
+impl Keys {
+    /// Loads `path`.
+    ///
+    /// # Errors
+    /// When the file does not load (the proxy does not start).
+    pub fn load(path: PathBuf) -> Result<Self, KeysError> {
+        let set = KeySet::load(&path)?;
+        Ok(Self { path, set: RwLock::new(Arc::new(set)) })
+    }
+
+    /// The keys in force.
+    pub fn get(&self) -> Arc<KeySet> {
+        self.set.read().expect("keys lock").clone()
+    }
+
+    /// Reads the file again (SIGHUP); on an error the keys in force stay. Whether it loaded.
+    pub fn reload(&self) -> bool {
+        match KeySet::load(&self.path) {
+            Ok(set) => {
+                tracing::info!(keys = set.len(), path = %self.path.display(), "API keys reloaded");
+                *self.set.write().expect("keys lock") = Arc::new(set);
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "API keys not reloaded; the keys in force stay");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toml_of(name: &str, key: &str, rate: Option<f64>) -> String {
+        let hex: String = sha256(key).iter().map(|b| format!("{b:02x}")).collect();
+        let rate = rate.map(|r| format!("tokens_per_second = {r}\n")).unwrap_or_default();
+        format!("[[keys]]\nname = \"{name}\"\nsha256 = \"{hex}\"\n{rate}")
+    }
+
+    #[test]
+    fn a_listed_key_passes_by_name_and_anything_else_is_unauthorized() {
+        let t0 = Instant::now();
+        let set = KeySet::parse(&(toml_of("team-a", "s3cret", None) + &toml_of("team-b", "other", None)), t0)
+            .unwrap();
+        assert_eq!(set.check(Some(b"Bearer s3cret"), 10, t0).unwrap().as_ref(), "team-a");
+        assert_eq!(set.check(Some(b"Bearer other"), 10, t0).unwrap().as_ref(), "team-b");
+        for bad in
+            [None, Some(&b"s3cret"[..]), Some(b"Bearer s3cre"), Some(b"Basic s3cret"), Some(b"Bearer \xff")]
+        {
+            assert_eq!(set.check(bad, 1, t0), Err(Refusal::Unauthorized), "{bad:?}");
+        }
+        let plain = KeySet::parse("# ops\nk1\n\n  k2  \n", t0).unwrap();
+        assert_eq!(plain.len(), 2);
+        assert!(plain.check(Some(b"Bearer k2"), 1, t0).unwrap().starts_with("key-"));
+    }
+
+    #[test]
+    fn a_key_over_its_rate_waits_as_long_as_its_bucket_needs() {
+        let t0 = Instant::now();
+        let set = KeySet::parse(&toml_of("slow", "k", Some(100.0)), t0).unwrap();
+        assert!(set.check(Some(b"Bearer k"), 60, t0).is_ok());
+        match set.check(Some(b"Bearer k"), 60, t0) {
+            Err(Refusal::RateLimited { name, retry_after }) => {
+                assert_eq!(name.as_ref(), "slow");
+                assert!((retry_after.as_secs_f64() - 0.2).abs() < 1e-6, "{retry_after:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(set.check(Some(b"Bearer k"), 60, t0 + Duration::from_millis(200)).is_ok());
+        // A request bigger than a second's worth passes once the bucket is full.
+        assert!(set.check(Some(b"Bearer k"), 10_000, t0 + Duration::from_secs(5)).is_ok());
+        assert!(set.check(Some(b"Bearer k"), 1, t0 + Duration::from_secs(5)).is_err());
+    }
+
+    #[test]
+    fn bad_files_say_which_entry_is_wrong() {
+        let t0 = Instant::now();
+        let cases = [
+            ("[[keys]]\nname = \"a\"\nsha256 = \"abc\"\n", "keys[0].sha256"),
+            (&*toml_of("", "k", None), "keys[0].name"),
+            (&*toml_of("a", "k", Some(-1.0)), "keys[0].tokens_per_second"),
+            (&*(toml_of("a", "k", None) + &toml_of("b", "k", None)), "keys[1]: the same key twice"),
+            ("[[keys]]\nname = \"a\"\nsha256 = \"x\"\nextra = 1\n", "unknown field"),
+            ("# nothing\n", "lists no key"),
+        ];
+        for (text, needle) in cases {
+            let e = KeySet::parse(text, t0).unwrap_err();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+}
