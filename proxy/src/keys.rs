@@ -144,7 +144,12 @@ impl KeySet {
     /// A precise problem naming the entry.
     pub fn parse(text: &str, now: Instant) -> Result<Self, String> {
         let mut keys = HashMap::new();
-        if text.trim_start().starts_with("[[keys]]") || text.contains("sha256") {
+        // TOML with `[[keys]]`; anything that is not TOML is one key per line.
+        let table = toml::from_str::<toml::Table>(text).ok();
+        if table.as_ref().is_some_and(|t| !t.is_empty() && !t.contains_key("keys")) {
+            return Err("TOML without [[keys]] entries".to_owned());
+        }
+        if table.is_some_and(|t| t.contains_key("keys")) {
             let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
             for (i, e) in file.keys.into_iter().enumerate() {
                 let hash = hex32(&e.sha256).ok_or_else(|| format!("keys[{i}].sha256: not 64 hex digits"))?;
@@ -316,6 +321,7 @@ mod tests {
             (&*(toml_of("a", "k", None) + &toml_of("b", "k", None)), "keys[1]: the same key twice"),
             ("[[keys]]\nname = \"a\"\nsha256 = \"x\"\nextra = 1\n", "unknown field"),
             ("# nothing\n", "lists no key"),
+            ("[server]\nport = 1\n", "without [[keys]]"),
         ];
         for (text, needle) in cases {
             let e = KeySet::parse(text, t0).unwrap_err();
