@@ -23,7 +23,7 @@ use rand::Rng;
 
 use crate::affinity::Sessions;
 use crate::capacity::Capacity;
-use crate::ejection::{Breakers, Outcome};
+use crate::ejection::Breakers;
 use crate::error::ControlError;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
 use crate::prefill_phase::is_phase_end;
@@ -218,7 +218,7 @@ impl<R: Rng> RoutingCore<R> {
                 let phase_median = is_phase_end(r.kind, reason)
                     .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
                     .flatten();
-                let health = self.breakers.observe(r.target, Outcome::of(reason, failure), now);
+                let health = self.observe_leg(r.target, reason, failure, now);
                 Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load), phase_median, health })
             }
             Released::Already => None,

@@ -229,8 +229,8 @@ impl ControlState {
             Some(ReleasedNow { kind, change, phase_median, health }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
-                if let Some(t) = health {
-                    self.ejection_metrics.transition(&change.target, t);
+                for (target, t) in health {
+                    self.ejection_metrics.transition(&target, t);
                 }
                 if let Some((model, median)) = phase_median {
                     self.metrics.prefill_phase_median(&model, median);

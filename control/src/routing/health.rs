@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use infera_proto::types::{Target, WorkerId};
+use infera_proto::types::{LegFailure, ReleaseReason, Target, WorkerId};
 use rand::Rng;
 
 use super::RoutingCore;
@@ -18,6 +18,32 @@ impl<R: Rng> RoutingCore<R> {
         keys.into_iter()
             .filter_map(|k| {
                 let t = self.breakers.observe(k, Outcome::Failure(Failure::EngineUnreachable), now)?;
+                Some((self.view.slot(k).target.clone(), t))
+            })
+            .collect()
+    }
+
+    /// A leg on `key` ended: its outcome to the breakers, and what changed. A refused connection
+    /// is the worker's (its ranks share one HTTP port): it counts against every rank of it, so
+    /// a worker that stopped accepting is ejected whole as fast as one rank would be.
+    pub(super) fn observe_leg(
+        &mut self,
+        key: TargetKey,
+        reason: ReleaseReason,
+        failure: Option<LegFailure>,
+        now: Instant,
+    ) -> Vec<(Target, Transition)> {
+        let outcome = Outcome::of(reason, failure);
+        let slot = self.view.slot(key);
+        let keys = match failure {
+            Some(LegFailure::Connect) => {
+                self.view.worker_targets(&slot.worker.id, None).unwrap_or_else(|_| vec![key])
+            }
+            _ => vec![key],
+        };
+        keys.into_iter()
+            .filter_map(|k| {
+                let t = self.breakers.observe(k, outcome, now)?;
                 Some((self.view.slot(k).target.clone(), t))
             })
             .collect()

@@ -76,8 +76,9 @@ pub struct ReleasedNow {
     /// A prefill that reached its end of stream: its model and the model's median prefill
     /// phase with it counted.
     pub phase_median: Option<(ModelName, Duration)>,
-    /// What the release did to its target's breaker (ejected or re-admitted it), if anything.
-    pub health: Option<crate::ejection::Transition>,
+    /// What the release did to breakers (its target's, or with a refused connection every rank
+    /// of its worker's): the targets ejected or re-admitted.
+    pub health: Vec<(Target, crate::ejection::Transition)>,
 }
 
 /// A lease that expired, with the reservations its expiry ended (the ledger's

@@ -38,12 +38,12 @@ async fn a_failing_rank_is_ejected_for_everyone_probed_and_readmitted() {
     let control = Control::start(&pd_workers(2), &FLAGS).await;
     let lease = control.lease(0).await;
     let mut router = control.router().await;
-    // Rank 0's legs fail as connect errors; rank 1's succeed. After 3 failures rank 0 is out.
+    // Rank 0's legs fail with 5xx; rank 1's succeed. After 3 failures rank 0 is out.
     let mut failures = 0;
     while failures < 3 {
         let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
         if target_of(&p).1 == 0 {
-            router.release(failed(&p.reservation_id, LegFailure::Connect)).await.unwrap();
+            router.release(failed(&p.reservation_id, LegFailure::ServerError)).await.unwrap();
             failures += 1;
         } else {
             router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
@@ -95,10 +95,29 @@ async fn a_failing_rank_is_ejected_for_everyone_probed_and_readmitted() {
     }
     assert_eq!(health(&control, 0).await, ("healthy".to_owned(), 0, 0));
     let metrics = control.metrics().await;
-    assert_eq!(sample(&metrics, "infera_router_ejections_total{cause=\"connect\"}"), Some(1.0));
+    assert_eq!(sample(&metrics, "infera_router_ejections_total{cause=\"server_error\"}"), Some(1.0));
     assert_eq!(sample(&metrics, "infera_router_readmissions_total"), Some(1.0));
-    assert_eq!(sample(&metrics, "infera_router_leg_failures_total{kind=\"connect\"}"), Some(3.0));
+    assert_eq!(sample(&metrics, "infera_router_leg_failures_total{kind=\"server_error\"}"), Some(3.0));
     assert_eq!(held(&control, "d").await, [(0, 0), (0, 0)], "the ledger is back to zero");
+    control.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_count_against_every_rank_of_the_worker() {
+    let control = Control::start(&pd_workers(4), &FLAGS).await;
+    let lease = control.lease(0).await;
+    let mut router = control.router().await;
+    // Three refused connections, whichever ranks they were picked on: the worker's one port is
+    // closed, so all four ranks are out.
+    for _ in 0..3 {
+        let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+        router.release(failed(&p.reservation_id, LegFailure::Connect)).await.unwrap();
+    }
+    for rank in 0..4 {
+        assert_eq!(health(&control, rank).await.0, "ejected", "rank {rank}");
+    }
+    let metrics = control.metrics().await;
+    assert_eq!(sample(&metrics, "infera_router_ejections_total{cause=\"connect\"}"), Some(4.0));
     control.stop().await;
 }
 
