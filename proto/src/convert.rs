@@ -175,7 +175,10 @@ fn declared_leg(m: pb::DeclaredLeg) -> Result<DeclaredLeg, ConvertError> {
     let kind = kind_filter("legs.kind", m.kind)?.ok_or_else(|| err("legs.kind", Problem::Unspecified))?;
     Ok(DeclaredLeg {
         kind,
-        target: target(m.target.as_ref().ok_or_else(|| err("legs.target", Problem::Missing))?)?,
+        target: {
+            let t = m.target.as_ref().ok_or_else(|| err("legs.target", Problem::Missing))?;
+            Target::new(worker_id("legs.target.worker_id", t.worker_id.clone())?, DpRank(t.dp_rank))
+        },
         model: ModelName::new(non_empty("legs.model", m.model)?),
         request_id: RequestId::new(non_empty("legs.request_id", m.request_id)?),
         input_tokens: m.input_tokens,
@@ -452,6 +455,7 @@ mod tests {
         };
         assert_eq!(bad(|m| m.kind = 0), "legs.kind");
         assert_eq!(bad(|m| m.target = None), "legs.target");
+        assert_eq!(bad(|m| m.target.as_mut().unwrap().worker_id.clear()), "legs.target.worker_id");
         assert_eq!(bad(|m| m.model.clear()), "legs.model");
         assert_eq!(bad(|m| m.request_id.clear()), "legs.request_id");
         assert_eq!(bad(|m| m.input_tokens = MAX_REQUEST_TOKENS + 1), "legs.input_tokens");

@@ -66,17 +66,27 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     };
     let header =
         |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
-    let request_id =
-        header("x-request-id").filter(|id| id.len() <= 256).map_or_else(new_request_id, RequestId::new);
+    let request_id = client_request_id(headers).unwrap_or_else(new_request_id);
+    // An empty `user` names no session: `prompt_cache_key` still may.
+    let field =
+        |name: &str| body.get(name).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
     let session = header("x-session-id")
         .map(str::to_owned)
-        .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_owned))
-        .or_else(|| body.get("prompt_cache_key").and_then(Value::as_str).map(str::to_owned))
-        .filter(|s| !s.is_empty())
-        .map(SessionKey::new);
+        .or_else(|| field("user"))
+        .or_else(|| field("prompt_cache_key"));
+    let session = session.map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
     Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, stream, body })
 }
+
+/// The client's `x-request-id`, when it is one the proxy keeps (visible ASCII, 1–256 bytes).
+pub fn client_request_id(headers: &HeaderMap) -> Option<RequestId> {
+    let id = headers.get("x-request-id")?.to_str().ok()?.trim();
+    (!id.is_empty() && id.len() <= MAX_REQUEST_ID).then(|| RequestId::new(id))
+}
+
+/// The longest client request id kept.
+const MAX_REQUEST_ID: usize = 256;
 
 /// A fresh request id: 128 random bits, hex.
 pub fn new_request_id() -> RequestId {
@@ -171,6 +181,13 @@ mod tests {
             facts(Api::Completions, r#"{"model":"m","prompt":"x","stream":"yes"}"#),
             Err(ProxyError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn an_empty_user_leaves_the_session_to_prompt_cache_key() {
+        let f = facts(Api::Completions, r#"{"model":"m","prompt":"x","user":"","prompt_cache_key":"k"}"#)
+            .unwrap();
+        assert_eq!(f.session.as_ref().map(SessionKey::as_str), Some("k"));
     }
 
     #[test]

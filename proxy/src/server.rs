@@ -10,7 +10,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use infera_proto::serve::{Drain, serve_http};
-use infera_proto::types::{Api, RequestId};
+use infera_proto::types::Api;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -116,7 +116,7 @@ fn charge(ctx: &Ctx, caller: Option<&keys::Caller>, tokens: u64) -> Result<(), P
 /// One generation request, start to relay.
 async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Started) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let header_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(RequestId::new);
+    let header_id = facts::client_request_id(&parts.headers);
     let caller = match identify(ctx, &parts.headers) {
         Ok(c) => c,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),

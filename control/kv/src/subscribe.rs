@@ -21,6 +21,8 @@
 //! receiver is gone.
 
 pub(crate) mod frames;
+#[cfg(test)]
+mod frames_fuzz;
 mod replay;
 mod sequencer;
 mod stats;

@@ -78,8 +78,14 @@ struct Rank {
     max_total_num_tokens: u64,
     #[serde(default)]
     disaggregation: Option<Disaggregation>,
-    #[serde(default)]
-    decode_moments: Option<Vec<f64>>,
+    #[serde(default, deserialize_with = "six_numbers")]
+    decode_moments: Option<[f64; 6]>,
+}
+
+/// `decode_moments` of any shape: six numbers, else none (a sample lost to the fit, not the
+/// whole answer lost to the rank's readings).
+fn six_numbers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<[f64; 6]>, D::Error> {
+    Ok(serde_json::from_value(serde_json::Value::deserialize(d)?).ok())
 }
 
 #[derive(Deserialize, Default)]
@@ -117,7 +123,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<RankAnswer>, LoadsError> {
         .loads
         .into_iter()
         .map(|r| {
-            let moments = r.decode_moments.as_deref().and_then(|m| <[f64; 6]>::try_from(m).ok()).map(Moments);
+            let moments = r.decode_moments.map(Moments);
             let d = r.disaggregation.unwrap_or_default();
             let load = EngineLoad {
                 running: r.num_running_reqs,
@@ -190,10 +196,12 @@ mod tests {
     #[test]
     fn decode_moments_are_six_sums() {
         let body = br#"{"loads":[{"dp_rank":0,"decode_moments":[3.0,18.0,120000.0,108.0,720000.0,65.0]},
-            {"dp_rank":1,"decode_moments":[1.0,2.0]},{"dp_rank":2,"decode_moments":null}]}"#;
+            {"dp_rank":1,"decode_moments":[1.0,2.0]},{"dp_rank":2,"decode_moments":null},
+            {"dp_rank":3,"decode_moments":[1,2,3,4,5,null]},{"dp_rank":4,"decode_moments":"x"}]}"#;
         let ranks = parse(body).unwrap();
         assert_eq!(ranks[0].moments, Some(Moments([3.0, 18.0, 120_000.0, 108.0, 720_000.0, 65.0])));
         assert_eq!((ranks[1].moments, ranks[2].moments), (None, None));
+        assert_eq!((ranks[3].moments, ranks[4].moments), (None, None), "any other shape reads as none");
     }
 
     #[test]

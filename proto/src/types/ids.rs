@@ -128,7 +128,11 @@ macro_rules! epoch_id {
                 let err = || IdParseError { kind: $kind, kind_prefix: $prefix, text: s.to_owned() };
                 let rest = s.strip_prefix(concat!($prefix, "-")).ok_or_else(err)?;
                 let (epoch, seq) = rest.split_once('-').ok_or_else(err)?;
-                if epoch.len() != 8 {
+                // Digits only: `from_str_radix` and `parse` would also take a leading `+`.
+                if epoch.len() != 8
+                    || !epoch.bytes().all(|b| b.is_ascii_hexdigit())
+                    || !seq.bytes().all(|b| b.is_ascii_digit())
+                {
                     return Err(err());
                 }
                 let epoch = u32::from_str_radix(epoch, 16).map_err(|_| err())?;
@@ -169,6 +173,10 @@ mod tests {
             assert!(bad.parse::<ReservationId>().is_err(), "{bad:?} parsed");
         }
         assert!("r-00000001-1".parse::<LeaseId>().is_err());
+        assert!(
+            "r-+eadbeef-1".parse::<ReservationId>().is_err()
+                && "r-deadbeef-+1".parse::<ReservationId>().is_err()
+        );
     }
 
     #[test]
