@@ -15,7 +15,7 @@ use crate::error::{Leg, Overload, ProxyError};
 use crate::facts::Facts;
 use crate::forward;
 use crate::route;
-use crate::server::Ctx;
+use crate::upstream::Upstreams;
 
 /// A request whose legs were sent: its decode pick and what dispatching gave back.
 #[derive(Debug)]
@@ -26,9 +26,19 @@ pub struct Sent {
     pub dispatched: forward::Dispatched,
 }
 
+/// How often and how patiently a request is retried (`--retries`, `--retry-backoff-ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retries {
+    /// Retries at most.
+    pub max: u32,
+    /// The backoff's base.
+    pub backoff: Duration,
+}
+
 /// Sends `facts` (with `headers`) until an attempt's answer head arrives, or it fails for good.
 pub async fn send(
-    ctx: &Ctx,
+    up: &Upstreams,
+    retries: Retries,
     facts: &Facts,
     headers: &HeaderMap,
     deadline: Instant,
@@ -37,7 +47,7 @@ pub async fn send(
     // Retries so far (waits for room in control are not retries).
     let mut attempt = 0;
     loop {
-        let route = match route::route(&ctx.up.link, facts, &exclude).await {
+        let route = match route::route(&up.link, facts, &exclude).await {
             Ok(route) => route,
             // Every rank at its cap: wait for room as long as the request may queue.
             Err(ProxyError::Overloaded { why: Overload::AtCapacity, .. })
@@ -47,14 +57,14 @@ pub async fn send(
                 continue;
             }
             Err(e @ ProxyError::Overloaded { why, .. }) => {
-                ctx.up.metrics.rejected(why.as_str());
+                up.metrics.rejected(why.as_str());
                 return Err(e);
             }
             Err(e) => return Err(e),
         };
         let prefill_target = route.prefill.as_ref().map(Pick::target);
         let decode_target = route.decode.target();
-        match forward::dispatch(&ctx.up, facts, route.prefill, &route.decode, headers).await {
+        match forward::dispatch(up, facts, route.prefill, &route.decode, headers).await {
             Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
             Err(e) => {
                 // A decode leg that failed on its worker says how (outlier ejection counts
@@ -64,17 +74,17 @@ pub async fn send(
                     Some((Leg::Decode, Some(f))) => route.decode.fail(f),
                     _ => route.decode.release(ReleaseReason::Failed),
                 }
-                if attempt >= ctx.config.retries || !e.retryable() {
+                if attempt >= retries.max || !e.retryable() {
                     return Err(e);
                 }
                 match failed {
                     Some((Leg::Prefill, _)) => exclude.prefill.extend(prefill_target),
                     _ => exclude.decode.push(decode_target),
                 }
-                let wait = retry_backoff(ctx.config.retry_backoff, attempt);
+                let wait = retry_backoff(retries.backoff, attempt);
                 attempt += 1;
                 tracing::warn!(error = %e, attempt, wait_ms = wait.as_millis() as u64, "leg failed before the first byte; picking again elsewhere");
-                ctx.up.metrics.retried();
+                up.metrics.retried();
                 tokio::time::sleep(wait).await;
             }
         }

@@ -149,7 +149,8 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         headers.insert("x-request-id", v);
     }
     let timeout = ctx.config.request_timeout;
-    let attempt = retry::send(ctx, &facts, &headers, deadline);
+    let retries = retry::Retries { max: ctx.config.retries, backoff: ctx.config.retry_backoff };
+    let attempt = retry::send(&ctx.up, retries, &facts, &headers, deadline);
     let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return e.into_response(&facts.request_id),
