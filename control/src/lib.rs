@@ -153,6 +153,7 @@ pub async fn run(
     let stop = Stop::on(shutdown);
     let routes = service::routes(state.clone(), config.admin_token, stop.receiver()).await?;
     if !etcd.is_empty() {
+        state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse
         // picks it could serve.
         let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
@@ -216,6 +217,7 @@ fn follow_registry(
                     while let Ok(change) = changes.try_recv() {
                         state.apply(change);
                     }
+                    state.registry_read();
                     if let Some(tx) = applied.take() {
                         let _ = tx.send(());
                     }

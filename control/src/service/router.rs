@@ -107,7 +107,9 @@ impl Router for RouterService {
         &self,
         req: Request<pb::ListTargetsRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        // Every replica answers: it is the proxies' fallback list, whoever leads.
+        // Every replica answers once it has read the registry: it is the proxies' fallback
+        // list, whoever leads.
+        self.state.check_registry_read()?;
         Ok(Response::new(super::list_targets(&self.state, req.into_inner())?))
     }
 

@@ -33,6 +33,8 @@ pub struct Ha {
     /// The proxies' default lease TTL: how long a new leader waits for unknown proxies.
     lease_ttl: Duration,
     metrics: LeaderMetrics,
+    /// The worker registry has been read (always, with a static workers file).
+    registry_read: std::sync::atomic::AtomicBool,
 }
 
 impl Ha {
@@ -56,6 +58,7 @@ impl Ha {
             flags,
             lease_ttl,
             metrics,
+            registry_read: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -68,6 +71,27 @@ impl ControlState {
     /// Refuses a Router call `rpc` when this control may not book.
     pub(super) fn gate(&self, rpc: &'static str) -> Result<(), ControlError> {
         self.ha.leadership.check(Instant::now()).inspect_err(|_| self.ha.metrics.not_leader(rpc))
+    }
+
+    /// The registry (etcd) has not been read yet: the target list is not to be handed out.
+    pub fn registry_pending(&self) {
+        self.ha.registry_read.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The registry's first snapshot is in the view.
+    pub fn registry_read(&self) {
+        self.ha.registry_read.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The target list as proxies take it (their fallback list): refused until the registry
+    /// has been read, so that a restarted control never hands out an empty list it has not
+    /// learned yet (a proxy keeps its last list on an error).
+    pub fn check_registry_read(&self) -> Result<(), ControlError> {
+        if self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(ControlError::NotLeader { leader: self.ha.leadership.view().leader_url, lapsed: false })
+        }
     }
 
     /// The leadership (for `GetConfig`, and where Admin calls go).
