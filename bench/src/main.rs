@@ -1,5 +1,8 @@
 //! `infera-bench`: benchmarks that print ratios against a baseline measured in the same run.
 //!
+//! - `chaos`: streamed and whole requests through two proxies while sim faults, client cancels,
+//!   a proxy and a control SIGKILL and an etcd outage hit them on a seeded schedule: how every
+//!   request ended (none may hang), the errors clients saw, the ledger and the engines at the end.
 //! - `control`: PickDecode+Release round trips against a plain tonic echo service, and the
 //!   in-process pick+book cost as the number of targets grows.
 //! - `failover`: SIGKILLs of the leader of HA control replicas under streaming load — time to
@@ -17,6 +20,7 @@
 //! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
 //!   with the session cache, against parsing the request's JSON.
 
+mod chaos;
 mod control;
 mod echo;
 mod failover;
@@ -38,6 +42,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Chaos: faults, cancels, proxy/control kills and an etcd outage under load; hung, errors, ledger.
+    Chaos(chaos::ChaosArgs),
     /// Control: gRPC round trips vs a tonic echo baseline, and in-process pick cost.
     Control(control::ControlArgs),
     /// Failover: leader kills under load (time to book again, to be warm); leader vs standalone pick latency.
@@ -58,6 +64,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
+        Cmd::Chaos(args) => chaos::run(args),
         Cmd::Control(args) => control::run(args),
         Cmd::Failover(args) => failover::run(args),
         Cmd::KvIndex(args) => kv_index::run(args),

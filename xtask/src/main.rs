@@ -4,9 +4,9 @@
 //!   (protoc + includes, etcd) and a Python venv in `.venv` with the real grpcurl.
 //! - `test`: `setup`, then the whole test suite.
 //! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
-//! - `bench [control|proxy|failover|…]`: the benchmarks (release build), printed as ratios
+//! - `bench [control|proxy|failover|chaos|…]`: the benchmarks (release build), printed as ratios
 //!   against a baseline measured in the same run; without a name, `control` then `proxy`
-//!   (`failover` needs etcd: `setup` installs it).
+//!   (`failover` and `chaos` need etcd: `setup` installs it).
 
 mod demo;
 mod setup;
@@ -49,7 +49,8 @@ fn run() -> anyhow::Result<()> {
         }
         "bench" => {
             let mut build = cargo(&root);
-            // The failover bench runs infera-control as processes (the replicas).
+            // The failover bench runs infera-control as processes (the replicas); chaos runs
+            // control and the proxies as processes (it SIGKILLs them).
             build.args(["build", "--release", "--locked", "-q"]);
             build.args(["-p", "infera-bench", "-p", "infera-proxy", "-p", "infera-control"]);
             status(build)?;
@@ -68,7 +69,7 @@ fn run() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|…] [flags…]>"
+                "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|chaos|…] [flags…]>"
             );
             bail!("unknown task {task:?}")
         }

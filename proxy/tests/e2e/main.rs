@@ -5,6 +5,7 @@ mod harness;
 
 mod admission;
 mod api_keys;
+mod chaos;
 mod engine;
 mod errors;
 mod failover;
