@@ -5,35 +5,7 @@ use std::path::Path;
 use infera_launcher::{LaunchError, plan_text};
 
 /// A valid PD deployment; tests replace parts of it.
-const GOOD: &str = r#"engine = "sglang"
-sglang_version = "0.5.23"
-
-[model]
-path = "m"
-num_layers = 8
-
-[prefill]
-pp = 2
-pp_layers = [4, 4]
-
-[[prefill.workers]]
-name = "p0"
-gpus = [0, 1]
-port = 30000
-
-[decode]
-tp = 2
-attn_dp = 2
-
-[[decode.workers]]
-name = "d0"
-gpus = [2, 3]
-port = 30001
-
-[router]
-decode_input_demand = "on"
-decode_request_weight = 1000
-"#;
+const GOOD: &str = include_str!("fixtures/pd.toml");
 
 fn error_of(text: &str) -> String {
     match plan_text(Path::new("deploy.toml"), text) {

@@ -15,35 +15,7 @@ fn config(cases: u32) -> ProptestConfig {
 }
 
 /// A PD deployment (as `tests/bad_files.rs` starts from) and the file with every key.
-const PD: &str = r#"engine = "sglang"
-sglang_version = "0.5.23"
-
-[model]
-path = "m"
-num_layers = 8
-
-[prefill]
-pp = 2
-pp_layers = [4, 4]
-
-[[prefill.workers]]
-name = "p0"
-gpus = [0, 1]
-port = 30000
-
-[decode]
-tp = 2
-attn_dp = 2
-
-[[decode.workers]]
-name = "d0"
-gpus = [2, 3]
-port = 30001
-
-[router]
-decode_input_demand = "on"
-decode_request_weight = 1000
-"#;
+const PD: &str = include_str!("fixtures/pd.toml");
 const KITCHEN_SINK: &str = include_str!("fixtures/kitchen_sink.toml");
 
 fn base() -> impl Strategy<Value = &'static str> {
