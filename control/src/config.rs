@@ -12,6 +12,9 @@ use infera_proto::types::{
 use crate::fit::WeightMode;
 
 mod limits;
+mod tls;
+
+pub use tls::ControlTls;
 
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
@@ -42,6 +45,8 @@ pub struct Args {
     capacity: CapacityArgs,
     #[command(flatten)]
     admin: AdminArgs,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
 }
@@ -193,6 +198,8 @@ pub struct Config {
     pub fit_half_life: Duration,
     /// The KV prefix index's block budget.
     pub kv_index_max_blocks: usize,
+    /// gRPC over TLS (`--tls-cert`).
+    pub tls: Option<ControlTls>,
     /// Admin bearer token.
     pub admin_token: Option<String>,
     /// The URL to advertise (`None`: from the bound address).
@@ -234,6 +241,9 @@ pub enum ConfigError {
         .0.mode
     )]
     WeightNeedsDemand(WeightNeedsDemand),
+    /// A TLS file cannot be used.
+    #[error("--tls-cert/--tls-key/--tls-client-ca/--tls-peer-ca: {0}")]
+    Tls(#[from] infera_proto::serve::tls::TlsError),
 }
 
 /// `--decode-request-weight`: a number, or `auto`.
@@ -290,6 +300,7 @@ impl TryFrom<Args> for Config {
             weight_mode,
             fit_half_life: Duration::from_millis(a.decode.decode_weight_fit_half_life_ms),
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
+            tls: a.tls.into_config()?,
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),

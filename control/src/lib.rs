@@ -26,6 +26,7 @@
 //! - [`dp_discovery`]: the `dp_size` of workers whose record leaves it out, from their
 //!   `/server_info`, before they enter the view.
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
+//! - [`tls`]: gRPC over TLS at run time — SIGHUP reloads, the TLS to the other replicas.
 
 pub mod affinity;
 pub mod capacity;
@@ -48,6 +49,7 @@ pub mod service;
 pub mod settings;
 pub mod state;
 pub mod target;
+pub mod tls;
 pub mod view;
 pub mod workers_file;
 
@@ -98,7 +100,7 @@ pub async fn run(
         None => SmallRng::from_os_rng(),
     };
     let etcd = config.etcd;
-    let url = advertise_url(config.advertise_url, listeners.grpc.local_addr()?);
+    let url = advertise_url(config.advertise_url, listeners.grpc.local_addr()?, config.tls.is_some());
     // Standalone: ids of a random epoch. Replicas: the term of each election (none yet).
     let (leadership, epoch) = if etcd.is_empty() {
         let epoch: u32 = rand::random();
@@ -151,7 +153,15 @@ pub async fn run(
     }
     state.publish_loads();
     let stop = Stop::on(shutdown);
-    let routes = service::routes(state.clone(), config.admin_token, stop.receiver()).await?;
+    let peers = match &config.tls {
+        Some(tls) => {
+            let peers = Arc::new(tls::PeerTls::new(tls.peers.clone())?);
+            tls::reload_on_sighup(tls, peers.clone(), tls::TlsMetrics::register(&mut registry))?;
+            Some(peers)
+        }
+        None => None,
+    };
+    let routes = service::routes(state.clone(), config.admin_token, peers, stop.receiver()).await?;
     if !etcd.is_empty() {
         state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse
@@ -170,17 +180,23 @@ pub async fn run(
     let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state.clone(), stopped()));
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
-    let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
-        if let Ok(stream) = &conn {
-            // Picks are small unary calls: never wait for Nagle.
-            let _ = stream.set_nodelay(true);
+    let server = tonic::transport::Server::builder().add_routes(routes);
+    match &config.tls {
+        Some(tls) => {
+            let incoming = infera_proto::serve::tls::incoming(listeners.grpc, tls.server.clone());
+            server.serve_with_incoming_shutdown(incoming, stopped()).await?;
         }
-        conn
-    });
-    tonic::transport::Server::builder()
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, stopped())
-        .await?;
+        None => {
+            let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
+                if let Ok(stream) = &conn {
+                    // Picks are small unary calls: never wait for Nagle.
+                    let _ = stream.set_nodelay(true);
+                }
+                conn
+            });
+            server.serve_with_incoming_shutdown(incoming, stopped()).await?;
+        }
+    }
     reaper.await?;
     feed.await?;
     metrics.await?;
@@ -229,19 +245,20 @@ fn follow_registry(
 }
 
 /// The URL this control is reached at: `--advertise-url`, else its bound address (the host
-/// name for an unspecified one).
-fn advertise_url(given: Option<String>, bound: std::net::SocketAddr) -> String {
+/// name for an unspecified one), `https://` with TLS.
+fn advertise_url(given: Option<String>, bound: std::net::SocketAddr, tls: bool) -> String {
     if let Some(url) = given {
         return url;
     }
+    let scheme = if tls { "https" } else { "http" };
     if bound.ip().is_unspecified() {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let host = host.trim();
         if !host.is_empty() {
-            return format!("http://{host}:{}", bound.port());
+            return format!("{scheme}://{host}:{}", bound.port());
         }
     }
-    format!("http://{bound}")
+    format!("{scheme}://{bound}")
 }
 
 /// Releases what expired leases held, and forgets idle sessions, until stopped.

@@ -24,7 +24,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::warn!("the workers file lists no workers: every pick will fail with NOT_FOUND");
     }
     // One line on stdout that scripts and tests wait for (ports may have been 0).
-    println!("infera-control listening grpc={} metrics={}", grpc.local_addr()?, metrics.local_addr()?);
+    let tls = if config.tls.is_some() { " tls=on" } else { "" };
+    println!("infera-control listening grpc={} metrics={}{tls}", grpc.local_addr()?, metrics.local_addr()?);
     tracing::info!(
         grpc = %grpc.local_addr()?,
         metrics = %metrics.local_addr()?,

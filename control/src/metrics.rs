@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, serve_http};
+use infera_proto::serve::{Drain, Plain, serve_http};
 use infera_proto::types::{ModelName, PickKind, ReleaseReason, Role};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -336,7 +336,7 @@ pub async fn serve(
         let registry = registry.clone();
         async move { respond(&req, &registry) }
     };
-    serve_http(listener, handler, shutdown, Drain::For(SCRAPE_DRAIN)).await;
+    serve_http(listener, Plain, handler, shutdown, Drain::For(SCRAPE_DRAIN)).await;
 }
 
 fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

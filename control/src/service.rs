@@ -19,10 +19,12 @@ pub use auth::AdminAuth;
 
 /// Builds the tonic router with every service control serves.
 /// `stop` fires at shutdown; open `WatchDecisions` streams end then, so a graceful shutdown
-/// does not wait on an operator's grpcurl.
+/// does not wait on an operator's grpcurl. `peers`: the TLS a follower forwards Admin calls to
+/// an `https://` leader with.
 pub async fn routes(
     state: Arc<ControlState>,
     admin_token: Option<String>,
+    peers: Option<Arc<crate::tls::PeerTls>>,
     stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
     let (health, health_svc) = tonic_health::server::health_reporter();
@@ -34,7 +36,7 @@ pub async fn routes(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let admin = InterceptedService::new(
-        AdminServer::new(admin::AdminService::new(state.clone(), stop)),
+        AdminServer::new(admin::AdminService::new(state.clone(), stop, peers)),
         AdminAuth::new(admin_token),
     );
     let mut routes = tonic::service::Routes::new(health_svc);

@@ -234,6 +234,33 @@ pub struct RouterSection {
     pub tokenizer: Option<String>,
     /// `--chat-template` of each proxy (needs `tokenizer`).
     pub chat_template: Option<Spanned<String>>,
+    /// `[router.tls]`: control's gRPC over TLS, and the proxies' side of it.
+    pub tls: Option<RouterTls>,
+}
+
+/// `[router.tls]`: PEM files, each forwarded as the flag it names (manual/operations/security.md).
+/// With `cert`, `up` reaches control at `https://`; with `proxy_cert`, the proxies serve HTTPS.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterTls {
+    /// Control's `--tls-cert` (it must name 127.0.0.1, or give `server_name`).
+    pub cert: Option<Spanned<String>>,
+    /// Control's `--tls-key`.
+    pub key: Option<Spanned<String>>,
+    /// Control's `--tls-client-ca`: callers must show a certificate this CA signed.
+    pub client_ca: Option<String>,
+    /// The proxies' `--control-ca`: the CA that verifies control.
+    pub ca: Option<String>,
+    /// The proxies' `--control-cert` (their client certificate, with `client_ca`).
+    pub client_cert: Option<Spanned<String>>,
+    /// The proxies' `--control-key`.
+    pub client_key: Option<Spanned<String>>,
+    /// The proxies' `--control-server-name`: the name to verify in control's certificate.
+    pub server_name: Option<String>,
+    /// The proxies' `--tls-cert` (HTTPS on their listeners).
+    pub proxy_cert: Option<Spanned<String>>,
+    /// The proxies' `--tls-key`.
+    pub proxy_key: Option<Spanned<String>>,
 }
 
 /// A file that cannot be read or parsed.

@@ -1,7 +1,7 @@
 //! `[router]` → the `infera-control` flags and the proxies `up` starts. A setting is forwarded
 //! only when the file gives it, so control's and the proxy's own defaults stay the defaults.
 
-use crate::deployment::RouterSection;
+use crate::deployment::{RouterSection, RouterTls};
 
 /// The router part of a deployment, ready to exec.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -12,6 +12,10 @@ pub struct RouterPlan {
     pub proxies: Vec<String>,
     /// Every proxy's flags from `[router]` (`up` adds `--listen` and `--control`).
     pub proxy_args: Vec<String>,
+    /// Control serves TLS (`[router.tls] cert`): `up` gives the proxies an `https://` URL.
+    pub control_tls: bool,
+    /// The proxies serve HTTPS (`[router.tls] proxy_cert`).
+    pub proxy_tls: bool,
 }
 
 /// The proxy address when `[router] proxies` is empty (the proxy's own default).
@@ -23,6 +27,28 @@ fn flag(args: &mut Vec<String>, name: &str, value: Option<String>) {
         args.push(format!("--{name}"));
         args.push(v);
     }
+}
+
+/// Which sides of `[router.tls]` serve TLS.
+#[derive(Clone, Copy, Debug, Default)]
+struct Served {
+    control: bool,
+    proxy: bool,
+}
+
+/// `[router.tls]` → control's `--tls-*` and the proxies' `--control-*` and `--tls-*` flags.
+fn tls_flags(t: &RouterTls, c: &mut Vec<String>, p: &mut Vec<String>) -> Served {
+    let value = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|s| s.get_ref().clone());
+    flag(c, "tls-cert", value(&t.cert));
+    flag(c, "tls-key", value(&t.key));
+    flag(c, "tls-client-ca", t.client_ca.clone());
+    flag(p, "control-ca", t.ca.clone());
+    flag(p, "control-cert", value(&t.client_cert));
+    flag(p, "control-key", value(&t.client_key));
+    flag(p, "control-server-name", t.server_name.clone());
+    flag(p, "tls-cert", value(&t.proxy_cert));
+    flag(p, "tls-key", value(&t.proxy_key));
+    Served { control: t.cert.is_some(), proxy: t.proxy_cert.is_some() }
 }
 
 impl RouterPlan {
@@ -60,7 +86,8 @@ impl RouterPlan {
         flag(&mut p, "chat-template", r.chat_template.as_ref().map(|t| t.get_ref().clone()));
         let proxies =
             if r.proxies.is_empty() { vec![DEFAULT_PROXY_LISTEN.to_owned()] } else { r.proxies.clone() };
-        Self { control_args: c, proxies, proxy_args: p }
+        let tls = r.tls.as_ref().map(|t| tls_flags(t, &mut c, &mut p)).unwrap_or_default();
+        Self { control_args: c, proxies, proxy_args: p, control_tls: tls.control, proxy_tls: tls.proxy }
     }
 }
 
@@ -99,6 +126,41 @@ mod tests {
         let tokenizer = router("[router]\ntokenizer = \"/m/tokenizer.json\"\n");
         assert!(tokenizer.control_args.is_empty(), "proxy settings stay with the proxies");
         assert_eq!(tokenizer.proxy_args, ["--tokenizer", "/m/tokenizer.json"]);
+    }
+
+    #[test]
+    fn tls_files_go_to_the_side_that_reads_them() {
+        let tls = router(
+            "[router.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nclient_ca = \"ca.pem\"\nca = \"ca.pem\"\n\
+             client_cert = \"p.pem\"\nclient_key = \"p.key\"\nserver_name = \"control\"\n\
+             proxy_cert = \"api.pem\"\nproxy_key = \"api.key\"\n",
+        );
+        assert_eq!(
+            tls.control_args,
+            ["--tls-cert", "c.pem", "--tls-key", "c.key", "--tls-client-ca", "ca.pem"]
+        );
+        assert_eq!(
+            tls.proxy_args,
+            [
+                "--control-ca",
+                "ca.pem",
+                "--control-cert",
+                "p.pem",
+                "--control-key",
+                "p.key",
+                "--control-server-name",
+                "control",
+                "--tls-cert",
+                "api.pem",
+                "--tls-key",
+                "api.key"
+            ]
+        );
+        assert!(tls.control_tls && tls.proxy_tls);
+        let plain = router("[router]\n");
+        assert!(!plain.control_tls && !plain.proxy_tls);
+        let control_only = router("[router.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nca = \"ca.pem\"\n");
+        assert!(control_only.control_tls && !control_only.proxy_tls);
     }
 
     #[test]

@@ -226,7 +226,8 @@ async fn start(
     let line = spawn_router("control", control_bin, control_args, signals, router).await?;
     let grpc =
         field(&line, "grpc").ok_or_else(|| Reason::Failed(anyhow!("control's line has no grpc=: {line}")))?;
-    let control_url = format!("http://{}", loopback(grpc));
+    let scheme = |tls: bool| if tls { "https" } else { "http" };
+    let control_url = format!("{}://{}", scheme(plan.control_tls), loopback(grpc));
     let mut proxies = Vec::new();
     for (i, listen) in plan.proxies.iter().enumerate() {
         let mut args =
@@ -235,7 +236,7 @@ async fn start(
         let line = spawn_router(&format!("proxy-{i}"), proxy_bin, args, signals, router).await?;
         let http = field(&line, "http")
             .ok_or_else(|| Reason::Failed(anyhow!("proxy's line has no http=: {line}")))?;
-        proxies.push(format!("http://{}", loopback(http)));
+        proxies.push(format!("{}://{}", scheme(plan.proxy_tls), loopback(http)));
     }
     println!("infera-launch ready proxies={} control={control_url}", proxies.join(","));
     eprintln!("infera-launch: ready: send requests to {}/v1/chat/completions", proxies[0]);

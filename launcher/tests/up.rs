@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use infera_registry::test_server::EtcdServer;
-use support::{DEADLINE, Launch, deployment, etcd_workers, http, until_ok};
+use support::{DEADLINE, Launch, deployment, etcd_workers, http, openssl_pki, until_ok};
 
 /// Up → ready → a streamed chat through the proxy → `signal` (TERM, INT) → exit 0, nothing left.
 fn serve_one_request_and_stop(etcd: Option<&EtcdServer>, state_dir: &Path, signal: &str) {
@@ -122,4 +122,52 @@ fn a_killed_worker_is_restarted_and_registered_again() {
     let _ = up.until("infera-launch stopped");
     up.assert_children_gone();
     assert_eq!(etcd_workers(&url), [], "keys left behind");
+}
+
+#[test]
+fn up_reaches_control_over_mutual_tls_with_router_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = deployment(dir.path(), None);
+    let pki = openssl_pki(dir.path());
+    let mut doc: toml::Table = toml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let path = |p: &Path| toml::Value::from(p.display().to_string());
+    let tls = toml::Table::from_iter([
+        ("cert".to_owned(), path(&pki.control.0)),
+        ("key".to_owned(), path(&pki.control.1)),
+        ("client_ca".to_owned(), path(&pki.ca)),
+        ("ca".to_owned(), path(&pki.ca)),
+        ("client_cert".to_owned(), path(&pki.client.0)),
+        ("client_key".to_owned(), path(&pki.client.1)),
+    ]);
+    doc["router"].as_table_mut().unwrap().insert("tls".into(), toml::Value::Table(tls));
+    std::fs::write(&file, toml::to_string(&doc).unwrap()).unwrap();
+
+    let mut up = Launch::start(&file, &["--state-dir", dir.path().to_str().unwrap()]);
+    let ready = up.until("infera-launch ready").unwrap_or_else(|| panic!("never ready:\n{}", up.stderr()));
+    assert!(ready.contains(" control=https://127.0.0.1:"), "{ready}");
+    let proxy = ready.split("proxies=http://").nth(1).unwrap().split([',', ' ']).next().unwrap().to_owned();
+    let chat =
+        r#"{"model":"glm-5.2","messages":[{"role":"user","content":"hello"}],"stream":true,"max_tokens":8}"#;
+    let (status, body) = until_ok(&proxy, "POST", "/v1/chat/completions", chat);
+    assert_eq!(status, 200, "{body}\n{}", up.stderr());
+    assert!(body.contains("[DONE]"), "{body}");
+    // Once the link is up, picks are control's (through mutual TLS), not local fallbacks.
+    let fallbacks = || -> f64 {
+        let (_, metrics) = http(&proxy, "GET", "/metrics", "").unwrap();
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("infera_proxy_fallback_picks_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = fallbacks();
+    for _ in 0..3 {
+        let (status, body) = http(&proxy, "POST", "/v1/chat/completions", chat).unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(fallbacks(), before, "picks fell back to the proxy's list:\n{}", up.stderr());
+    up.terminate();
+    assert!(up.wait().success(), "{}", up.stderr());
+    let _ = up.until("infera-launch stopped");
+    up.assert_children_gone();
 }

@@ -1,7 +1,11 @@
 //! How every binary serves HTTP and stops (feature `serve`): one shutdown signal that every
 //! task of a server waits on ([`Stop`]), and one hyper accept loop (HTTP/1 and HTTP/2, no
-//! Nagle) that stops accepting on it and lets open connections finish ([`serve_http`]). The
-//! proxy's API, the sim's API and bootstrap ports and control's `/metrics` all run on it.
+//! Nagle) that stops accepting on it and lets open connections finish ([`serve_http`]), plain
+//! or behind TLS (feature `tls`). The proxy's API, the sim's API and
+//! bootstrap ports and control's `/metrics` all run on it.
+
+#[cfg(feature = "tls")]
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,7 +15,8 @@ use hyper::body::{Body, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 /// A server's shutdown signal, fired once; every clone and every [`Stop::wait`] sees it.
@@ -56,15 +61,50 @@ pub enum Drain {
     For(Duration),
 }
 
+/// How an accepted TCP connection becomes the stream HTTP runs on: [`Plain`], or TLS
+/// (`Arc<tls::ServerTls>`, feature `tls`).
+pub trait Handshake: Clone + Send + Sync + 'static {
+    /// The stream after the handshake.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The handshake of one connection.
+    fn handshake(&self, tcp: TcpStream) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+/// Plain HTTP: no handshake.
+#[derive(Clone, Copy, Debug)]
+pub struct Plain;
+
+impl Handshake for Plain {
+    type Io = TcpStream;
+
+    async fn handshake(&self, tcp: TcpStream) -> std::io::Result<TcpStream> {
+        Ok(tcp)
+    }
+}
+
+/// TLS on the configuration in force when the connection arrived (a reload applies to the next
+/// connections).
+#[cfg(feature = "tls")]
+impl Handshake for std::sync::Arc<tls::ServerTls> {
+    type Io = tokio_rustls::server::TlsStream<TcpStream>;
+
+    async fn handshake(&self, tcp: TcpStream) -> std::io::Result<Self::Io> {
+        self.accept(tcp).await
+    }
+}
+
 /// Serves `handler` on `listener` until `stop` resolves, then stops accepting and drains open
-/// connections as `drain` says. Accept errors (e.g. too many open files) are logged and the
-/// loop goes on.
-pub async fn serve_http<H, F, B>(
+/// connections as `drain` says. Each connection's `handshake` runs on its own task; a failed one
+/// is logged at debug and costs the loop nothing. Accept errors (e.g. too many open files) are
+/// logged and the loop goes on.
+pub async fn serve_http<S, H, F, B>(
     listener: TcpListener,
+    handshake: S,
     handler: H,
     stop: impl Future<Output = ()>,
     drain: Drain,
 ) where
+    S: Handshake,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
@@ -75,10 +115,10 @@ pub async fn serve_http<H, F, B>(
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let mut stop = std::pin::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     continue;
@@ -92,10 +132,19 @@ pub async fn serve_http<H, F, B>(
             let response = handler(req);
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
+        // Taken now, so that a stop waits for a connection still in its handshake.
+        let watcher = graceful.watcher();
+        let (builder, handshake) = (builder.clone(), handshake.clone());
         tokio::spawn(async move {
-            let _ = conn.await;
+            let io = match handshake.handshake(stream).await {
+                Ok(io) => io,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "handshake failed");
+                    return;
+                }
+            };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            let _ = watcher.watch(conn.into_owned()).await;
         });
     }
     drop(listener);
@@ -143,7 +192,7 @@ mod tests {
                 }
             }
         };
-        let server = tokio::spawn(serve_http(listener, handler, stop.wait(), Drain::Unbounded));
+        let server = tokio::spawn(serve_http(listener, Plain, handler, stop.wait(), Drain::Unbounded));
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
         let get = |path: &str| client.get(format!("http://{addr}{path}").parse().unwrap());
         let body = get("/fast").await.unwrap().into_body().collect().await.unwrap().to_bytes();

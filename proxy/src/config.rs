@@ -10,6 +10,10 @@ use clap::{Args as ClapArgs, Parser};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use infera_tokenize::{ChatTemplateSource, LoadError, Tokenizer};
 
+mod tls;
+
+pub use tls::TlsConfig;
+
 /// infera-proxy: a stateless HTTP proxy in front of SGLang workers, routed by infera-control.
 #[derive(Parser, Debug)]
 #[command(name = "infera-proxy", version, about, long_about = None)]
@@ -24,6 +28,8 @@ pub struct Args {
     clients: ClientArgs,
     #[command(flatten)]
     tokenizer: TokenizerArgs,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
 }
@@ -169,6 +175,8 @@ pub struct Config {
     pub retry_backoff: Duration,
     /// Worker connect timeout.
     pub connect_timeout: Duration,
+    /// HTTPS on the listener and to control.
+    pub tls: TlsConfig,
     /// The tokenizer, loaded once at start (`--tokenizer`).
     pub tokenizer: Option<Arc<Tokenizer>>,
     /// Logs and traces.
@@ -189,6 +197,17 @@ pub enum ConfigError {
     /// The telemetry flags.
     #[error(transparent)]
     Telemetry(#[from] LogFilterError),
+    /// A TLS file cannot be used.
+    #[error("{flags}: {source}")]
+    Tls {
+        /// The flags the file came from.
+        flags: &'static str,
+        /// Why.
+        source: infera_proto::serve::tls::TlsError,
+    },
+    /// Control TLS flags without an `https://` control URL.
+    #[error("--control-ca, --control-cert and --control-server-name need an https:// --control URL")]
+    ControlTlsWithoutHttps,
     /// `--api-keys` cannot be loaded.
     #[error(transparent)]
     Keys(#[from] crate::keys::KeysError),
@@ -208,6 +227,8 @@ impl TryFrom<Args> for Config {
                 reason: "expected http://host:port".into(),
             });
         }
+        let https = control.iter().any(|u| u.scheme_str() == Some("https"));
+        let tls = a.tls.into_config(https)?;
         Ok(Self {
             listen: a.listen.listen,
             name: a.listen.name.filter(|n| !n.is_empty()),
@@ -227,6 +248,7 @@ impl TryFrom<Args> for Config {
             retries: a.limits.retries,
             retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
+            tls,
             tokenizer: a.tokenizer.load()?,
             telemetry: a.telemetry.into_config("infera-proxy")?,
         })

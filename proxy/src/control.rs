@@ -64,7 +64,9 @@ impl ControlLink {
     /// A link to `config.control`, holding its lease as `name`; nothing is sent until
     /// [`ControlLink::spawn`].
     pub fn new(config: &Config, name: String, metrics: Arc<ProxyMetrics>) -> Arc<Self> {
-        let controls = Arc::new(Controls::new(&config.control));
+        // The files were checked by the config; a failure here is one that changed since.
+        let tls = config.tls.control.as_ref().and_then(|files| files.tonic().ok());
+        let controls = Arc::new(Controls::new(&config.control, tls));
         let lease = Arc::new(Lease::new(name, config.lease_ttl));
         let releaser = Arc::new(Releaser::new(controls.clone(), lease.clone(), metrics.clone()));
         Arc::new(Self {
@@ -88,6 +90,11 @@ impl ControlLink {
         };
         tokio::spawn(self.lease.clone().run(controls.clone(), metrics.clone(), reconcile, stop.clone()));
         tokio::spawn(self.targets.clone().run(controls, metrics, stop));
+    }
+
+    /// Reaches `https://` replicas with new TLS files from now on (SIGHUP).
+    pub fn set_control_tls(&self, tls: tonic::transport::ClientTlsConfig) {
+        self.controls.set_tls(tls);
     }
 
     /// Legs in flight (booked or local).

@@ -59,15 +59,51 @@ fn default_name(bound: Option<std::net::SocketAddr>) -> String {
     format!("infera-proxy@{addr}")
 }
 
-/// Reads the API keys again on every SIGHUP.
-fn reload_on_sighup(keys: Arc<keys::Keys>, metrics: Arc<ProxyMetrics>) -> anyhow::Result<()> {
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            metrics.key_reload(keys.reload());
+/// What SIGHUP reads again.
+#[derive(Debug)]
+struct Reloadable {
+    keys: Option<Arc<keys::Keys>>,
+    tls: config::TlsConfig,
+    link: Arc<ControlLink>,
+    metrics: Arc<ProxyMetrics>,
+}
+
+impl Reloadable {
+    /// The API keys, the listener's certificate and the files for control; a file that does not
+    /// load is logged and counted, and what is in force stays.
+    fn reload(&self) {
+        if let Some(keys) = &self.keys {
+            self.metrics.key_reload(keys.reload());
         }
-    });
-    Ok(())
+        if let Some(listener) = &self.tls.listener {
+            let loaded = listener.reload();
+            if let Err(e) = &loaded {
+                tracing::warn!(error = %e, "--tls-cert/--tls-key not reloaded: the certificate in force stays");
+            }
+            self.metrics.tls_reload("listener", loaded.is_ok());
+        }
+        if let Some(files) = &self.tls.control {
+            let loaded = files.tonic();
+            match &loaded {
+                Ok(tls) => self.link.set_control_tls(tls.clone()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "control TLS files not reloaded: the ones in force stay")
+                }
+            }
+            self.metrics.tls_reload("control", loaded.is_ok());
+        }
+    }
+
+    /// Reads everything again on every SIGHUP.
+    fn on_sighup(self) -> anyhow::Result<()> {
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                self.reload();
+            }
+        });
+        Ok(())
+    }
 }
 
 /// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
@@ -85,9 +121,13 @@ pub async fn run(
     link.spawn(stop.receiver());
     let up =
         Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
-    if let Some(keys) = config.api_keys.clone() {
-        reload_on_sighup(keys, up.metrics.clone())?;
-    }
+    let reloadable = Reloadable {
+        keys: config.api_keys.clone(),
+        tls: config.tls.clone(),
+        link: link.clone(),
+        metrics: up.metrics.clone(),
+    };
+    reloadable.on_sighup()?;
     let admission = admission::Admission::new(config.admission);
     let ctx = Arc::new(Ctx { up, registry, config, admission });
     server::serve(ctx, listener, stop.wait()).await;

@@ -19,7 +19,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind --listen {}", config.listen))?;
     let addr = listener.local_addr()?;
     // One line on stdout that scripts and tests wait for (the port may have been 0).
-    println!("infera-proxy listening http={addr}");
+    let tls = if config.tls.listener.is_some() { " tls=on" } else { "" };
+    println!("infera-proxy listening http={addr}{tls}");
     tracing::info!(%addr, control = ?config.control.iter().map(ToString::to_string).collect::<Vec<_>>(), "infera-proxy started");
     let result = infera_proxy::run(listener, config, telemetry::stop_signal()).await;
     telemetry.shutdown().await;

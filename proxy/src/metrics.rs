@@ -55,6 +55,12 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TlsReloadLabels {
+    which: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -77,6 +83,7 @@ pub struct ProxyMetrics {
     unauthorized: Counter,
     key_reloads: Family<OutcomeLabels, Counter>,
     key_requests: Family<KeyLabels, Counter>,
+    tls_reloads: Family<TlsReloadLabels, Counter>,
     late_picks: Counter,
     redeclared: Family<OutcomeLabels, Counter>,
     tokenize: Family<OutcomeLabels, Counter>,
@@ -103,6 +110,7 @@ impl ProxyMetrics {
             unauthorized: Counter::default(),
             key_reloads: Family::default(),
             key_requests: Family::default(),
+            tls_reloads: Family::default(),
             late_picks: Counter::default(),
             redeclared: Family::default(),
             tokenize: Family::default(),
@@ -131,6 +139,12 @@ impl ProxyMetrics {
             "api_key_reloads",
             "Reloads of --api-keys on SIGHUP, by outcome: ok, error",
             m.key_reloads.clone(),
+        );
+        r.register(
+            "tls_reloads",
+            "Reloads of the TLS files on SIGHUP, by which (listener: --tls-cert; control: \
+             --control-ca/--control-cert) and outcome: ok, error (the files in force stay)",
+            m.tls_reloads.clone(),
         );
         r.register(
             "unauthorized",
@@ -258,6 +272,12 @@ impl ProxyMetrics {
     /// The key file was read again on SIGHUP.
     pub fn key_reload(&self, ok: bool) {
         self.key_reloads.get_or_create(&OutcomeLabels { outcome: if ok { "ok" } else { "error" } }).inc();
+    }
+
+    /// TLS files (`which`: listener, control) were read again on SIGHUP.
+    pub fn tls_reload(&self, which: &'static str, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.tls_reloads.get_or_create(&TlsReloadLabels { which, outcome }).inc();
     }
 
     /// A request without a listed key.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, serve_http};
+use infera_proto::serve::{Drain, Plain, serve_http};
 use infera_proto::types::Api;
 use prometheus_client::registry::Registry;
 use serde_json::json;
@@ -41,10 +41,15 @@ pub struct Ctx {
 }
 
 /// Serves `listener` until `stop` resolves, then lets open connections finish (streams end
-/// on their own: the drain is unbounded), on the accept loop every infera server shares.
+/// on their own: the drain is unbounded), on the accept loop every infera server shares
+/// (behind TLS with `--tls-cert`).
 pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener, stop: impl std::future::Future<Output = ()>) {
+    let tls = ctx.config.tls.listener.clone();
     let handler = move |req| handle(ctx.clone(), req);
-    serve_http(listener, handler, stop, Drain::Unbounded).await;
+    match tls {
+        Some(tls) => serve_http(listener, tls, handler, stop, Drain::Unbounded).await,
+        None => serve_http(listener, Plain, handler, stop, Drain::Unbounded).await,
+    }
 }
 
 async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {

@@ -200,9 +200,10 @@ impl Control {
         self._workers.as_ref().map(tempfile::NamedTempFile::path)
     }
 
-    /// Its gRPC URL.
+    /// Its gRPC URL (`https://` when its flags give `--tls-cert`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.spec.flags.iter().any(|f| f == "--tls-cert") { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// A channel on its own connection.

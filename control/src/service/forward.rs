@@ -5,7 +5,7 @@
 //! lead either refuses it with `NOT_LEADER`.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use infera_proto::pb::admin_client::AdminClient;
@@ -13,32 +13,64 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::error::ControlError;
+use crate::tls::PeerTls;
 
 /// Metadata a forwarded call carries.
 const FORWARDED: &str = "infera-forwarded";
 /// How long a forwarded call may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A channel to the leader, kept while the leader stays the same.
+/// The leader's channel, and what it was made with.
+#[derive(Debug)]
+struct LeaderChannel {
+    url: String,
+    tls: Option<Arc<tonic::transport::ClientTlsConfig>>,
+    client: AdminClient<Channel>,
+}
+
+/// A channel to the leader, kept while the leader (and the TLS in force) stays the same.
 #[derive(Debug, Default)]
 pub(super) struct Forwarder {
-    leader: Mutex<Option<(String, AdminClient<Channel>)>>,
+    /// For an `https://` leader (`None`: this replica has no `--tls-cert`).
+    peers: Option<Arc<PeerTls>>,
+    leader: Mutex<Option<LeaderChannel>>,
 }
 
 impl Forwarder {
+    /// Reaching `https://` leaders with `peers`.
+    pub(super) fn new(peers: Option<Arc<PeerTls>>) -> Self {
+        Self { peers, leader: Mutex::new(None) }
+    }
+
     fn client(&self, url: &str) -> Result<AdminClient<Channel>, Status> {
+        let https = url.starts_with("https://");
+        let tls = match (&self.peers, https) {
+            (Some(peers), true) => Some(peers.current()),
+            (None, true) => {
+                return Err(Status::unavailable(format!(
+                    "the leader {url} serves TLS and this replica has no --tls-cert to reach it with"
+                )));
+            }
+            (_, false) => None,
+        };
         let mut leader = self.leader.lock().expect("forwarder lock");
-        if let Some((known, client)) = leader.as_ref()
-            && known == url
+        if let Some(known) = leader.as_ref()
+            && known.url == url
+            && known.tls.as_ref().map(Arc::as_ptr) == tls.as_ref().map(Arc::as_ptr)
         {
-            return Ok(client.clone());
+            return Ok(known.client.clone());
         }
-        let endpoint = Endpoint::from_shared(url.to_owned())
+        let mut endpoint = Endpoint::from_shared(url.to_owned())
             .map_err(|e| Status::internal(format!("the leader's URL {url:?} is not a URL: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true);
+        if let Some(tls) = &tls {
+            endpoint = endpoint
+                .tls_config((**tls).clone())
+                .map_err(|e| Status::internal(format!("TLS to the leader {url}: {e}")))?;
+        }
         let client = AdminClient::new(endpoint.connect_lazy());
-        *leader = Some((url.to_owned(), client.clone()));
+        *leader = Some(LeaderChannel { url: url.to_owned(), tls, client: client.clone() });
         Ok(client)
     }
 

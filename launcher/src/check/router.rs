@@ -9,7 +9,7 @@ use infera_proto::types::{
 use toml::Spanned;
 
 use super::Checker;
-use crate::deployment::DeploymentFile;
+use crate::deployment::{DeploymentFile, RouterTls};
 
 /// `--session-ttl-ms` of control (at most a day).
 const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
@@ -33,10 +33,33 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
     }
 }
 
+/// Each certificate of `[router.tls]` comes with its key, and each key with its certificate.
+fn tls_pairs(tls: &RouterTls, c: &mut Checker<'_>) {
+    let pairs = [
+        (&tls.cert, &tls.key, "cert", "key"),
+        (&tls.client_cert, &tls.client_key, "client_cert", "client_key"),
+        (&tls.proxy_cert, &tls.proxy_key, "proxy_cert", "proxy_key"),
+    ];
+    for (cert, key, cert_name, key_name) in pairs {
+        match (cert, key) {
+            (Some(given), None) => {
+                c.at(given, format!("router.tls.{cert_name}"), format!("needs router.tls.{key_name}"));
+            }
+            (None, Some(given)) => {
+                c.at(given, format!("router.tls.{key_name}"), format!("needs router.tls.{cert_name}"));
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Choices spell as the flags do; numbers are in their flags' ranges; W > 0 needs a demand
 /// mode that scores; a chat template needs the tokenizer.
 pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
     let Some(router) = &file.router else { return };
+    if let Some(tls) = &router.tls {
+        tls_pairs(tls, c);
+    }
     if let Some(p) = &router.prefill_policy
         && PrefillPolicy::from_str(p.get_ref(), false).is_err()
     {

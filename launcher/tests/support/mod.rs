@@ -223,3 +223,61 @@ pub(crate) fn etcd_workers(url: &str) -> Vec<(String, String)> {
             .collect()
     })
 }
+
+/// A CA and two certificates it signed, made with the `openssl` command line as an operator
+/// would: `control` (for 127.0.0.1) and `client` (a proxy's), each good as server and client.
+pub(crate) struct Pki {
+    pub(crate) ca: PathBuf,
+    pub(crate) control: (PathBuf, PathBuf),
+    pub(crate) client: (PathBuf, PathBuf),
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub(crate) fn openssl_pki(dir: &Path) -> Pki {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        dir,
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &["-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=test-ca", "-days", "2"],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    for name in ["control", "client"] {
+        let (key, csr, pem) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"));
+        let subject = format!("/CN={name}");
+        openssl(dir, &[&["req"], &ec[..], &["-keyout", &key, "-out", &csr, "-subj", &subject]].concat());
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                "leaf.ext",
+            ],
+        );
+    }
+    let pair = |name: &str| (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    Pki { ca: dir.join("ca.pem"), control: pair("control"), client: pair("client") }
+}

@@ -1,13 +1,14 @@
 //! The control replicas this proxy knows (`--control a,b,c`) and which of them it talks to. Picks,
 //! releases and the lease go to the current one; the lease loop moves on when it does not answer
 //! (to the next address, in turn) or answers `NOT_LEADER` (to the leader it names, added to the
-//! set when it is not one of the flags').
+//! set when it is not one of the flags'). `https://` replicas are reached with the TLS of
+//! `--control-ca`/`--control-cert`, which SIGHUP can replace ([`Controls::set_tls`]).
 
 use std::sync::RwLock;
 use std::time::Duration;
 
 use infera_proto::pb::router_client::RouterClient;
-use tonic::transport::{Channel, Endpoint as GrpcEndpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint as GrpcEndpoint};
 
 /// One replica: its URL and a lazily connected client.
 #[derive(Clone, Debug)]
@@ -29,6 +30,8 @@ impl ReplicaIndex {
 struct Set {
     replicas: Vec<Replica>,
     current: usize,
+    /// For `https://` replicas (`None`: the config has no `https://` URL, so none is used).
+    tls: Option<ClientTlsConfig>,
 }
 
 /// The known replicas and the current one.
@@ -37,8 +40,12 @@ pub(super) struct Controls {
     set: RwLock<Set>,
 }
 
-fn connect(url: &str) -> Option<Replica> {
-    let endpoint = GrpcEndpoint::from_shared(url.to_owned()).ok()?;
+/// A lazily connected client of `url`; `None` for no URL, or an `https://` one without TLS.
+fn connect(url: &str, tls: Option<&ClientTlsConfig>) -> Option<Replica> {
+    let mut endpoint = GrpcEndpoint::from_shared(url.to_owned()).ok()?;
+    if url.starts_with("https://") {
+        endpoint = endpoint.tls_config(tls?.clone()).ok()?;
+    }
     let channel = endpoint
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
@@ -48,12 +55,25 @@ fn connect(url: &str) -> Option<Replica> {
 }
 
 impl Controls {
-    /// The replicas at `urls` (checked by the config), the first one current.
-    pub(super) fn new(urls: &[http::Uri]) -> Self {
+    /// The replicas at `urls` (checked by the config, with `tls` when one is `https://`), the
+    /// first one current.
+    pub(super) fn new(urls: &[http::Uri], tls: Option<ClientTlsConfig>) -> Self {
         let replicas: Vec<Replica> =
-            urls.iter().filter_map(|u| connect(u.to_string().trim_end_matches('/'))).collect();
-        assert!(!replicas.is_empty(), "the config gives at least one control URL");
-        Self { set: RwLock::new(Set { replicas, current: 0 }) }
+            urls.iter().filter_map(|u| connect(u.to_string().trim_end_matches('/'), tls.as_ref())).collect();
+        assert!(!replicas.is_empty(), "the config gives at least one usable control URL");
+        Self { set: RwLock::new(Set { replicas, current: 0, tls }) }
+    }
+
+    /// New TLS files (SIGHUP): every replica gets a new channel with them; calls already out
+    /// finish on the old one.
+    pub(super) fn set_tls(&self, tls: ClientTlsConfig) {
+        let mut set = self.set.write().expect("controls lock");
+        set.tls = Some(tls);
+        let fresh: Vec<Replica> =
+            set.replicas.iter().filter_map(|r| connect(&r.url, set.tls.as_ref())).collect();
+        if fresh.len() == set.replicas.len() {
+            set.replicas = fresh;
+        }
     }
 
     /// The current replica's client and place.
@@ -91,7 +111,7 @@ impl Controls {
             set.current = i;
             return true;
         }
-        let Some(replica) = connect(leader) else { return false };
+        let Some(replica) = connect(leader, set.tls.as_ref()) else { return false };
         set.replicas.push(replica);
         set.current = set.replicas.len() - 1;
         true
@@ -111,7 +131,7 @@ mod tests {
     #[tokio::test]
     async fn the_current_replica_moves_on_in_turn_and_to_a_named_leader() {
         let urls: Vec<http::Uri> = ["http://a:1", "http://b:1/"].iter().map(|u| u.parse().unwrap()).collect();
-        let c = Controls::new(&urls);
+        let c = Controls::new(&urls, None);
         let (first, _) = c.current();
         assert_eq!(c.url(first), "http://a:1");
         c.next_after(first);
@@ -127,5 +147,6 @@ mod tests {
         assert!(c.follow("http://c:7"));
         assert_eq!((c.url(c.current().0), c.len()), ("http://c:7".to_owned(), 3));
         assert!(!c.follow("not a url"));
+        assert!(!c.follow("https://d:1"), "no TLS configured: an https leader cannot be reached");
     }
 }

@@ -17,4 +17,5 @@ mod pd;
 mod rebuild;
 mod slow_control;
 mod timeout;
+mod tls;
 mod trace;

@@ -1,0 +1,88 @@
+//! Control's TLS at run time: the client configuration a follower reaches the leader with
+//! ([`PeerTls`]), and SIGHUP, which reads the server's and the peers' files again (a file that
+//! does not load is logged and counted, and what is in force stays).
+
+use std::sync::{Arc, RwLock};
+
+use infera_proto::serve::tls::{ClientFiles, TlsError};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tonic::transport::ClientTlsConfig;
+
+use crate::config::ControlTls;
+
+/// The TLS of this replica's channels to the other replicas, replaced on reload.
+#[derive(Debug)]
+pub struct PeerTls {
+    files: ClientFiles,
+    config: RwLock<Arc<ClientTlsConfig>>,
+}
+
+impl PeerTls {
+    /// From the checked files.
+    pub fn new(files: ClientFiles) -> Result<Self, TlsError> {
+        let config = RwLock::new(Arc::new(files.tonic()?));
+        Ok(Self { files, config })
+    }
+
+    /// The configuration in force: a caller that keeps a channel compares it by pointer to
+    /// know when to make a new one.
+    pub fn current(&self) -> Arc<ClientTlsConfig> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn reload(&self) -> Result<(), TlsError> {
+        let config = Arc::new(self.files.tonic()?);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    which: &'static str,
+    outcome: &'static str,
+}
+
+/// `infera_control_tls_reloads_total{which,outcome}`.
+#[derive(Clone, Debug, Default)]
+pub struct TlsMetrics {
+    reloads: Family<ReloadLabels, Counter>,
+}
+
+impl TlsMetrics {
+    /// Registers the counter in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.sub_registry_with_prefix("infera_control").register(
+            "tls_reloads",
+            "Reloads of the TLS files on SIGHUP, by which (server: --tls-cert, --tls-client-ca; \
+             peers: --tls-peer-ca) and outcome: ok, error (the files in force stay)",
+            m.reloads.clone(),
+        );
+        m
+    }
+
+    fn reloaded(&self, which: &'static str, result: &Result<(), TlsError>) {
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        self.reloads.get_or_create(&ReloadLabels { which, outcome }).inc();
+        if let Err(e) = result {
+            tracing::warn!(which, error = %e, "TLS files not reloaded: the ones in force stay");
+        }
+    }
+}
+
+/// Reads `tls` and `peers` again on every SIGHUP.
+pub fn reload_on_sighup(tls: &ControlTls, peers: Arc<PeerTls>, metrics: TlsMetrics) -> std::io::Result<()> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let server = tls.server.clone();
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            metrics.reloaded("server", &server.reload());
+            metrics.reloaded("peers", &peers.reload());
+        }
+    });
+    Ok(())
+}
