@@ -117,6 +117,19 @@ struct LimitArgs {
     #[arg(long, env = "INFERA_PROXY_RETRY_BACKOFF_MS", default_value_t = 25,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     retry_backoff_ms: u64,
+    /// Each attempt's deadline for its first byte (a stream's first data frame; a non-streamed
+    /// answer's head): past it the attempt fails as a timeout and, when a retry is left and the
+    /// request's own timeout allows, is picked again elsewhere. 0 = none (the request's
+    /// timeout only). Mind long prompts: a 100 k-token prefill in a queue takes a while.
+    #[arg(long, env = "INFERA_PROXY_ATTEMPT_TIMEOUT_MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    attempt_timeout_ms: u64,
+    /// The longest a stream that has begun may go without a frame from the decode: past it the
+    /// stream ends with an SSE error event and the decode leg fails as a timeout (a stuck
+    /// engine). 0 = never.
+    #[arg(long, env = "INFERA_PROXY_STREAM_IDLE_TIMEOUT_MS", default_value_t = 120_000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    stream_idle_timeout_ms: u64,
     /// Timeout from accept to the head of the answer (504 when it passes first); a stream that
     /// has begun is not cut.
     #[arg(long, env = "INFERA_PROXY_REQUEST_TIMEOUT_MS", default_value_t = 1_800_000)]
@@ -173,6 +186,10 @@ pub struct Config {
     pub retries: u32,
     /// The retries' backoff base.
     pub retry_backoff: Duration,
+    /// Each attempt's first-byte deadline.
+    pub attempt_timeout: Option<Duration>,
+    /// A begun stream's longest silence.
+    pub stream_idle_timeout: Option<Duration>,
     /// Worker connect timeout.
     pub connect_timeout: Duration,
     /// HTTPS on the listener and to control.
@@ -247,6 +264,10 @@ impl TryFrom<Args> for Config {
             api_keys: a.clients.api_keys.map(crate::keys::Keys::load).transpose()?.map(Arc::new),
             retries: a.limits.retries,
             retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),
+            attempt_timeout: (a.limits.attempt_timeout_ms > 0)
+                .then(|| Duration::from_millis(a.limits.attempt_timeout_ms)),
+            stream_idle_timeout: (a.limits.stream_idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(a.limits.stream_idle_timeout_ms)),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
             tls,
             tokenizer: a.tokenizer.load()?,

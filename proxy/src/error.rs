@@ -212,6 +212,7 @@ impl ProxyError {
             Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::NoTarget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Upstream { failure: LegFailure::Timeout, .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamStatus { status, .. } if status.is_client_error() => *status,
             Self::UpstreamStatus { .. } => StatusCode::BAD_GATEWAY,

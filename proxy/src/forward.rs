@@ -1,5 +1,6 @@
 //! Send the legs: the client's JSON plus SGLang's PD fields, both legs at once, the decode
-//! head awaited while a prefill failure cancels it.
+//! head (and a stream's first data frame: [`first_byte`](crate::first_byte)) awaited while a
+//! prefill failure or the attempt's deadline fails the attempt.
 //!
 //! Injected keys, the PD fields SGLang 0.5.23 takes on every generation request
 //! (python/sglang/srt/managers/io_struct.py `GenerateReqInput`,
@@ -23,15 +24,19 @@ use serde_json::{Map, Value, json};
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError, upstream_error_text};
 use crate::facts::Facts;
+use crate::first_byte::{self, Urls};
 use crate::prefill::PrefillLeg;
 use crate::targets::Endpoint;
-use crate::upstream::Upstreams;
+use crate::upstream::{Upstreams, abort};
 
-/// The legs of a request once the decode head arrived.
+/// The legs of a request once its first byte arrived.
 #[derive(Debug)]
 pub struct Dispatched {
-    /// The decode response (head received, body streaming).
+    /// The decode response (head received, body streaming after `first`).
     pub response: Response<Incoming>,
+    /// A stream's first data frame, read from `response` already (`None`: not a stream, or
+    /// one that ended without data).
+    pub first: Option<hyper::body::Frame<Bytes>>,
     /// The prefill leg, when PD.
     pub prefill: Option<PrefillLeg>,
 }
@@ -92,15 +97,20 @@ pub fn new_room() -> u64 {
 }
 
 /// Sends both legs. The prefill leg runs in its own task (and releases its reservation); the
-/// decode head is awaited, and a prefill failure meanwhile cancels it. On error the caller
-/// still owns the decode reservation.
+/// decode head is awaited, then a stream's first data frame, and a prefill failure or the
+/// deadline `attempt_timeout` meanwhile fails the attempt (blamed on the leg that caused it).
+/// On error the caller still owns the decode reservation.
 pub async fn dispatch(
     up: &Upstreams,
     facts: &Facts,
     prefill: Option<Pick>,
     decode: &Pick,
     headers: &http::HeaderMap,
+    attempt_timeout: Option<std::time::Duration>,
 ) -> Result<Dispatched, ProxyError> {
+    let deadline = attempt_timeout.map(|t| (tokio::time::Instant::now() + t, t));
+    let prefill_url = prefill.as_ref().map(|p| p.endpoint.url.clone());
+    let urls = Urls { decode: &decode.endpoint.url, prefill: prefill_url.as_deref() };
     let bodies = leg_bodies(facts, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
     let decode_req = leg_request(&decode.endpoint, facts.api, headers, &bodies.decode);
     let prefill = match (prefill, bodies.prefill) {
@@ -111,48 +121,82 @@ pub async fn dispatch(
         _ => None,
     };
     let url = &decode.endpoint.url;
-    let mut send = std::pin::pin!(up.client.request(decode_req));
-    let head = match prefill {
-        Some(PrefillLeg { mut failed, cancel }) => loop {
-            tokio::select! {
-                head = &mut send => break match head {
-                    Ok(response) => Ok(Dispatched { response, prefill: Some(PrefillLeg { failed, cancel }) }),
-                    Err(e) => {
-                        cancel.cancel(ReleaseReason::Failed);
-                        Err(ProxyError::upstream(Leg::Decode, url, &e))
-                    }
-                },
-                done = async { failed.as_mut().expect("guarded by the branch condition").await }, if failed.is_some() => {
-                    match done {
-                        Ok(e) => break Err(e),
-                        // The prefill leg finished without failing.
-                        Err(_) => failed = None,
-                    }
-                }
-            }
-        },
-        None => send
-            .await
-            .map(|response| Dispatched { response, prefill: None })
-            .map_err(|e| ProxyError::upstream(Leg::Decode, url, &e)),
+    let mut prefill = prefill;
+    let answered = async {
+        let response = head(up, decode_req, prefill.as_mut(), urls, deadline).await?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body = upstream_error_text(response.into_body()).await;
+            let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body };
+            return Err(first_byte::blame(e, prefill.as_mut(), urls, first_byte::Suspect::Decode).await);
+        }
+        if !facts.stream {
+            return Ok((response, None));
+        }
+        let (parts, mut body) = response.into_parts();
+        let first = first_byte::first_frame(&mut body, prefill.as_mut(), urls, deadline).await?;
+        Ok((Response::from_parts(parts, body), first))
     };
-    let Dispatched { response, prefill } = match head {
-        Ok(d) => d,
+    match answered.await {
+        Ok((response, first)) => Ok(Dispatched { response, first, prefill }),
         Err(e) => {
-            up.metrics.upstream_error(Leg::Decode);
-            return Err(e);
+            // Whichever leg failed, the other one ends too; a decode that may have started
+            // generating is asked to stop.
+            // (A failed prefill leg counted itself.)
+            if e.leg_failure().is_none_or(|(leg, _)| leg == Leg::Decode) {
+                up.metrics.upstream_error(Leg::Decode);
+            }
+            if let Some(p) = prefill {
+                p.cancel.cancel(ReleaseReason::Failed);
+            }
+            abort(&up.client, url, &facts.request_id);
+            Err(e)
         }
-    };
-    if !response.status().is_success() {
-        up.metrics.upstream_error(Leg::Decode);
-        if let Some(p) = prefill {
-            p.cancel.cancel(ReleaseReason::Failed);
-        }
-        let status = response.status();
-        let body = upstream_error_text(response.into_body()).await;
-        return Err(ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body });
     }
-    Ok(Dispatched { response, prefill })
+}
+
+/// The decode answer's head, while a prefill failure or the deadline fails the attempt.
+async fn head(
+    up: &Upstreams,
+    req: Request<Full<Bytes>>,
+    mut prefill: Option<&mut PrefillLeg>,
+    urls: Urls<'_>,
+    deadline: Option<(tokio::time::Instant, std::time::Duration)>,
+) -> Result<Response<Incoming>, ProxyError> {
+    let mut send = std::pin::pin!(up.client.request(req));
+    let mut expired = std::pin::pin!(async {
+        match deadline {
+            Some((at, _)) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    });
+    loop {
+        let failed = prefill.as_deref_mut().and_then(|p| p.failed.as_mut());
+        let prefill_failed = async {
+            match failed {
+                Some(rx) => Some(rx.await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            head = &mut send => return match head {
+                Ok(response) => Ok(response),
+                Err(e) => {
+                    let e = ProxyError::upstream(Leg::Decode, urls.decode, &e);
+                    Err(first_byte::blame(e, prefill, urls, first_byte::Suspect::Decode).await)
+                }
+            },
+            done = prefill_failed => match done {
+                Some(Ok(e)) => return Err(e),
+                // The prefill leg finished without failing.
+                _ => if let Some(p) = prefill.as_deref_mut() { p.failed = None },
+            },
+            () = &mut expired => {
+                let after = deadline.map(|(_, d)| d).unwrap_or_default();
+                return Err(first_byte::timed_out(after, prefill, urls));
+            }
+        }
+    }
 }
 
 fn leg_request(

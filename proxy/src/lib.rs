@@ -13,6 +13,7 @@
 //! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently;
 //!   [`prefill`]: the prefill leg's own task and the handle that cancels it; [`upstream`]: the
 //!   worker client, control and metrics they share, and `/abort_request`.
+//! - [`first_byte`]: what counts as an attempt's first byte, and whose failure it was before.
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
 
@@ -22,6 +23,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod facts;
+pub mod first_byte;
 pub mod forward;
 pub mod keys;
 pub mod metrics;

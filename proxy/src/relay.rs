@@ -1,11 +1,12 @@
 //! The decode answer, relayed frame by frame as it arrives, with the request's end observed
-//! once: EOF releases `EOF`; an upstream error or a failed prefill releases `FAILED` (a stream
-//! gets an SSE error event and `[DONE]`); the client going away — the body dropped before its
-//! end — releases `CANCELLED` and aborts both upstream legs.
+//! once: EOF releases `EOF`; an upstream error, a failed prefill or a stream silent for
+//! `--stream-idle-timeout-ms` releases `FAILED` (a stream gets an SSE error event and
+//! `[DONE]`); the client going away — the body dropped before its end — releases `CANCELLED`
+//! and aborts both upstream legs.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -116,6 +117,10 @@ pub struct Relay {
     last_data: Option<Instant>,
     /// Bytes still to come of a body with a `content-length`.
     remaining: Option<u64>,
+    /// The first frame, read by the first-byte gate before the relay began.
+    first: Option<Frame<Bytes>>,
+    /// The longest silence a stream may keep, and the timer of the current one.
+    idle: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
     /// The request's count in flight and its place (`--max-inflight`), until the answer ends.
     _inflight: (InflightGuard, Option<Admitted>),
 }
@@ -144,6 +149,8 @@ impl Relay {
             started: started.at,
             last_data: None,
             remaining: None,
+            first: None,
+            idle: None,
             _inflight: (started.inflight, started.admitted),
         }
     }
@@ -152,6 +159,36 @@ impl Relay {
     pub fn with_length(mut self, length: Option<u64>) -> Self {
         self.remaining = length;
         self
+    }
+
+    /// Relays `first` (already read from the body) before the rest.
+    pub fn with_first(mut self, first: Option<Frame<Bytes>>) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// Ends the answer as failed when no frame comes for `timeout` (`None`: never).
+    pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle = timeout.map(|t| (t, Box::pin(tokio::time::sleep(t))));
+        self
+    }
+
+    /// Counts a frame and passes it on; the end is seen at a body's last byte.
+    fn pass(&mut self, frame: Frame<Bytes>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.observe(&frame);
+        if let Some((t, sleep)) = &mut self.idle {
+            sleep.as_mut().reset(tokio::time::Instant::now() + *t);
+        }
+        // A body of known length is complete with its last byte: the server writes it and does
+        // not poll again, so the end is seen here, not only at `None`.
+        if let (Some(data), Some(left)) = (frame.data_ref(), self.remaining.as_mut()) {
+            *left = left.saturating_sub(data.len() as u64);
+        }
+        if self.remaining == Some(0) || self.inner.is_end_stream() {
+            self.guard.end(ReleaseReason::Eof);
+            self.done = true;
+        }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn fail(&mut self, e: ProxyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
@@ -201,20 +238,25 @@ impl HttpBody for Relay {
                 Poll::Pending => {}
             }
         }
-        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => {
-                this.observe(&frame);
-                // A body of known length is complete with its last byte: the server writes it
-                // and does not poll again, so the end is seen here, not only at `None`.
-                if let (Some(data), Some(left)) = (frame.data_ref(), this.remaining.as_mut()) {
-                    *left = left.saturating_sub(data.len() as u64);
-                }
-                if this.remaining == Some(0) || this.inner.is_end_stream() {
-                    this.guard.end(ReleaseReason::Eof);
-                    this.done = true;
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
+        if let Some(first) = this.first.take() {
+            return this.pass(first);
+        }
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if polled.is_pending()
+            && let Some((silence, sleep)) = &mut this.idle
+        {
+            ready!(sleep.as_mut().poll(cx));
+            let (silence, url) = (*silence, this.guard.decode.as_ref().map(|d| d.endpoint.url.clone()));
+            this.guard.up.metrics.upstream_error(Leg::Decode);
+            return this.fail(ProxyError::Upstream {
+                leg: Leg::Decode,
+                url: url.unwrap_or_default(),
+                reason: format!("no data for --stream-idle-timeout-ms ({silence:?})"),
+                failure: LegFailure::Timeout,
+            });
+        }
+        match ready!(polled) {
+            Some(Ok(frame)) => this.pass(frame),
             Some(Err(e)) => {
                 this.guard.up.metrics.upstream_error(Leg::Decode);
                 let url = this.guard.decode.as_ref().map(|d| d.endpoint.url.clone()).unwrap_or_default();
@@ -239,6 +281,7 @@ impl HttpBody for Relay {
 
     fn size_hint(&self) -> SizeHint {
         // Exact only when nothing can be appended (no prefill leg still able to fail).
-        if self.prefill_failed.is_none() && !self.done { self.inner.size_hint() } else { SizeHint::default() }
+        let exact = self.prefill_failed.is_none() && self.first.is_none() && !self.done;
+        if exact { self.inner.size_hint() } else { SizeHint::default() }
     }
 }

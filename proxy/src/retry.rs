@@ -1,5 +1,6 @@
 //! The attempts of one request before its first byte: route, dispatch, and on a failure a
-//! retriable one (connect refused, 5xx, a prefill that died) picks again — up to `--retries`,
+//! retriable one (connect refused, 5xx, a prefill that died, an engine error event before any
+//! token, no first byte by `--attempt-timeout-ms`) picks again — up to `--retries`,
 //! with full-jitter backoff, passing by the targets it failed on — releasing each attempt's
 //! legs exactly once, the failed leg with how it failed. Every rank at its cap in control is
 //! waited on (not a retry) until the request's queue deadline.
@@ -33,6 +34,8 @@ pub struct Retries {
     pub max: u32,
     /// The backoff's base.
     pub backoff: Duration,
+    /// Each attempt's deadline for its first byte (`--attempt-timeout-ms`).
+    pub attempt_timeout: Option<Duration>,
 }
 
 /// Sends `facts` (with `headers`) until an attempt's answer head arrives, or it fails for good.
@@ -64,7 +67,9 @@ pub async fn send(
         };
         let prefill_target = route.prefill.as_ref().map(Pick::target);
         let decode_target = route.decode.target();
-        match forward::dispatch(up, facts, route.prefill, &route.decode, headers).await {
+        match forward::dispatch(up, facts, route.prefill, &route.decode, headers, retries.attempt_timeout)
+            .await
+        {
             Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
             Err(e) => {
                 // A decode leg that failed on its worker says how (outlier ejection counts

@@ -1,5 +1,5 @@
 //! The HTTP front: accept connections, route by path, and run one generation request through
-//! its steps — read → facts → route → dispatch (one retry on a fresh pick before the first
+//! its steps — read → facts → route → dispatch (retries on a fresh pick before the first
 //! byte) → relay.
 
 use std::sync::Arc;
@@ -154,7 +154,11 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         headers.insert("x-request-id", v);
     }
     let timeout = ctx.config.request_timeout;
-    let retries = retry::Retries { max: ctx.config.retries, backoff: ctx.config.retry_backoff };
+    let retries = retry::Retries {
+        max: ctx.config.retries,
+        backoff: ctx.config.retry_backoff,
+        attempt_timeout: ctx.config.attempt_timeout,
+    };
     let attempt = retry::send(&ctx.up, retries, &facts, &headers, deadline);
     let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
@@ -177,9 +181,15 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         stream: facts.stream,
         started,
     };
-    let relay = Relay::new(body, relayed).with_length(
-        head.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()),
-    );
+    let relay = Relay::new(body, relayed)
+        .with_length(
+            head.headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+        )
+        .with_first(dispatched.first)
+        .with_idle_timeout(ctx.config.stream_idle_timeout.filter(|_| facts.stream));
     Response::from_parts(head, relay.boxed())
 }
 

@@ -9,6 +9,7 @@ mod chaos;
 mod engine;
 mod errors;
 mod failover;
+mod first_byte;
 mod kv;
 mod ledger;
 mod load;
