@@ -57,6 +57,13 @@ pub(crate) struct ChaosArgs {
     /// The proxies' `--request-timeout-ms` (to the answer's head).
     #[arg(long, env = "INFERA_BENCH_REQUEST_TIMEOUT_MS", default_value_t = 5_000)]
     pub(crate) request_timeout_ms: u64,
+    /// The proxies' `--attempt-timeout-ms`: an attempt with no first byte by then is retried
+    /// elsewhere (room for two within --request-timeout-ms).
+    #[arg(long, env = "INFERA_BENCH_ATTEMPT_TIMEOUT_MS", default_value_t = 1_500)]
+    pub(crate) attempt_timeout_ms: u64,
+    /// The proxies' `--stream-idle-timeout-ms`: a begun stream silent this long is cut.
+    #[arg(long, env = "INFERA_BENCH_STREAM_IDLE_TIMEOUT_MS", default_value_t = 2_000)]
+    pub(crate) stream_idle_timeout_ms: u64,
     /// The proxies' `--pick-timeout-ms` (the proxy's default).
     #[arg(long, env = "INFERA_BENCH_PICK_TIMEOUT_MS", default_value_t = 50)]
     pub(crate) pick_timeout_ms: u64,
@@ -140,6 +147,10 @@ async fn bench(args: ChaosArgs) -> anyhow::Result<()> {
             &args.pick_timeout_ms.to_string(),
             "--request-timeout-ms",
             &args.request_timeout_ms.to_string(),
+            "--attempt-timeout-ms",
+            &args.attempt_timeout_ms.to_string(),
+            "--stream-idle-timeout-ms",
+            &args.stream_idle_timeout_ms.to_string(),
             "--lease-ttl-ms",
             &args.proxy_lease_ttl_ms.to_string(),
         ]

@@ -169,8 +169,8 @@ pub(crate) fn explain(kind: &str) -> (Option<bool>, &'static str) {
         (
             Some(true),
             "a non-streamed request on a stalled engine (decode-0 after K tokens, or prefill-0 before its KV): \
-             no answer head within --request-timeout-ms; that deadline is the whole request's, not an \
-             attempt's, so the proxy gives up instead of retrying elsewhere",
+             no answer head within --request-timeout-ms, though each attempt has --attempt-timeout-ms: \
+             every attempt stalled, or the retries did not fit in the request's deadline",
         )
     } else if kind.starts_with("SSE upstream_error (decode)") {
         (
@@ -181,32 +181,31 @@ pub(crate) fn explain(kind: &str) -> (Option<bool>, &'static str) {
     } else if kind.starts_with("SSE upstream_error (prefill)") {
         (
             Some(true),
-            "prefill-0 failed (a fail_next 500, or its connection cut: die_after_tokens 0 before its KV, 1 \
-             after the decode had pulled it) once the decode's 200 head had been relayed to the client: the \
-             proxy relays the decode head at once, so a prefill failure after it ends the stream with this \
-             event instead of a retry (with die 1 the decode even had its KV and could have finished)",
+            "prefill-0 failed (a fail_next 500, or its connection cut) after the stream's first data frame \
+             had reached the client (the proxy retries a prefill failure only before it): with die 1 the \
+             decode had its KV and could have finished",
         )
     } else if kind.contains("from the engine: KV transfer failed on the prefill") {
         (
             Some(true),
-            "prefill-0 failed (a fail_next 500, or it died before its KV) after the decode's 200 head had been \
-             relayed: the decode's KV pull failed and the decode put the error in its stream itself, before \
-             the proxy heard of the prefill's failure; a retry on prefill-1 would have served it",
+            "prefill-0 failed (a fail_next 500, or it died before its KV) and the decode put the KV error in \
+             its stream: an error event before any token is retried, so this one is the last attempt's \
+             (every retry used) or came after tokens",
         )
     } else if kind.contains("from the engine: KV transfer timed out") {
         (
             Some(true),
-            "prefill-0 stalled before its KV (stall_after_tokens 0) after the decode's 200 head had been \
-             relayed: the decode waited --sim-bootstrap-timeout-ms for the KV and put the error in its stream \
-             itself; a retry on prefill-1 would have served it",
+            "prefill-0 stalled before its KV (stall_after_tokens 0): the decode waited \
+             --sim-bootstrap-timeout-ms for the KV and put the error in its stream; retried before any token, \
+             so this one is the last attempt's (every retry used)",
         )
     } else if kind.starts_with("HTTP 502") {
         (
             Some(true),
             "every attempt (1 + --retries) failed before the first byte, though prefill-1 and decode-1 were \
-             healthy: a prefill-0 500 that reaches the proxy first as the decode's own 500 (its KV pull \
-             failed) is blamed on the decode, so the retry passes the decode by and may pick prefill-0 \
-             again (the attempts each faulty sim logged for the request are below)",
+             healthy: each retry passes only the failed leg's target by, and a decode 500 is blamed on the \
+             prefill only when the prefill's failure arrives within 250 ms (the attempts each faulty sim \
+             logged for the request are below)",
         )
     } else if kind.starts_with("HTTP 503") {
         (Some(true), "no target could be picked")

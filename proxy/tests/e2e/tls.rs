@@ -311,6 +311,12 @@ async fn replicas_over_tls_forward_admin_to_the_leader_and_proxies_follow_it_at_
     // A proxy given only the follower finds the leader it names and routes through it.
     let mut proxy = ProxySpec::new(second.url()).flags(control_flags(&ca, &operator)).spawn().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
+    // Ready may come from the follower's target list; the lease is the leader's.
+    eventually(Duration::from_secs(30), "the proxy to hold a lease with the https leader", async || {
+        let m = kit.control.metrics().await.ok()?;
+        m.lines().any(|l| l.starts_with("infera_router_leases ") && !l.ends_with(" 0")).then_some(())
+    })
+    .await;
     let url = format!("{}/v1/chat/completions", proxy.url);
     let (status, body) = post_json(&url, &chat(4, true), &[]).await;
     assert_eq!(status, http::StatusCode::OK, "{body}");
