@@ -130,7 +130,9 @@ pub async fn dispatch(
             let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body };
             return Err(first_byte::blame(e, prefill.as_mut(), urls, first_byte::Suspect::Decode).await);
         }
-        if !facts.stream {
+        // The first-data-frame gate runs with an attempt deadline only: without one a request
+        // held in it is not seen to be abandoned by its client (see manual/operations/serving.md).
+        if !facts.stream || deadline.is_none() {
             return Ok((response, None));
         }
         let (parts, mut body) = response.into_parts();
