@@ -110,14 +110,15 @@ pub fn timed_out(after: Duration, prefill: Option<&mut PrefillLeg>, urls: Urls<'
     }
 }
 
-/// Reads a stream up to its first data frame (`None`: it ended with none), while a prefill
-/// failure, an engine error event or `deadline` fails the attempt.
-pub async fn first_frame(
-    body: &mut Incoming,
+/// Waits for `work` while a prefill failure or the attempt's `deadline` fails the attempt
+/// first (a prefill leg that finishes without failing is no longer watched).
+pub async fn race<T>(
+    work: impl Future<Output = T>,
     mut prefill: Option<&mut PrefillLeg>,
     urls: Urls<'_>,
     deadline: Option<(Instant, Duration)>,
-) -> Result<Option<Frame<Bytes>>, ProxyError> {
+) -> Result<T, ProxyError> {
+    let mut work = std::pin::pin!(work);
     let mut expired = std::pin::pin!(async {
         match deadline {
             Some((at, _)) => tokio::time::sleep_until(at).await,
@@ -133,31 +134,7 @@ pub async fn first_frame(
             }
         };
         tokio::select! {
-            frame = body.frame() => {
-                let frame = match frame {
-                    None => return Ok(None),
-                    Some(Err(e)) => {
-                        let cut = ProxyError::Upstream {
-                            leg: Leg::Decode,
-                            url: urls.decode.to_owned(),
-                            reason: format!("stream broke before its first byte: {e}"),
-                            failure: LegFailure::StreamCut,
-                        };
-                        return Err(blame(cut, prefill, urls, Suspect::Decode).await);
-                    }
-                    Some(Ok(frame)) => frame,
-                };
-                let Some(data) = frame.data_ref() else { return Ok(Some(frame)) };
-                if data.is_empty() {
-                    continue;
-                }
-                if let Some(message) = engine_error(data) {
-                    let status = http::StatusCode::INTERNAL_SERVER_ERROR;
-                    let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: urls.decode.to_owned(), status, body: message };
-                    return Err(blame(e, prefill, urls, Suspect::KvTransfer).await);
-                }
-                return Ok(Some(frame));
-            }
+            out = &mut work => return Ok(out),
             done = prefill_failed => match done {
                 Some(Ok(e)) => return Err(e),
                 // The prefill leg finished without failing.
@@ -169,6 +146,50 @@ pub async fn first_frame(
             }
         }
     }
+}
+
+/// The next frame of `body` that is not an empty data frame.
+async fn next_frame(body: &mut Incoming) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) if frame.data_ref().is_some_and(Bytes::is_empty) => {}
+            other => return other,
+        }
+    }
+}
+
+/// Reads a stream up to its first data frame (`None`: it ended with none), while a prefill
+/// failure, an engine error event or `deadline` fails the attempt.
+pub async fn first_frame(
+    body: &mut Incoming,
+    mut prefill: Option<&mut PrefillLeg>,
+    urls: Urls<'_>,
+    deadline: Option<(Instant, Duration)>,
+) -> Result<Option<Frame<Bytes>>, ProxyError> {
+    let frame = match race(next_frame(body), prefill.as_deref_mut(), urls, deadline).await? {
+        None => return Ok(None),
+        Some(Err(e)) => {
+            let cut = ProxyError::Upstream {
+                leg: Leg::Decode,
+                url: urls.decode.to_owned(),
+                reason: format!("stream broke before its first byte: {e}"),
+                failure: LegFailure::StreamCut,
+            };
+            return Err(blame(cut, prefill, urls, Suspect::Decode).await);
+        }
+        Some(Ok(frame)) => frame,
+    };
+    if let Some(message) = frame.data_ref().and_then(|data| engine_error(data)) {
+        let status = http::StatusCode::INTERNAL_SERVER_ERROR;
+        let e = ProxyError::UpstreamStatus {
+            leg: Leg::Decode,
+            url: urls.decode.to_owned(),
+            status,
+            body: message,
+        };
+        return Err(blame(e, prefill, urls, Suspect::KvTransfer).await);
+    }
+    Ok(Some(frame))
 }
 
 #[cfg(test)]

@@ -165,38 +165,11 @@ async fn head(
     urls: Urls<'_>,
     deadline: Option<(tokio::time::Instant, std::time::Duration)>,
 ) -> Result<Response<Incoming>, ProxyError> {
-    let mut send = std::pin::pin!(up.client.request(req));
-    let mut expired = std::pin::pin!(async {
-        match deadline {
-            Some((at, _)) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    });
-    loop {
-        let failed = prefill.as_deref_mut().and_then(|p| p.failed.as_mut());
-        let prefill_failed = async {
-            match failed {
-                Some(rx) => Some(rx.await),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            head = &mut send => return match head {
-                Ok(response) => Ok(response),
-                Err(e) => {
-                    let e = ProxyError::upstream(Leg::Decode, urls.decode, &e);
-                    Err(first_byte::blame(e, prefill, urls, first_byte::Suspect::Decode).await)
-                }
-            },
-            done = prefill_failed => match done {
-                Some(Ok(e)) => return Err(e),
-                // The prefill leg finished without failing.
-                _ => if let Some(p) = prefill.as_deref_mut() { p.failed = None },
-            },
-            () = &mut expired => {
-                let after = deadline.map(|(_, d)| d).unwrap_or_default();
-                return Err(first_byte::timed_out(after, prefill, urls));
-            }
+    match first_byte::race(up.client.request(req), prefill.as_deref_mut(), urls, deadline).await? {
+        Ok(response) => Ok(response),
+        Err(e) => {
+            let e = ProxyError::upstream(Leg::Decode, urls.decode, &e);
+            Err(first_byte::blame(e, prefill, urls, first_byte::Suspect::Decode).await)
         }
     }
 }
