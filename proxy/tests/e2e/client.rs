@@ -60,3 +60,12 @@ pub(crate) fn chat(max_tokens: u32, stream: bool) -> Value {
         "stream": stream,
     })
 }
+
+/// A tool of the project's venv (`cargo xtask setup`): `$env` when set, else `.venv/bin/<name>`.
+pub(crate) fn venv_tool(env: &str, name: &str) -> std::path::PathBuf {
+    let path = std::env::var_os(env).map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin").join(name)
+    });
+    assert!(path.exists(), "{} not found — run `cargo xtask setup` first", path.display());
+    path
+}

@@ -1,6 +1,5 @@
 //! The real OpenAI Python client (PyPI `openai`) streaming through a proxy.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -38,20 +37,15 @@ print(json.dumps({"chunks": chunks, "text": text, "usage": usage,
                   "full": full.choices[0].message.content, "finish": full.choices[0].finish_reason, "err": err}))
 "#;
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("INFERA_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"));
-    assert!(path.exists(), "python venv not found at {} — run `cargo xtask setup` first", path.display());
-    path
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_client_streams_through_a_proxy() {
     let cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
     let proxy = cluster.proxies[0].clone();
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(python()).args(["-c", SCRIPT, &proxy, MODEL]).output().unwrap()
+        Command::new(venv_tool("INFERA_PYTHON", "python"))
+            .args(["-c", SCRIPT, &proxy, MODEL])
+            .output()
+            .unwrap()
     })
     .await
     .unwrap();

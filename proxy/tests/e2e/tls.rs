@@ -4,10 +4,11 @@
 //! OpenAI Python client, curl, grpcurl (`-cacert`) and `openssl s_client`; the certificates are
 //! made at run time by a test CA.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use infera_testkit::http::metric_sum;
 use infera_testkit::tls::{Issued, TestCa};
 use infera_testkit::{ClusterSpec, ControlSpec, ProxySpec, SimSpec, Workers};
 use serde_json::Value;
@@ -34,14 +35,6 @@ except Exception as e:
     print(json.dumps({"ok": False, "error": repr(e) + " " + repr(e.__cause__)}))
 "#;
 
-fn tool(env: &str, venv_bin: &str) -> PathBuf {
-    let path = std::env::var_os(env)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin").join(venv_bin));
-    assert!(path.exists(), "{} not found — run `cargo xtask setup` first", path.display());
-    path
-}
-
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -56,7 +49,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 async fn stream(base: &str, ca: &Path) -> Value {
     let (base, ca) = (base.to_owned(), ca.to_owned());
     let (_, out) = blocking(move || {
-        run(Command::new(tool("INFERA_PYTHON", "python")).args(["-c", STREAM, &base, MODEL]).arg(&ca))
+        run(Command::new(venv_tool("INFERA_PYTHON", "python")).args(["-c", STREAM, &base, MODEL]).arg(&ca))
     })
     .await;
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
@@ -74,7 +67,7 @@ async fn curl(url: &str, ca: Option<&Path>) -> (bool, String) {
 
 /// grpcurl against an `https://` control with `-cacert` and, when given, a client certificate.
 async fn grpcurl(addr: &str, ca: &Path, client: Option<&Issued>, call: &[&str]) -> (bool, String) {
-    let mut cmd = Command::new(tool("INFERA_GRPCURL", "grpcurl"));
+    let mut cmd = Command::new(venv_tool("INFERA_GRPCURL", "grpcurl"));
     cmd.arg("-cacert").arg(ca);
     if let Some(c) = client {
         cmd.arg("-cert").arg(&c.cert).arg("-key").arg(&c.key);
@@ -116,14 +109,8 @@ fn path(p: &Path) -> String {
 
 /// Held requests over every target, from control's gauges.
 fn held(metrics: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("infera_router_decode_demand_requests{")
-                || l.starts_with("infera_router_prefill_demand_requests{")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(metrics, "infera_router_decode_demand_requests", "")
+        + metric_sum(metrics, "infera_router_prefill_demand_requests", "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,9 +177,7 @@ async fn mutual_tls_between_proxy_and_control_https_to_clients_and_certificates_
         .unwrap();
     eventually(Duration::from_secs(30), "the proxy without a certificate to fail its lease", async || {
         let m = get(&format!("{}/metrics", bare.url)).await.1;
-        m.lines()
-            .any(|l| l.starts_with("infera_proxy_control_errors_total") && !l.ends_with(" 0"))
-            .then_some(())
+        (metric_sum(&m, "infera_proxy_control_errors_total", "") > 0.0).then_some(())
     })
     .await;
     let (status, _) = get(&format!("{}/readiness", bare.url)).await;
@@ -314,18 +299,17 @@ async fn replicas_over_tls_forward_admin_to_the_leader_and_proxies_follow_it_at_
     // Ready may come from the follower's target list; the lease is the leader's.
     eventually(Duration::from_secs(30), "the proxy to hold a lease with the https leader", async || {
         let m = kit.control.metrics().await.ok()?;
-        m.lines().any(|l| l.starts_with("infera_router_leases ") && !l.ends_with(" 0")).then_some(())
+        (metric_sum(&m, "infera_router_leases", "") > 0.0).then_some(())
     })
     .await;
     let url = format!("{}/v1/chat/completions", proxy.url);
     let (status, body) = post_json(&url, &chat(4, true), &[]).await;
     assert_eq!(status, http::StatusCode::OK, "{body}");
     let m = proxy.metrics().await.unwrap();
-    let fallbacks: f64 = m
-        .lines()
-        .filter(|l| l.starts_with("infera_proxy_fallback_picks_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(fallbacks, 0.0, "the picks were the leader's: {m}");
+    assert_eq!(
+        metric_sum(&m, "infera_proxy_fallback_picks_total", ""),
+        0.0,
+        "the picks were the leader's: {m}"
+    );
     proxy.stop().await.unwrap();
 }
