@@ -155,9 +155,9 @@ pub async fn run(
     let stop = Stop::on(shutdown);
     let peers = match &config.tls {
         Some(tls) => {
-            let peers = Arc::new(tls::PeerTls::new(tls.peers.clone())?);
-            tls::reload_on_sighup(tls, peers.clone(), tls::TlsMetrics::register(&mut registry))?;
-            Some(peers)
+            let metrics = tls::TlsMetrics::register(&mut registry);
+            tls::reload_on_sighup(tls.server.clone(), tls.peers.clone(), metrics)?;
+            Some(tls.peers.clone())
         }
         None => None,
     };

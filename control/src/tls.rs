@@ -11,8 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tonic::transport::ClientTlsConfig;
 
-use crate::config::ControlTls;
-
 /// The TLS of this replica's channels to the other replicas, replaced on reload.
 #[derive(Debug)]
 pub struct PeerTls {
@@ -21,7 +19,7 @@ pub struct PeerTls {
 }
 
 impl PeerTls {
-    /// From the checked files.
+    /// From `files`, read now.
     pub fn new(files: ClientFiles) -> Result<Self, TlsError> {
         let config = RwLock::new(Arc::new(files.tonic()?));
         Ok(Self { files, config })
@@ -74,10 +72,13 @@ impl TlsMetrics {
     }
 }
 
-/// Reads `tls` and `peers` again on every SIGHUP.
-pub fn reload_on_sighup(tls: &ControlTls, peers: Arc<PeerTls>, metrics: TlsMetrics) -> std::io::Result<()> {
+/// Reads the `server`'s and the `peers`' files again on every SIGHUP.
+pub fn reload_on_sighup(
+    server: Arc<infera_proto::serve::tls::ServerTls>,
+    peers: Arc<PeerTls>,
+    metrics: TlsMetrics,
+) -> std::io::Result<()> {
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let server = tls.server.clone();
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             metrics.reloaded("server", &server.reload());

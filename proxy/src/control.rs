@@ -64,8 +64,7 @@ impl ControlLink {
     /// A link to `config.control`, holding its lease as `name`; nothing is sent until
     /// [`ControlLink::spawn`].
     pub fn new(config: &Config, name: String, metrics: Arc<ProxyMetrics>) -> Arc<Self> {
-        // The files were checked by the config; a failure here is one that changed since.
-        let tls = config.tls.control.as_ref().and_then(|files| files.tonic().ok());
+        let tls = config.tls.control.as_ref().map(|t| t.config.clone());
         let controls = Arc::new(Controls::new(&config.control, tls));
         let lease = Arc::new(Lease::new(name, config.lease_ttl));
         let releaser = Arc::new(Releaser::new(controls.clone(), lease.clone(), metrics.clone()));

@@ -84,8 +84,8 @@ impl Reloadable {
             }
             self.metrics.tls_reload("listener", loaded.is_ok());
         }
-        if let Some(files) = &self.tls.control {
-            let loaded = files.tonic();
+        if let Some(control) = &self.tls.control {
+            let loaded = control.files.tonic();
             match &loaded {
                 Ok(tls) => self.link.set_control_tls(tls.clone()),
                 Err(e) => {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use clap::Args as ClapArgs;
 use infera_proto::serve::tls::{Alpn, ClientFiles, IdentityFiles, ServerFiles, ServerTls, TlsError};
 
+use crate::tls::PeerTls;
+
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "TLS")]
 pub(super) struct TlsArgs {
@@ -34,8 +36,8 @@ pub(super) struct TlsArgs {
 pub struct ControlTls {
     /// The gRPC listener's configuration, reloadable.
     pub server: Arc<ServerTls>,
-    /// To the leader a follower forwards to.
-    pub peers: ClientFiles,
+    /// To the leader a follower forwards to, reloadable.
+    pub peers: Arc<PeerTls>,
 }
 
 impl TlsArgs {
@@ -45,8 +47,8 @@ impl TlsArgs {
         // A leader that asks for client certificates gets this replica's own.
         let identity =
             self.tls_client_ca.is_some().then(|| IdentityFiles { cert: cert.clone(), key: key.clone() });
-        let peers = ClientFiles { ca: self.tls_peer_ca, identity, server_name: None };
-        peers.tonic()?;
+        let peers =
+            Arc::new(PeerTls::new(ClientFiles { ca: self.tls_peer_ca, identity, server_name: None })?);
         let server = ServerTls::load(ServerFiles { cert, key, client_ca: self.tls_client_ca }, Alpn::Grpc)?;
         Ok(Some(ControlTls { server: Arc::new(server), peers }))
     }

@@ -115,10 +115,9 @@ fn detail(e: impl std::fmt::Display) -> String {
     format!(" ({e})")
 }
 
-/// Every certificate of a PEM file (at least one).
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
+/// Every certificate of `pem`, the text of `path` (at least one).
+fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::NoCertificate { path: path.to_owned(), detail: detail(e) })?;
     if certs.is_empty() {
@@ -127,9 +126,9 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let pem = read(path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+/// The private key in `pem`, the text of `path`.
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
         let detail = match e {
             rustls::pki_types::pem::Error::NoItemsFound => String::new(),
             e => detail(e),
@@ -138,9 +137,10 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+/// The CA certificates in `pem`, the text of `path`.
+fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in certificates(path)? {
+    for cert in certificates(path, pem)? {
         roots.add(cert).map_err(|e| TlsError::Ca { path: path.to_owned(), reason: e.to_string() })?;
     }
     Ok(roots)
@@ -151,8 +151,8 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn server_config(files: &ServerFiles, alpn: Alpn) -> Result<ServerConfig, TlsError> {
-    let chain = certificates(&files.cert)?;
-    let key = private_key(&files.key)?;
+    let chain = certificates(&files.cert, &read(&files.cert)?)?;
+    let key = private_key(&files.key, &read(&files.key)?)?;
     let pair = |e: rustls::Error| TlsError::Pair {
         cert: files.cert.clone(),
         key: files.key.clone(),
@@ -163,9 +163,10 @@ fn server_config(files: &ServerFiles, alpn: Alpn) -> Result<ServerConfig, TlsErr
         .map_err(pair)?;
     let builder = match &files.client_ca {
         Some(ca) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                .build()
-                .map_err(|e| TlsError::Ca { path: ca.clone(), reason: e.to_string() })?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca, &read(ca)?)?), provider())
+                    .build()
+                    .map_err(|e| TlsError::Ca { path: ca.clone(), reason: e.to_string() })?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -275,15 +276,17 @@ impl ClientFiles {
         let mut config = tonic::transport::ClientTlsConfig::new();
         match &self.ca {
             Some(ca) => {
-                roots(ca)?;
-                config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+                let pem = read(ca)?;
+                roots(ca, &pem)?;
+                config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
             }
             None => config = config.with_native_roots(),
         }
         if let Some(id) = &self.identity {
-            certificates(&id.cert)?;
-            private_key(&id.key)?;
-            config = config.identity(tonic::transport::Identity::from_pem(read(&id.cert)?, read(&id.key)?));
+            let (cert, key) = (read(&id.cert)?, read(&id.key)?);
+            certificates(&id.cert, &cert)?;
+            private_key(&id.key, &key)?;
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
         }
         if let Some(name) = &self.server_name {
             config = config.domain_name(name.clone());

@@ -46,7 +46,17 @@ pub struct TlsConfig {
     /// HTTPS on the listener (`--tls-cert`), reloadable.
     pub listener: Option<Arc<ServerTls>>,
     /// How to reach an `https://` control; `Some` when a control URL is `https://`.
-    pub control: Option<ClientFiles>,
+    pub control: Option<ControlTls>,
+}
+
+/// How the proxy reaches an `https://` control: the files (read again on SIGHUP) and the
+/// configuration made from them at start.
+#[derive(Clone, Debug)]
+pub struct ControlTls {
+    /// The CA, the client certificate and the name to verify.
+    pub files: ClientFiles,
+    /// Made from `files` when the proxy started.
+    pub config: tonic::transport::ClientTlsConfig,
 }
 
 fn tls_error(flags: &'static str) -> impl Fn(TlsError) -> ConfigError {
@@ -75,7 +85,7 @@ impl TlsArgs {
             }
             return Ok(TlsConfig { listener, control: None });
         }
-        client.tonic().map_err(tls_error("--control-ca/--control-cert/--control-key"))?;
-        Ok(TlsConfig { listener, control: Some(client) })
+        let config = client.tonic().map_err(tls_error("--control-ca/--control-cert/--control-key"))?;
+        Ok(TlsConfig { listener, control: Some(ControlTls { files: client, config }) })
     }
 }
