@@ -113,7 +113,7 @@ pub async fn dispatch(
     let urls = Urls { decode: &decode.endpoint.url, prefill: prefill_url.as_deref() };
     let bodies = leg_bodies(facts, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
     let decode_req = leg_request(&decode.endpoint, facts.api, headers, &bodies.decode);
-    let prefill = match (prefill, bodies.prefill) {
+    let mut prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
             let req = leg_request(&pick.endpoint, facts.api, headers, &body);
             Some(PrefillLeg::spawn(up.clone(), pick, req, facts.request_id.clone()))
@@ -121,7 +121,6 @@ pub async fn dispatch(
         _ => None,
     };
     let url = &decode.endpoint.url;
-    let mut prefill = prefill;
     let answered = async {
         let response = head(up, decode_req, prefill.as_mut(), urls, deadline).await?;
         if !response.status().is_success() {
