@@ -11,7 +11,8 @@
 //! ```
 //!
 //! A failure is a leg released `FAILED` with a kind (connect, timeout, 5xx, stream cut: what the
-//! proxy saw, `LegFailure`), or an engine whose `/v1/loads` stays unreadable; a success is a leg
+//! proxy saw, `LegFailure`), an engine whose `/v1/loads` stays unreadable, or a rank whose
+//! readings stay frozen while it holds requests (a hung scheduler); a success is a leg
 //! that reached its end of stream. Cancellations and legs failed because the other leg failed
 //! count for nothing. The defaults are SMG's: 10 failures, 60 s open, 3 successes to close; the
 //! open time doubles with each failed probe up to `max_open`.
@@ -82,6 +83,10 @@ pub enum Failure {
     Leg(LegFailure),
     /// The worker's `/v1/loads` has not answered for a while.
     EngineUnreachable,
+    /// The rank's `/v1/loads` answers, but its engine clock has stood still for a while although
+    /// it holds requests: its scheduler is hung (SGLang's HTTP server answers from the last
+    /// snapshot the scheduler wrote).
+    EngineStuck,
 }
 
 impl Failure {
@@ -90,6 +95,7 @@ impl Failure {
         match self {
             Self::Leg(l) => l.as_str(),
             Self::EngineUnreachable => "engine_unreachable",
+            Self::EngineStuck => "engine_stuck",
         }
     }
 }

@@ -40,6 +40,37 @@ pub struct Reading {
     pub at: Instant,
     /// Where the running and waiting counts came from.
     pub source: Source,
+    /// The engine's own clock, as polled.
+    pub clock: EngineClock,
+}
+
+/// A rank's own clock (the per-rank `timestamp` of `/v1/loads`, stamped by its scheduler when
+/// it wrote the snapshot) as last polled, and since when control has seen it at that value.
+/// SGLang's scheduler rewrites the snapshot every step and, while it holds work but runs no
+/// batch, every 50 ms (0.5.23 `scheduler.py` `LOAD_STALL_REFRESH_S`); idle, it stops. So a
+/// clock that stands still while the rank holds requests is a hung scheduler whose HTTP
+/// server still answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineClock {
+    /// The timestamp in microseconds (`None`: the answer had none).
+    pub micros: Option<u64>,
+    /// When control first saw it at this value.
+    pub since: Instant,
+}
+
+impl EngineClock {
+    /// The clock after a poll that read `micros` at `at`, `prev` being the one before.
+    fn next(prev: Option<EngineClock>, micros: Option<u64>, at: Instant) -> Self {
+        match prev {
+            Some(p) if micros.is_some() && p.micros == micros => p,
+            _ => Self { micros, since: at },
+        }
+    }
+
+    /// How long it has stood still at `now` (zero for an engine that gives no clock).
+    pub fn still_for(&self, now: Instant) -> Duration {
+        if self.micros.is_none() { Duration::ZERO } else { now.saturating_duration_since(self.since) }
+    }
 }
 
 /// How a reading reached control.
@@ -70,16 +101,19 @@ impl EngineBoard {
 
     /// Replaces `worker`'s readings with what one `/v1/loads` answer said, asked at `sent`;
     /// ranks at or past `ranks` (the record's DP size) are ignored. A rank whose socket reading
-    /// is newer than `sent` keeps it and takes only the queues.
-    fn put(&self, worker: &WorkerId, ranks: u32, loads: Vec<(u32, EngineLoad)>, sent: Instant, at: Instant) {
+    /// is newer than `sent` keeps it and takes only the queues (and the engine clock).
+    fn put(&self, worker: &WorkerId, ranks: u32, answers: &[loads::RankAnswer], sent: Instant, at: Instant) {
         let mut map = self.readings.write().expect("engine board lock");
-        for (rank, load) in loads.into_iter().filter(|(rank, _)| *rank < ranks) {
-            let target = Target::new(worker.clone(), DpRank(rank));
-            let reading = match map.get(&target) {
+        for answer in answers.iter().filter(|a| a.rank < ranks) {
+            let target = Target::new(worker.clone(), DpRank(answer.rank));
+            let prev = map.get(&target);
+            let clock = EngineClock::next(prev.map(|r| r.clock), answer.clock_micros, at);
+            let load = answer.load;
+            let reading = match prev {
                 Some(r) if r.source == Source::Socket && r.at >= sent => {
-                    Reading { load: with_queues(r.load, &load), ..*r }
+                    Reading { load: with_queues(r.load, &load), clock, ..*r }
                 }
-                _ => Reading { load, at, source: Source::Poll },
+                _ => Reading { load, at, source: Source::Poll, clock },
             };
             map.insert(target, reading);
         }
@@ -88,7 +122,9 @@ impl EngineBoard {
     /// Records `target`'s socket reading, arrived `at`; the queues stay those of the last poll.
     fn put_stat(&self, target: Target, stat: &LoadStat, at: Instant) {
         let mut map = self.readings.write().expect("engine board lock");
-        let polled = map.get(&target).map(|r| r.load).unwrap_or_default();
+        let prev = map.get(&target);
+        let polled = prev.map(|r| r.load).unwrap_or_default();
+        let clock = prev.map_or(EngineClock { micros: None, since: at }, |r| r.clock);
         let load = EngineLoad {
             running: stat.num_running_reqs,
             waiting: stat.num_waiting_reqs,
@@ -96,7 +132,7 @@ impl EngineBoard {
             max_total_tokens: stat.max_total_num_tokens,
             ..with_queues(EngineLoad::default(), &polled)
         };
-        map.insert(target, Reading { load, at, source: Source::Socket });
+        map.insert(target, Reading { load, at, source: Source::Socket, clock });
     }
 
     /// Drops `worker`'s readings.
@@ -203,6 +239,31 @@ mod tests {
         Target::new(WorkerId::new("w"), DpRank(0))
     }
 
+    fn answer(load: EngineLoad, clock_micros: Option<u64>) -> Vec<loads::RankAnswer> {
+        vec![loads::RankAnswer { rank: 0, load, moments: None, clock_micros }]
+    }
+
+    #[test]
+    fn the_engine_clock_counts_how_long_it_stood_still() {
+        let board = EngineBoard::default();
+        let w = WorkerId::new("w");
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        board.put(&w, 1, &answer(EngineLoad::default(), Some(1_000)), t0, t0);
+        board.put(&w, 1, &answer(EngineLoad::default(), Some(1_000)), at(100), at(100));
+        board.put(&w, 1, &answer(EngineLoad::default(), Some(1_000)), at(300), at(300));
+        assert_eq!(board.get(&target()).unwrap().clock.still_for(at(300)), Duration::from_millis(300));
+        // A socket reading between polls keeps the clock.
+        board.put_stat(target(), &LoadStat::default(), at(350));
+        assert_eq!(board.get(&target()).unwrap().clock.since, t0);
+        board.put(&w, 1, &answer(EngineLoad::default(), Some(1_050)), at(400), at(400));
+        assert_eq!(board.get(&target()).unwrap().clock.still_for(at(450)), Duration::from_millis(50));
+        // An engine without a clock never stands still.
+        board.put(&w, 1, &answer(EngineLoad::default(), None), at(500), at(500));
+        board.put(&w, 1, &answer(EngineLoad::default(), None), at(900), at(900));
+        assert_eq!(board.get(&target()).unwrap().clock.still_for(at(900)), Duration::ZERO);
+    }
+
     #[test]
     fn a_newer_socket_reading_wins_and_the_queues_stay_polled() {
         let board = EngineBoard::default();
@@ -214,7 +275,7 @@ mod tests {
             transfer_queue: 4,
             ..EngineLoad::default()
         };
-        board.put(&WorkerId::new("w"), 1, vec![(0, polled)], t0, t0);
+        board.put(&WorkerId::new("w"), 1, &answer(polled, None), t0, t0);
         let stat =
             LoadStat { num_running_reqs: 9, num_waiting_reqs: 0, num_tokens: 50, ..LoadStat::default() };
         let t1 = t0 + Duration::from_millis(5);
@@ -226,7 +287,7 @@ mod tests {
 
         // A poll asked before the socket reading: its counts are older; only its queues count.
         let late = EngineLoad { running: 1, retracted: 7, ..EngineLoad::default() };
-        board.put(&WorkerId::new("w"), 1, vec![(0, late)], t0, t1 + Duration::from_millis(1));
+        board.put(&WorkerId::new("w"), 1, &answer(late, None), t0, t1 + Duration::from_millis(1));
         let r = board.get(&target()).unwrap();
         assert_eq!(
             (r.source, r.load.running, r.load.retracted, r.load.prealloc_queue),
@@ -235,7 +296,7 @@ mod tests {
 
         // A poll asked after it replaces it.
         let t2 = t1 + Duration::from_millis(10);
-        board.put(&WorkerId::new("w"), 1, vec![(0, late)], t2, t2);
+        board.put(&WorkerId::new("w"), 1, &answer(late, None), t2, t2);
         let r = board.get(&target()).unwrap();
         assert_eq!((r.source, r.load), (Source::Poll, late));
     }

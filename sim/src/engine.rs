@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use infera_kv::publish::Publisher;
 use tokio::sync::{Notify, watch};
@@ -56,9 +57,23 @@ struct State {
     rids: HashMap<String, ReqId>,
     /// Each rank's KV-event publisher (empty: none are published).
     kv: Vec<Publisher>,
+    /// Set while the scheduler hangs (`hang` fault).
+    hung: Option<Frozen>,
+}
+
+/// What a hung scheduler last published: its snapshot, and the wall time it was taken.
+#[derive(Debug)]
+struct Frozen {
+    ranks: Vec<RankSnapshot>,
+    at: SystemTime,
 }
 
 impl State {
+    /// Makes model time pass up to `now`: what is due, unless the scheduler hangs.
+    fn step(&mut self, now: std::time::Duration) -> Vec<Event> {
+        if self.hung.is_some() { Vec::new() } else { self.core.advance(now) }
+    }
+
     /// Hands the core's progress events to the handlers and its KV-event batches to the
     /// publishers (under the state lock: each rank's batches keep their step order).
     fn dispatch(&mut self, events: Vec<Event>) {
@@ -115,7 +130,8 @@ impl Engine {
         if !publishers.is_empty() {
             core.record_kv_events();
         }
-        let state = State { core, watchers: HashMap::new(), rids: HashMap::new(), kv: publishers };
+        let state =
+            State { core, watchers: HashMap::new(), rids: HashMap::new(), kv: publishers, hung: None };
         Self(Arc::new(Inner { state: Mutex::new(state), wake: Notify::new(), clock }))
     }
 
@@ -128,14 +144,14 @@ impl Engine {
     pub fn submit(&self, rid: &str, admission: Admission) -> Ticket {
         let mut st = self.0.state.lock().unwrap();
         let now = self.0.clock.now();
-        let events = st.core.advance(now);
+        let events = st.step(now);
         st.dispatch(events);
         let id = st.core.submit(now, admission);
         let (tx, rx) = watch::channel(Progress::default());
         st.watchers.insert(id, (tx, rid.to_owned()));
         st.rids.insert(rid.to_owned(), id);
         // Hands out what the admission raised (a reservation, an abort).
-        let events = st.core.advance(now);
+        let events = st.step(now);
         st.dispatch(events);
         drop(st);
         self.0.wake.notify_one();
@@ -159,16 +175,46 @@ impl Engine {
         let found = st.core.remove(id);
         st.end(id, End::Aborted);
         // The freed KV may admit or resume others now.
-        let events = st.core.advance(self.0.clock.now());
+        let events = st.step(self.0.clock.now());
         st.dispatch(events);
         drop(st);
         self.0.wake.notify_one();
         found
     }
 
-    /// Per-rank counters.
+    /// Per-rank counters (while the scheduler hangs: the last it published).
     pub fn snapshot(&self) -> Vec<RankSnapshot> {
-        self.0.state.lock().unwrap().core.snapshot()
+        let st = self.0.state.lock().unwrap();
+        match &st.hung {
+            Some(frozen) => frozen.ranks.clone(),
+            None => st.core.snapshot(),
+        }
+    }
+
+    /// When the snapshot was taken: now, or when the scheduler hung.
+    pub fn snapshot_time(&self) -> SystemTime {
+        self.0.state.lock().unwrap().hung.as_ref().map_or_else(SystemTime::now, |f| f.at)
+    }
+
+    /// Whether the scheduler hangs.
+    pub fn hung(&self) -> bool {
+        self.0.state.lock().unwrap().hung.is_some()
+    }
+
+    /// Hangs the scheduler (`true`) or lets it go on (`false`: what came due meanwhile runs at
+    /// once, as a scheduler that came back would).
+    pub fn set_hung(&self, hang: bool) {
+        let mut st = self.0.state.lock().unwrap();
+        match (hang, st.hung.is_some()) {
+            (true, false) => {
+                let ranks = st.core.snapshot();
+                st.hung = Some(Frozen { ranks, at: SystemTime::now() });
+            }
+            (false, true) => st.hung = None,
+            _ => return,
+        }
+        drop(st);
+        self.0.wake.notify_one();
     }
 
     /// Per-rank decode loads (the step formula's inputs).
@@ -190,9 +236,10 @@ impl Engine {
         loop {
             let next = {
                 let mut st = self.0.state.lock().unwrap();
-                let events = st.core.advance(self.0.clock.now());
+                let events = st.step(self.0.clock.now());
                 st.dispatch(events);
-                st.core.next_deadline()
+                // A hung scheduler waits to be woken (by `set_hung`).
+                if st.hung.is_some() { None } else { st.core.next_deadline() }
             };
             let sleep = async {
                 match next {
@@ -244,7 +291,7 @@ impl Ticket {
         let inner = &self.engine.0;
         let mut st = inner.state.lock().unwrap();
         let now = inner.clock.now();
-        let events = st.core.advance(now);
+        let events = st.step(now);
         st.dispatch(events);
         let events = st.core.kv_arrived(now, self.id, cached_tokens);
         st.dispatch(events);

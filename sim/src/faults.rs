@@ -14,6 +14,10 @@ pub struct Faults {
     pub stall_after_tokens: Option<u32>,
     /// Every request's connection is closed abruptly after K tokens.
     pub die_after_tokens: Option<u32>,
+    /// The scheduler hangs (a stuck kernel or collective): no request makes progress, new ones
+    /// only queue, and `/v1/loads` answers the last snapshot it wrote, as SGLang's HTTP server
+    /// does (0.5.23 reads the scheduler's shared-memory snapshot).
+    pub hang: bool,
 }
 
 /// What one request got at admission.
@@ -42,6 +46,8 @@ pub struct FaultsUpdate {
     /// New `die_after_tokens` (`Some(None)` clears it).
     #[serde(default, deserialize_with = "present")]
     pub die_after_tokens: Option<Option<u32>>,
+    /// New `hang`.
+    pub hang: Option<bool>,
 }
 
 /// A key that is present, possibly `null`.
@@ -76,6 +82,9 @@ impl FaultKnobs {
         if let Some(k) = u.die_after_tokens {
             f.die_after_tokens = k;
         }
+        if let Some(h) = u.hang {
+            f.hang = h;
+        }
         *f
     }
 
@@ -106,7 +115,7 @@ mod tests {
         let u: FaultsUpdate = serde_json::from_str(r#"{"stall_after_tokens": null}"#).unwrap();
         assert_eq!(
             knobs.update(u),
-            Faults { fail_next: 0, stall_after_tokens: None, die_after_tokens: Some(2) }
+            Faults { fail_next: 0, stall_after_tokens: None, die_after_tokens: Some(2), hang: false }
         );
     }
 }

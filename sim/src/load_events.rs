@@ -198,6 +198,10 @@ pub async fn publish(
             _ = &mut stop => break,
             _ = tick.tick() => {}
         }
+        // A hung scheduler publishes nothing.
+        if engine.hung() {
+            continue;
+        }
         let now = Instant::now();
         for (rank, snapshot) in engine.snapshot().iter().enumerate() {
             if let Some(p) = publishers.get_mut(rank) {

@@ -68,6 +68,9 @@ struct Body {
 #[derive(Deserialize)]
 struct Rank {
     dp_rank: u32,
+    /// Seconds since the epoch, a float; lenient (another shape is no clock, not a lost answer).
+    #[serde(default, deserialize_with = "seconds")]
+    timestamp: Option<f64>,
     #[serde(default)]
     num_running_reqs: u64,
     #[serde(default)]
@@ -80,6 +83,11 @@ struct Rank {
     disaggregation: Option<Disaggregation>,
     #[serde(default, deserialize_with = "six_numbers")]
     decode_moments: Option<[f64; 6]>,
+}
+
+/// A rank's `timestamp`: a number of seconds, else none.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?.as_f64().filter(|s| s.is_finite() && *s >= 0.0))
 }
 
 /// `decode_moments` of any shape: six numbers, else none (a sample lost to the fit, not the
@@ -111,6 +119,8 @@ pub struct RankAnswer {
     pub load: EngineLoad,
     /// Its decode step moments (`None`: null, missing or not six numbers).
     pub moments: Option<Moments>,
+    /// Its scheduler's clock when it wrote the snapshot, in microseconds since the epoch.
+    pub clock_micros: Option<u64>,
 }
 
 /// The ranks of a `/v1/loads` body.
@@ -136,7 +146,8 @@ pub fn parse(body: &[u8]) -> Result<Vec<RankAnswer>, LoadsError> {
                 used_tokens: r.num_used_tokens,
                 max_total_tokens: r.max_total_num_tokens,
             };
-            RankAnswer { rank: r.dp_rank, load, moments }
+            let clock_micros = r.timestamp.map(|s| (s * 1e6) as u64);
+            RankAnswer { rank: r.dp_rank, load, moments, clock_micros }
         })
         .collect())
 }
@@ -160,8 +171,8 @@ mod tests {
             {"dp_rank":1,"num_running_reqs":0}]}"#;
         let ranks = parse(body).unwrap();
         assert_eq!(ranks.len(), 2);
-        let RankAnswer { rank, load, moments } = ranks[0];
-        assert_eq!((rank, moments), (0, None));
+        let RankAnswer { rank, load, moments, clock_micros } = ranks[0];
+        assert_eq!((rank, moments, clock_micros), (0, None, Some(1_000_000)));
         assert_eq!(
             load,
             EngineLoad {
@@ -179,7 +190,7 @@ mod tests {
         assert_eq!((load.queued(), load.holding()), (7, 12), "the queues are not counted twice");
         assert_eq!(
             ranks[1],
-            RankAnswer { rank: 1, load: EngineLoad::default(), moments: None },
+            RankAnswer { rank: 1, load: EngineLoad::default(), moments: None, clock_micros: None },
             "missing fields read as 0"
         );
     }

@@ -69,13 +69,7 @@ pub(super) async fn run(
                         .collect(),
                 };
                 fits.observe(&record, reading);
-                board.put(
-                    &record.id,
-                    record.dp_size,
-                    ranks.into_iter().map(|r| (r.rank, r.load)).collect(),
-                    sent,
-                    at,
-                );
+                board.put(&record.id, record.dp_size, &ranks, sent, at);
                 if std::mem::take(&mut failing) {
                     tracing::info!(worker = %record.id, "engine loads readable again");
                 }

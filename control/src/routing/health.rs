@@ -23,6 +23,13 @@ impl<R: Rng> RoutingCore<R> {
             .collect()
     }
 
+    /// Tells `target`'s breaker that its engine readings are frozen while it holds requests;
+    /// the change, if any.
+    pub fn engine_stuck(&mut self, target: &Target, now: Instant) -> Option<Transition> {
+        let key = self.view.key(target)?;
+        self.breakers.observe(key, Outcome::Failure(Failure::EngineStuck), now)
+    }
+
     /// A leg on `key` ended: its outcome to the breakers, and what changed. A refused connection
     /// is the worker's (its ranks share one HTTP port): it counts against every rank of it, so
     /// a worker that stopped accepting is ejected whole as fast as one rank would be.

@@ -1,5 +1,7 @@
 //! The gauges set from the ledger and the engines on a timer, and the engines' health: a worker
-//! whose `/v1/loads` stopped answering counts against its targets' breakers (outlier ejection).
+//! whose `/v1/loads` stopped answering counts against its targets' breakers (outlier ejection),
+//! and so does a rank that answers with a clock standing still while it holds requests (a hung
+//! scheduler: [`crate::engine::EngineClock`]).
 
 use std::time::{Duration, Instant};
 
@@ -39,19 +41,26 @@ impl ControlState {
         }
     }
 
-    /// Counts one failure against every target of each worker whose engine readings are stale
-    /// (every second, with engine readings on).
+    /// Counts one failure against every target of each worker whose engine readings are stale,
+    /// and against each rank whose readings are fresh but frozen while it holds requests (every
+    /// second, with engine readings on).
     pub fn check_engines(&self) {
         let Some(interval) = self.engine.interval() else { return };
         let stale_after = (interval * STALE_POLLS).max(MIN_STALE);
         let now = Instant::now();
-        let board = self.engine.board();
-        let mut stale: Vec<infera_proto::types::WorkerId> = board
-            .snapshot()
-            .into_iter()
-            .filter(|(_, r)| now.saturating_duration_since(r.at) > stale_after)
-            .map(|(t, _)| t.worker)
-            .collect();
+        let readings = self.engine.board().snapshot();
+        let is_stale = |r: &crate::engine::Reading| now.saturating_duration_since(r.at) > stale_after;
+        for (target, _) in readings
+            .iter()
+            .filter(|(_, r)| !is_stale(r) && r.load.holding() > 0 && r.clock.still_for(now) > stale_after)
+        {
+            let changed = self.core().engine_stuck(target, now);
+            if let Some(t) = changed {
+                self.ejection_metrics.transition(target, t);
+            }
+        }
+        let mut stale: Vec<infera_proto::types::WorkerId> =
+            readings.into_iter().filter(|(_, r)| is_stale(r)).map(|(t, _)| t.worker).collect();
         stale.sort();
         stale.dedup();
         for worker in stale {

@@ -248,6 +248,7 @@ async fn reached(next: &AtomicUsize, at: usize) {
 async fn only_a_stalled_engine_holds_requests_and_nothing_stays_booked_through_chaos() {
     let mut rng = SmallRng::seed_from_u64(SEED);
     let (steps, stall_tokens) = schedule(&mut rng);
+    let plan = format!("{steps:?}");
     let proxy_kill = rng.random_range(REQUESTS * 10 / 100..REQUESTS * 15 / 100);
     let control_kill = rng.random_range(REQUESTS * 30 / 100..REQUESTS * 38 / 100);
     let etcd_stop = rng.random_range(REQUESTS * 60 / 100..REQUESTS * 68 / 100);
@@ -443,7 +444,31 @@ async fn only_a_stalled_engine_holds_requests_and_nothing_stays_booked_through_c
             .iter()
             .map(|t| format!("{:?}: held {} booked {}", t.target, t.held_requests, t.booked_input_tokens))
             .collect();
-        panic!("not back to zero: {held:#?}");
+        // What is left to read: each reservation still booked, with its request's record and
+        // the proxies' log lines that name it, and what every engine holds.
+        let req = pb::ListReservationsRequest::default();
+        let left = admin.clone().list_reservations(req).await.map(|r| r.into_inner().reservations);
+        let mut why = Vec::new();
+        for r in left.iter().flatten() {
+            why.push(format!("{r:?}"));
+            why.extend(records.iter().filter(|x| x.rid == r.request_id).map(|x| format!("{x:?}")));
+            let named =
+                |l: &&str| l.split(|c: char| !c.is_alphanumeric() && c != '-').any(|w| w == r.request_id);
+            for (k, p) in proxies.iter().enumerate() {
+                let infera_testkit::node::Node::Process(process) = &p.node else { continue };
+                why.extend(process.stderr_tail().lines().filter(named).map(|l| format!("proxy-{k}: {l}")));
+            }
+        }
+        for s in &sims {
+            let holds: Vec<_> = s
+                .loads()
+                .await
+                .iter()
+                .map(|l| (l["num_running_reqs"].clone(), l["num_waiting_reqs"].clone()))
+                .collect();
+            why.push(format!("{} (running, waiting): {holds:?}", s.record.id));
+        }
+        panic!("not back to zero: {held:#?}\n{}\nfaults: {plan}", why.join("\n"));
     }
 
     for p in &mut proxies {

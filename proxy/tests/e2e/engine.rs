@@ -76,3 +76,76 @@ async fn with_engine_readings_off_targets_carry_none() {
     assert!(rows.iter().all(|r| r.engine.is_none() && r.drift_requests == 0), "{rows:?}");
     cluster.stop().await;
 }
+
+/// Every row of `Admin/ListTargets`.
+async fn all_rows(cluster: &Cluster) -> Vec<pb::TargetStatus> {
+    let req = pb::ListTargetsRequest::default();
+    cluster.admin().await.list_targets(req).await.unwrap().into_inner().targets
+}
+
+/// A scheduler that hangs while its HTTP server still answers (the sim's `hang` fault: its
+/// `/v1/loads` repeats the last snapshot, clock and all, as SGLang 0.5.23's does) is ejected as
+/// `engine_stuck`: the ranks holding requests, not the idle one; and only while it hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_engine_that_still_answers_is_ejected_as_stuck() {
+    let control_flags = vec![
+        "--decode-input-demand",
+        "on",
+        "--engine-poll-ms",
+        "20",
+        "--eject-after-failures",
+        "2",
+        "--eject-open-ms",
+        "60000",
+    ];
+    let shape = Shape { pd: false, decode_dp: 2, control_flags, proxies: 1, ..Shape::default() };
+    let cluster = Cluster::start(shape).await;
+    let url = format!("{}/v1/chat/completions", cluster.proxies[0]);
+    // One long stream: it lands on one rank, the other stays idle.
+    let resp = send(&url, Bytes::from(chat(100_000, true).to_string()), &[]).await;
+    assert!(resp.status().is_success());
+    let mut body = resp.into_body();
+    body.frame().await.unwrap().unwrap();
+    let busy = eventually(Duration::from_secs(10), "the engine to run the stream", async || {
+        let rows = all_rows(&cluster).await;
+        rows.iter().find(|r| r.engine.is_some_and(|e| e.running_requests == 1)).map(|r| r.target.clone())
+    })
+    .await
+    .unwrap();
+    let faults = format!("{}/sim/faults", cluster.decode().url);
+    let (status, _) = post_json(&faults, &serde_json::json!({"hang": true}), &[]).await;
+    assert!(status.is_success());
+    let clocks = async || {
+        cluster.decode().loads().await.iter().map(|l| l["timestamp"].to_string()).collect::<Vec<_>>()
+    };
+    let first = clocks().await;
+    // What was sent before it hung drains; then nothing comes.
+    let quiet = Duration::from_millis(500);
+    let mut drained = 0;
+    while tokio::time::timeout(quiet, body.frame()).await.is_ok() {
+        drained += 1;
+        assert!(drained < 10_000, "a hung engine keeps sending");
+    }
+    assert!(tokio::time::timeout(quiet, body.frame()).await.is_err(), "a hung engine sends nothing");
+    assert_eq!(clocks().await, first, "its clock stands still");
+    // Fresh answers keep coming, but the clock in them stands still: ejected after the stale
+    // window (5 s) and two checks.
+    let rows = eventually(Duration::from_secs(20), "the hung rank to be ejected", async || {
+        let rows = all_rows(&cluster).await;
+        rows.iter().any(|r| r.target.as_ref() == Some(&busy) && r.health == "ejected").then_some(rows)
+    })
+    .await;
+    for r in &rows {
+        assert!(r.engine.unwrap().age_ms < 2_000, "the engine still answers: {r:?}");
+        if r.target.as_ref() != Some(&busy) {
+            assert_eq!(r.health, "healthy", "an idle rank's still clock is not a hang: {r:?}");
+        }
+    }
+    let metrics = cluster.control_metrics().await;
+    assert!(metrics.contains(r#"infera_router_ejections_total{cause="engine_stuck"} 1"#), "{metrics}");
+    let (status, _) = post_json(&faults, &serde_json::json!({"hang": false}), &[]).await;
+    assert!(status.is_success());
+    drop(body);
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}

@@ -65,6 +65,7 @@ pub(super) async fn faults(app: &App, req: Request<Incoming>) -> Response<Body> 
         match serde_json::from_slice::<FaultsUpdate>(&body) {
             Ok(update) => {
                 let now = app.faults.update(update);
+                app.engine.set_hung(now.hang);
                 tracing::info!(?now, "fault knobs changed");
             }
             Err(e) => return bad_request(format!("invalid faults: {e}")),

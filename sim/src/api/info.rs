@@ -3,7 +3,7 @@
 //! python/sglang/srt/entrypoints/http_server.py and entrypoints/v1_loads.py); `manual/reference/sim.md`
 //! lists the keys.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use hyper::{Response, StatusCode};
 use serde_json::{Map, Value, json};
@@ -170,7 +170,8 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
     }
     let has = |s: &str| include.iter().any(|i| i == s || i == "all");
     let c = &app.config;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    // The scheduler's time of the snapshot (frozen while it hangs), as SGLang stamps it.
+    let now = app.engine.snapshot_time().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let capacity = capacity(app);
     let decode = c.mode == DisaggregationMode::Decode;
     let loads: Vec<Value> = app

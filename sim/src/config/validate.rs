@@ -104,6 +104,7 @@ impl TryFrom<SimArgs> for SimConfig {
                 fail_next: sim.sim_fail_next,
                 stall_after_tokens: sim.sim_stall_after_tokens,
                 die_after_tokens: sim.sim_die_after_tokens,
+                hang: false,
             },
             server_info_override: match &sim.sim_server_info_override {
                 Some(text) => serde_json::from_str(text).map_err(ConfigError::ServerInfoOverride)?,
