@@ -100,6 +100,19 @@ impl Failure {
     }
 }
 
+/// An ejection as it outlives its leader (persisted in etcd, read by the next one): the target,
+/// when it may be probed again (wall clock), and how long the ejection lasts (a failed probe
+/// doubles it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CarriedEjection {
+    /// The ejected target.
+    pub target: infera_proto::types::Target,
+    /// When its open time ends (in the past: it is probing).
+    pub until: std::time::SystemTime,
+    /// The ejection's length.
+    pub open: Duration,
+}
+
 /// Every target's breaker, by key.
 #[derive(Debug, Default)]
 pub struct Breakers {
@@ -140,6 +153,26 @@ impl Breakers {
         }
         let policy = self.policy;
         self.get(key).observe(outcome, &policy, now)
+    }
+
+    /// Every ejected or probing target at `now`, with how long it stays out and how long its
+    /// ejection lasts.
+    pub fn ejections(&self, now: Instant) -> Vec<(TargetKey, Duration, Duration)> {
+        self.breakers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                b.ejection(now).map(|(left, open)| (TargetKey::from_index(i as u32), left, open))
+            })
+            .collect()
+    }
+
+    /// Ejects `key` at `now` for `left` more in an ejection of `open`, as another leader had
+    /// it (ignored with ejection off).
+    pub fn carry(&mut self, key: TargetKey, left: Duration, open: Duration, now: Instant) {
+        if self.policy.failures > 0 {
+            *self.get(key) = Breaker::ejected(left, open.min(self.policy.max_open), now);
+        }
     }
 
     /// `key`'s health at `now`.

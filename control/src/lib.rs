@@ -110,8 +110,13 @@ pub async fn run(
     };
     let leadership = Arc::new(leadership);
     let flags = persist::Persisted { settings: config.settings, weight_mode: config.weight_mode };
-    let (persist::Persisted { settings, weight_mode }, drains) =
-        if etcd.is_empty() { (flags.clone(), Vec::new()) } else { persist::load(&etcd, flags.clone()).await };
+    // (Persisted ejections are the leader's: they are carried on at takeover, not here.)
+    let (persist::Persisted { settings, weight_mode }, drains) = if etcd.is_empty() {
+        (flags.clone(), Vec::new())
+    } else {
+        let loaded = persist::load(&etcd, flags.clone()).await;
+        (loaded.persisted, loaded.drains)
+    };
     // The static workers are registered below, as registry changes are: the drains of their
     // targets apply when they appear.
     let mut view = View::default();

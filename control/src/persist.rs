@@ -8,11 +8,12 @@
 //! whether their workers have registered yet or not.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::ValueEnum;
 use infera_proto::types::{DecodeInputDemand, DpRank, OverlapCredit, RequestWeight, Target, WorkerId};
 
+use crate::ejection::CarriedEjection;
 use crate::fit::WeightMode;
 use crate::settings::Settings;
 
@@ -23,6 +24,8 @@ const FALLBACK: &str = "decode_request_weight_fallback";
 const AUTO: &str = "auto";
 const CREDIT: &str = "prefill_overlap_credit";
 const DRAINED: &str = "drained_targets";
+/// The ejections a leader leaves to the next: `worker/rank until_unix_ms open_ms` lines.
+const EJECTED: &str = "ejected_targets";
 
 /// The routing settings as persisted: the settings and how W is chosen.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,20 +36,34 @@ pub struct Persisted {
     pub weight_mode: WeightMode,
 }
 
-/// What control starts with: the settings (flags overridden by etcd) and the persisted drains.
-pub async fn load(endpoints: &[String], flags: Persisted) -> (Persisted, Vec<Target>) {
+/// What a control starts (or takes over) with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loaded {
+    /// The settings: the flags overridden by etcd.
+    pub persisted: Persisted,
+    /// The drained targets.
+    pub drains: Vec<Target>,
+    /// The ejections the last leader left.
+    pub ejections: Vec<CarriedEjection>,
+}
+
+/// What control starts with: the settings (flags overridden by etcd), the persisted drains and
+/// ejections.
+pub async fn load(endpoints: &[String], flags: Persisted) -> Loaded {
+    let none = |persisted| Loaded { persisted, drains: Vec::new(), ejections: Vec::new() };
     match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(endpoints)).await {
-        Ok(Ok(persisted)) => {
-            let drains = persisted.get(DRAINED).map(|v| parse_drains(v)).unwrap_or_default();
-            (merge(flags, &persisted), drains)
-        }
+        Ok(Ok(persisted)) => Loaded {
+            drains: persisted.get(DRAINED).map(|v| parse_drains(v)).unwrap_or_default(),
+            ejections: persisted.get(EJECTED).map(|v| parse_ejections(v)).unwrap_or_default(),
+            persisted: merge(flags, &persisted),
+        },
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "cannot read persisted settings from etcd; using the flags");
-            (flags, Vec::new())
+            none(flags)
         }
         Err(_) => {
             tracing::warn!("etcd did not answer in 3 s; using the flags for W and the mode, no drains");
-            (flags, Vec::new())
+            none(flags)
         }
     }
 }
@@ -59,6 +76,8 @@ pub struct Saver<T>(tokio::sync::watch::Sender<Option<T>>);
 
 /// The drained set, as `drained_targets`.
 pub type DrainSaver = Saver<Vec<Target>>;
+/// The ejected and probing targets, as `ejected_targets`.
+pub type EjectionSaver = Saver<Vec<CarriedEjection>>;
 /// W, the mode and the prefill overlap credit, as `decode_request_weight` (a number or `auto`),
 /// `decode_request_weight_fallback`, `decode_input_demand` and `prefill_overlap_credit`.
 pub type SettingsSaver = Saver<Persisted>;
@@ -96,6 +115,39 @@ impl DrainSaver {
             vec![(DRAINED, drained.iter().map(|t| format!("{t}\n")).collect())]
         })
     }
+}
+
+impl EjectionSaver {
+    /// Starts the ejections' writer.
+    pub fn start(endpoints: Vec<String>) -> Self {
+        Self::start_with(endpoints, "ejections", |ejected| vec![(EJECTED, render_ejections(ejected))])
+    }
+}
+
+fn render_ejections(ejected: &[CarriedEjection]) -> String {
+    let ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+    ejected.iter().map(|e| format!("{} {} {}\n", e.target, ms(e.until), e.open.as_millis())).collect()
+}
+
+fn parse_ejections(value: &str) -> Vec<CarriedEjection> {
+    value
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let parsed = (|| {
+                let (w, r) = words.next()?.rsplit_once('/')?;
+                let target = Target::new(WorkerId::new(w), DpRank(r.parse().ok()?));
+                let until = UNIX_EPOCH + Duration::from_millis(words.next()?.parse().ok()?);
+                let open = Duration::from_millis(words.next()?.parse().ok()?);
+                words.next().is_none().then_some(CarriedEjection { target, until, open })
+            })();
+            if parsed.is_none() {
+                tracing::warn!(%line, "ignoring a persisted ejection that is not `worker/rank until_ms open_ms`");
+            }
+            parsed
+        })
+        .collect()
 }
 
 impl SettingsSaver {
@@ -281,5 +333,20 @@ mod tests {
         let t = |w: &str, r| Target::new(WorkerId::new(w), DpRank(r));
         assert_eq!(parse_drains("d-0/3\nprefill-a/0\n\nbad\nx/y\n"), vec![t("d-0", 3), t("prefill-a", 0)]);
         assert!(parse_drains("").is_empty());
+    }
+
+    #[test]
+    fn ejections_are_target_until_open_lines_and_round_trip() {
+        let e = |w: &str, r, until_ms, open_ms| CarriedEjection {
+            target: Target::new(WorkerId::new(w), DpRank(r)),
+            until: UNIX_EPOCH + Duration::from_millis(until_ms),
+            open: Duration::from_millis(open_ms),
+        };
+        let carried = vec![e("d-0", 3, 1_796_000_000_123, 60_000), e("p/x", 0, 5, 120_000)];
+        let text = render_ejections(&carried);
+        assert_eq!(text, "d-0/3 1796000000123 60000\np/x/0 5 120000\n");
+        assert_eq!(parse_ejections(&text), carried);
+        let bad = "d-0/3 1 2 3\nd-0/x 1 2\nd-0/1 soon 2\nd-0/1 1\n\nd-0/2 7 8\n";
+        assert_eq!(parse_ejections(bad), vec![e("d-0", 2, 7, 8)], "the lines that do not parse are skipped");
     }
 }

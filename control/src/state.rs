@@ -52,6 +52,7 @@ pub struct ControlState {
     /// Writers of admin changes to etcd (`--etcd`).
     settings_saver: Option<crate::persist::SettingsSaver>,
     drains: Option<crate::persist::DrainSaver>,
+    ejections: Option<crate::persist::EjectionSaver>,
     /// The replica set: who books, takeovers, warmth.
     ha: Ha,
     ejection_metrics: crate::ejection::metrics::EjectionMetrics,
@@ -78,7 +79,8 @@ impl ControlState {
             metrics,
             decisions: DecisionHub::new(4096),
             settings_saver: persist_to.clone().map(crate::persist::SettingsSaver::start),
-            drains: persist_to.map(crate::persist::DrainSaver::start),
+            drains: persist_to.clone().map(crate::persist::DrainSaver::start),
+            ejections: persist_to.map(crate::persist::EjectionSaver::start),
             ha,
             ejection_metrics,
         })
@@ -229,9 +231,7 @@ impl ControlState {
             Some(ReleasedNow { kind, change, phase_median, health }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
-                for (target, t) in health {
-                    self.ejection_metrics.transition(&target, t);
-                }
+                self.ejections_changed(&health);
                 if let Some((model, median)) = phase_median {
                     self.metrics.prefill_phase_median(&model, median);
                 }

@@ -157,6 +157,22 @@ impl Breaker {
         }
     }
 
+    /// Its ejection at `now`, if it is ejected or probing: how long it stays out (zero once
+    /// probing) and how long the ejection lasts.
+    pub fn ejection(&self, now: Instant) -> Option<(Duration, Duration)> {
+        match self.state {
+            State::Healthy { .. } => None,
+            State::Ejected { until, open, .. } => Some((until.saturating_duration_since(now), open)),
+            State::Probing { open, .. } => Some((Duration::ZERO, open)),
+        }
+    }
+
+    /// A breaker ejected at `now` for `left` more, in an ejection of `open` (one carried over
+    /// from another leader: its failures stay with that leader).
+    pub fn ejected(left: Duration, open: Duration, now: Instant) -> Self {
+        Self { state: State::Ejected { until: now + left, open, failures: 0 } }
+    }
+
     /// Its health at `now`.
     pub fn health(&self, now: Instant) -> Health {
         match self.state {

@@ -42,6 +42,32 @@ fn failures_in_a_row_eject_and_a_success_between_them_resets_the_count() {
 }
 
 #[test]
+fn an_ejection_read_out_and_carried_on_keeps_its_time_and_its_doubling() {
+    let (t0, key) = (Instant::now(), TargetKey::from_index(2));
+    let mut old = Breakers::new(policy());
+    for _ in 0..3 {
+        old.observe(key, FAIL, t0);
+    }
+    let later = t0 + Duration::from_secs(4);
+    assert_eq!(old.ejections(later), vec![(key, Duration::from_secs(6), Duration::from_secs(10))]);
+    // The next leader, whose clock is its own.
+    let (t1, mut new) = (Instant::now() + Duration::from_secs(100), Breakers::new(policy()));
+    new.carry(key, Duration::from_secs(6), Duration::from_secs(10), t1);
+    assert_eq!(new.admits(key, t1 + Duration::from_secs(5)), Admit::No);
+    assert_eq!(new.admits(key, t1 + Duration::from_secs(6)), Admit::Probe);
+    new.picked(key, t1 + Duration::from_secs(6));
+    let again = new.observe(key, FAIL, t1 + Duration::from_secs(6));
+    assert!(
+        matches!(again, Some(Transition::Ejected { open, reprobed: true, .. }) if open == Duration::from_secs(20))
+    );
+    // Probing is carried as due now; ejection off carries nothing.
+    let mut off = Breakers::new(EjectionPolicy { failures: 0, ..policy() });
+    off.carry(key, Duration::from_secs(6), Duration::from_secs(10), t1);
+    assert!(off.ejections(t1).is_empty());
+    assert!(Breakers::new(policy()).ejections(t1).is_empty(), "a healthy target is not carried");
+}
+
+#[test]
 fn half_open_lets_one_probe_through_and_closes_after_enough_successes() {
     let (t0, key) = (Instant::now(), TargetKey::from_index(0));
     let mut b = Breakers::new(policy());

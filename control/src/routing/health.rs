@@ -1,14 +1,14 @@
 //! The core's side of outlier ejection ([`crate::ejection`]): the thresholds, a target's health,
 //! and engines whose readings stopped; and the per-rank caps ([`crate::capacity`]).
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use infera_proto::types::{LegFailure, ReleaseReason, Target, WorkerId};
 use rand::Rng;
 
 use super::RoutingCore;
 use crate::capacity::Capacity;
-use crate::ejection::{Breakers, EjectionPolicy, Failure, Health, Outcome, Transition};
+use crate::ejection::{Breakers, CarriedEjection, EjectionPolicy, Failure, Health, Outcome, Transition};
 use crate::target::TargetKey;
 
 impl<R: Rng> RoutingCore<R> {
@@ -54,6 +54,34 @@ impl<R: Rng> RoutingCore<R> {
                 Some((self.view.slot(k).target.clone(), t))
             })
             .collect()
+    }
+
+    /// Every ejected or probing target at `now` (`wall`: the same moment on the wall clock), as
+    /// the next leader is to carry them on.
+    pub fn ejections(&self, now: Instant, wall: SystemTime) -> Vec<CarriedEjection> {
+        self.breakers
+            .ejections(now)
+            .into_iter()
+            .map(|(k, left, open)| CarriedEjection {
+                target: self.view.slot(k).target.clone(),
+                until: wall + left,
+                open,
+            })
+            .collect()
+    }
+
+    /// Carries on the ejections another leader persisted: each target is out until its `until`
+    /// (probing once it is past), and one not registered yet is ejected when it registers.
+    pub fn carry_ejections(&mut self, ejections: Vec<CarriedEjection>, now: Instant, wall: SystemTime) {
+        for e in ejections {
+            match self.view.key(&e.target) {
+                Some(k) => {
+                    let left = e.until.duration_since(wall).unwrap_or_default();
+                    self.breakers.carry(k, left, e.open, now);
+                }
+                None => self.pending_ejections.push(e),
+            }
+        }
     }
 
     /// Sets the ejection thresholds (at start).

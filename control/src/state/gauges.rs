@@ -56,7 +56,7 @@ impl ControlState {
         {
             let changed = self.core().engine_stuck(target, now);
             if let Some(t) = changed {
-                self.ejection_metrics.transition(target, t);
+                self.ejections_changed(&[(target.clone(), t)]);
             }
         }
         let mut stale: Vec<infera_proto::types::WorkerId> =
@@ -65,9 +65,7 @@ impl ControlState {
         stale.dedup();
         for worker in stale {
             let changed = self.core().engine_unreachable(&worker, now);
-            for (target, t) in changed {
-                self.ejection_metrics.transition(&target, t);
-            }
+            self.ejections_changed(&changed);
         }
     }
 }

@@ -68,6 +68,32 @@ impl Ha {
 }
 
 impl ControlState {
+    /// Some targets were ejected or re-admitted: the metrics, and the leader's ejections to
+    /// etcd for the next leader to carry on (a follower's engine checks eject in its own
+    /// breakers only).
+    pub(super) fn ejections_changed(
+        &self,
+        changes: &[(infera_proto::types::Target, crate::ejection::Transition)],
+    ) {
+        if changes.is_empty() {
+            return;
+        }
+        for (target, t) in changes {
+            self.ejection_metrics.transition(target, *t);
+        }
+        if self.ha.leadership.check(Instant::now()).is_ok() {
+            self.save_ejections();
+        }
+    }
+
+    /// Hands the ejections in force to the etcd writer.
+    pub(super) fn save_ejections(&self) {
+        if let Some(saver) = &self.ejections {
+            let core = self.core();
+            saver.save(core.ejections(Instant::now(), std::time::SystemTime::now()));
+        }
+    }
+
     /// Refuses a Router call `rpc` when this control may not book.
     pub(super) fn gate(&self, rpc: &'static str) -> Result<(), ControlError> {
         self.ha.leadership.check(Instant::now()).inspect_err(|_| self.ha.metrics.not_leader(rpc))
@@ -161,18 +187,24 @@ impl ControlState {
         Ok(results)
     }
 
-    /// Takes over with term `epoch`: the persisted settings and drains read again (another
-    /// leader may have changed them), a fresh ledger, and a warmth that waits for the proxies of
-    /// the book.
+    /// Takes over with term `epoch`: the persisted settings, drains and ejections read again
+    /// (another leader may have changed them), a fresh ledger, and a warmth that waits for the
+    /// proxies of the book.
     async fn take_over(&self, epoch: u32) {
-        let (persisted, drains) = persist::load(&self.ha.etcd, self.ha.flags.clone()).await;
+        let loaded = persist::load(&self.ha.etcd, self.ha.flags.clone()).await;
         let expected = holders::load(&self.ha.etcd).await;
         let now = Instant::now();
+        let carried = loaded.ejections.len();
         {
             let mut core = self.core();
-            core.restore(persisted, drains);
+            core.restore(loaded.persisted, loaded.drains);
+            core.carry_ejections(loaded.ejections, now, SystemTime::now());
             core.reset_ledger(epoch);
         }
+        if carried > 0 {
+            tracing::info!(carried, "ejections carried over from the last leader");
+        }
+        self.save_ejections();
         tracing::info!(epoch, waiting_for = expected.as_ref().map(|e| e.len()), "taking over as leader");
         *self.ha.warmth() = Warmth::new(now, expected, self.ha.lease_ttl);
         self.ha.metrics.takeover();

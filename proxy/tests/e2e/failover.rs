@@ -205,3 +205,66 @@ async fn the_ledger_survives_kills_a_full_restart_a_pause_and_a_partition_of_the
     let all = replicas.controls[leader].admin().await.list_targets(pb::ListTargetsRequest::default()).await;
     assert!(all.unwrap().into_inner().targets.iter().all(|r| r.held_requests == 0), "prefill targets at 0");
 }
+
+/// The health and time left ejected of replica `i`'s first target, if it answers.
+async fn target_health(replicas: &Replicas, i: usize) -> Option<(String, u64)> {
+    let channel =
+        tonic::transport::Endpoint::from_shared(replicas.controls[i].url()).ok()?.connect().await.ok()?;
+    let rows = pb::admin_client::AdminClient::new(channel)
+        .list_targets(pb::ListTargetsRequest::default())
+        .await
+        .ok()?
+        .into_inner()
+        .targets;
+    rows.first().map(|r| (r.health.clone(), r.ejected_for_ms))
+}
+
+/// An ejection outlives its leader: the leader writes what it ejected to etcd, and the replica
+/// that takes over keeps the target out for the rest of its time instead of sending it picks
+/// again until it has failed as often once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ejection_outlives_its_leader() {
+    let etcd = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap();
+    let worker = sim(SimSpec::mixed("worker-0", MODEL, 1)).start().await.unwrap();
+    let _registered = Registration::start(vec![etcd.url()], worker.record.clone(), Duration::from_secs(10));
+    let flags = [
+        "--decode-input-demand",
+        "on",
+        "--engine-poll-ms",
+        "0",
+        "--eject-after-failures",
+        "2",
+        "--eject-open-ms",
+        "60000",
+    ];
+    let mut replicas = Replicas::start(&etcd.url(), 2, &flags, false).await.unwrap();
+    let leader = replicas.wait_leader(None).await.unwrap();
+    let proxy = ProxySpec::new(replicas.urls()).flag("--retries", 0).start().await.unwrap();
+    proxy.wait_ready(MODEL).await.unwrap();
+    let url = format!("{}/v1/chat/completions", proxy.url);
+    // Two 500s in a row from the only worker: ejected on the leader.
+    worker.faults(serde_json::json!({"fail_next": 2})).await;
+    for _ in 0..2 {
+        let (status, text) = post_json(&url, &chat(4, false), &[]).await;
+        assert_eq!(status, http::StatusCode::BAD_GATEWAY, "{text}");
+    }
+    poll(Duration::from_secs(10), "the leader to eject the worker", async || {
+        target_health(&replicas, leader).await.filter(|(h, _)| h == "ejected")
+    })
+    .await
+    .unwrap();
+    // The leader dies; the other replica takes over and keeps it out.
+    replicas.kill(leader);
+    let next = replicas.wait_leader(Some(leader)).await.unwrap();
+    let (state, left_ms) = poll(Duration::from_secs(10), "the new leader to list the worker", async || {
+        target_health(&replicas, next).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(state, "ejected", "the new leader carries the ejection on");
+    assert!((30_000..=60_000).contains(&left_ms), "for the rest of its minute: {left_ms} ms");
+    let metrics = replicas.controls[next].metrics().await.unwrap();
+    assert!(!metrics.contains("infera_router_ejections_total{cause=\"server_error\"} 1"), "not ejected anew");
+    drop(proxy);
+    drop(replicas);
+}

@@ -93,3 +93,26 @@ fn a_lease_that_is_not_live_books_nothing_and_a_reset_forgets_everything() {
     let lease = f.core.open_lease("proxy-a".into(), Duration::ZERO, f.now).lease;
     assert_eq!(lease.epoch, 42);
 }
+
+#[test]
+fn carried_ejections_apply_now_or_when_their_target_registers() {
+    use crate::ejection::{CarriedEjection, EjectionPolicy};
+    let mut f = fixture();
+    f.core.set_ejection(EjectionPolicy::default());
+    let wall = SystemTime::now();
+    let carried = |w: &str, left_s| CarriedEjection {
+        target: Target::new(WorkerId::new(w), DpRank(0)),
+        until: wall + Duration::from_secs(left_s),
+        open: Duration::from_secs(60),
+    };
+    f.core.carry_ejections(vec![carried("d", 30), carried("late", 45)], f.now, wall);
+    let d0 = f.core.target_key(&Target::new(WorkerId::new("d"), DpRank(0))).unwrap();
+    assert_eq!(f.core.health(d0, f.now).state, "ejected");
+    assert_eq!(f.core.health(d0, f.now).ejected_for, Duration::from_secs(30));
+    // "late" registers afterwards: ejected from then on, for what was left.
+    f.core.upsert_worker(worker("late", Role::Decode, "m", 1));
+    let late = f.core.target_key(&Target::new(WorkerId::new("late"), DpRank(0))).unwrap();
+    assert_eq!(f.core.health(late, Instant::now()).state, "ejected");
+    let listed: Vec<String> = f.core.ejections(f.now, wall).iter().map(|e| e.target.to_string()).collect();
+    assert_eq!(listed, ["d/0", "late/0"], "what the next leader would carry on");
+}
