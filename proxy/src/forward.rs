@@ -9,7 +9,8 @@
 //!   u63; with several prefill ranks `room % N` is the prefill's rank, as SGLang's
 //!   `follow_bootstrap_room` requires), `routed_dp_rank` (each leg its own rank);
 //! - decode: `disagg_prefill_dp_rank`;
-//! - `rid` = the request id, unless the client set one or the request is a batch.
+//! - `rid` = the client's own, else the request id; a retry's gets `-retry{n}` ([`engine_rid`]);
+//!   a batch keeps SGLang's own per-item ids.
 //!
 //! Headers: `content-type`, the client's `authorization`, `accept` and `x-request-id`, and the
 //! W3C trace context — the proxy's span when OTLP export is on, else the client's unchanged.
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use http::{Request, Response, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use infera_proto::types::{Api, ReleaseReason};
+use infera_proto::types::{Api, ReleaseReason, RequestId};
 use serde_json::{Map, Value, json};
 
 use crate::control::Pick;
@@ -39,6 +40,8 @@ pub struct Dispatched {
     pub first: Option<hyper::body::Frame<Bytes>>,
     /// The prefill leg, when PD.
     pub prefill: Option<PrefillLeg>,
+    /// The id the engines know this attempt by (what an abort names).
+    pub rid: RequestId,
 }
 
 /// The bodies of both legs.
@@ -48,17 +51,44 @@ pub struct LegBodies {
     pub prefill: Option<Map<String, Value>>,
     /// Decode body.
     pub decode: Map<String, Value>,
+    /// The id both legs carry to the engines (`None`: a batch, whose items SGLang names).
+    pub rid: Option<RequestId>,
 }
 
-/// Builds the leg bodies for a decode endpoint and, in PD, a prefill endpoint; `room` is the
-/// random u63 (adjusted here for DP prefills).
-pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, room: u64) -> LegBodies {
+/// The key SGLang takes a request's id under.
+fn rid_key(api: Api) -> &'static str {
+    if api == Api::Responses { "request_id" } else { "rid" }
+}
+
+/// The id the engines know attempt `attempt` (0: the first) of a request by: the client's own
+/// `rid` if it set one, else the request id; a retry's is suffixed `-retry{n}`. One id per
+/// attempt: an abort meant for an earlier attempt (sent by id, maybe still on its way) must not
+/// end the retry on the same worker, and SGLang refuses an id it still holds
+/// (python/sglang/srt/managers/tokenizer_manager.py, "Duplicate request ID detected").
+/// `None` for a batch.
+pub fn engine_rid(facts: &Facts, attempt: u32) -> Option<RequestId> {
+    if is_batch(facts) {
+        return None;
+    }
+    let own = facts.body.get(rid_key(facts.api)).and_then(Value::as_str);
+    let base = own.unwrap_or(facts.request_id.as_str());
+    Some(RequestId::new(if attempt == 0 { base.to_owned() } else { format!("{base}-retry{attempt}") }))
+}
+
+/// Builds the leg bodies of attempt `attempt` for a decode endpoint and, in PD, a prefill
+/// endpoint; `room` is the random u63 (adjusted here for DP prefills).
+pub fn leg_bodies(
+    facts: &Facts,
+    attempt: u32,
+    prefill: Option<&Endpoint>,
+    decode: &Endpoint,
+    room: u64,
+) -> LegBodies {
     let mut base = facts.body.clone();
-    // The request id becomes SGLang's request id (`request_id` on /v1/responses), so
-    // /abort_request can name it; a batch keeps SGLang's own per-item ids.
-    let rid_key = if facts.api == Api::Responses { "request_id" } else { "rid" };
-    if !is_batch(facts) && !base.contains_key(rid_key) {
-        base.insert(rid_key.into(), json!(facts.request_id.as_str()));
+    // The id becomes SGLang's request id, so /abort_request can name it.
+    let rid = engine_rid(facts, attempt);
+    if let Some(rid) = &rid {
+        base.insert(rid_key(facts.api).into(), json!(rid.as_str()));
     }
     let with_rank = |mut body: Map<String, Value>, e: &Endpoint| {
         if e.dp_size > 1 {
@@ -67,7 +97,7 @@ pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, 
         body
     };
     let Some(p) = prefill else {
-        return LegBodies { prefill: None, decode: with_rank(base, decode) };
+        return LegBodies { prefill: None, decode: with_rank(base, decode), rid };
     };
     let n = u64::from(p.dp_size.max(1));
     let room = room - room % n + u64::from(p.rank.0) % n;
@@ -80,7 +110,7 @@ pub fn leg_bodies(facts: &Facts, prefill: Option<&Endpoint>, decode: &Endpoint, 
     if p.dp_size > 1 {
         decode_body.insert("disagg_prefill_dp_rank".into(), json!(p.rank.0));
     }
-    LegBodies { prefill: Some(prefill_body), decode: decode_body }
+    LegBodies { prefill: Some(prefill_body), decode: decode_body, rid }
 }
 
 fn is_batch(facts: &Facts) -> bool {
@@ -96,7 +126,7 @@ pub fn new_room() -> u64 {
     rand::random::<u64>() & (i64::MAX as u64)
 }
 
-/// Sends both legs. The prefill leg runs in its own task (and releases its reservation); the
+/// Sends both legs of attempt `attempt`. The prefill leg runs in its own task (and releases its reservation); the
 /// decode head is awaited, then a stream's first data frame, and a prefill failure or the
 /// deadline `attempt_timeout` meanwhile fails the attempt (blamed on the leg that caused it).
 /// On error the caller still owns the decode reservation.
@@ -106,17 +136,20 @@ pub async fn dispatch(
     prefill: Option<Pick>,
     decode: &Pick,
     headers: &http::HeaderMap,
+    attempt: u32,
     attempt_timeout: Option<std::time::Duration>,
 ) -> Result<Dispatched, ProxyError> {
     let deadline = attempt_timeout.map(|t| (tokio::time::Instant::now() + t, t));
     let prefill_url = prefill.as_ref().map(|p| p.endpoint.url.clone());
     let urls = Urls { decode: &decode.endpoint.url, prefill: prefill_url.as_deref() };
-    let bodies = leg_bodies(facts, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
+    let bodies =
+        leg_bodies(facts, attempt, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
+    let rid = bodies.rid.clone().unwrap_or_else(|| facts.request_id.clone());
     let decode_req = leg_request(&decode.endpoint, facts.api, headers, &bodies.decode);
     let mut prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
             let req = leg_request(&pick.endpoint, facts.api, headers, &body);
-            Some(PrefillLeg::spawn(up.clone(), pick, req, facts.request_id.clone()))
+            Some(PrefillLeg::spawn(up.clone(), pick, req, rid.clone()))
         }
         _ => None,
     };
@@ -139,7 +172,7 @@ pub async fn dispatch(
         Ok((Response::from_parts(parts, body), first))
     };
     match answered.await {
-        Ok((response, first)) => Ok(Dispatched { response, first, prefill }),
+        Ok((response, first)) => Ok(Dispatched { response, first, prefill, rid }),
         Err(e) => {
             // Whichever leg failed, the other one ends too; a decode that may have started
             // generating is asked to stop.
@@ -150,7 +183,7 @@ pub async fn dispatch(
             if let Some(p) = prefill {
                 p.cancel.cancel(ReleaseReason::Failed);
             }
-            abort(&up.client, url, &facts.request_id);
+            abort(&up.client, url, &rid);
             Err(e)
         }
     }
@@ -240,7 +273,7 @@ mod tests {
         )
         .unwrap();
         let (prefill, decode) = (endpoint("p", Some(8998), 4, 2), endpoint("d", None, 8, 5));
-        let b = leg_bodies(&facts, Some(&prefill), &decode, 1_000_001);
+        let b = leg_bodies(&facts, 0, Some(&prefill), &decode, 1_000_001);
         let (p, d) = (b.prefill.unwrap(), b.decode);
         assert_eq!(p["bootstrap_room"], d["bootstrap_room"]);
         let room = p["bootstrap_room"].as_u64().unwrap();
@@ -251,6 +284,13 @@ mod tests {
         assert_eq!(d["disagg_prefill_dp_rank"], 2);
         assert!(p.get("disagg_prefill_dp_rank").is_none());
         assert_eq!(d["rid"], facts.request_id.as_str());
+        assert_eq!(p["rid"], d["rid"], "both legs carry one id");
+        let retry = leg_bodies(&facts, 2, Some(&prefill), &decode, 1_000_001);
+        let retry_rid = format!("{}-retry2", facts.request_id.as_str());
+        assert_eq!(
+            (retry.decode["rid"].as_str(), retry.rid.as_ref().map(RequestId::as_str)),
+            (Some(&*retry_rid), Some(&*retry_rid))
+        );
         // The client's keys come first, in their order.
         assert_eq!(d.keys().take(3).collect::<Vec<_>>(), ["model", "messages", "stream"]);
     }
@@ -264,7 +304,7 @@ mod tests {
         client.insert("x-request-id", "r-7".parse().unwrap());
         client.insert("cookie", "secret".parse().unwrap());
         let facts = derive(Api::Generate, &client, br#"{"text":"x"}"#).unwrap();
-        let bodies = leg_bodies(&facts, None, &endpoint("d", None, 1, 0), 7);
+        let bodies = leg_bodies(&facts, 0, None, &endpoint("d", None, 1, 0), 7);
         // No OpenTelemetry layer is installed here: the proxy has no span context of its own.
         let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &client, &bodies.decode);
         let h = req.headers();
@@ -282,7 +322,7 @@ mod tests {
     fn aggregated_bodies_have_no_bootstrap_fields() {
         let facts =
             derive(Api::Completions, &HeaderMap::new(), br#"{"model":"m","prompt":"x","n":2}"#).unwrap();
-        let b = leg_bodies(&facts, None, &endpoint("x", None, 1, 0), 7);
+        let b = leg_bodies(&facts, 0, None, &endpoint("x", None, 1, 0), 7);
         assert!(b.prefill.is_none());
         assert!(b.decode.get("bootstrap_room").is_none());
         assert!(b.decode.get("routed_dp_rank").is_none(), "one rank: nothing to pin");

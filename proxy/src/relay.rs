@@ -95,7 +95,7 @@ pub struct Relayed {
     pub decode: Pick,
     /// The prefill leg (PD).
     pub prefill: Option<PrefillLeg>,
-    /// The request id, named when the workers are asked to abort.
+    /// The id the engines know the answering attempt by, named when they are asked to abort.
     pub request_id: RequestId,
     /// Which API (the TTFT label).
     pub api: Api,

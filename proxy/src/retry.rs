@@ -67,8 +67,16 @@ pub async fn send(
         };
         let prefill_target = route.prefill.as_ref().map(Pick::target);
         let decode_target = route.decode.target();
-        match forward::dispatch(up, facts, route.prefill, &route.decode, headers, retries.attempt_timeout)
-            .await
+        match forward::dispatch(
+            up,
+            facts,
+            route.prefill,
+            &route.decode,
+            headers,
+            attempt,
+            retries.attempt_timeout,
+        )
+        .await
         {
             Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
             Err(e) => {

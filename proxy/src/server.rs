@@ -176,7 +176,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         up: ctx.up.clone(),
         decode,
         prefill: dispatched.prefill,
-        request_id: facts.request_id.clone(),
+        request_id: dispatched.rid,
         api,
         stream: facts.stream,
         started,

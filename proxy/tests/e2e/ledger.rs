@@ -132,6 +132,12 @@ async fn zero_after_a_prefill_fails_and_the_retries_recover() {
     assert_eq!(status, StatusCode::OK, "{text}");
     let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
     assert!(metrics.contains("infera_proxy_retries_total 2"), "{metrics}");
+    // Each attempt has its own engine id (an abort meant for one cannot end the next on the
+    // same worker, and SGLang refuses an id it still holds).
+    let rids: Vec<String> =
+        prefill.requests().await.iter().map(|r| r["rid"].as_str().unwrap().to_owned()).collect();
+    let first = rids[0].clone();
+    assert_eq!(rids, [first.clone(), format!("{first}-retry1"), format!("{first}-retry2")]);
     cluster.ledger_returns_to_zero().await;
     // Three failures: the client gets an OpenAI error.
     prefill.faults(json!({"fail_next": 3})).await;
