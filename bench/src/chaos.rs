@@ -185,8 +185,10 @@ async fn bench(args: ChaosArgs) -> anyhow::Result<()> {
         etcd_down: Duration::from_secs(args.etcd_down_secs),
     };
     let watching = Arc::new(AtomicBool::new(true));
-    let watcher =
-        tokio::spawn(watch_ejections(format!("http://{}/metrics", d.control.metrics_addr), watching.clone()));
+    let watcher = tokio::spawn(watch_ejections(
+        format!("http://{}/metrics", d.cluster.control.metrics_addr),
+        watching.clone(),
+    ));
     let outages = events::run(&mut d, &outage_plan, &progress, &rotation).await.context("an outage")?;
     toggler.await??;
     let records = load.finish().await?;

@@ -2,7 +2,7 @@
 //! something has come that the client would see: a stream's first data frame that is not the
 //! engine's own error event, or a non-streamed answer's head (which comes with the whole answer).
 //! Until then, a failure of either leg, an error event from the engine or the attempt's
-//! deadline (`--attempt-timeout-ms`, which turns the stream gate on) fails the attempt, blamed
+//! deadline (`--attempt-timeout-ms`, if set) fails the attempt, blamed
 //! on the leg that caused it
 //! ([`blame`]), and the request is picked again elsewhere.
 

@@ -162,9 +162,7 @@ pub async fn dispatch(
             let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body };
             return Err(first_byte::blame(e, prefill.as_mut(), urls, first_byte::Suspect::Decode).await);
         }
-        // The first-data-frame gate runs with an attempt deadline only: without one a request
-        // held in it is not seen to be abandoned by its client (see manual/operations/serving.md).
-        if !facts.stream || deadline.is_none() {
+        if !facts.stream {
             return Ok((response, None));
         }
         let (parts, mut body) = response.into_parts();

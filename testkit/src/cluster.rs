@@ -34,6 +34,21 @@ pub struct ClusterSpec {
     pub etcd: Option<Duration>,
     /// Every part as a real process (else all in this process).
     pub processes: bool,
+    /// The sims in this process even with `processes` (control and the proxies, which a run
+    /// kills and restarts, as processes; the sims, which it does not, cheaper in here).
+    pub sims_in_process: bool,
+}
+
+/// Two prefills and two decodes of one rank each, `prefill-0`, `prefill-1`, `decode-0`,
+/// `decode-1`: the chaos runs' deployment (the suite's and the bench's), where the `-0`s get the
+/// faults and the `-1`s stay healthy, so that a retry always has somewhere to go.
+pub fn two_of_each(model: &str) -> Vec<SimSpec> {
+    vec![
+        SimSpec::prefill("prefill-0", model),
+        SimSpec::prefill("prefill-1", model),
+        SimSpec::decode("decode-0", model, 1),
+        SimSpec::decode("decode-1", model, 1),
+    ]
 }
 
 impl ClusterSpec {
@@ -48,6 +63,7 @@ impl ClusterSpec {
             proxy_flags: Vec::new(),
             etcd: None,
             processes: false,
+            sims_in_process: false,
         }
     }
 
@@ -62,7 +78,8 @@ impl ClusterSpec {
         };
         let mut sims = Vec::new();
         for spec in self.sims {
-            sims.push(if self.processes { spec.spawn().await? } else { spec.start().await? });
+            let process = self.processes && !self.sims_in_process;
+            sims.push(if process { spec.spawn().await? } else { spec.start().await? });
         }
         let records = sims.iter().map(|s| s.record.clone()).collect();
         let mut control_spec = self.control;
@@ -113,6 +130,14 @@ impl Cluster {
     /// When there is none.
     pub fn sim(&self, name: &str) -> &Sim {
         self.sims.iter().find(|s| s.record.id.as_str() == name).unwrap_or_else(|| panic!("no sim {name}"))
+    }
+
+    /// The etcd.
+    ///
+    /// # Panics
+    /// When the cluster runs without one.
+    pub fn etcd(&mut self) -> &mut EtcdServer {
+        self.etcd.as_mut().expect("a cluster with etcd")
     }
 
     /// The proxies' base URLs.

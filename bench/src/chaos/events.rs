@@ -69,7 +69,7 @@ async fn text(url: &str) -> String {
 
 async fn fallback_picks(d: &Deployment) -> f64 {
     let mut sum = 0.0;
-    for p in &d.proxies {
+    for p in &d.cluster.proxies {
         sum +=
             metric_sum(&text(&format!("{}/metrics", p.url)).await, "infera_proxy_fallback_picks_total", "");
     }
@@ -77,7 +77,7 @@ async fn fallback_picks(d: &Deployment) -> f64 {
 }
 
 async fn leads(d: &Deployment) -> bool {
-    let url = d.control.url();
+    let url = d.cluster.control.url();
     d.leadership().await.is_some_and(|l| l.role == "leader" && l.url == url)
 }
 
@@ -93,7 +93,7 @@ pub(crate) async fn run(
     // A proxy crash: SIGKILL, down for a while (clients find out by refused connections), then
     // restarted on its port and put back in rotation once ready.
     progress.reached(plan.proxy_kill).await;
-    let proxy = &mut d.proxies[KILLED_PROXY];
+    let proxy = &mut d.cluster.proxies[KILLED_PROXY];
     out.proxy_metrics = text(&format!("{}/metrics", proxy.url)).await;
     out.proxy_hwm_kb = vm_hwm_kb(proxy.node.process().and_then(|p| p.pid()));
     let t0 = Instant::now();
@@ -112,10 +112,10 @@ pub(crate) async fn run(
     // A control crash: SIGKILL and at once a new process on the same ports; it leads once its
     // predecessor's leader lease has expired in etcd, and is warm once the proxies re-declared.
     progress.reached(plan.control_kill).await;
-    out.control_metrics = text(&format!("http://{}/metrics", d.control.metrics_addr)).await;
+    out.control_metrics = text(&format!("http://{}/metrics", d.cluster.control.metrics_addr)).await;
     let t0 = Instant::now();
-    d.control.node.kill();
-    let process = d.control.node.process().expect("control runs as a process");
+    d.cluster.control.node.kill();
+    let process = d.cluster.control.node.process().expect("control runs as a process");
     tokio::task::block_in_place(|| process.restart())?;
     poll(BACK, "the restarted control to lead", async || leads(d).await).await?;
     out.control_leading = t0.elapsed();
@@ -128,7 +128,7 @@ pub(crate) async fn run(
     progress.reached(plan.etcd_stop).await;
     let picks_before = fallback_picks(d).await;
     let t0 = Instant::now();
-    tokio::task::block_in_place(|| d.etcd.stop());
+    tokio::task::block_in_place(|| d.cluster.etcd().stop());
     while t0.elapsed() < plan.etcd_down {
         if out.etcd_lapsed.is_none() && !leads(d).await {
             out.etcd_lapsed = Some(t0.elapsed());
@@ -136,7 +136,7 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let t1 = Instant::now();
-    tokio::task::block_in_place(|| d.etcd.resume());
+    tokio::task::block_in_place(|| d.cluster.etcd().resume());
     poll(BACK, "control to lead again after etcd is back", async || leads(d).await).await?;
     out.etcd_leading = t1.elapsed();
     out.etcd_fallback_picks = fallback_picks(d).await - picks_before;

@@ -37,7 +37,7 @@ pub(crate) struct End {
 
 async fn engines(d: &Deployment) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
-    for s in &d.sims {
+    for s in &d.cluster.sims {
         let loads = s.loads().await;
         let sum = |k: &str| loads.iter().map(|r| r[k].as_u64().unwrap_or(0)).sum::<u64>();
         out.push((s.record.id.as_str().to_owned(), sum("num_running_reqs"), sum("num_waiting_reqs")));
@@ -64,7 +64,7 @@ impl End {
     pub(crate) async fn read(d: &mut Deployment, drain: Option<Duration>) -> Self {
         let mut proxy_metrics = Vec::new();
         let mut proxy_hwm_kb = Vec::new();
-        for p in &mut d.proxies {
+        for p in &mut d.cluster.proxies {
             proxy_metrics.push(get_ok(&format!("{}/metrics", p.url)).await.unwrap_or_default());
             proxy_hwm_kb.push(vm_hwm_kb(p.node.process().and_then(|p| p.pid())));
         }
@@ -72,7 +72,7 @@ impl End {
             targets: d.targets().await.unwrap_or_default(),
             reservations: reservations(d).await.unwrap_or(usize::MAX),
             engines: engines(d).await,
-            control_metrics: d.control.metrics().await.unwrap_or_default(),
+            control_metrics: d.cluster.control.metrics().await.unwrap_or_default(),
             proxy_metrics,
             proxy_hwm_kb,
             drain,

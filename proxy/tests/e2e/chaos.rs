@@ -30,7 +30,7 @@ use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use infera_proto::pb;
 use infera_testkit::http::post_json;
-use infera_testkit::{ControlSpec, EtcdServer, ProxySpec, Registration, SimSpec, Workers, poll};
+use infera_testkit::{ControlSpec, EtcdServer, ProxySpec, Registration, Workers, poll};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::{Value, json};
@@ -57,9 +57,9 @@ const ALLOWED: [(&str, &str); 4] = [
     ("HTTP 504 timeout", "non-streamed on the stalled decode"),
     // decode-0 cut a stream after tokens had reached the client: not retryable.
     ("SSE upstream_error (decode)", "decode-0 died mid-stream"),
-    // prefill-0 failed or died after the decode's head had been relayed (the proxy relays it at
-    // once), so the failure is reported in the stream rather than retried.
-    ("SSE upstream_error (prefill)", "prefill-0 failed after the decode's head"),
+    // prefill-0 died after the decode's first token had reached the client (before it, the
+    // attempt is retried), so the failure is reported in the stream.
+    ("SSE upstream_error (prefill)", "prefill-0 failed after the first token"),
     // The same, when the decode heard of the failed KV transfer first and ended its own stream.
     ("SSE 500 from the engine: KV transfer failed on the prefill", "prefill-0 failed, the decode said so"),
 ];
@@ -255,12 +255,7 @@ async fn only_a_stalled_engine_holds_requests_and_nothing_stays_booked_through_c
 
     let mut etcd = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap();
     let mut sims = Vec::new();
-    for s in [
-        SimSpec::prefill("prefill-0", MODEL),
-        SimSpec::prefill("prefill-1", MODEL),
-        SimSpec::decode("decode-0", MODEL, 1),
-        SimSpec::decode("decode-1", MODEL, 1),
-    ] {
+    for s in infera_testkit::cluster::two_of_each(MODEL) {
         sims.push(sim(s).sim_flag("--sim-log", "error").start().await.unwrap());
     }
     let registrations: Vec<Registration> = sims

@@ -253,7 +253,15 @@ async fn an_ejection_outlives_its_leader() {
     })
     .await
     .unwrap();
-    // The leader dies; the other replica takes over and keeps it out.
+    // Once the leader has written it to etcd (in the background), it dies; the other replica
+    // takes over and keeps it out.
+    let endpoints = vec![etcd.url()];
+    poll(Duration::from_secs(10), "the ejection to be in etcd", async || {
+        let persisted = infera_registry::config::load(&endpoints).await.ok()?;
+        persisted.get("ejected_targets").filter(|v| v.starts_with("worker-0/0 ")).map(drop)
+    })
+    .await
+    .unwrap();
     replicas.kill(leader);
     let next = replicas.wait_leader(Some(leader)).await.unwrap();
     let (state, left_ms) = poll(Duration::from_secs(10), "the new leader to list the worker", async || {

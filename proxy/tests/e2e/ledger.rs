@@ -96,28 +96,49 @@ async fn zero_after_the_prefill_fails_while_the_decode_streams() {
         &[("x-request-id", "prefill-dies")],
     )
     .await;
-    assert_eq!(resp.status(), StatusCode::OK, "the decode's stream had begun");
+    // The prefill's death races the decode's first token (both follow the end of the transfer):
+    // an attempt whose prefill died first is retried (the same fault kills the next one's); once
+    // a first token has reached the client, the death ends the stream with an error event.
+    let status = resp.status();
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
-    let events = sse_events(&text);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
-    let err: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    let err: Value = if status == StatusCode::OK {
+        let events = sse_events(&text);
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+        serde_json::from_str(&events[events.len() - 2]).unwrap()
+    } else {
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "every attempt's prefill died first: {text}");
+        serde_json::from_str(&text).unwrap()
+    };
     assert_eq!(err["error"]["code"], "upstream_error", "{text}");
     assert!(err["error"]["message"].as_str().unwrap().contains("prefill"), "{text}");
     cluster.ledger_returns_to_zero().await;
-    // Both reservations ended FAILED, and the decode was stopped long before its 4,000 tokens.
+    // Both reservations of every attempt ended FAILED, and the decode was stopped long before its
+    // 4,000 tokens.
     let (_, metrics) = get(&format!("{}/metrics", cluster.proxies[0])).await;
-    assert!(metrics.contains("infera_proxy_releases_total{reason=\"failed\"} 2"), "{metrics}");
-    let r = eventually(Duration::from_secs(10), "the decode to be stopped", async || {
-        let log = cluster.decode().requests().await;
-        let r = log.iter().find(|r| r["rid"] == "prefill-dies").cloned().unwrap();
-        (r["outcome"] != "running").then_some(r)
+    let count = |series: &str| {
+        metrics.lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    let attempts = 1 + count("infera_proxy_retries_total");
+    assert_eq!(count("infera_proxy_releases_total{reason=\"failed\"}"), 2 * attempts, "{metrics}");
+    // One engine id per attempt: prefill-dies, prefill-dies-retry1, …
+    let ours = |log: Vec<Value>| -> Vec<Value> {
+        log.into_iter()
+            .filter(|r| r["rid"].as_str().is_some_and(|id| id.starts_with("prefill-dies")))
+            .collect()
+    };
+    let decodes = eventually(Duration::from_secs(10), "every decode to be stopped", async || {
+        let log = ours(cluster.decode().requests().await);
+        log.iter().all(|r| r["outcome"] != "running").then_some(log)
     })
     .await;
-    assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
-    assert!(r["completion_tokens"].as_u64().unwrap() < 4_000, "{r}");
-    let prefill_log = cluster.prefill().unwrap().requests().await;
-    let p = prefill_log.iter().find(|r| r["rid"] == "prefill-dies").unwrap();
-    assert_eq!(p["outcome"], "failed", "{p}");
+    assert_eq!(decodes.len() as u64, attempts, "{decodes:?}");
+    for r in &decodes {
+        assert!(["aborted", "client_gone"].contains(&r["outcome"].as_str().unwrap()), "{r}");
+        assert!(r["completion_tokens"].as_u64().unwrap() < 4_000, "{r}");
+    }
+    let prefills = ours(cluster.prefill().unwrap().requests().await);
+    assert_eq!(prefills.len() as u64, attempts, "{prefills:?}");
+    assert!(prefills.iter().all(|p| p["outcome"] == "failed"), "{prefills:?}");
     cluster.stop().await;
 }
 
