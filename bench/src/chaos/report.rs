@@ -214,6 +214,14 @@ pub(crate) fn explain(kind: &str) -> (Option<bool>, &'static str) {
     }
 }
 
+/// Whether engine log entry `entry` is one of request `rid`'s attempts (the engines know retry n
+/// as `{rid}-retry{n}`).
+fn attempt_of(entry: &Value, rid: &str) -> bool {
+    entry["rid"].as_str().is_some_and(|id| {
+        id == rid || id.strip_prefix(rid).and_then(|rest| rest.strip_prefix("-retry")).is_some()
+    })
+}
+
 /// Whether hung request `rid` is held by a stalled engine: the faulty decode's log has it stopped
 /// at a stall's token count, or the faulty prefill's has it with no token, ended by the client.
 fn held_by_a_stall(rid: &str, sched: &Schedule, logs: &[Vec<Value>; 2]) -> bool {
@@ -222,12 +230,12 @@ fn held_by_a_stall(rid: &str, sched: &Schedule, logs: &[Vec<Value>; 2]) -> bool 
     let tokens = |r: &Value| r["completion_tokens"].as_u64().unwrap_or(u64::MAX);
     let decode = logs[0]
         .iter()
-        .filter(|r| r["rid"] == rid)
+        .filter(|r| attempt_of(r, rid))
         .any(|r| ended_by_client(r) && sched.decode_stall_tokens.iter().any(|&k| u64::from(k) == tokens(r)));
     let prefill_stalls =
         sched.faults.iter().any(|s| s.sim == Faulty::Prefill && s.body["stall_after_tokens"] == 0);
     let prefill = prefill_stalls
-        && logs[1].iter().filter(|r| r["rid"] == rid).any(|r| ended_by_client(r) && tokens(r) == 0);
+        && logs[1].iter().filter(|r| attempt_of(r, rid)).any(|r| ended_by_client(r) && tokens(r) == 0);
     decode || prefill
 }
 
@@ -530,7 +538,7 @@ pub(crate) fn print(
             println!("      no stream event before the error event in {without_content} of {n}");
         }
         if kind.starts_with("HTTP 502") {
-            let attempts = |log: &Vec<Value>, rid: &str| log.iter().filter(|e| e["rid"] == rid).count();
+            let attempts = |log: &Vec<Value>, rid: &str| log.iter().filter(|e| attempt_of(e, rid)).count();
             for rid in rids {
                 println!(
                     "      {rid}: attempts logged by decode-0 {}, by prefill-0 {}",
