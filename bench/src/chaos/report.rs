@@ -562,7 +562,7 @@ pub(crate) fn print(
     println!();
     println!(
         "  target no request hangs past its client timeout: {} ({hung} hung, {hung_stalled} of them streams held by a \
-         stalled engine: a stream that has begun has no deadline in the proxy)",
+         stalled engine, which --stream-idle-timeout-ms is there to cut)",
         verdict(hung == 0)
     );
     println!(
