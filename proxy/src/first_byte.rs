@@ -189,6 +189,15 @@ pub async fn first_frame(
         };
         return Err(blame(e, prefill, urls, Suspect::KvTransfer).await);
     }
+    // A prefill that failed while the frame was on its way: the frame has not reached the
+    // client yet, so the attempt may still be retried.
+    if let Some(p) = prefill {
+        match p.failed.as_mut().map(tokio::sync::oneshot::Receiver::try_recv) {
+            Some(Ok(e)) => return Err(e),
+            Some(Err(tokio::sync::oneshot::error::TryRecvError::Closed)) => p.failed = None,
+            _ => {}
+        }
+    }
     Ok(Some(frame))
 }
 

@@ -227,6 +227,10 @@ impl HttpBody for Relay {
         if this.done {
             return Poll::Ready(None);
         }
+        // The first frame goes out before anything else: the attempt was judged on it.
+        if let Some(first) = this.first.take() {
+            return this.pass(first);
+        }
         if let Some(rx) = &mut this.prefill_failed {
             match Pin::new(rx).poll(cx) {
                 Poll::Ready(Ok(e)) => {
@@ -237,9 +241,6 @@ impl HttpBody for Relay {
                 Poll::Ready(Err(_)) => this.prefill_failed = None,
                 Poll::Pending => {}
             }
-        }
-        if let Some(first) = this.first.take() {
-            return this.pass(first);
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if polled.is_pending()
