@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use infera_proto::types::LegFailure;
 
-pub use breaker::{Admit, Breaker, Health, Transition};
+pub use breaker::{Admit, Breaker, Ejection, Health, Transition};
 
 use crate::target::TargetKey;
 
@@ -155,23 +155,20 @@ impl Breakers {
         self.get(key).observe(outcome, &policy, now)
     }
 
-    /// Every ejected or probing target at `now`, with how long it stays out and how long its
-    /// ejection lasts.
-    pub fn ejections(&self, now: Instant) -> Vec<(TargetKey, Duration, Duration)> {
+    /// Every ejected or probing target at `now`, with its ejection.
+    pub fn ejections(&self, now: Instant) -> Vec<(TargetKey, Ejection)> {
         self.breakers
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| {
-                b.ejection(now).map(|(left, open)| (TargetKey::from_index(i as u32), left, open))
-            })
+            .filter_map(|(i, b)| b.ejection(now).map(|e| (TargetKey::from_index(i as u32), e)))
             .collect()
     }
 
-    /// Ejects `key` at `now` for `left` more in an ejection of `open`, as another leader had
-    /// it (ignored with ejection off).
-    pub fn carry(&mut self, key: TargetKey, left: Duration, open: Duration, now: Instant) {
+    /// Ejects `key` as another leader had it (ignored with ejection off).
+    pub fn carry(&mut self, key: TargetKey, ejection: Ejection) {
         if self.policy.failures > 0 {
-            *self.get(key) = Breaker::ejected(left, open.min(self.policy.max_open), now);
+            let open = ejection.open.min(self.policy.max_open);
+            *self.get(key) = Breaker::ejected(Ejection { open, ..ejection });
         }
     }
 

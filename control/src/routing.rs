@@ -95,7 +95,7 @@ pub struct RoutingCore<R> {
     /// Per-rank caps.
     capacity: Capacity,
     /// Ejections carried over from another leader whose targets have not registered yet.
-    pending_ejections: Vec<crate::ejection::CarriedEjection>,
+    pending_ejections: std::collections::HashMap<infera_proto::types::Target, crate::ejection::Ejection>,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -117,7 +117,7 @@ impl<R: Rng> RoutingCore<R> {
             breakers: Breakers::default(),
             excluded: Vec::new(),
             capacity: Capacity::default(),
-            pending_ejections: Vec::new(),
+            pending_ejections: std::collections::HashMap::new(),
         })
     }
 
@@ -369,10 +369,7 @@ impl<R: Rng> RoutingCore<R> {
     pub fn upsert_worker(&mut self, record: WorkerRecord) {
         self.view.upsert(record);
         self.round_robin.retain(self.view.pool_ids());
-        if !self.pending_ejections.is_empty() {
-            let pending = std::mem::take(&mut self.pending_ejections);
-            self.carry_ejections(pending, std::time::Instant::now(), std::time::SystemTime::now());
-        }
+        self.carry_pending_ejections();
     }
 
     /// Removes a worker (a registry change); its targets stop taking picks. Returns whether it was

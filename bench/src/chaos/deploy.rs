@@ -2,8 +2,8 @@
 //! (`infera_testkit::Cluster`): a real etcd; two prefill and two decode sims (one rank each,
 //! `two_of_each`) in this process, registered in etcd under leases as the launcher's registrar
 //! does; one `infera-control` process following etcd (the registry and its leader lease: a
-//! single replica that leads); and two `infera-proxy` processes. `prefill-0` and `decode-0` get the faults; `prefill-1` and
-//! `decode-1` stay healthy, so a retry always has somewhere to go.
+//! single replica that leads); and two `infera-proxy` processes. `prefill-0` and `decode-0` get
+//! the faults; `prefill-1` and `decode-1` stay healthy, so a retry always has somewhere to go.
 
 use std::time::Duration;
 

@@ -5,6 +5,16 @@ use std::time::{Duration, Instant};
 
 use super::{EjectionPolicy, Failure, Outcome};
 
+/// An ejection as a breaker holds it: out until `until` (probed from then on), lasting `open`
+/// (a failed probe doubles it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ejection {
+    /// When its open time ends.
+    pub until: Instant,
+    /// Its length.
+    pub open: Duration,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Healthy {
@@ -157,20 +167,19 @@ impl Breaker {
         }
     }
 
-    /// Its ejection at `now`, if it is ejected or probing: how long it stays out (zero once
-    /// probing) and how long the ejection lasts.
-    pub fn ejection(&self, now: Instant) -> Option<(Duration, Duration)> {
+    /// Its ejection at `now`, if it is ejected or probing (then due: `until` is `now`).
+    pub fn ejection(&self, now: Instant) -> Option<Ejection> {
         match self.state {
             State::Healthy { .. } => None,
-            State::Ejected { until, open, .. } => Some((until.saturating_duration_since(now), open)),
-            State::Probing { open, .. } => Some((Duration::ZERO, open)),
+            State::Ejected { until, open, .. } => Some(Ejection { until: until.max(now), open }),
+            State::Probing { open, .. } => Some(Ejection { until: now, open }),
         }
     }
 
-    /// A breaker ejected at `now` for `left` more, in an ejection of `open` (one carried over
-    /// from another leader: its failures stay with that leader).
-    pub fn ejected(left: Duration, open: Duration, now: Instant) -> Self {
-        Self { state: State::Ejected { until: now + left, open, failures: 0 } }
+    /// A breaker in `ejection` (one carried over from another leader: its failures stay with
+    /// that leader).
+    pub fn ejected(ejection: Ejection) -> Self {
+        Self { state: State::Ejected { until: ejection.until, open: ejection.open, failures: 0 } }
     }
 
     /// Its health at `now`.

@@ -18,6 +18,15 @@ fn policy() -> EjectionPolicy {
     }
 }
 
+/// Breakers whose `key` failed 3 times in a row at `t0`: ejected for 10 s.
+fn ejected(key: TargetKey, t0: Instant) -> Breakers {
+    let mut b = Breakers::new(policy());
+    for _ in 0..3 {
+        b.observe(key, FAIL, t0);
+    }
+    b
+}
+
 #[test]
 fn failures_in_a_row_eject_and_a_success_between_them_resets_the_count() {
     let (t0, key) = (Instant::now(), TargetKey::from_index(4));
@@ -44,15 +53,19 @@ fn failures_in_a_row_eject_and_a_success_between_them_resets_the_count() {
 #[test]
 fn an_ejection_read_out_and_carried_on_keeps_its_time_and_its_doubling() {
     let (t0, key) = (Instant::now(), TargetKey::from_index(2));
-    let mut old = Breakers::new(policy());
-    for _ in 0..3 {
-        old.observe(key, FAIL, t0);
-    }
+    let old = ejected(key, t0);
+    let open = Duration::from_secs(10);
     let later = t0 + Duration::from_secs(4);
-    assert_eq!(old.ejections(later), vec![(key, Duration::from_secs(6), Duration::from_secs(10))]);
-    // The next leader, whose clock is its own.
+    assert_eq!(old.ejections(later), vec![(key, Ejection { until: t0 + open, open })]);
+    assert_eq!(
+        old.ejections(t0 + Duration::from_secs(11)),
+        vec![(key, Ejection { until: t0 + Duration::from_secs(11), open })],
+        "past its time (probing next): due now"
+    );
+    // The next leader, whose clock is its own: 6 s left of it.
     let (t1, mut new) = (Instant::now() + Duration::from_secs(100), Breakers::new(policy()));
-    new.carry(key, Duration::from_secs(6), Duration::from_secs(10), t1);
+    let carried = Ejection { until: t1 + Duration::from_secs(6), open };
+    new.carry(key, carried);
     assert_eq!(new.admits(key, t1 + Duration::from_secs(5)), Admit::No);
     assert_eq!(new.admits(key, t1 + Duration::from_secs(6)), Admit::Probe);
     new.picked(key, t1 + Duration::from_secs(6));
@@ -62,7 +75,7 @@ fn an_ejection_read_out_and_carried_on_keeps_its_time_and_its_doubling() {
     );
     // Probing is carried as due now; ejection off carries nothing.
     let mut off = Breakers::new(EjectionPolicy { failures: 0, ..policy() });
-    off.carry(key, Duration::from_secs(6), Duration::from_secs(10), t1);
+    off.carry(key, carried);
     assert!(off.ejections(t1).is_empty());
     assert!(Breakers::new(policy()).ejections(t1).is_empty(), "a healthy target is not carried");
 }
@@ -70,10 +83,7 @@ fn an_ejection_read_out_and_carried_on_keeps_its_time_and_its_doubling() {
 #[test]
 fn half_open_lets_one_probe_through_and_closes_after_enough_successes() {
     let (t0, key) = (Instant::now(), TargetKey::from_index(0));
-    let mut b = Breakers::new(policy());
-    for _ in 0..3 {
-        b.observe(key, FAIL, t0);
-    }
+    let mut b = ejected(key, t0);
     let t1 = t0 + Duration::from_secs(10);
     assert_eq!(b.admits(key, t1), Admit::Probe);
     assert_eq!(b.health(key, t1).state, "probing");
@@ -94,10 +104,7 @@ fn half_open_lets_one_probe_through_and_closes_after_enough_successes() {
 #[test]
 fn a_failed_probe_ejects_again_for_twice_as_long_up_to_the_cap() {
     let (t0, key) = (Instant::now(), TargetKey::from_index(0));
-    let mut b = Breakers::new(policy());
-    for _ in 0..3 {
-        b.observe(key, FAIL, t0);
-    }
+    let mut b = ejected(key, t0);
     let mut now = t0 + Duration::from_secs(10);
     for expected in [20, 25, 25] {
         assert_eq!(b.admits(key, now), Admit::Probe);

@@ -8,7 +8,9 @@ use rand::Rng;
 
 use super::RoutingCore;
 use crate::capacity::Capacity;
-use crate::ejection::{Breakers, CarriedEjection, EjectionPolicy, Failure, Health, Outcome, Transition};
+use crate::ejection::{
+    Breakers, CarriedEjection, Ejection, EjectionPolicy, Failure, Health, Outcome, Transition,
+};
 use crate::target::TargetKey;
 
 impl<R: Rng> RoutingCore<R> {
@@ -62,10 +64,10 @@ impl<R: Rng> RoutingCore<R> {
         self.breakers
             .ejections(now)
             .into_iter()
-            .map(|(k, left, open)| CarriedEjection {
+            .map(|(k, e)| CarriedEjection {
                 target: self.view.slot(k).target.clone(),
-                until: wall + left,
-                open,
+                until: wall + (e.until - now),
+                open: e.open,
             })
             .collect()
     }
@@ -74,14 +76,23 @@ impl<R: Rng> RoutingCore<R> {
     /// (probing once it is past), and one not registered yet is ejected when it registers.
     pub fn carry_ejections(&mut self, ejections: Vec<CarriedEjection>, now: Instant, wall: SystemTime) {
         for e in ejections {
-            match self.view.key(&e.target) {
-                Some(k) => {
-                    let left = e.until.duration_since(wall).unwrap_or_default();
-                    self.breakers.carry(k, left, e.open, now);
-                }
-                None => self.pending_ejections.push(e),
-            }
+            let until = now + e.until.duration_since(wall).unwrap_or_default();
+            self.pending_ejections.insert(e.target, Ejection { until, open: e.open });
         }
+        self.carry_pending_ejections();
+    }
+
+    /// Hands the carried ejections whose targets are registered now to their breakers.
+    pub(super) fn carry_pending_ejections(&mut self) {
+        let view = &self.view;
+        let breakers = &mut self.breakers;
+        self.pending_ejections.retain(|target, e| match view.key(target) {
+            Some(k) => {
+                breakers.carry(k, *e);
+                false
+            }
+            None => true,
+        });
     }
 
     /// Sets the ejection thresholds (at start).
