@@ -191,14 +191,10 @@ pub async fn first_frame(
     }
     // A prefill that failed while the frame was on its way: the frame has not reached the
     // client yet, so the attempt may still be retried.
-    if let Some(p) = prefill {
-        match p.failed.as_mut().map(tokio::sync::oneshot::Receiver::try_recv) {
-            Some(Ok(e)) => return Err(e),
-            Some(Err(tokio::sync::oneshot::error::TryRecvError::Closed)) => p.failed = None,
-            _ => {}
-        }
+    match prefill.and_then(PrefillLeg::failed_by_now) {
+        Some(e) => Err(e),
+        None => Ok(Some(frame)),
     }
-    Ok(Some(frame))
 }
 
 #[cfg(test)]

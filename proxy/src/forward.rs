@@ -126,9 +126,10 @@ pub fn new_room() -> u64 {
     rand::random::<u64>() & (i64::MAX as u64)
 }
 
-/// Sends both legs of attempt `attempt`. The prefill leg runs in its own task (and releases its reservation); the
-/// decode head is awaited, then a stream's first data frame, and a prefill failure or the
-/// deadline `attempt_timeout` meanwhile fails the attempt (blamed on the leg that caused it).
+/// Sends both legs of attempt `attempt`. The prefill leg runs in its own task (and releases its
+/// reservation); the decode head is awaited, then a stream's first data frame, and a prefill
+/// failure or the deadline `attempt_timeout` meanwhile fails the attempt (blamed on the leg that
+/// caused it).
 /// On error the caller still owns the decode reservation.
 pub async fn dispatch(
     up: &Upstreams,

@@ -33,6 +33,19 @@ impl PrefillLeg {
         tokio::spawn(run(up, pick, req, rid, failed_tx, cancel_rx));
         Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)) }
     }
+
+    /// The leg's failure if it has failed by now (without waiting); a leg found finished is no
+    /// longer watched.
+    pub fn failed_by_now(&mut self) -> Option<ProxyError> {
+        match self.failed.as_mut()?.try_recv() {
+            Ok(e) => Some(e),
+            Err(oneshot::error::TryRecvError::Closed) => {
+                self.failed = None;
+                None
+            }
+            Err(oneshot::error::TryRecvError::Empty) => None,
+        }
+    }
 }
 
 /// The handle that ends a prefill leg from outside its task: [`PrefillCancel::cancel`] with a
