@@ -184,7 +184,11 @@ pub async fn run(
 
     let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state.clone(), stopped()));
-    let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), stopped()));
+    let readiness: metrics::Readiness = {
+        let state = state.clone();
+        Arc::new(move || state.readiness())
+    };
+    let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), readiness, stopped()));
     let server = tonic::transport::Server::builder().add_routes(routes);
     match &config.tls {
         Some(tls) => {

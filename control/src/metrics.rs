@@ -325,21 +325,27 @@ fn to_i64(v: u64) -> i64 {
 /// How long an open scrape gets once control stops.
 const SCRAPE_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Serves `GET /metrics` on `listener` until `shutdown` resolves, on the accept loop every
-/// infera server shares.
+/// Whether this control may take traffic, for `GET /readiness`: `Ok(role)` once it has read
+/// the registry (leader, follower or standalone alike: a follower answers with the leader's
+/// address and forwards Admin), `Err(why)` before.
+pub type Readiness = Arc<dyn Fn() -> Result<&'static str, &'static str> + Send + Sync>;
+
+/// Serves `GET /metrics`, `/health` and `/readiness` on `listener` until `shutdown` resolves,
+/// on the accept loop every infera server shares.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
+    readiness: Readiness,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let handler = move |req: Request<Incoming>| {
-        let registry = registry.clone();
-        async move { respond(&req, &registry) }
+        let (registry, readiness) = (registry.clone(), readiness.clone());
+        async move { respond(&req, &registry, &readiness) }
     };
     serve_http(listener, Plain, handler, shutdown, Drain::For(SCRAPE_DRAIN)).await;
 }
 
-fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Incoming>, registry: &Registry, readiness: &Readiness) -> Response<Full<Bytes>> {
     let reply = |status, ctype: &'static str, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
@@ -357,6 +363,10 @@ fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>
             }
         }
         (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        (&Method::GET, "/readiness") => match readiness() {
+            Ok(role) => reply(StatusCode::OK, "text/plain", format!("ready {role}\n")),
+            Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("not ready: {why}\n")),
+        },
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics\n".into()),
     }
 }

@@ -120,6 +120,15 @@ impl ControlState {
         }
     }
 
+    /// `GET /readiness`: ready (with the role) once the registry has been read.
+    pub fn readiness(&self) -> Result<&'static str, &'static str> {
+        if self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire) {
+            Ok(self.ha.leadership.view().role.as_str())
+        } else {
+            Err("the registry (etcd) has not been read yet")
+        }
+    }
+
     /// The leadership (for `GetConfig`, and where Admin calls go).
     pub fn leadership(&self) -> &Leadership {
         &self.ha.leadership

@@ -106,6 +106,42 @@ fn only_an_empty_static_registry_warns_that_every_pick_will_fail() {
     assert!(!err.contains(WARNING), "--etcd: {err}");
 }
 
+/// `GET path` on `addr`, HTTP/1.0: the whole answer, head and body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut http = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut http, format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn readiness_waits_for_the_registry() {
+    // A static workers file is the registry: ready from the listening line on.
+    let control = Running::spawn(command(&workers_file(WORKERS)));
+    let answer = http_get(control.metrics, "/readiness");
+    assert!(
+        answer.lines().next().unwrap_or_default().contains(" 200 ") && answer.ends_with("ready standalone\n"),
+        "{answer}"
+    );
+
+    // A replica whose etcd does not answer has not read the registry: not ready (Kubernetes
+    // keeps it out of the Service and a rolling update waits for it).
+    let mut replica = std::process::Command::new(env!("CARGO_BIN_EXE_infera-control"));
+    replica
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--etcd", "http://127.0.0.1:9"])
+        .env_remove("INFERA_CONTROL_WORKERS")
+        .env_remove("INFERA_DECODE_INPUT_DEMAND")
+        .env_remove("INFERA_DECODE_REQUEST_WEIGHT");
+    let replica = Running::spawn(replica);
+    let answer = http_get(replica.metrics, "/readiness");
+    assert!(
+        answer.lines().next().unwrap_or_default().contains(" 503 ") && answer.contains("registry"),
+        "{answer}"
+    );
+    assert!(http_get(replica.metrics, "/health").contains(" 200 OK"), "alive all the same");
+}
+
 #[test]
 fn env_vars_configure_it_and_sigterm_stops_it_cleanly() {
     let workers = workers_file(WORKERS);
@@ -120,10 +156,7 @@ fn env_vars_configure_it_and_sigterm_stops_it_cleanly() {
     assert_eq!(cfg.decode_input_demand, pb::DecodeInputDemand::On as i32);
     assert_eq!(cfg.decode_request_weight, 180_000.0);
 
-    let mut http = std::net::TcpStream::connect(control.metrics).unwrap();
-    std::io::Write::write_all(&mut http, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    http.read_to_string(&mut text).unwrap();
+    let text = http_get(control.metrics, "/metrics");
     assert!(text.contains("application/openmetrics-text"), "{text}");
     assert!(text.contains("# TYPE infera_router_leases gauge"), "{text}");
     assert!(text.trim_end().ends_with("# EOF"));
