@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use clap::{CommandFactory, Parser};
 
 fn deploy(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/systemd").join(file)
+    infera_deploy::dir().join("systemd").join(file)
 }
 
 /// `KEY=VALUE` lines, comments and blank lines skipped.
@@ -38,23 +38,7 @@ fn exec_start(unit: &str, instance: &str) -> (String, Vec<String>) {
 /// The env file as the flags the binary's parser maps those variables to; panics on a variable
 /// the binary does not read.
 fn as_flags(cmd: &clap::Command, env: &BTreeMap<String, String>) -> Vec<String> {
-    let mut flags = Vec::new();
-    for (key, value) in env {
-        let arg = cmd
-            .get_arguments()
-            .find(|a| a.get_env().is_some_and(|e| e == key.as_str()))
-            .unwrap_or_else(|| panic!("{key} is not a variable {} reads", cmd.get_name()));
-        match arg.get_long() {
-            Some(long) if arg.get_action().takes_values() => {
-                flags.extend([format!("--{long}"), value.clone()])
-            }
-            Some(long) if value == "true" => flags.push(format!("--{long}")),
-            Some(_) if value == "false" => {}
-            Some(long) => panic!("{key}={value}: --{long} is a switch, write true or false"),
-            None => flags.push(value.clone()),
-        }
-    }
-    flags
+    infera_deploy::as_flags(cmd, env).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -108,7 +92,7 @@ fn proxy_unit_and_env_start_a_valid_proxy() {
 
 #[test]
 fn launch_unit_and_env_start_one_nodes_workers() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sim_1p1d/deployment.toml");
+    let example = infera_deploy::dir().join("../examples/sim_1p1d/deployment.toml");
     let (name, words) = exec_start("infera-launch@.service", "deployment");
     assert_eq!(name, "infera-launch");
     let words: Vec<String> = words
