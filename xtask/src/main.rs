@@ -1,7 +1,8 @@
 //! Project tasks. `cargo xtask <task>`:
 //!
 //! - `setup`: installs what builds and tests need on a fresh machine — Debian packages
-//!   (protoc + includes, etcd) and a Python venv in `.venv` with the real grpcurl.
+//!   (protoc + includes, etcd, promtool), a Python venv in `.venv` with the real grpcurl, the
+//!   SGLang parser venvs, and `.venv-deploy` with the manifests' checkers.
 //! - `test`: `setup`, then the whole test suite.
 //! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
 //! - `bench [control|proxy|failover|chaos|…]`: the benchmarks (release build), printed as ratios
@@ -38,6 +39,7 @@ fn run() -> anyhow::Result<()> {
             cmd.args(["test", "--workspace", "--locked"]).args(&rest);
             cmd.env("INFERA_GRPCURL", setup::grpcurl(&root)).env("INFERA_PYTHON", setup::python(&root));
             cmd.env("INFERA_BIN_DIR", root.join("target/debug"));
+            cmd.env("INFERA_DEPLOY_VENV", setup::deploy_venv(&root));
             for v in setup::SGLANG_VENVS {
                 cmd.env(setup::sglang_python_var(v.version), setup::sglang_python(&root, v.version));
             }

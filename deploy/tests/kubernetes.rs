@@ -1,0 +1,204 @@
+//! `deploy/kubernetes`: every overlay renders (`kubectl kustomize`), every object is valid
+//! against the Kubernetes 1.37 OpenAPI schemas (strict: no unknown field) and the Prometheus
+//! Operator's types, checkov finds nothing that is not listed with a reason, every infera
+//! container's command line and environment parse with the binary's own parser, the worker
+//! pods are the deployment file's hosts, and the network policies let only proxies reach
+//! control's Router and only operators its Admin.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use infera_deploy::{Rendered, overlays, render, venv};
+use support::pods::pods;
+
+fn rendered() -> Vec<Rendered> {
+    let all: Vec<Rendered> =
+        overlays().iter().map(|o| render(o).unwrap_or_else(|e| panic!("{e:#}"))).collect();
+    assert!(all.len() >= 4, "sim-1p1d, amd-pd, nvidia-pd, existing-etcd: {:?}", all.iter().map(|r| &r.name));
+    all
+}
+
+#[test]
+fn every_object_of_every_overlay_is_valid_kubernetes_1_37() {
+    let dir = tempfile::tempdir().unwrap();
+    for overlay in rendered() {
+        let file = dir.path().join(format!("{}.yaml", overlay.name));
+        std::fs::write(&file, &overlay.yaml).unwrap();
+        let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
+        validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
+        let out = infera_deploy::output(&mut validate, None).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        // Only the Prometheus Operator's kinds have no schema there: they are checked below.
+        let unchecked: Vec<&str> =
+            text.lines().filter(|l| !l.contains("api version monitoring.coreos.com/v1")).collect();
+        assert!(out.status.success() && unchecked.is_empty(), "{}:\n{text}", overlay.name);
+
+        let objects = serde_json::to_string(&overlay.objects).unwrap();
+        let script = infera_deploy::dir().join("tests/support/validate_crds.mjs");
+        let mut node = std::process::Command::new("node");
+        node.arg(script).arg(venv().join("npm/node_modules"));
+        let checked = infera_deploy::run(&mut node, Some(&objects))
+            .unwrap_or_else(|e| panic!("{}: {e:#}", overlay.name));
+        assert!(checked.contains("checked 2 "), "two ServiceMonitors in {}: {checked}", overlay.name);
+    }
+}
+
+#[test]
+fn the_validators_catch_a_misspelt_field_and_a_bad_monitor() {
+    let overlay = render(&infera_deploy::dir().join("kubernetes/overlays/sim-1p1d")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(&file, overlay.yaml.replacen("readOnlyRootFilesystem", "readOnlyRootFilesytem", 1))
+        .unwrap();
+    let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
+    validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
+    let out = infera_deploy::output(&mut validate, None).unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("readOnlyRootFilesytem"), "{out:?}");
+
+    let mut objects = overlay.objects.clone();
+    let monitor = objects.iter_mut().find(|o| o["kind"] == "ServiceMonitor").unwrap();
+    monitor["spec"]["endpoints"][0]["interval"] = "every 15 s".into();
+    let mut node = std::process::Command::new("node");
+    node.arg(infera_deploy::dir().join("tests/support/validate_crds.mjs"))
+        .arg(venv().join("npm/node_modules"));
+    let out = infera_deploy::output(&mut node, Some(&serde_json::to_string(&objects).unwrap())).unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stdout).contains("interval"), "{out:?}");
+}
+
+#[test]
+fn checkov_finds_nothing_that_is_not_listed_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    for overlay in rendered() {
+        std::fs::write(dir.path().join(format!("{}.yaml", overlay.name)), &overlay.yaml).unwrap();
+        // Every skip an object carries says why (`checkov.io/skipN: CHECK=reason`).
+        for object in &overlay.objects {
+            let annotations = object["metadata"]["annotations"].as_object().into_iter().flatten();
+            for (key, value) in annotations.filter(|(k, _)| k.starts_with("checkov.io/skip")) {
+                let reason = value.as_str().and_then(|v| v.split_once('=')).map(|(_, r)| r.trim());
+                assert!(reason.is_some_and(|r| r.len() > 20), "{key}: {value} gives no reason");
+            }
+        }
+    }
+    let config = infera_deploy::dir().join("kubernetes/checkov.yaml");
+    let mut checkov = std::process::Command::new(venv().join("bin/checkov"));
+    checkov.arg("--config-file").arg(&config).arg("--directory").arg(dir.path());
+    checkov.args(["--framework", "kubernetes", "--compact", "--quiet", "--skip-download"]);
+    let report = infera_deploy::run(&mut checkov, None).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(!report.contains("FAILED"), "{report}");
+
+    let mut dockerfile = std::process::Command::new(venv().join("bin/checkov"));
+    dockerfile
+        .arg("--config-file")
+        .arg(&config)
+        .arg("--file")
+        .arg(infera_deploy::dir().join("docker/Dockerfile"));
+    dockerfile.args(["--framework", "dockerfile", "--compact", "--quiet", "--skip-download"]);
+    let report = infera_deploy::run(&mut dockerfile, None).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(!report.contains("FAILED"), "{report}");
+}
+
+#[test]
+fn every_infera_container_parses_with_its_binarys_own_parser() {
+    let mut seen = BTreeMap::<String, usize>::new();
+    for overlay in rendered() {
+        for pod in pods(&overlay) {
+            for container in &pod.containers {
+                let parsed = support::flags::parse(&overlay, &pod, container)
+                    .unwrap_or_else(|e| panic!("{} {} {}: {e}", overlay.name, pod.name, container.name));
+                if let Some(binary) = parsed {
+                    *seen.entry(binary).or_default() += 1;
+                }
+            }
+        }
+    }
+    for binary in ["infera-control", "infera-proxy", "infera-launch"] {
+        assert!(seen.get(binary).is_some_and(|n| *n >= 4), "{binary} in every overlay: {seen:?}");
+    }
+}
+
+#[test]
+fn the_worker_pods_are_the_deployment_files_hosts() {
+    for overlay in rendered() {
+        let workers = support::workers::check(&overlay).unwrap_or_else(|e| panic!("{}: {e}", overlay.name));
+        assert!(workers >= 2, "{}: a prefill and a decode at least", overlay.name);
+    }
+}
+
+#[test]
+fn only_proxies_reach_the_router_and_only_operators_and_replicas_the_admin() {
+    use support::policy::{Peer, allowed};
+    for overlay in rendered() {
+        let control = label("infera-control");
+        let peers = [
+            ("proxy", Peer::here(label("infera-proxy"))),
+            ("replica", Peer::here(label("infera-control"))),
+            ("worker", Peer::here(label("infera-workers"))),
+            ("operator", Peer::elsewhere("ops", [("infera.dev/operator", "true")])),
+            ("other", Peer::elsewhere("apps", [("app", "web")])),
+        ];
+        let who = |port: u16| -> Vec<&str> {
+            peers.iter().filter(|(_, p)| allowed(&overlay, &control, p, port)).map(|(n, _)| *n).collect()
+        };
+        assert_eq!(who(50051), ["proxy"], "{}: Router", overlay.name);
+        assert_eq!(who(50052), ["replica", "operator"], "{}: Admin", overlay.name);
+        let api = |p: &Peer| allowed(&overlay, &label("infera-proxy"), p, 8000);
+        assert!(peers.iter().all(|(_, p)| api(p)), "{}: the API is open to clients", overlay.name);
+        if overlay.get("StatefulSet", "infera-etcd").is_some() {
+            let etcd = label("infera-etcd");
+            let who: Vec<&str> =
+                peers.iter().filter(|(_, p)| allowed(&overlay, &etcd, p, 2379)).map(|(n, _)| *n).collect();
+            assert_eq!(who, ["replica", "worker"], "{}: etcd", overlay.name);
+        }
+    }
+}
+
+#[test]
+fn the_autoscalers_pods_metric_is_a_proxy_gauge() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let _metrics = infera_proxy::metrics::ProxyMetrics::register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for overlay in rendered() {
+        let hpa = overlay.get("HorizontalPodAutoscaler", "infera-proxy").expect("the proxies scale");
+        let metrics = hpa["spec"]["metrics"].as_array().unwrap();
+        let pods: Vec<&str> = metrics.iter().filter_map(|m| m["pods"]["metric"]["name"].as_str()).collect();
+        assert!(!pods.is_empty(), "{}: on requests in flight", overlay.name);
+        for name in pods {
+            assert!(text.contains(&format!("# TYPE {name} gauge")), "{name} is not a proxy gauge");
+        }
+        assert!(metrics.iter().any(|m| m["resource"]["name"] == "cpu"), "{}: and on CPU", overlay.name);
+    }
+}
+
+#[test]
+fn control_runs_as_ha_replicas_that_stay_apart_and_up() {
+    for overlay in rendered() {
+        let control = overlay.get("StatefulSet", "infera-control").unwrap();
+        assert_eq!(control["spec"]["replicas"], 3, "{}", overlay.name);
+        let spec = &control["spec"]["template"]["spec"];
+        assert!(spec["affinity"]["podAntiAffinity"].is_object(), "{}: anti-affinity", overlay.name);
+        let probe = &spec["containers"][0]["readinessProbe"]["httpGet"];
+        assert_eq!(probe["path"], "/readiness", "{}", overlay.name);
+        let pdb = overlay.get("PodDisruptionBudget", "infera-control").unwrap();
+        assert_eq!(pdb["spec"]["minAvailable"], 2, "{}", overlay.name);
+        let has_etcd = overlay.get("StatefulSet", "infera-etcd");
+        if overlay.name != "existing-etcd" {
+            let etcd = has_etcd.unwrap_or_else(|| panic!("{}: its own etcd", overlay.name));
+            assert_eq!(etcd["spec"]["replicas"], 3);
+            assert!(
+                etcd["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+                    .is_string()
+            );
+        } else {
+            assert!(has_etcd.is_none(), "existing-etcd runs none");
+            let endpoints =
+                overlay.get("ConfigMap", "infera-etcd").unwrap()["data"]["endpoints"].as_str().unwrap();
+            assert!(!endpoints.contains("infera-etcd-"), "{endpoints}");
+        }
+    }
+}
+
+fn label(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("app.kubernetes.io/name".to_owned(), name.to_owned())])
+}
