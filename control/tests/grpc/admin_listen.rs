@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, admin_client::AdminClient, router_client::RouterClient};
+use infera_proto::serve::tls::{ClientFiles, IdentityFiles};
 use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
 use infera_registry::test_server::EtcdServer;
+use infera_testkit::tls::TestCa;
 use infera_testkit::{ControlSpec, Workers};
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
@@ -160,4 +162,89 @@ async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
     assert_eq!(StatusReason::leader(&err).as_deref(), Some(leader.admin_url().as_str()));
     follower.stop().await;
     leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_prints_its_admin_socket_and_keeps_it_on_restart() {
+    let spec = ControlSpec::new(Workers::Toml(pd_workers(1))).flags(["--admin-listen", "127.0.0.1:0"]);
+    let mut control = spec.spawn().await.unwrap();
+    let admin_addr = control.admin_addr.expect("admin= in the listening line");
+    assert_ne!(admin_addr, control.addr);
+    control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap();
+    let err =
+        AdminClient::new(control.channel().await).get_config(pb::GetConfigRequest {}).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    control.restart(false).await.unwrap();
+    assert_eq!(control.admin_addr, Some(admin_addr));
+    control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap();
+    control.stop().await.unwrap();
+}
+
+/// A mutual-TLS channel to `url` with `files`, when it connects.
+async fn tls_channel(url: &str, files: &ClientFiles) -> Option<Channel> {
+    let endpoint = Endpoint::from_shared(url.to_owned()).ok()?.tls_config(files.tonic().unwrap()).ok()?;
+    endpoint.connect_timeout(Duration::from_secs(1)).connect().await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_both_sockets_need_a_certificate_and_followers_forward_to_https_admin() {
+    let ca = TestCa::new("control");
+    let server = ca.issue("control", &["127.0.0.1"]);
+    let operator = ca.issue("operator", &["operator"]);
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    let (cert, key, ca_path) =
+        (server.cert.display().to_string(), server.key.display().to_string(), ca.ca().display().to_string());
+    let flags = [
+        "--etcd",
+        url.as_str(),
+        "--engine-poll-ms",
+        "0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert.as_str(),
+        "--tls-key",
+        key.as_str(),
+        "--tls-client-ca",
+        ca_path.as_str(),
+        "--tls-peer-ca",
+        ca_path.as_str(),
+    ];
+    let first = ControlSpec::new(Workers::None).flags(flags).start().await.unwrap();
+    let second = ControlSpec::new(Workers::None).flags(flags).start().await.unwrap();
+    assert!(first.admin_url().starts_with("https://"), "{}", first.admin_url());
+    let files = ClientFiles {
+        ca: Some(ca.ca()),
+        identity: Some(IdentityFiles { cert: operator.cert, key: operator.key }),
+        server_name: None,
+    };
+    // Whoever leads: each replica's Admin socket answers with the leader's GetConfig, the
+    // follower's by forwarding over TLS to the leader's https admin_url.
+    let leaders = infera_testkit::poll(Duration::from_secs(30), "both to answer as the leader", async || {
+        let mut seen = Vec::new();
+        for control in [&first, &second] {
+            let mut admin = AdminClient::new(tls_channel(&control.admin_url(), &files).await?);
+            let config = admin.get_config(pb::GetConfigRequest {}).await.ok()?.into_inner();
+            seen.push(config.leadership.filter(|l| l.role == "leader")?.url);
+        }
+        (seen[0] == seen[1]).then_some(seen)
+    })
+    .await
+    .unwrap();
+    assert!([first.url(), second.url()].contains(&leaders[0]), "{leaders:?}");
+    // TLS on --listen too: Router over TLS, Admin not there.
+    let grpc = tls_channel(&first.url(), &files).await.expect("TLS on --listen");
+    assert_eq!(health(grpc.clone(), ROUTER).await, Ok(ServingStatus::Serving));
+    let err = AdminClient::new(grpc).get_config(pb::GetConfigRequest {}).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    // Without a client certificate, neither socket lets a caller in.
+    let anonymous = ClientFiles { ca: Some(ca.ca()), identity: None, server_name: None };
+    for url in [first.url(), first.admin_url()] {
+        let refused = match tls_channel(&url, &anonymous).await {
+            None => true,
+            Some(channel) => health(channel, "").await.is_err(),
+        };
+        assert!(refused, "{url} served a caller without a certificate");
+    }
 }
