@@ -129,7 +129,11 @@ async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
     let grpc = TcpListener::bind("127.0.0.1:0").await?;
     let metrics = TcpListener::bind("127.0.0.1:0").await?;
     let control_addr = grpc.local_addr()?;
-    tokio::spawn(infera_control::run(Listeners { grpc, metrics }, config, std::future::pending()));
+    tokio::spawn(infera_control::run(
+        Listeners { grpc, admin: None, metrics },
+        config,
+        std::future::pending(),
+    ));
     let echo_listener = TcpListener::bind("127.0.0.1:0").await?;
     let echo_addr = echo_listener.local_addr()?;
     echo::spawn(echo_listener);

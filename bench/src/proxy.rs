@@ -107,6 +107,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     own_runtime("control", move || async move {
         let listeners = infera_control::Listeners {
             grpc: TcpListener::from_std(grpc)?,
+            admin: None,
             metrics: TcpListener::from_std(metrics)?,
         };
         infera_control::run(listeners, config, std::future::pending()).await

@@ -12,14 +12,19 @@ use infera_proto::types::{
 use crate::fit::WeightMode;
 
 mod limits;
+mod listen;
 mod tls;
+mod weight;
 
+pub use listen::ListenError;
 pub use tls::ControlTls;
 
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use limits::{CapacityArgs, EjectionArgs, ReplicaArgs};
+use listen::ListenArgs;
+use weight::WeightArg;
 
 /// infera-control: the central demand ledger and scoring service.
 #[derive(Parser, Debug)]
@@ -49,17 +54,6 @@ pub struct Args {
     tls: tls::TlsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
-}
-
-#[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Listen")]
-struct ListenArgs {
-    /// gRPC address (Router, Admin, health, reflection). Port 0 picks a free port.
-    #[arg(long, env = "INFERA_CONTROL_LISTEN", default_value = "127.0.0.1:50051")]
-    listen: SocketAddr,
-    /// Prometheus `/metrics` address. Port 0 picks a free port.
-    #[arg(long, env = "INFERA_CONTROL_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
-    metrics_listen: SocketAddr,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -182,6 +176,8 @@ struct AdminArgs {
 pub struct Config {
     /// gRPC address.
     pub listen: SocketAddr,
+    /// The Admin service's own address (`None`: Admin is served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
     /// `/metrics` address.
     pub metrics_listen: SocketAddr,
     /// The workers of the static file (empty with etcd); `dp_size` may be left out.
@@ -204,6 +200,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// The URL to advertise (`None`: from the bound address).
     pub advertise_url: Option<String>,
+    /// The Admin URL to advertise with `admin_listen` (`None`: from its bound address).
+    pub admin_advertise_url: Option<String>,
     /// The leader lease's TTL (with etcd).
     pub leader_ttl: Duration,
     /// Outlier ejection's thresholds.
@@ -241,28 +239,12 @@ pub enum ConfigError {
         .0.mode
     )]
     WeightNeedsDemand(WeightNeedsDemand),
+    /// The Listen flags do not go together.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
     /// A TLS file cannot be used.
     #[error("--tls-cert/--tls-key/--tls-client-ca/--tls-peer-ca: {0}")]
     Tls(#[from] infera_proto::serve::tls::TlsError),
-}
-
-/// `--decode-request-weight`: a number, or `auto`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum WeightArg {
-    Pinned(RequestWeight),
-    Auto,
-}
-
-impl std::str::FromStr for WeightArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.trim().eq_ignore_ascii_case("auto") {
-            Ok(Self::Auto)
-        } else {
-            s.parse().map(Self::Pinned).map_err(|e| format!("{e} (or `auto`)"))
-        }
-    }
 }
 
 impl TryFrom<Args> for Config {
@@ -286,8 +268,11 @@ impl TryFrom<Args> for Config {
             prefilling_age_decay: a.decode.decode_prefilling_age_decay,
         };
         settings.validate().map_err(ConfigError::WeightNeedsDemand)?;
+        let admin_advertise_url = a.replicas.admin_advertise_url.filter(|u| !u.is_empty());
+        a.listen.check(admin_advertise_url.as_deref())?;
         Ok(Self {
             listen: a.listen.listen,
+            admin_listen: a.listen.admin_listen,
             metrics_listen: a.listen.metrics_listen,
             workers: match &a.registry.workers {
                 Some(path) => workers_file::load(path)?,
@@ -303,6 +288,7 @@ impl TryFrom<Args> for Config {
             tls: a.tls.into_config()?,
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
+            admin_advertise_url,
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
             ejection: a.ejection.policy(),
             capacity: a.capacity.caps(),

@@ -57,14 +57,29 @@ pub struct LeadershipView {
     pub role: Role,
     /// This control's URL.
     pub url: String,
+    /// This control's Admin URL, when it serves Admin on a socket of its own (`--admin-listen`).
+    pub admin_url: Option<String>,
     /// The leader's URL, when one is known.
     pub leader_url: Option<String>,
+    /// The leader's Admin URL, when it serves Admin on a socket of its own.
+    pub leader_admin_url: Option<String>,
     /// The leader's term; 0 while none is known.
     pub epoch: u32,
     /// When this control took over (leader and standalone).
     pub since: Option<Instant>,
     /// The same, on the wall clock (for operators).
     pub since_wall: Option<SystemTime>,
+}
+
+/// The leader as a follower knows it from the leader key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// Its URL (Router, and Admin unless `admin_url` is given).
+    pub url: String,
+    /// Where it serves Admin, when on a socket of its own.
+    pub admin_url: Option<String>,
+    /// Its term.
+    pub epoch: u32,
 }
 
 /// The leadership as the rest of control reads it: the role, the leader, and the booking gate.
@@ -84,6 +99,8 @@ impl Leadership {
             role: Role::Standalone,
             leader_url: Some(url.clone()),
             url,
+            admin_url: None,
+            leader_admin_url: None,
             epoch,
             since: Some(now),
             since_wall: Some(SystemTime::now()),
@@ -96,12 +113,27 @@ impl Leadership {
         let view = LeadershipView {
             role: Role::Follower,
             url,
+            admin_url: None,
             leader_url: None,
+            leader_admin_url: None,
             epoch: 0,
             since: None,
             since_wall: None,
         };
         Self { base: now, book_until: AtomicU64::new(0), view: RwLock::new(view) }
+    }
+
+    /// This control serves Admin at `admin_url` (`--admin-listen`), not at its URL: followers
+    /// forward Admin calls there once it leads.
+    pub fn serving_admin_at(self, admin_url: Option<String>) -> Self {
+        {
+            let mut view = self.view.write().expect("leadership lock");
+            if view.role == Role::Standalone {
+                view.leader_admin_url.clone_from(&admin_url);
+            }
+            view.admin_url = admin_url;
+        }
+        self
     }
 
     /// Whether this control may book at `now`; the refusal names the leader when one is known.
@@ -118,12 +150,13 @@ impl Leadership {
     }
 
     /// Where Admin calls go when this control does not lead: `None` when it leads, else the
-    /// leader's URL if one is known (`Some(None)`: a follower that knows no leader).
+    /// leader's Admin URL (its URL when it serves Admin there) if one is known (`Some(None)`: a
+    /// follower that knows no leader).
     pub fn forward_to(&self) -> Option<Option<String>> {
         let view = self.view();
         match view.role {
             Role::Standalone | Role::Leader => None,
-            Role::Follower => Some(view.leader_url),
+            Role::Follower => Some(view.leader_admin_url.or(view.leader_url)),
         }
     }
 
@@ -139,6 +172,7 @@ impl Leadership {
             let mut view = self.view.write().expect("leadership lock");
             view.role = Role::Leader;
             view.leader_url = Some(view.url.clone());
+            view.leader_admin_url = view.admin_url.clone();
             view.epoch = epoch;
             view.since = Some(now);
             view.since_wall = Some(SystemTime::now());
@@ -151,16 +185,16 @@ impl Leadership {
         self.book_until.fetch_max(self.nanos(until).max(1), Ordering::AcqRel);
     }
 
-    /// Books nothing from now on; `leader` is the one that leads now, with its term, if known.
-    pub fn follow(&self, leader: Option<(String, u32)>) {
+    /// Books nothing from now on; `leader` is the one that leads now, if known.
+    pub fn follow(&self, leader: Option<Leader>) {
         self.book_until.store(0, Ordering::Release);
         let mut view = self.view.write().expect("leadership lock");
         view.role = Role::Follower;
         view.since = None;
         view.since_wall = None;
-        (view.leader_url, view.epoch) = match leader {
-            Some((url, epoch)) => (Some(url), epoch),
-            None => (None, 0),
+        (view.leader_url, view.leader_admin_url, view.epoch) = match leader {
+            Some(Leader { url, admin_url, epoch }) => (Some(url), admin_url, epoch),
+            None => (None, None, 0),
         };
     }
 
@@ -211,7 +245,7 @@ mod tests {
         let t0 = Instant::now();
         let l = Leadership::candidate("http://b".into(), t0);
         l.lead(1, t0 + Duration::from_secs(60), t0);
-        l.follow(Some(("http://a".into(), 9)));
+        l.follow(Some(Leader { url: "http://a".into(), admin_url: None, epoch: 9 }));
         match l.check(t0).unwrap_err() {
             ControlError::NotLeader { leader, lapsed } => {
                 assert_eq!((leader.as_deref(), lapsed), (Some("http://a"), false));
@@ -221,5 +255,26 @@ mod tests {
         assert_eq!(l.forward_to(), Some(Some("http://a".into())));
         let v = l.view();
         assert_eq!((v.role, v.epoch, v.since), (Role::Follower, 9, None));
+    }
+
+    #[test]
+    fn admin_calls_go_to_the_leaders_admin_socket_and_router_hints_name_its_url() {
+        let t0 = Instant::now();
+        let l = Leadership::candidate("http://b:1".into(), t0).serving_admin_at(Some("http://b:2".into()));
+        let leader = Leader { url: "http://a:1".into(), admin_url: Some("http://a:2".into()), epoch: 3 };
+        l.follow(Some(leader));
+        assert_eq!(l.forward_to(), Some(Some("http://a:2".into())));
+        match l.check(t0).unwrap_err() {
+            ControlError::NotLeader { leader, .. } => assert_eq!(leader.as_deref(), Some("http://a:1")),
+            e => panic!("{e}"),
+        }
+        // Elected itself: its own Admin socket is the leader's.
+        l.lead(4, t0 + Duration::from_secs(60), t0);
+        let v = l.view();
+        assert_eq!(v.leader_admin_url.as_deref(), Some("http://b:2"));
+        assert_eq!(l.forward_to(), None);
+        let standalone =
+            Leadership::standalone("http://s:1".into(), 1, t0).serving_admin_at(Some("http://s:2".into()));
+        assert_eq!(standalone.view().leader_admin_url.as_deref(), Some("http://s:2"));
     }
 }

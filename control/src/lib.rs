@@ -83,8 +83,11 @@ const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// The sockets control serves on, bound by the caller (tests bind port 0 and keep them).
 #[derive(Debug)]
 pub struct Listeners {
-    /// gRPC: Router, Admin, health and reflection.
+    /// gRPC: Router, health and reflection; Admin too unless `admin` is given.
     pub grpc: TcpListener,
+    /// gRPC: Admin, health and reflection, on a socket of their own (`--admin-listen`, bound
+    /// by the caller when the configuration has one).
+    pub admin: Option<TcpListener>,
     /// Prometheus `/metrics`.
     pub metrics: TcpListener,
 }
@@ -101,6 +104,12 @@ pub async fn run(
     };
     let etcd = config.etcd;
     let url = advertise_url(config.advertise_url, listeners.grpc.local_addr()?, config.tls.is_some());
+    let admin_url = match &listeners.admin {
+        Some(admin) => {
+            Some(advertise_url(config.admin_advertise_url, admin.local_addr()?, config.tls.is_some()))
+        }
+        None => None,
+    };
     // Standalone: ids of a random epoch. Replicas: the term of each election (none yet).
     let (leadership, epoch) = if etcd.is_empty() {
         let epoch: u32 = rand::random();
@@ -108,7 +117,7 @@ pub async fn run(
     } else {
         (leader::Leadership::candidate(url.clone(), std::time::Instant::now()), 0)
     };
-    let leadership = Arc::new(leadership);
+    let leadership = Arc::new(leadership.serving_admin_at(admin_url.clone()));
     let flags = persist::Persisted { settings: config.settings, weight_mode: config.weight_mode };
     // (Persisted ejections are the leader's: they are carried on at takeover, not here.)
     let (persist::Persisted { settings, weight_mode }, drains) = if etcd.is_empty() {
@@ -166,13 +175,16 @@ pub async fn run(
         }
         None => None,
     };
-    let routes = service::routes(state.clone(), config.admin_token, peers, stop.receiver()).await?;
+    let admin_apart = listeners.admin.is_some();
+    let routes =
+        service::routes(state.clone(), config.admin_token, peers, stop.receiver(), admin_apart).await?;
     if !etcd.is_empty() {
         state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse
         // picks it could serve.
         let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
-        let election = leader::election::ElectionConfig { endpoints: etcd, url, ttl: config.leader_ttl };
+        let election =
+            leader::election::ElectionConfig { endpoints: etcd, url, admin_url, ttl: config.leader_ttl };
         let (takeover, stop) = (state::takeover(&state), stop.receiver());
         tokio::spawn(async move {
             if synced.await.is_ok() {
@@ -189,28 +201,46 @@ pub async fn run(
         Arc::new(move || state.readiness())
     };
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), readiness, stopped()));
-    let server = tonic::transport::Server::builder().add_routes(routes);
-    match &config.tls {
-        Some(tls) => {
-            let incoming = infera_proto::serve::tls::incoming(listeners.grpc, tls.server.clone());
-            server.serve_with_incoming_shutdown(incoming, stopped()).await?;
+    let server_tls = config.tls.as_ref().map(|tls| tls.server.clone());
+    let grpc = serve_grpc(listeners.grpc, routes.grpc, server_tls.clone(), stopped());
+    match (listeners.admin, routes.admin) {
+        (Some(listener), Some(admin)) => {
+            tokio::try_join!(grpc, serve_grpc(listener, admin, server_tls, stopped()))?;
         }
-        None => {
-            let incoming = TcpListenerStream::new(listeners.grpc).map(|conn| {
-                if let Ok(stream) = &conn {
-                    // Picks are small unary calls: never wait for Nagle.
-                    let _ = stream.set_nodelay(true);
-                }
-                conn
-            });
-            server.serve_with_incoming_shutdown(incoming, stopped()).await?;
-        }
+        _ => grpc.await?,
     }
     reaper.await?;
     feed.await?;
     metrics.await?;
     state.stop_engine();
     Ok(())
+}
+
+/// Serves `routes` on `listener` until `stop`, over TLS with `tls` (`--tls-cert`, the same on
+/// every gRPC socket).
+async fn serve_grpc(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    tls: Option<Arc<infera_proto::serve::tls::ServerTls>>,
+    stop: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let server = tonic::transport::Server::builder().add_routes(routes);
+    match tls {
+        Some(tls) => {
+            let incoming = infera_proto::serve::tls::incoming(listener, tls);
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+        None => {
+            let incoming = TcpListenerStream::new(listener).map(|conn| {
+                if let Ok(stream) = &conn {
+                    // Picks are small unary calls: never wait for Nagle.
+                    let _ = stream.set_nodelay(true);
+                }
+                conn
+            });
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+    }
 }
 
 /// Keeps the worker view in step with etcd: every change of `/infera/v1/workers/` is applied

@@ -20,22 +20,38 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = TcpListener::bind(config.metrics_listen).await.with_context(|| {
         format!("cannot bind the metrics address --metrics-listen {}", config.metrics_listen)
     })?;
+    let admin = match config.admin_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot bind the Admin address --admin-listen {addr}"))?,
+        ),
+        None => None,
+    };
     if config.has_no_workers() {
         tracing::warn!("the workers file lists no workers: every pick will fail with NOT_FOUND");
     }
     // One line on stdout that scripts and tests wait for (ports may have been 0).
     let tls = if config.tls.is_some() { " tls=on" } else { "" };
-    println!("infera-control listening grpc={} metrics={}{tls}", grpc.local_addr()?, metrics.local_addr()?);
+    let admin_addr = admin.as_ref().map(TcpListener::local_addr).transpose()?;
+    let admin_field = admin_addr.map(|a| format!(" admin={a}")).unwrap_or_default();
+    println!(
+        "infera-control listening grpc={} metrics={}{admin_field}{tls}",
+        grpc.local_addr()?,
+        metrics.local_addr()?
+    );
     tracing::info!(
         grpc = %grpc.local_addr()?,
         metrics = %metrics.local_addr()?,
+        admin = ?admin_addr,
         workers = config.workers.len(),
         mode = %config.settings.mode,
         weight = config.settings.weight.get(),
         policy = %config.settings.policy,
         "infera-control started"
     );
-    let result = infera_control::run(Listeners { grpc, metrics }, config, telemetry::stop_signal()).await;
+    let result =
+        infera_control::run(Listeners { grpc, admin, metrics }, config, telemetry::stop_signal()).await;
     telemetry.shutdown().await;
     result
 }

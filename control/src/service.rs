@@ -10,6 +10,7 @@ mod wire;
 use std::sync::Arc;
 
 use infera_proto::pb::{admin_server::AdminServer, router_server::RouterServer};
+use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::error::ControlError;
@@ -17,7 +18,25 @@ use crate::state::ControlState;
 
 pub use auth::AdminAuth;
 
-/// Builds the tonic router with every service control serves.
+/// What each gRPC socket serves: `grpc` (`--listen`) and, with `--admin-listen`, `admin`.
+#[derive(Debug)]
+pub struct Served {
+    /// Router, health and reflection; Admin too when `admin` is `None`.
+    pub grpc: tonic::service::Routes,
+    /// Admin, health and reflection, on a socket of its own.
+    pub admin: Option<tonic::service::Routes>,
+}
+
+/// The gRPC health service's name.
+const HEALTH: &str = "grpc.health.v1.Health";
+/// The reflection services' names (both versions).
+const REFLECTION: [&str; 2] =
+    ["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"];
+
+/// Builds the tonic routers of every service control serves: all on one socket, or with
+/// `admin_apart` Admin on a socket of its own and the rest without it (an Admin call there is
+/// `UNIMPLEMENTED`, as for any unknown service). Each socket's health and reflection speak of
+/// what that socket serves.
 /// `stop` fires at shutdown; open `WatchDecisions` streams end then, so a graceful shutdown
 /// does not wait on an operator's grpcurl. `peers`: the TLS a follower forwards Admin calls to
 /// an `https://` leader with.
@@ -26,26 +45,48 @@ pub async fn routes(
     admin_token: Option<String>,
     peers: Option<Arc<crate::tls::PeerTls>>,
     stop: tokio::sync::watch::Receiver<()>,
-) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
-    let (health, health_svc) = tonic_health::server::health_reporter();
-    health.set_serving::<RouterServer<router::RouterService>>().await;
-    health.set_serving::<AdminServer<admin::AdminService>>().await;
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(infera_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
+    admin_apart: bool,
+) -> Result<Served, tonic_reflection::server::Error> {
     let admin = InterceptedService::new(
         AdminServer::new(admin::AdminService::new(state.clone(), stop, peers)),
         AdminAuth::new(admin_token),
     );
-    let mut routes = tonic::service::Routes::new(health_svc);
-    routes = routes
+    let router = RouterServer::new(router::RouterService::new(state));
+    const ROUTER: &str = <RouterServer<router::RouterService> as NamedService>::NAME;
+    const ADMIN: &str = <AdminServer<admin::AdminService> as NamedService>::NAME;
+    if !admin_apart {
+        let grpc = socket(&[ROUTER, ADMIN], false).await?.add_service(router).add_service(admin);
+        return Ok(Served { grpc, admin: None });
+    }
+    let grpc = socket(&[ROUTER], true).await?.add_service(router);
+    let admin = socket(&[ADMIN], true).await?.add_service(admin);
+    Ok(Served { grpc, admin: Some(admin) })
+}
+
+/// Health (reporting `services` serving) and reflection, for one socket; reflection lists only
+/// what the socket serves when `only`, else every service of the descriptors.
+async fn socket(
+    services: &[&str],
+    only: bool,
+) -> Result<tonic::service::Routes, tonic_reflection::server::Error> {
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    for service in services {
+        health.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
+    }
+    let reflection = || {
+        let mut builder = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(infera_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        if only {
+            for name in services.iter().chain([HEALTH].iter()).chain(REFLECTION.iter()) {
+                builder = builder.with_service_name(*name);
+            }
+        }
+        builder
+    };
+    Ok(tonic::service::Routes::new(health_svc)
         .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(RouterServer::new(router::RouterService::new(state)))
-        .add_service(admin);
-    Ok(routes)
+        .add_service(reflection().build_v1alpha()?))
 }
 
 /// `ListTargets`, the same for proxies (their fallback list) and operators.

@@ -75,6 +75,12 @@ impl ControlSpec {
         Ok(Some(file))
     }
 
+    /// The value of `--admin-listen` in its flags, when it serves Admin apart.
+    fn admin_listen(&self) -> Option<&str> {
+        let at = self.flags.iter().position(|f| f == "--admin-listen")?;
+        self.flags.get(at + 1).map(String::as_str)
+    }
+
     fn argv(&self, file: Option<&tempfile::NamedTempFile>) -> Vec<String> {
         let mut argv = Vec::new();
         if let Some(f) = file {
@@ -97,10 +103,15 @@ impl ControlSpec {
     pub async fn start(self) -> anyhow::Result<Control> {
         let grpc = TcpListener::bind("127.0.0.1:0").await?;
         let metrics = TcpListener::bind("127.0.0.1:0").await?;
+        let admin = match self.admin_listen() {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
         let addrs = (grpc.local_addr()?, metrics.local_addr()?);
+        let admin_addr = admin.as_ref().map(TcpListener::local_addr).transpose()?;
         let file = self.workers_file()?;
-        let node = Node::InProcess(in_process(&self, file.as_ref(), grpc, metrics)?);
-        Ok(Control { addr: addrs.0, metrics_addr: addrs.1, node, spec: self, _workers: file })
+        let node = Node::InProcess(in_process(&self, file.as_ref(), grpc, admin, metrics)?);
+        Ok(Control { addr: addrs.0, metrics_addr: addrs.1, admin_addr, node, spec: self, _workers: file })
     }
 
     /// Starts it as an `infera-control` process (its ports kept on restart).
@@ -133,19 +144,31 @@ impl ControlSpec {
             format!("{host}:0"),
         ]);
         args.extend(self.argv(file.as_ref()));
+        let mut rebind = vec![
+            Rebind { flag: "--listen", key: "grpc=", port_only: false },
+            Rebind { flag: "--metrics-listen", key: "metrics=", port_only: false },
+        ];
+        if self.admin_listen().is_some() {
+            rebind.push(Rebind { flag: "--admin-listen", key: "admin=", port_only: false });
+        }
         let spec = ProcessSpec {
             name: "infera-control".to_owned(),
             program,
             args,
             env: BTreeMap::from([("INFERA_LOG".to_owned(), "warn".to_owned())]),
-            rebind: vec![
-                Rebind { flag: "--listen", key: "grpc=", port_only: false },
-                Rebind { flag: "--metrics-listen", key: "metrics=", port_only: false },
-            ],
+            rebind,
         };
         let process = tokio::task::spawn_blocking(move || Process::start(spec)).await??;
         let (addr, metrics_addr) = (process.addr("grpc="), process.addr("metrics="));
-        Ok(Control { addr, metrics_addr, node: Node::Process(process), spec: self, _workers: file })
+        let admin_addr = self.admin_listen().map(|_| process.addr("admin="));
+        Ok(Control {
+            addr,
+            metrics_addr,
+            admin_addr,
+            node: Node::Process(process),
+            spec: self,
+            _workers: file,
+        })
     }
 }
 
@@ -174,10 +197,11 @@ fn in_process(
     spec: &ControlSpec,
     file: Option<&tempfile::NamedTempFile>,
     grpc: TcpListener,
+    admin: Option<TcpListener>,
     metrics: TcpListener,
 ) -> anyhow::Result<Server> {
     let config = parse(spec, file)?;
-    let listeners = infera_control::Listeners { grpc, metrics };
+    let listeners = infera_control::Listeners { grpc, admin, metrics };
     Ok(Server::spawn("infera-control", move |stop| infera_control::run(listeners, config, stop)))
 }
 
@@ -188,6 +212,8 @@ pub struct Control {
     pub addr: SocketAddr,
     /// Its `/metrics` address.
     pub metrics_addr: SocketAddr,
+    /// Its Admin address when it serves Admin apart (`--admin-listen`); else Admin is at `addr`.
+    pub admin_addr: Option<SocketAddr>,
     /// How it runs.
     pub node: Node,
     spec: ControlSpec,
@@ -200,10 +226,18 @@ impl Control {
         self._workers.as_ref().map(tempfile::NamedTempFile::path)
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.spec.flags.iter().any(|f| f == "--tls-cert") { "https" } else { "http" }
+    }
+
     /// Its gRPC URL (`https://` when its flags give `--tls-cert`).
     pub fn url(&self) -> String {
-        let scheme = if self.spec.flags.iter().any(|f| f == "--tls-cert") { "https" } else { "http" };
-        format!("{scheme}://{}", self.addr)
+        format!("{}://{}", self.scheme(), self.addr)
+    }
+
+    /// Where it serves Admin: its Admin socket's URL with `--admin-listen`, else [`Self::url`].
+    pub fn admin_url(&self) -> String {
+        self.admin_addr.map_or_else(|| self.url(), |a| format!("{}://{a}", self.scheme()))
     }
 
     /// A channel on its own connection.
@@ -214,14 +248,22 @@ impl Control {
         Channel::from_shared(self.url()).expect("a URL").connect().await.expect("control accepts")
     }
 
+    /// A channel to its Admin service ([`Self::admin_url`]) on its own connection.
+    ///
+    /// # Panics
+    /// When control does not accept.
+    pub async fn admin_channel(&self) -> Channel {
+        Channel::from_shared(self.admin_url()).expect("a URL").connect().await.expect("control accepts")
+    }
+
     /// A Router client on its own connection.
     pub async fn router(&self) -> RouterClient<Channel> {
         RouterClient::new(self.channel().await)
     }
 
-    /// An Admin client on its own connection.
+    /// An Admin client on its own connection (to the Admin socket with `--admin-listen`).
     pub async fn admin(&self) -> AdminClient<Channel> {
-        AdminClient::new(self.channel().await)
+        AdminClient::new(self.admin_channel().await)
     }
 
     /// Its `/metrics` text.
@@ -288,7 +330,12 @@ impl Control {
             Node::InProcess(_) => {
                 let grpc = TcpListener::bind(self.addr).await?;
                 let metrics = TcpListener::bind(self.metrics_addr).await?;
-                self.node = Node::InProcess(in_process(&self.spec, self._workers.as_ref(), grpc, metrics)?);
+                let admin = match self.admin_addr {
+                    Some(addr) => Some(TcpListener::bind(addr).await?),
+                    None => None,
+                };
+                let (spec, workers) = (&self.spec, self._workers.as_ref());
+                self.node = Node::InProcess(in_process(spec, workers, grpc, admin, metrics)?);
             }
             // Waits for the listening line on this thread; the child needs nothing of it.
             Node::Process(p) => p.restart()?,

@@ -51,10 +51,10 @@ impl Replicas {
         self.controls.iter().map(Control::url).collect::<Vec<_>>().join(",")
     }
 
-    /// The leadership replica `i` reports (`GetConfig` answered by itself; `None` when it does
-    /// not answer, or forwards to a leader elsewhere).
+    /// The leadership replica `i` reports (`GetConfig` answered by itself, on its Admin socket;
+    /// `None` when it does not answer, or forwards to a leader elsewhere).
     pub async fn leadership(&self, i: usize) -> Option<pb::Leadership> {
-        let channel = tonic::transport::Endpoint::from_shared(self.controls[i].url())
+        let channel = tonic::transport::Endpoint::from_shared(self.controls[i].admin_url())
             .ok()?
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_secs(1))

@@ -15,6 +15,12 @@ pub(super) struct ReplicaArgs {
     /// `http://<bound --listen address>` (the host name for an unspecified address).
     #[arg(long, env = "INFERA_CONTROL_ADVERTISE_URL")]
     pub(super) advertise_url: Option<String>,
+    /// With --admin-listen: the URL operators and the other replicas reach this control's
+    /// Admin service at, written into the leader key beside --advertise-url (followers forward
+    /// Admin calls there). Default: `http://<bound --admin-listen address>`, as for
+    /// --advertise-url.
+    #[arg(long, env = "INFERA_CONTROL_ADMIN_ADVERTISE_URL", value_name = "URL")]
+    pub(super) admin_advertise_url: Option<String>,
     /// TTL of the leader's etcd lease (s): a leader that dies, hangs or loses etcd is replaced
     /// this long after its last renewal; it renews every TTL/4 and stops booking by itself
     /// before the TTL could have run out.

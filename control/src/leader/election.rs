@@ -23,7 +23,7 @@ use infera_registry::keys::CONTROL_LEADER;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{Leadership, Role, booking_margin};
+use super::{Leader, Leadership, Role, booking_margin};
 
 /// What a control does when it wins or loses the election.
 pub trait Takeover: Send + Sync + 'static {
@@ -41,14 +41,21 @@ pub struct ElectionConfig {
     pub endpoints: Vec<String>,
     /// This control's URL, written into the leader key.
     pub url: String,
+    /// Its Admin URL when it serves Admin on a socket of its own (`--admin-listen`), written
+    /// beside it: followers forward Admin calls there.
+    pub admin_url: Option<String>,
     /// The leader lease's TTL (whole seconds in etcd, at least one).
     pub ttl: Duration,
 }
 
-/// The value of the leader key.
-#[derive(Serialize, Deserialize)]
+/// The value of the leader key: `{"url": …}`, with `"admin_url"` when the leader serves Admin
+/// apart. A record without it (an older leader, or one without `--admin-listen`) serves Admin at
+/// `url`; an older follower ignores the field.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct LeaderRecord {
     url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admin_url: Option<String>,
 }
 
 enum Ended {
@@ -105,7 +112,8 @@ async fn round(
         let sent = Instant::now();
         let grant = client.lease_grant(ttl_secs(config.ttl), None).await?;
         let (lease, granted) = (grant.id(), Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(1)));
-        let value = serde_json::to_vec(&LeaderRecord { url: config.url.clone() }).expect("serializes");
+        let record = LeaderRecord { url: config.url.clone(), admin_url: config.admin_url.clone() };
+        let value = serde_json::to_vec(&record).expect("serializes");
         let txn = Txn::new()
             .when([Compare::create_revision(CONTROL_LEADER, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(CONTROL_LEADER, value, Some(PutOptions::new().with_lease(lease)))])
@@ -120,14 +128,12 @@ async fn round(
         }
         let _ = client.lease_revoke(lease).await;
         let current = resp.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(get) => {
-                get.kvs().first().map(|kv| (leader_url(kv.value()), kv.create_revision()))
-            }
+            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| leader(kv.value(), kv.create_revision())),
             _ => None,
         });
-        let Some((url, created)) = current else { continue };
-        tracing::info!(leader = %url, "following the leader");
-        leadership.follow(Some((url, created as u32)));
+        let Some(current) = current else { continue };
+        tracing::info!(leader = %current.url, admin = ?current.admin_url, "following the leader");
+        leadership.follow(Some(current));
         let options = WatchOptions::new().with_start_revision(revision + 1);
         let mut events = client.watch(CONTROL_LEADER, Some(options)).await?;
         'follow: loop {
@@ -140,7 +146,7 @@ async fn round(
                 match (event.event_type(), event.kv()) {
                     (EventType::Delete, _) => break 'follow,
                     (EventType::Put, Some(kv)) => {
-                        leadership.follow(Some((leader_url(kv.value()), kv.create_revision() as u32)));
+                        leadership.follow(Some(leader(kv.value(), kv.create_revision())));
                     }
                     (EventType::Put, None) => {}
                 }
@@ -150,8 +156,12 @@ async fn round(
     }
 }
 
-fn leader_url(value: &[u8]) -> String {
-    serde_json::from_slice::<LeaderRecord>(value).map(|r| r.url).unwrap_or_default()
+/// The leader a key's value (created at revision `created`, its term) names; an unreadable value
+/// names no URL.
+fn leader(value: &[u8], created: i64) -> Leader {
+    let record = serde_json::from_slice::<LeaderRecord>(value)
+        .unwrap_or(LeaderRecord { url: String::new(), admin_url: None });
+    Leader { url: record.url, admin_url: record.admin_url, epoch: created as u32 }
 }
 
 /// Leads under `lease` until it cannot renew it (or the key is no longer its own), or `stop`.
@@ -240,4 +250,21 @@ async fn renew(
         *keeper = None;
     }
     ttl
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_with_and_without_an_admin_url_both_parse() {
+        let old = leader(br#"{"url":"http://a:1"}"#, 7);
+        assert_eq!(old, Leader { url: "http://a:1".into(), admin_url: None, epoch: 7 });
+        let new = leader(br#"{"url":"http://a:1","admin_url":"http://a:2"}"#, 8);
+        assert_eq!(new.admin_url.as_deref(), Some("http://a:2"));
+        // Without --admin-listen the record is what it always was.
+        let plain = LeaderRecord { url: "http://a:1".into(), admin_url: None };
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"url":"http://a:1"}"#);
+        assert_eq!(leader(b"not json", 1).url, "");
+    }
 }

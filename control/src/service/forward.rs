@@ -1,5 +1,7 @@
 //! Admin calls that reach a follower go to the leader: the follower calls the same method on the
-//! leader with the caller's `authorization` and hands back the leader's answer (or its status),
+//! leader's Admin URL (the leader key's `admin_url` when the leader serves Admin apart, else its
+//! URL; manual/operations/ha.md) with the caller's `authorization` and hands back the leader's
+//! answer (or its status),
 //! so an operator may point grpcurl at any replica (or at a Service in front of all of them).
 //! A call forwarded once is never forwarded again (`infera-forwarded`): a replica that does not
 //! lead either refuses it with `NOT_LEADER`.

@@ -69,6 +69,24 @@ fn bad_flag_values_and_bad_workers_files_exit_64_with_the_reason() {
     assert!(err.contains("dp_sise") && err.contains("line 6"), "{err}");
 }
 
+#[test]
+fn admin_listen_conflicts_exit_64_with_the_reason() {
+    let workers = workers_file(WORKERS);
+    let mut lone_url = command(&workers);
+    lone_url.args(["--admin-advertise-url", "http://control-admin:50052"]);
+    let (code, err) = run_to_exit(lone_url);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--admin-advertise-url http://control-admin:50052 needs --admin-listen"), "{err}");
+
+    let mut same = std::process::Command::new(env!("CARGO_BIN_EXE_infera-control"));
+    same.args(["--listen", "127.0.0.1:50051", "--admin-listen", "127.0.0.1:50051", "--workers"])
+        .arg(workers.path())
+        .stdin(Stdio::null());
+    let (code, err) = run_to_exit(same);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--admin-listen 127.0.0.1:50051 is the address of --listen"), "{err}");
+}
+
 /// Starts `cmd`, waits for its "listening" line, stops it, and returns what it logged up to then.
 fn stderr_at_start(mut cmd: std::process::Command) -> String {
     let mut child =

@@ -129,3 +129,33 @@ fn grpcurl_needs_the_admin_token_when_one_is_set() {
     let (ok, _, err) = grpcurl(&addr, &["list"]);
     assert!(ok, "{err}");
 }
+
+#[test]
+fn with_admin_listen_grpcurl_finds_admin_only_on_the_admin_socket() {
+    let workers = workers_file(WORKERS);
+    let mut cmd = command(&workers);
+    cmd.args(["--admin-listen", "127.0.0.1:0"]);
+    let control = Running::spawn(cmd);
+    let (grpc, admin) = (control.grpc.to_string(), control.admin.expect("admin= in the line").to_string());
+    assert_ne!(grpc, admin);
+    let (ok, listed, err) = grpcurl(&grpc, &["list"]);
+    assert!(ok, "{err}");
+    assert!(
+        listed.contains("infera.control.v1.Router") && !listed.contains("infera.control.v1.Admin"),
+        "{listed}"
+    );
+    let (ok, listed, err) = grpcurl(&admin, &["list"]);
+    assert!(ok, "{err}");
+    assert!(
+        listed.contains("infera.control.v1.Admin") && !listed.contains("infera.control.v1.Router"),
+        "{listed}"
+    );
+    let cfg = ok_json(&admin, &["infera.control.v1.Admin/GetConfig"]);
+    assert_eq!(cfg["leadership"]["role"], "standalone", "{cfg}");
+    let (ok, _, err) = grpcurl(&grpc, &["infera.control.v1.Admin/GetConfig"]);
+    assert!(!ok, "Admin is not served on --listen: {err}");
+    let (ok, _, err) = grpcurl(&grpc, &["grpc.health.v1.Health/Check"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = grpcurl(&admin, &["grpc.health.v1.Health/Check"]);
+    assert!(ok, "{err}");
+}

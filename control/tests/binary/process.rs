@@ -32,20 +32,23 @@ pub(crate) struct Running {
     pub(crate) child: Child,
     pub(crate) grpc: SocketAddr,
     pub(crate) metrics: SocketAddr,
+    /// `admin=`, printed with `--admin-listen`.
+    pub(crate) admin: Option<SocketAddr>,
 }
 
 impl Running {
-    /// Spawns and waits for `infera-control listening grpc=… metrics=…` on stdout.
+    /// Spawns and waits for `infera-control listening grpc=… metrics=…[ admin=…]` on stdout.
     pub(crate) fn spawn(mut cmd: Command) -> Self {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = |key: &str| -> SocketAddr {
-            let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("no {key} in {line:?}"));
-            rest.split_whitespace().next().unwrap().parse().unwrap()
+        let field = |key: &str| -> Option<SocketAddr> {
+            let rest = line.split(key).nth(1)?;
+            Some(rest.split_whitespace().next().unwrap().parse().unwrap())
         };
-        let (grpc, metrics) = (addr("grpc="), addr("metrics="));
-        Self { child, grpc, metrics }
+        let addr = |key: &str| field(key).unwrap_or_else(|| panic!("no {key} in {line:?}"));
+        let (grpc, metrics, admin) = (addr(" grpc="), addr(" metrics="), field(" admin="));
+        Self { child, grpc, metrics, admin }
     }
 
     pub(crate) fn url(&self) -> String {

@@ -3,6 +3,7 @@
 mod harness;
 
 mod admin;
+mod admin_listen;
 mod bad_input;
 mod dp_discovery;
 mod ejection;
