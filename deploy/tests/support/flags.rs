@@ -77,7 +77,13 @@ pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
         let (name, at) =
             (mount["name"].as_str().expect("a name"), mount["mountPath"].as_str().expect("a path"));
         let volume = pod.spec()["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == name);
-        let volume = volume.ok_or(format!("volume {name} is mounted but not declared"))?;
+        let claims = pod.workload["spec"]["volumeClaimTemplates"].as_array();
+        let claimed = claims.into_iter().flatten().any(|c| c["metadata"]["name"] == name);
+        let volume = match volume {
+            Some(v) => v,
+            None if claimed => &Value::Null,
+            None => return Err(format!("volume {name} is mounted but not declared")),
+        };
         let here = files.path().join(at.trim_start_matches('/'));
         std::fs::create_dir_all(&here).map_err(|e| e.to_string())?;
         if let Some(map) = volume["configMap"]["name"].as_str() {
@@ -118,6 +124,9 @@ pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
 /// Parses `container` with its binary's parser: `Some(binary)` when it is one of infera's,
 /// `None` for another program (etcd).
 pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Result<Option<String>, String> {
+    if !container.spec["command"][0].as_str().is_some_and(|c| c.starts_with("infera")) {
+        return Ok(None);
+    }
     let start = start(overlay, pod, container)?;
     match start.words[0].as_str() {
         "infera-control" => {
@@ -139,8 +148,7 @@ pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
         "infera-launch" => {
             launch(&start)?;
         }
-        other if other.starts_with("infera") => return Err(format!("{other}: which binary is that?")),
-        _ => return Ok(None),
+        other => return Err(format!("{other}: which binary is that?")),
     }
     Ok(Some(start.words[0].clone()))
 }
