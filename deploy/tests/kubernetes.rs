@@ -202,3 +202,24 @@ fn control_runs_as_ha_replicas_that_stay_apart_and_up() {
 fn label(name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([("app.kubernetes.io/name".to_owned(), name.to_owned())])
 }
+
+#[test]
+fn without_the_prometheus_operator_only_the_service_monitors_go() {
+    // A site's own kustomization on top (kustomize takes relative paths only): in the target
+    // folder, inside the workspace.
+    let site = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let root = infera_deploy::dir().join("..").canonicalize().unwrap();
+    let depth = site.path().strip_prefix(&root).expect("the target folder is in the workspace").components().count();
+    let kubernetes = std::path::PathBuf::from("../".repeat(depth)).join("deploy/kubernetes");
+    let kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
+        kubernetes.join("overlays/sim-1p1d").display(),
+        kubernetes.join("components/no-prometheus-operator").display()
+    );
+    std::fs::write(site.path().join("kustomization.yaml"), kustomization).unwrap();
+    let without = render(site.path()).unwrap();
+    let with = render(&infera_deploy::dir().join("kubernetes/overlays/sim-1p1d")).unwrap();
+    let kept: Vec<&serde_json::Value> = with.objects.iter().filter(|o| o["kind"] != "ServiceMonitor").collect();
+    assert!(kept.len() < with.objects.len(), "the overlay has ServiceMonitors");
+    assert_eq!(without.objects.iter().collect::<Vec<_>>(), kept);
+}
