@@ -1,6 +1,11 @@
 //! The deployment files' checks: what they share. The checks themselves are this crate's
 //! tests (`deploy/tests/`); nothing here ships in a binary.
 //!
+//! - [`exposition`]: a `/metrics` answer read into the series and labels a query may name.
+//! - [`promql`]: a query parsed and checked against them.
+//! - [`dashboard`]: the Grafana dashboard's queries.
+//! - [`rules`]: the Prometheus rules file and promtool's test files.
+//!
 //! The tools come from `cargo xtask setup`: `kubectl` (its built-in kustomize) on `PATH`, and
 //! the deploy venv (`.venv-deploy`: `kubernetes-validate`, `checkov`, PyYAML, and under `npm/`
 //! the Prometheus Operator models), found through `INFERA_DEPLOY_VENV`, else at the root.
@@ -10,6 +15,11 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+
+pub mod dashboard;
+pub mod exposition;
+pub mod promql;
+pub mod rules;
 
 /// The `deploy/` folder.
 pub fn dir() -> PathBuf {
