@@ -40,7 +40,11 @@ fn every_object_of_every_overlay_is_valid_kubernetes_1_37() {
         node.arg(script).arg(venv().join("npm/node_modules"));
         let checked = infera_deploy::run(&mut node, Some(&objects))
             .unwrap_or_else(|e| panic!("{}: {e:#}", overlay.name));
-        assert!(checked.contains("checked 2 "), "two ServiceMonitors in {}: {checked}", overlay.name);
+        assert!(
+            checked.contains("checked 3 "),
+            "two ServiceMonitors and the rules in {}: {checked}",
+            overlay.name
+        );
     }
 }
 
@@ -204,12 +208,13 @@ fn label(name: &str) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn without_the_prometheus_operator_only_the_service_monitors_go() {
+fn without_the_prometheus_operator_only_its_objects_go() {
     // A site's own kustomization on top (kustomize takes relative paths only): in the target
     // folder, inside the workspace.
     let site = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let root = infera_deploy::dir().join("..").canonicalize().unwrap();
-    let depth = site.path().strip_prefix(&root).expect("the target folder is in the workspace").components().count();
+    let depth =
+        site.path().strip_prefix(&root).expect("the target folder is in the workspace").components().count();
     let kubernetes = std::path::PathBuf::from("../".repeat(depth)).join("deploy/kubernetes");
     let kustomization = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{}]\ncomponents: [{}]\n",
@@ -219,7 +224,44 @@ fn without_the_prometheus_operator_only_the_service_monitors_go() {
     std::fs::write(site.path().join("kustomization.yaml"), kustomization).unwrap();
     let without = render(site.path()).unwrap();
     let with = render(&infera_deploy::dir().join("kubernetes/overlays/sim-1p1d")).unwrap();
-    let kept: Vec<&serde_json::Value> = with.objects.iter().filter(|o| o["kind"] != "ServiceMonitor").collect();
-    assert!(kept.len() < with.objects.len(), "the overlay has ServiceMonitors");
+    let kept: Vec<&serde_json::Value> =
+        with.objects.iter().filter(|o| o["apiVersion"] != "monitoring.coreos.com/v1").collect();
+    assert_eq!(
+        kept.len() + 3,
+        with.objects.len(),
+        "the overlay has two ServiceMonitors and a PrometheusRule"
+    );
     assert_eq!(without.objects.iter().collect::<Vec<_>>(), kept);
+}
+
+#[test]
+fn the_prometheus_rule_holds_the_rules_file_word_for_word() {
+    let file = infera_deploy::dir().join("prometheus/infera.rules.yml");
+    let to_json = "import sys, json, yaml\nprint(json.dumps(yaml.safe_load(open(sys.argv[1]))))";
+    let mut python = std::process::Command::new(venv().join("bin/python"));
+    python.args(["-c", to_json]).arg(&file);
+    let rules: serde_json::Value =
+        serde_json::from_str(&infera_deploy::run(&mut python, None).unwrap()).unwrap();
+    assert!(rules["groups"].as_array().is_some_and(|g| !g.is_empty()));
+    for overlay in rendered() {
+        let rule =
+            overlay.get("PrometheusRule", "infera").unwrap_or_else(|| panic!("{}: the alerts", overlay.name));
+        assert_eq!(rule["spec"], rules, "{}: base/alerts.yaml is not the rules file", overlay.name);
+    }
+}
+
+#[test]
+fn the_dashboard_renders_as_a_valid_config_map_holding_the_json_file() {
+    let grafana = render(&infera_deploy::dir().join("grafana")).unwrap();
+    let [map] = grafana.objects.as_slice() else { panic!("one ConfigMap: {:?}", grafana.objects) };
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1", "the sidecar's label");
+    let json = std::fs::read_to_string(infera_deploy::dir().join("grafana/infera.json")).unwrap();
+    assert_eq!(map["data"]["infera.json"], json.as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("grafana.yaml");
+    std::fs::write(&file, &grafana.yaml).unwrap();
+    let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
+    validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
+    let out = infera_deploy::output(&mut validate, None).unwrap();
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
 }

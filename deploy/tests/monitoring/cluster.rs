@@ -10,7 +10,7 @@
 //! - a conversation's turns through the proxy's tokenizer: the prefills' KV events, control's
 //!   prefix index and KV-aware prefill picks;
 //! - streamed answers: TTFT and ITL; two at once through a proxy that admits one and lets a
-//!   request wait 1 ms: a 503 `overloaded`;
+//!   request wait 1 ms, while one request holds the place: a 503 `overloaded`;
 //! - a mixed worker of its own model loaded directly with prompts and answers of varied
 //!   lengths: the engine's `decode_moments` give control a W fit.
 
@@ -99,11 +99,24 @@ pub(crate) async fn scrape() -> Scrape {
     cluster.control.wait_leading().await.expect("the restarted control leads");
     cluster.proxies[0].wait_ready(MODEL).await.expect("the proxy routes through control again");
 
-    // Two at once: one waits for the other's place longer than it may.
-    let (a, b) = tokio::join!(chat(&url, &hello), chat(&url, &hello));
-    let mut codes = [a.0, b.0];
-    codes.sort_unstable();
-    assert_eq!(codes, [200, 503], "one served, one overloaded: {a:?} {b:?}");
+    // One request holds the proxy's only place (its decode hangs until released), so the next
+    // waits for it longer than it may: a 503 `overloaded`.
+    let decode = cluster.sim("decode-0");
+    decode.faults(json!({"hang": true})).await;
+    let held = tokio::spawn({
+        let (url, hello) = (url.clone(), hello.clone());
+        async move { chat(&url, &hello).await }
+    });
+    eventually(FILLED, "the first request to be in flight", async || {
+        let text = http::get_ok(&format!("{proxy}/metrics")).await.ok()?;
+        text.lines().any(|l| l == "infera_proxy_inflight_requests 1").then_some(())
+    })
+    .await;
+    let refused = chat(&url, &hello).await;
+    assert_eq!(refused.0, 503, "no place in time: {refused:?}");
+    decode.faults(json!({"hang": false})).await;
+    let served = held.await.expect("the held request ends");
+    assert_eq!(served.0, 200, "it is served once the decode moves again: {served:?}");
 
     let load = fitted::load(&cluster.sim(fitted::NAME).url);
     // The next decode request fails once: its rank is ejected, the request retried.
