@@ -1,5 +1,7 @@
 //! `infera-bench`: benchmarks that print ratios against a baseline measured in the same run.
 //!
+//! - `bpe-compare`: the proxy's BPE encoder (Hugging Face `tokenizers`) against `kitoken` on the
+//!   fixture and real `tokenizer.json` files: identical ids or not, and MB/s of each.
 //! - `chaos`: streamed and whole requests through two proxies while sim faults, client cancels,
 //!   a proxy and a control SIGKILL and an etcd outage hit them on a seeded schedule: how every
 //!   request ended (none may hang), the errors clients saw, the ledger and the engines at the end.
@@ -20,6 +22,7 @@
 //! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
 //!   with the session cache, against parsing the request's JSON.
 
+mod bpe_compare;
 mod chaos;
 mod control;
 mod echo;
@@ -42,6 +45,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// BPE: the proxy's encoder vs kitoken on the same tokenizer.json files (ids, MB/s).
+    BpeCompare(bpe_compare::Args),
     /// Chaos: faults, cancels, proxy/control kills and an etcd outage under load; hung, errors, ledger.
     Chaos(chaos::ChaosArgs),
     /// Control: gRPC round trips vs a tonic echo baseline, and in-process pick cost.
@@ -64,6 +69,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
+        Cmd::BpeCompare(args) => bpe_compare::run(args),
         Cmd::Chaos(args) => chaos::run(args),
         Cmd::Control(args) => control::run(args),
         Cmd::Failover(args) => failover::run(args),
