@@ -5,7 +5,10 @@
 //!    tonic echo service called twice per round trip (same number of RPCs) by the same number
 //!    of clients. Rounds alternate baseline and control so drift on a shared machine hits both;
 //!    the report gives medians and their ratio.
-//! 2. In-process pick + book on the pure core, for growing target counts, with the ledger kept
+//! 2. The KV-aware round ([`kv`]): PickPrefill with 2,000 page hashes + PickDecode + two
+//!    Releases against control whose prefix index was filled over ZMQ, against the echo called
+//!    as often.
+//! 3. In-process pick + book on the pure core, for growing target counts, with the ledger kept
 //!    warm (`WARM_PER_TARGET` reservations per target); each pick is released again outside
 //!    the timed section so the load stays steady.
 
@@ -26,6 +29,8 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
+
+mod kv;
 
 const WARM_PER_TARGET: usize = 4;
 const DECODE_RANKS: u32 = 8;
@@ -55,6 +60,7 @@ pub(crate) struct ControlArgs {
 pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let (echo_rate, control_rate) = rt.block_on(round_trips(&args))?;
+    let (kv_echo, kv_rate, prefill_bytes) = rt.block_on(kv::round_trips(&args))?;
     drop(rt);
     println!(
         "control gRPC round trips: {} clients on loopback, {} alternating rounds of {} ms per side",
@@ -63,6 +69,17 @@ pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     println!("  baseline  tonic unary echo ×2      {:>9.0} round trips/s (median)", echo_rate);
     println!("  control   PickDecode + Release     {:>9.0} round trips/s (median)", control_rate);
     let ratio = control_rate / echo_rate;
+    println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
+    println!(
+        "control KV-aware round trips (8 prefills, index filled over ZMQ; PickPrefill {prefill_bytes} bytes)"
+    );
+    println!(
+        "  baseline  tonic unary echo ×4      {kv_echo:>9.0} round trips/s (median; first payload {prefill_bytes} bytes)"
+    );
+    println!(
+        "  control   PickPrefill(2,000 pages) + PickDecode + Release ×2 {kv_rate:>9.0} round trips/s (median)"
+    );
+    let ratio = kv_rate / kv_echo;
     println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
 
     println!();
@@ -205,7 +222,7 @@ async fn pick_round_trip(
 }
 
 /// Round trips per second of `clients` looping `trip` for `round`.
-async fn measure<C, F, Fut>(clients: &[C], round: Duration, trip: F) -> anyhow::Result<f64>
+pub(super) async fn measure<C, F, Fut>(clients: &[C], round: Duration, trip: F) -> anyhow::Result<f64>
 where
     C: Clone + Send + 'static,
     F: Fn(C) -> Fut + Clone + Send + 'static,
