@@ -5,7 +5,7 @@
 //!
 //! What the index holds: prefill `i` holds a 2,000-page conversation that shares its first
 //! `250 × i` pages with the query prompt (8 different overlaps, the search's worst case), and
-//! `BACKGROUND` other 2,000-page prompts, so lookups reach into a index of ~700 k blocks.
+//! `BACKGROUND` other 2,000-page prompts, so lookups reach into an index of ~650 k blocks.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use prost::Message as _;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
-use super::{ControlArgs, measure, median};
+use super::{ControlArgs, measure};
 use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
 
 const PREFILLS: usize = 8;
@@ -57,9 +57,18 @@ fn pick_request(lease: &str, hashes: &[i64], page_size: u32) -> pb::PickRequest 
     }
 }
 
-/// Round trips per second of echo ×4 and of the KV-aware round, medians of alternating rounds;
-/// and the PickPrefill request's encoded size.
-pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64, usize)> {
+/// Round trips per second of each round, in the order run (they alternate).
+pub(super) struct Rates {
+    /// Echo ×4, per round.
+    pub(super) echo: Vec<f64>,
+    /// The KV-aware round, per round.
+    pub(super) control: Vec<f64>,
+    /// The PickPrefill request's encoded size.
+    pub(super) prefill_bytes: usize,
+}
+
+/// Runs the alternating rounds of echo ×4 and of the KV-aware round.
+pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<Rates> {
     let mut publishers = Vec::new();
     let mut workers = String::new();
     for i in 0..PREFILLS {
@@ -162,10 +171,10 @@ pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64,
         }
         Ok(c)
     };
+    let decode_req = pb::PickRequest { page_hashes: Vec::new(), page_size: 0, ..prefill_req.clone() };
     let kv_trip = move |mut c: RouterClient<Channel>| {
-        let prefill_req = prefill_req.clone();
+        let (prefill_req, decode_req) = (prefill_req.clone(), decode_req.clone());
         async move {
-            let decode_req = pb::PickRequest { page_hashes: Vec::new(), page_size: 0, ..prefill_req.clone() };
             let prefill = c.pick_prefill(prefill_req).await?.into_inner();
             let decode = c.pick_decode(decode_req).await?.into_inner();
             for id in [prefill.reservation_id, decode.reservation_id] {
@@ -189,5 +198,5 @@ pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64,
     for p in publishers {
         p.close().await;
     }
-    Ok((median(echo_rates), median(kv_rates), size))
+    Ok(Rates { echo: echo_rates, control: kv_rates, prefill_bytes: size })
 }
