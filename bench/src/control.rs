@@ -5,7 +5,10 @@
 //!    tonic echo service called twice per round trip (same number of RPCs) by the same number
 //!    of clients. Rounds alternate baseline and control so drift on a shared machine hits both;
 //!    the report gives medians and their ratio.
-//! 2. In-process pick + book on the pure core, for growing target counts, with the ledger kept
+//! 2. The KV-aware round ([`kv`]): PickPrefill with 2,000 page hashes + PickDecode + two
+//!    Releases against control whose prefix index was filled over ZMQ, against the echo called
+//!    as often.
+//! 3. In-process pick + book on the pure core, for growing target counts, with the ledger kept
 //!    warm (`WARM_PER_TARGET` reservations per target); each pick is released again outside
 //!    the timed section so the load stays steady.
 
@@ -26,6 +29,8 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
+
+mod kv;
 
 const WARM_PER_TARGET: usize = 4;
 const DECODE_RANKS: u32 = 8;
@@ -55,6 +60,7 @@ pub(crate) struct ControlArgs {
 pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let (echo_rate, control_rate) = rt.block_on(round_trips(&args))?;
+    let kv = rt.block_on(kv::round_trips(&args))?;
     drop(rt);
     println!(
         "control gRPC round trips: {} clients on loopback, {} alternating rounds of {} ms per side",
@@ -64,6 +70,21 @@ pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     println!("  control   PickDecode + Release     {:>9.0} round trips/s (median)", control_rate);
     let ratio = control_rate / echo_rate;
     println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
+    println!(
+        "control KV-aware round trips: 8 prefills whose index was filled over ZMQ (~650 k blocks), PickPrefill {} bytes",
+        kv.prefill_bytes
+    );
+    let (kv_echo, kv_rate) = (median(kv.echo.clone()), median(kv.control.clone()));
+    println!(
+        "  baseline  tonic unary echo ×4 (first payload as large)  {kv_echo:>9.0} round trips/s (median)"
+    );
+    println!(
+        "  control   PickPrefill(2,000 pages) + PickDecode + Release ×2  {kv_rate:>9.0} round trips/s (median)"
+    );
+    let ratio = kv_rate / kv_echo;
+    println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
+    let paired: Vec<String> = kv.echo.iter().zip(&kv.control).map(|(e, c)| format!("{:.2}", c / e)).collect();
+    println!("  per round: echo {:.0?}, control {:.0?}; ratios {}", kv.echo, kv.control, paired.join(" "));
 
     println!();
     println!(
@@ -205,7 +226,7 @@ async fn pick_round_trip(
 }
 
 /// Round trips per second of `clients` looping `trip` for `round`.
-async fn measure<C, F, Fut>(clients: &[C], round: Duration, trip: F) -> anyhow::Result<f64>
+pub(super) async fn measure<C, F, Fut>(clients: &[C], round: Duration, trip: F) -> anyhow::Result<f64>
 where
     C: Clone + Send + 'static,
     F: Fn(C) -> Fut + Clone + Send + 'static,

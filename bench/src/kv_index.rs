@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
-use infera_control::routing::{KvIndex, PickContext, RoutingCore};
+use infera_control::routing::{KvIndex, OverlapSource, Overlaps, PickContext, RoutingCore};
 use infera_control::target::TargetKey;
 use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
@@ -91,19 +91,42 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         d
     });
     let mut index = KvIndex::new(usize::MAX);
+    let rss0 = resident_bytes();
+    let (mut prepare, mut commit) = (Duration::ZERO, Duration::ZERO);
     let ingest = time(|| {
         for s in &stores {
-            index.apply(s.target, &s.event);
+            let t0 = Instant::now();
+            let prepared = index.prepare(s.target, std::slice::from_ref(&s.event));
+            let t1 = Instant::now();
+            index.commit(s.target, prepared);
+            prepare += t1 - t0;
+            commit += t1.elapsed();
         }
     });
+    let rss = resident_bytes().zip(rss0).map(|(a, b)| a.saturating_sub(b));
     let stats = index.stats();
     println!(
-        "ingest   {:>10.0} blocks/s {:>8.0} events/s  ({:.2}× the SHA-256 alone)  index {} blocks, ~{:.1} MiB",
+        "ingest   {:>10.0} blocks/s {:>8.0} events/s  ({:.2}× the SHA-256 alone: {:.0} blocks/s)  index {} blocks",
         pages as f64 / ingest.as_secs_f64(),
         stores.len() as f64 / ingest.as_secs_f64(),
         ingest.as_secs_f64() / sha.as_secs_f64(),
+        pages as f64 / sha.as_secs_f64(),
         stats.blocks,
-        stats.bytes as f64 / (1 << 20) as f64
+    );
+    println!(
+        "         prepare (hash + parent lookup) {:.0} ns/block, commit (maps) {:.0} ns/block",
+        prepare.as_secs_f64() * 1e9 / pages as f64,
+        commit.as_secs_f64() * 1e9 / pages as f64
+    );
+    println!(
+        "memory   maps {:.1} MiB = {:.1} bytes/block; resident grew {}",
+        stats.bytes as f64 / (1 << 20) as f64,
+        stats.bytes as f64 / stats.blocks.max(1) as f64,
+        rss.map_or("(unknown)".into(), |r| format!(
+            "{:.1} MiB = {:.1} bytes/block",
+            r as f64 / (1 << 20) as f64,
+            r as f64 / stats.blocks.max(1) as f64
+        ))
     );
 
     // Queries over all targets, against hashing the prompt.
@@ -154,13 +177,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     // What a KV-aware prefill pick costs over a plain one.
     let index = Arc::try_unwrap(shared).expect("no other owner").into_inner().expect("index lock");
-    let (plain, kv) = pick_costs(&index, &queries, &args);
-    let ((p50, p99), (k50, k99)) = (p50_p99(&plain), p50_p99(&kv));
+    let costs = pick_costs(&index, &queries, &args);
+    let ((p50, p99), (k50, k99)) = (p50_p99(&costs.plain), p50_p99(&costs.kv));
     println!(
         "pick     plain p50 {p50:>6.1} µs p99 {p99:>6.1} µs; with {} page hashes p50 {k50:>6.1} µs p99 {k99:>6.1} µs ({:.1}× / {:.1}×)",
         args.query_pages,
         k50 / p50,
         k99 / p99
+    );
+    let ((o50, o99), (b50, b99)) = (p50_p99(&costs.lookup), p50_p99(&costs.booking));
+    println!(
+        "         as control does it: overlaps outside the routing lock p50 {o50:>6.1} µs p99 {o99:>6.1} µs, then pick + release under it p50 {b50:>6.1} µs p99 {b99:>6.1} µs"
     );
 
     // Removal: every block, deepest first per request.
@@ -273,8 +300,20 @@ fn under_ingest<T>(index: &Arc<RwLock<KvIndex>>, stores: &[Store], measure: impl
     })
 }
 
-/// Microseconds of a prefill pick + release, without and with the query's page hashes.
-fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f64>, Vec<f64>) {
+/// Microseconds of prefill picks + releases (each sample one pick and its release).
+struct PickCosts {
+    /// Without page hashes.
+    plain: Vec<f64>,
+    /// With them, the index asked inside the pick.
+    kv: Vec<f64>,
+    /// With them as control does it: the overlap lookup alone (outside the routing lock) ...
+    lookup: Vec<f64>,
+    /// ... and the pick + release credited from it (under the routing lock).
+    booking: Vec<f64>,
+}
+
+/// Prefill pick costs without and with the query's page hashes.
+fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> PickCosts {
     let worker = WorkerRecord::prefill("prefill", "http://10.0.0.1:30000", "m", 8998)
         .with_dp_size(args.targets)
         .with_page_size(args.page_size as u32);
@@ -287,33 +326,48 @@ fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> (Vec<f
     let (now, wall) = (Instant::now(), SystemTime::now());
     let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
     let tokens = (args.query_pages * args.page_size) as u64;
-    let mut run = |with_hashes: bool| {
-        samples(args.queries, |i| {
-            let req = PickRequest {
-                lease,
-                request_id: RequestId::new("bench"),
-                model: ModelName::new("m"),
-                input_tokens: tokens,
-                session: None,
-                page_hashes: if with_hashes {
-                    queries[i % queries.len()].iter().map(|h| h.0).collect()
-                } else {
-                    Vec::new()
-                },
-                page_size: if with_hashes { args.page_size as u32 } else { 0 },
-                exclude: Vec::new(),
-            };
-            let picked = core
-                .pick(
-                    PickKind::Prefill,
-                    &req,
-                    PickContext { kv: Some(index), record_decision: false, now, wall, kv_room: None },
-                )
-                .expect("pick");
-            core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
-        })
+    let hashes: Vec<Vec<i64>> = queries.iter().map(|q| q.iter().map(|h| h.0).collect()).collect();
+    let request = |i: usize, with_hashes: bool| PickRequest {
+        lease,
+        request_id: RequestId::new("bench"),
+        model: ModelName::new("m"),
+        input_tokens: tokens,
+        session: None,
+        page_hashes: if with_hashes { hashes[i % hashes.len()].clone() } else { Vec::new() },
+        page_size: if with_hashes { args.page_size as u32 } else { 0 },
+        exclude: Vec::new(),
     };
-    (run(false), run(true))
+    let pick = |core: &mut RoutingCore<SmallRng>, req: &PickRequest, kv: &dyn OverlapSource| {
+        let ctx = PickContext { kv: Some(kv), record_decision: false, now, wall, kv_room: None };
+        let picked = core.pick(PickKind::Prefill, req, ctx).expect("pick");
+        core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
+    };
+    let mut costs = PickCosts { plain: Vec::new(), kv: Vec::new(), lookup: Vec::new(), booking: Vec::new() };
+    for i in 0..args.queries {
+        let (plain, kv) = (request(i, false), request(i, true));
+        costs.plain.push(micros(|| pick(&mut core, &plain, index)));
+        costs.kv.push(micros(|| pick(&mut core, &kv, index)));
+        let mut pool = Vec::new();
+        core.pool_keys(&kv.model, PickKind::Prefill, &mut pool);
+        let mut overlaps = None;
+        costs.lookup.push(micros(|| overlaps = Some(Overlaps::compute(index, &kv.page_hashes, pool))));
+        let overlaps = overlaps.expect("computed");
+        costs.booking.push(micros(|| pick(&mut core, &kv, &overlaps)));
+    }
+    costs
+}
+
+fn micros(f: impl FnOnce()) -> f64 {
+    let t0 = Instant::now();
+    f();
+    t0.elapsed().as_secs_f64() * 1e6
+}
+
+/// The process's resident set, from `/proc/self/statm` (Linux); `None` elsewhere.
+fn resident_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 fn time<T>(f: impl FnOnce() -> T) -> Duration {

@@ -46,8 +46,8 @@ struct Followed {
 pub struct KvFeed {
     followed: Mutex<HashMap<WorkerId, Followed>>,
     tx: mpsc::Sender<SubscriberEvent>,
-    /// Written by the consumer and when subscribers stop; read by prefill picks (under the routing
-    /// lock, always taken first).
+    /// Written by the consumer and when subscribers stop; read by prefill picks (before, never
+    /// while, they hold the routing lock).
     index: RwLock<KvIndex>,
     metrics: KvMetrics,
 }

@@ -14,7 +14,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_kv::index::PrefixIndex;
 use infera_proto::types::{
     DecodeInputDemand, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason, RequestWeight,
     ReservationId, Role, Target, WorkerId, WorkerRecord,
@@ -35,6 +34,7 @@ use crate::view::View;
 mod candidates;
 mod health;
 mod outcome;
+mod overlaps;
 mod record;
 mod redeclare;
 #[cfg(test)]
@@ -47,6 +47,7 @@ use candidates::{
 pub use outcome::{
     Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
 };
+pub use overlaps::{KvIndex, OverlapSource, Overlaps};
 pub use redeclare::{Declared, Redeclared};
 pub use weights::DecodeWeights;
 
@@ -54,8 +55,9 @@ pub use weights::DecodeWeights;
 /// to record the full decision, and the clocks.
 #[derive(Clone, Copy, Debug)]
 pub struct PickContext<'a> {
-    /// The prefix index (prefill picks with page hashes are credited from it); `None` credits none.
-    pub kv: Option<&'a KvIndex>,
+    /// The KV overlaps (prefill picks with page hashes are credited from them): the prefix index,
+    /// or [`Overlaps`] computed before the pick; `None` credits none.
+    pub kv: Option<&'a dyn OverlapSource>,
     /// Build the [`Decision`] (someone watches decisions or logs them).
     pub record_decision: bool,
     /// Monotonic now: lease liveness, session affinity.
@@ -65,9 +67,6 @@ pub struct PickContext<'a> {
     /// The decode targets' KV use (the engine readings); `None` checks no headroom.
     pub kv_room: Option<&'a dyn KvRoom>,
 }
-
-/// The KV prefix index as control keeps it: per target key.
-pub type KvIndex = PrefixIndex<TargetKey>;
 
 /// The pure routing core.
 #[derive(Debug)]

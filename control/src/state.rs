@@ -20,8 +20,8 @@ use crate::fit::metrics::FitMetrics;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
 use crate::routing::{
-    Ended, LeaseExpired, OpenedLease, PickContext, Picked, ReleasedNow, ReservationRow, RoutingCore,
-    TargetRow,
+    Ended, LeaseExpired, OpenedLease, OverlapSource, Overlaps, PickContext, Picked, ReleasedNow,
+    ReservationRow, RoutingCore, TargetRow,
 };
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
@@ -40,8 +40,8 @@ pub struct ControlState {
     /// are applied one at a time.
     discovery: Mutex<Discovery>,
     core: Mutex<RoutingCore<SmallRng>>,
-    /// The KV-event subscribers and the prefix index they fill (read by prefill picks, under the
-    /// core lock: always taken in that order).
+    /// The KV-event subscribers and the prefix index they fill (read by prefill picks before they
+    /// take the core lock; never held while the core lock is taken).
     kv_feed: Arc<KvFeed>,
     /// The engines' own readings (`GET /v1/loads`), outside the core lock.
     engine: EngineFeed,
@@ -149,12 +149,18 @@ impl ControlState {
         let started = Instant::now();
         let watched =
             self.decisions.watched() || tracing::enabled!(target: "decode_demand", tracing::Level::DEBUG);
+        // The KV overlaps first, under the index's read lock alone: the routing lock is held only
+        // to list the pool's keys and then to book (`routing::overlaps`).
+        let overlaps = (kind == PickKind::Prefill && !req.page_hashes.is_empty()).then(|| {
+            let mut keys = Vec::new();
+            self.core().pool_keys(&req.model, kind, &mut keys);
+            Overlaps::compute(&self.kv_feed.index(), &req.page_hashes, keys)
+        });
         let (result, mode) = {
             let mut core = self.core();
             let mode = core.settings().mode;
-            let kv = self.kv_feed.index();
             let ctx = PickContext {
-                kv: Some(&kv),
+                kv: overlaps.as_ref().map(|o| o as &dyn OverlapSource),
                 record_decision: watched,
                 now: Instant::now(),
                 wall: SystemTime::now(),

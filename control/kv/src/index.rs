@@ -14,6 +14,14 @@
 //! Only device-resident blocks count (`GPU`, or no medium given): a HiCache host or disk copy is
 //! ignored, so an evicted GPU block stops counting even while a slower copy remains.
 //!
+//! A query costs O(log overlap) probes per target, not one per page: each target's held pages are
+//! kept with the shape bookkeeping of [`pages`] (held children per page, pages held without their
+//! parent), and while a target's pages are prefix-closed (a radix cache is, once an event is applied)
+//! the leading run is found by [`search`]; a target caught mid-eviction (SGLang removes a node's
+//! pages parent first) is walked page by page.
+//! Either way the answer is the leading run of held pages (`orders` tests it against that
+//! definition under random event orders).
+//!
 //! The index is pure and single-threaded; callers share it behind a read-write lock. Ingest is
 //! split so the hashing happens under the read lock ([`PrefixIndex::prepare`]) and only the
 //! map updates under the write lock ([`PrefixIndex::commit`]); a query holds the read lock for one
@@ -21,15 +29,15 @@
 //! recorded (counted), which can only under-state an overlap, never invent one.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
 use crate::hash::{ChainDigest, PageHash, chain_page};
 
-/// Bytes one recorded block costs, roughly: its entry in the target's engine-hash map (key, our
-/// hash, digest) plus its holder entry, with hash-map overhead. Used for the reported size.
-const BYTES_PER_BLOCK: usize = 8 + 8 + 32 + 8 + 16 + 48;
+mod pages;
+mod search;
+
+use pages::{KeyMap, Stored, TargetPages};
 
 /// What [`PrefixIndex::prepare`] computed for one batch, for [`PrefixIndex::commit`].
 #[derive(Debug)]
@@ -39,7 +47,11 @@ pub struct Prepared {
 
 #[derive(Debug)]
 enum Op {
-    Store(Vec<(i64, Block)>),
+    /// Blocks (engine hash, digest), chained after the page `parent` (`None`: the first page).
+    Store {
+        parent: Option<PageHash>,
+        blocks: Vec<(i64, ChainDigest)>,
+    },
     Remove(Vec<i64>),
     Clear,
     Orphans(u64),
@@ -49,7 +61,7 @@ enum Op {
 /// The hasher of maps keyed by page and block hashes: the keys are already SHA-256 output, so one
 /// multiply spreads them over the buckets; SipHash would be most of a lookup's cost.
 #[derive(Clone, Copy, Debug, Default)]
-struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -65,15 +77,6 @@ impl Hasher for KeyHasher {
     fn write_i64(&mut self, v: i64) {
         self.0 = (self.0 ^ v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
-}
-
-type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
-
-/// One block a target holds.
-#[derive(Clone, Copy, Debug)]
-struct Block {
-    page: PageHash,
-    digest: ChainDigest,
 }
 
 /// Counters of what ingest did; all only grow.
@@ -102,7 +105,7 @@ pub struct IndexStats {
     pub blocks: usize,
     /// Targets with at least one block.
     pub targets: usize,
-    /// Approximate bytes the recorded blocks take.
+    /// Bytes the index's maps take (every allocated bucket).
     pub bytes: usize,
     /// The block budget.
     pub max_blocks: usize,
@@ -113,11 +116,8 @@ pub struct IndexStats {
 /// The prefix index over targets named by `K` (a caller's dense, copyable key).
 #[derive(Debug)]
 pub struct PrefixIndex<K> {
-    /// Our page hash → the targets holding it, each with how many of its engine blocks map there
-    /// (two namespaced engine blocks can carry the same tokens).
-    holders: KeyMap<PageHash, Vec<(K, u32)>>,
-    /// Per target: engine block hash → the block.
-    targets: HashMap<K, KeyMap<i64, Block>>,
+    /// Per target: the pages it holds and the engine blocks behind them.
+    targets: HashMap<K, TargetPages>,
     blocks: usize,
     max_blocks: usize,
     counts: IngestCounts,
@@ -126,13 +126,7 @@ pub struct PrefixIndex<K> {
 impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     /// An empty index that records at most `max_blocks` blocks.
     pub fn new(max_blocks: usize) -> Self {
-        Self {
-            holders: KeyMap::default(),
-            targets: HashMap::new(),
-            blocks: 0,
-            max_blocks,
-            counts: IngestCounts::default(),
-        }
+        Self { targets: HashMap::new(), blocks: 0, max_blocks, counts: IngestCounts::default() }
     }
 
     /// Applies one batch of a target's events, in order.
@@ -168,7 +162,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                     let parent = parent_block_hash.map(|p| {
                         stored.get(&p).copied().or_else(|| {
                             (!cleared && !removed.contains(&p))
-                                .then(|| held.and_then(|b| b.get(&p)).map(|b| b.digest))
+                                .then(|| held.and_then(|b| b.digest(p)))
                                 .flatten()
                         })
                     });
@@ -180,21 +174,26 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                             continue;
                         }
                     };
+                    let first_parent = prior.map(|d| d.page_hash());
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
+                    let mut short = false;
                     for &h in block_hashes {
                         // Fewer token pages than hashes: malformed; what is left cannot be keyed.
                         let Some(page) = pages.next() else {
-                            ops.push(Op::Orphans(1));
+                            short = true;
                             break;
                         };
                         let digest = chain_page(prior.as_ref(), page);
                         prior = Some(digest);
                         stored.insert(h, digest);
                         removed.remove(&h);
-                        blocks.push((h, Block { page: digest.page_hash(), digest }));
+                        blocks.push((h, digest));
                     }
-                    ops.push(Op::Store(blocks));
+                    if short {
+                        ops.push(Op::Orphans(1));
+                    }
+                    ops.push(Op::Store { parent: first_parent, blocks });
                 }
                 KvEvent::BlockRemoved { block_hashes, .. } => {
                     for h in block_hashes {
@@ -218,7 +217,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     pub fn commit(&mut self, target: K, prepared: Prepared) {
         for op in prepared.ops {
             match op {
-                Op::Store(blocks) => self.store(target, blocks),
+                Op::Store { parent, blocks } => self.store(target, parent, blocks),
                 Op::Remove(hashes) => {
                     for h in hashes {
                         self.remove_block(target, h);
@@ -234,116 +233,70 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     /// Forgets everything a target holds (cache reset, lost events, the worker left).
     pub fn clear_target(&mut self, target: K) {
         self.counts.cleared += 1;
-        let Some(blocks) = self.targets.remove(&target) else {
-            return;
-        };
-        self.blocks -= blocks.len();
-        for block in blocks.values() {
-            self.unhold(target, block.page);
+        if let Some(pages) = self.targets.remove(&target) {
+            self.blocks -= pages.blocks();
         }
     }
 
     /// Leading pages of `hashes` that `target` holds.
     pub fn overlap(&self, hashes: &[PageHash], target: K) -> usize {
-        hashes
-            .iter()
-            .take_while(|h| self.holders.get(h).is_some_and(|hs| hs.iter().any(|(k, _)| *k == target)))
-            .count()
+        self.targets.get(&target).map_or(0, |t| t.overlap(hashes))
     }
 
     /// Leading pages of `hashes` each of `targets` holds, into `out` (same order as `targets`).
-    /// One pass over the prompt for all candidates; stops at the first page nobody left holds.
     pub fn overlaps(&self, hashes: &[PageHash], targets: &[K], out: &mut Vec<u32>) {
         out.clear();
-        out.resize(targets.len(), 0);
-        for (depth, h) in hashes.iter().enumerate() {
-            let Some(hs) = self.holders.get(h) else { break };
-            let mut alive = 0;
-            for (i, t) in targets.iter().enumerate() {
-                if out[i] as usize == depth && hs.iter().any(|(k, _)| k == t) {
-                    out[i] += 1;
-                    alive += 1;
-                }
-            }
-            if alive == 0 {
-                break;
-            }
-        }
+        // A prompt has far fewer than u32::MAX pages.
+        out.extend(targets.iter().map(|t| self.overlap(hashes, *t) as u32));
     }
 
     /// Size and counters.
     pub fn stats(&self) -> IndexStats {
         IndexStats {
             blocks: self.blocks,
-            targets: self.targets.values().filter(|b| !b.is_empty()).count(),
-            bytes: self.blocks * BYTES_PER_BLOCK,
+            targets: self.targets.values().filter(|t| t.blocks() > 0).count(),
+            bytes: self.targets.values().map(TargetPages::bytes).sum(),
             max_blocks: self.max_blocks,
             counts: self.counts,
         }
     }
 
-    fn store(&mut self, target: K, blocks: Vec<(i64, Block)>) {
-        let held = self.targets.entry(target).or_default();
-        for (h, block) in blocks {
-            match held.entry(h) {
-                Entry::Occupied(mut e) => {
-                    // Stored again (a replayed batch, a re-insert): same tokens, same key.
-                    let old = e.insert(block);
-                    if old.page != block.page {
-                        Self::unhold_in(&mut self.holders, target, old.page);
-                        Self::hold_in(&mut self.holders, target, block.page);
-                    }
-                }
-                Entry::Vacant(e) => {
-                    if self.blocks >= self.max_blocks {
-                        self.counts.over_budget += 1;
-                        continue;
-                    }
-                    e.insert(block);
+    fn store(&mut self, target: K, parent: Option<PageHash>, blocks: Vec<(i64, ChainDigest)>) {
+        let pages = self.targets.entry(target).or_default();
+        let mut parent = parent;
+        for (h, digest) in blocks {
+            match pages.store(h, &digest, parent, self.blocks < self.max_blocks) {
+                Stored::New => {
                     self.blocks += 1;
                     self.counts.stored += 1;
-                    Self::hold_in(&mut self.holders, target, block.page);
                 }
+                Stored::Again => {}
+                Stored::OverBudget => self.counts.over_budget += 1,
             }
+            parent = Some(digest.page_hash());
         }
     }
 
     fn remove_block(&mut self, target: K, engine_hash: i64) {
-        let Some(block) = self.targets.get_mut(&target).and_then(|b| b.remove(&engine_hash)) else {
+        if self.targets.get_mut(&target).is_some_and(|t| t.remove(engine_hash)) {
+            self.blocks -= 1;
+            self.counts.removed += 1;
+        } else {
             self.counts.unknown_removals += 1;
-            return;
-        };
-        self.blocks -= 1;
-        self.counts.removed += 1;
-        self.unhold(target, block.page);
-    }
-
-    fn unhold(&mut self, target: K, page: PageHash) {
-        Self::unhold_in(&mut self.holders, target, page);
-    }
-
-    fn hold_in(holders: &mut KeyMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
-        let hs = holders.entry(page).or_default();
-        match hs.iter_mut().find(|(k, _)| *k == target) {
-            Some((_, n)) => *n += 1,
-            None => hs.push((target, 1)),
         }
     }
 
-    fn unhold_in(holders: &mut KeyMap<PageHash, Vec<(K, u32)>>, target: K, page: PageHash) {
-        let Entry::Occupied(mut e) = holders.entry(page) else { return };
-        let hs = e.get_mut();
-        if let Some(i) = hs.iter().position(|(k, _)| *k == target) {
-            hs[i].1 -= 1;
-            if hs[i].1 == 0 {
-                hs.swap_remove(i);
-            }
+    /// Checks every target's bookkeeping against its maps (tests).
+    #[cfg(test)]
+    fn check(&self) {
+        for t in self.targets.values() {
+            t.check();
         }
-        if hs.is_empty() {
-            e.remove();
-        }
+        assert_eq!(self.blocks, self.targets.values().map(TargetPages::blocks).sum::<usize>());
     }
 }
 
+#[cfg(test)]
+mod orders;
 #[cfg(test)]
 mod tests;

@@ -4,10 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use infera_kv::hash::PageHash;
 use infera_proto::types::PickRequest;
 
-use super::KvIndex;
+use super::OverlapSource;
 use crate::capacity::Capacity;
 use crate::ejection::{Admit, Breakers};
 use crate::ledger::Ledger;
@@ -61,27 +60,23 @@ pub(super) fn within_capacity(
 /// Reused buffers of the KV overlap query, so a pick allocates nothing for it.
 #[derive(Debug, Default)]
 pub(super) struct OverlapScratch {
-    /// The prompt's page hashes.
-    pub(super) hashes: Vec<PageHash>,
     /// The candidates' target keys.
     pub(super) keys: Vec<TargetKey>,
     /// Pages matched, per candidate.
     pub(super) pages: Vec<u32>,
 }
 
-/// Fills each prefill candidate's overlap from the index; only targets whose page size is the one
+/// Fills each prefill candidate's overlap from `source`; only targets whose page size is the one
 /// the prompt was hashed with can match.
 pub(super) fn credit_overlap(
     candidates: &mut [Candidate],
-    OverlapScratch { hashes, keys, pages: out }: &mut OverlapScratch,
-    index: &KvIndex,
+    OverlapScratch { keys, pages: out }: &mut OverlapScratch,
+    source: &dyn OverlapSource,
     req: &PickRequest,
 ) {
-    hashes.clear();
-    hashes.extend(req.page_hashes.iter().map(|&h| PageHash(h)));
     keys.clear();
     keys.extend(candidates.iter().map(|c| c.key));
-    index.overlaps(hashes, keys, out);
+    source.overlaps(&req.page_hashes, keys, out);
     for (c, &pages) in candidates.iter_mut().zip(out.iter()) {
         if c.page_size == req.page_size && pages > 0 {
             c.overlap_pages = pages;

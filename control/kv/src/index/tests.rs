@@ -57,7 +57,7 @@ fn overlap_is_the_leading_run_of_held_pages() {
     index.apply(7, &KvEvent::AllBlocksCleared);
     assert_eq!(index.overlap(&q, 7), 0);
     assert_eq!(index.stats().blocks, 0);
-    assert!(index.holders.is_empty(), "no holder entry outlives its blocks");
+    assert!(index.targets.is_empty(), "no page entry outlives its blocks");
 }
 
 #[test]

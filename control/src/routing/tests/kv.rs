@@ -188,3 +188,35 @@ fn a_session_keeps_its_target_at_credit_1_and_follows_the_prefix_at_credit_8() {
     assert_eq!(then, 1 - first);
     assert_eq!(costs.iter().copied().fold(f64::INFINITY, f64::min), 1_000.0 - 5_120.0);
 }
+
+/// As `ControlState::pick` does it: the pool's keys, overlaps computed outside the pick, then the
+/// pick credited from them; the same choice and credit as asking the index inside the pick, and a
+/// candidate the precomputed overlaps do not name (it joined in between) is credited nothing.
+#[test]
+fn overlaps_computed_before_the_pick_credit_like_the_index() {
+    let mut f = prefill_pool(PS);
+    let prompt: Vec<u32> = (0..1_000).collect();
+    let holder = key(&mut f, 1);
+    let index = index_holding(holder, &prompt, 40);
+    let hashes: Vec<i64> = page_hashes(&prompt, PS as usize).iter().map(|h| h.0).collect();
+    let mut keys = Vec::new();
+    f.core.pool_keys(&ModelName::new("m"), PickKind::Prefill, &mut keys);
+    assert_eq!(keys.len(), 2);
+    let computed = crate::routing::Overlaps::compute(&index, &hashes, keys);
+    let mut req = f.req("m", prompt.len() as u64, None);
+    req.page_hashes = hashes.clone();
+    req.page_size = PS;
+    fn ctx(kv: &dyn crate::routing::OverlapSource, now: Instant) -> PickContext<'_> {
+        PickContext { kv: Some(kv), record_decision: false, now, wall: SystemTime::now(), kv_room: None }
+    }
+    let p = f.core.pick(PickKind::Prefill, &req, ctx(&computed, f.now)).unwrap();
+    assert_eq!((rank(&p), p.chosen.overlap_pages, p.chosen.cached_tokens), (1, 40, 640));
+    f.release(p.reservation).unwrap();
+    let none = crate::routing::Overlaps::compute(&index, &hashes, vec![key(&mut f, 0)]);
+    let p = f.core.pick(PickKind::Prefill, &req, ctx(&none, f.now)).unwrap();
+    assert_eq!((p.chosen.overlap_pages, p.chosen.cached_tokens), (0, 0), "rank 1 was not asked");
+    f.release(p.reservation).unwrap();
+    let mut keys = vec![holder];
+    f.core.pool_keys(&ModelName::new("nope"), PickKind::Prefill, &mut keys);
+    assert!(keys.is_empty(), "no pool: no keys");
+}

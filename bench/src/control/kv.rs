@@ -1,0 +1,202 @@
+//! The KV-aware round: PickPrefill with a 2,000-page prompt's hashes + PickDecode + a Release of
+//! each, against control with 8 prefill workers whose publishers (infera-kv's, SGLang's framing)
+//! filled its prefix index over ZMQ, and a decode worker of 8 ranks. The baseline is the tonic
+//! echo called as often (4 RPCs), the first call with a payload the size of the PickPrefill request.
+//!
+//! What the index holds: prefill `i` holds a 2,000-page conversation that shares its first
+//! `250 × i` pages with the query prompt (8 different overlaps, the search's worst case), and
+//! `BACKGROUND` other 2,000-page prompts, so lookups reach into an index of ~650 k blocks.
+
+use std::time::Duration;
+
+use clap::Parser as _;
+use infera_control::{Args as ControlFlags, Config, Listeners};
+use infera_kv::event::{KvEvent, Medium};
+use infera_kv::hash::page_hashes;
+use infera_kv::publish::{Publisher, PublisherConfig};
+use infera_proto::pb::{self, router_client::RouterClient};
+use prost::Message as _;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+use super::{ControlArgs, measure};
+use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
+
+const PREFILLS: usize = 8;
+const PAGES: usize = 2_000;
+const PAGE: usize = 16;
+const BACKGROUND: usize = 40;
+
+/// Tokens of prompt `seed`, sharing its first `shared` pages with prompt 0.
+fn prompt(seed: u32, shared: usize) -> Vec<u32> {
+    (0..(PAGES * PAGE) as u32)
+        .map(|i| if (i as usize) < shared * PAGE { i } else { seed.wrapping_mul(0x9e37_79b9) ^ i })
+        .collect()
+}
+
+fn stored(tokens: &[u32]) -> KvEvent {
+    KvEvent::BlockStored {
+        block_hashes: page_hashes(tokens, PAGE).iter().map(|h| h.0).collect(),
+        parent_block_hash: None,
+        token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
+        block_size: PAGE as u32,
+        medium: Medium::Gpu,
+    }
+}
+
+fn pick_request(lease: &str, hashes: &[i64], page_size: u32) -> pb::PickRequest {
+    pb::PickRequest {
+        lease_id: lease.to_owned(),
+        request_id: "bench-request".into(),
+        model: "m".into(),
+        input_tokens: (PAGES * PAGE) as u64,
+        session_key: String::new(),
+        page_hashes: hashes.to_vec(),
+        page_size,
+        exclude: Vec::new(),
+    }
+}
+
+/// Round trips per second of each round, in the order run (they alternate).
+pub(super) struct Rates {
+    /// Echo ×4, per round.
+    pub(super) echo: Vec<f64>,
+    /// The KV-aware round, per round.
+    pub(super) control: Vec<f64>,
+    /// The PickPrefill request's encoded size.
+    pub(super) prefill_bytes: usize,
+}
+
+/// Runs the alternating rounds of echo ×4 and of the KV-aware round.
+pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<Rates> {
+    let mut publishers = Vec::new();
+    let mut workers = String::new();
+    for i in 0..PREFILLS {
+        let mut config = PublisherConfig::new("tcp://127.0.0.1:0");
+        config.replay_endpoint = Some("tcp://127.0.0.1:0".into());
+        let p = Publisher::bind(config).await?;
+        workers += &format!(
+            "[[workers]]\nid='p{i}'\nrole='prefill'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size=1\npage_size={PAGE}\n\
+             kv_events={{ endpoint='tcp://127.0.0.1:{}', replay_endpoint='tcp://127.0.0.1:{}' }}\n",
+            p.port(),
+            p.replay_port().expect("a replay socket was asked for")
+        );
+        publishers.push(p);
+    }
+    workers +=
+        &format!("[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={}\n", 8);
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), workers)?;
+    let flags = ControlFlags::try_parse_from([
+        "infera-control",
+        "--workers",
+        file.path().to_str().expect("utf-8 temp path"),
+        "--decode-input-demand",
+        "on",
+        "--decode-request-weight",
+        "1000000",
+    ])?;
+    let grpc = TcpListener::bind("127.0.0.1:0").await?;
+    let metrics = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = grpc.local_addr()?;
+    tokio::spawn(infera_control::run(
+        Listeners { grpc, admin: None, metrics },
+        Config::try_from(flags)?,
+        std::future::pending(),
+    ));
+    let echo_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let echo_addr = echo_listener.local_addr()?;
+    echo::spawn(echo_listener);
+    let connect = |addr: std::net::SocketAddr| async move {
+        Channel::from_shared(format!("http://{addr}"))
+            .expect("a socket address is a valid URI")
+            .connect()
+            .await
+    };
+    let (mut routers, mut echoes) = (Vec::new(), Vec::new());
+    for _ in 0..args.clients {
+        routers.push(RouterClient::new(connect(addr).await?));
+        echoes.push(EchoClient::new(connect(echo_addr).await?));
+    }
+    let lease = routers[0]
+        .clone()
+        .open_lease(pb::OpenLeaseRequest { holder: "bench".into(), ttl_ms: 300_000 })
+        .await?
+        .into_inner()
+        .lease_id;
+
+    // Fill the index: background prompts first, then each prefill's conversation; once control
+    // credits prefill i with all 2,000 pages of its conversation, its events are all in.
+    for (i, p) in publishers.iter().enumerate() {
+        let mut events = vec![KvEvent::AllBlocksCleared];
+        for b in 0..BACKGROUND {
+            events.push(stored(&prompt((1 + i * BACKGROUND + b) as u32 * 7919, 0)));
+        }
+        p.publish(events)?;
+        p.publish(vec![stored(&prompt(100_000 + i as u32, 250 * i))])?;
+    }
+    let mut router = routers[0].clone();
+    for i in 0..PREFILLS {
+        let own: Vec<i64> =
+            page_hashes(&prompt(100_000 + i as u32, 250 * i), PAGE).iter().map(|h| h.0).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let p = router.pick_prefill(pick_request(&lease, &own, PAGE as u32)).await?.into_inner();
+            router
+                .release(pb::ReleaseRequest {
+                    reservation_id: p.reservation_id,
+                    reason: pb::ReleaseReason::Eof as i32,
+                    failure: 0,
+                })
+                .await?;
+            if p.cost.is_some_and(|c| c.overlap_pages == PAGES as u32) {
+                break;
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "control's index did not fill in 2 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let query: Vec<i64> = page_hashes(&prompt(0, 0), PAGE).iter().map(|h| h.0).collect();
+    let prefill_req = pick_request(&lease, &query, PAGE as u32);
+    let size = prefill_req.encoded_len();
+    let round = Duration::from_millis(args.round_ms);
+    let echo_trip = move |mut c: EchoClient<Channel>| async move {
+        c.echo(EchoMessage { payload: vec![7; size] }).await?;
+        for _ in 0..3 {
+            c.echo(EchoMessage { payload: vec![7; 64] }).await?;
+        }
+        Ok(c)
+    };
+    let decode_req = pb::PickRequest { page_hashes: Vec::new(), page_size: 0, ..prefill_req.clone() };
+    let kv_trip = move |mut c: RouterClient<Channel>| {
+        let (prefill_req, decode_req) = (prefill_req.clone(), decode_req.clone());
+        async move {
+            let prefill = c.pick_prefill(prefill_req).await?.into_inner();
+            let decode = c.pick_decode(decode_req).await?.into_inner();
+            for id in [prefill.reservation_id, decode.reservation_id] {
+                c.release(pb::ReleaseRequest {
+                    reservation_id: id,
+                    reason: pb::ReleaseReason::Eof as i32,
+                    failure: 0,
+                })
+                .await?;
+            }
+            Ok(c)
+        }
+    };
+    measure(&echoes, round / 4, echo_trip).await?;
+    measure(&routers, round / 4, kv_trip.clone()).await?;
+    let (mut echo_rates, mut kv_rates) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        echo_rates.push(measure(&echoes, round, echo_trip).await?);
+        kv_rates.push(measure(&routers, round, kv_trip.clone()).await?);
+    }
+    for p in publishers {
+        p.close().await;
+    }
+    Ok(Rates { echo: echo_rates, control: kv_rates, prefill_bytes: size })
+}
