@@ -7,13 +7,19 @@
 //! (same requests, same worker) and the report gives TTFT p50 of each, the difference, and
 //! the streamed tokens/s ratio.
 //!
+//! SMG (`smg launch --worker-urls … --dp-aware`, the peer gateway) is measured as a third side in
+//! front of the same sim, pinned as the proxy is. A peak-rate round (short non-streamed requests,
+//! closed loop, many clients) then gives requests/s of each side.
+//!
 //! By default all of it shares the machine's CPUs; `--proxy-cpus` pins the proxy to CPUs of its
 //! own and the bench process to the rest (see [`placement`]).
 
+mod peak;
 mod placement;
+mod smg;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,6 +68,15 @@ pub(crate) struct ProxyArgs {
     /// The proxy binary (default: `infera-proxy` beside this binary).
     #[arg(long, env = "INFERA_BENCH_PROXY_BIN")]
     proxy_bin: Option<PathBuf>,
+    /// SMG to measure beside the proxy (default: the workspace's `.venv/bin/smg`; `none`: skip).
+    #[arg(long, env = "INFERA_BENCH_SMG")]
+    smg: Option<PathBuf>,
+    /// Closed-loop clients of the peak-rate round (0 = skip it).
+    #[arg(long, env = "INFERA_BENCH_PEAK_CLIENTS", default_value_t = 64)]
+    peak_clients: usize,
+    /// Seconds of each peak-rate measurement (two per side, alternating).
+    #[arg(long, env = "INFERA_BENCH_PEAK_SECS", default_value_t = 5)]
+    peak_secs: u64,
 }
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -135,11 +150,30 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     let proxy_addr = line.trim().rsplit("http=").next().unwrap_or_default().to_owned();
     let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
     wait_ready(&client, &proxy_addr).await?;
+    let smg_bin =
+        args.smg.clone().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/smg"));
+    let smg = if smg_bin.as_os_str() == "none" {
+        None
+    } else {
+        let log = std::env::temp_dir().join("infera-bench-proxy-smg.log");
+        let smg = smg::SmgProcess::start(&smg_bin, &format!("http://{sim_addr}"), &placement, &log)?;
+        wait_ready(&client, &smg.addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}; SMG's log: {}", log.display()))?;
+        Some(smg)
+    };
     // Every thread of both processes has started by now (runtimes are built before serving).
     let (proxy_cpus, bench_cpus) = placement.check(proxy.0.id())?;
+    if let Some(smg) = &smg {
+        placement.check(smg.id())?;
+    }
 
     let direct = format!("http://{sim_addr}/v1/chat/completions");
     let proxied = format!("http://{proxy_addr}/v1/chat/completions");
+    let mut sides = vec![("direct", direct.clone()), ("proxy", proxied.clone())];
+    if let Some(smg) = &smg {
+        sides.push(("smg", format!("http://{}/v1/chat/completions", smg.addr)));
+    }
     println!(
         "proxy path vs direct to the worker: {} rounds per side, {} requests per round, {} tokens each, sim speed-up {}",
         args.rounds, args.requests, args.max_tokens, args.sim_speedup
@@ -148,44 +182,47 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         "placement: {placement} (checked in /proc: proxy threads on CPUs {proxy_cpus}, bench threads on CPUs {bench_cpus})"
     );
     println!(
-        "  {:>11} {:>16} {:>16} {:>12} {:>14} {:>14} {:>8}",
-        "concurrency",
-        "TTFT p50 direct",
-        "TTFT p50 proxy",
-        "added ms",
-        "tok/s direct",
-        "tok/s proxy",
-        "ratio"
+        "  {:>11} {:>7} {:>13} {:>10} {:>10} {:>7}",
+        "concurrency", "side", "TTFT p50", "added ms", "tok/s", "ratio"
     );
-    // Warm-up: connections on both paths.
-    round(&client, &direct, 8, 8, args.max_tokens).await?;
-    round(&client, &proxied, 8, 8, args.max_tokens).await?;
+    // Warm-up: connections on every path.
+    for (_, url) in &sides {
+        round(&client, url, 8, 8, args.max_tokens).await?;
+    }
     for &c in &args.concurrency {
         let n = args.requests.max(c);
-        let (mut d_ttft, mut p_ttft, mut d_rate, mut p_rate) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut seen: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); sides.len()];
         for _ in 0..args.rounds {
-            let d = round(&client, &direct, n, c, args.max_tokens).await?;
-            let p = round(&client, &proxied, n, c, args.max_tokens).await?;
-            d_ttft.extend(d.ttfts);
-            p_ttft.extend(p.ttfts);
-            d_rate.push(d.tokens_per_s);
-            p_rate.push(p.tokens_per_s);
+            for ((_, url), (ttfts, rates)) in sides.iter().zip(&mut seen) {
+                let r = round(&client, url, n, c, args.max_tokens).await?;
+                ttfts.extend(r.ttfts);
+                rates.push(r.tokens_per_s);
+            }
         }
-        let (dt, pt) = (p50(&mut d_ttft), p50(&mut p_ttft));
-        let (dr, pr) = (p50(&mut d_rate), p50(&mut p_rate));
-        println!(
-            "  {:>11} {:>13.2} ms {:>13.2} ms {:>12.2} {:>14.0} {:>14.0} {:>8.3}",
-            c,
-            dt,
-            pt,
-            pt - dt,
-            dr,
-            pr,
-            pr / dr
-        );
+        let p50s: Vec<(f64, f64)> = seen.iter_mut().map(|(t, r)| (p50(t), p50(r))).collect();
+        for ((side, _), (ttft, rate)) in sides.iter().zip(&p50s) {
+            let (added, ratio) = (ttft - p50s[0].0, rate / p50s[0].1);
+            println!("  {c:>11} {side:>7} {ttft:>10.2} ms {added:>10.2} {rate:>10.0} {ratio:>7.3}");
+        }
     }
-    println!("  goals: added TTFT p50 ≤ 1 ms, proxied tok/s ≥ 0.95 of direct");
+    println!("  goals: added TTFT p50 ≤ 1 ms, proxied tok/s ≥ 0.97 of direct");
+    if args.peak_clients > 0 {
+        let length = Duration::from_secs(args.peak_secs);
+        let mut rates = vec![Vec::new(); sides.len()];
+        for _ in 0..2 {
+            for ((_, url), r) in sides.iter().zip(&mut rates) {
+                r.push(peak::rate(&client, url, args.peak_clients, length, 4).await?);
+            }
+        }
+        let best: Vec<f64> = rates.iter().map(|r| r.iter().copied().fold(0.0, f64::max)).collect();
+        println!(
+            "peak rate, {} closed-loop clients, 4-token answers not streamed, best of 2 × {}s:",
+            args.peak_clients, args.peak_secs
+        );
+        for ((side, _), (r, b)) in sides.iter().zip(rates.iter().zip(&best)) {
+            println!("  {side:>7} {b:>9.0} req/s ({:.0}, {:.0}), {:.3} of direct", r[0], r[1], b / best[0]);
+        }
+    }
 
     if args.rss_streams > 0 {
         let idle = rss_kib(proxy.0.id())?;
