@@ -137,10 +137,38 @@ async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
             "[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={DECODE_RANKS}\n"
         ),
     )?;
+    let Served { routers, echoes, lease } = serve(workers.path(), args.clients).await?;
+
+    let round = Duration::from_millis(args.round_ms);
+    // Warm-up: connections, allocators, the ledger's maps.
+    measure(&echoes, round / 4, echo_round_trip).await?;
+    let pick = move |c| pick_round_trip(c, lease.clone());
+    measure(&routers, round / 4, pick.clone()).await?;
+    let (mut echo_rates, mut control_rates) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        echo_rates.push(measure(&echoes, round, echo_round_trip).await?);
+        control_rates.push(measure(&routers, round, pick.clone()).await?);
+    }
+    Ok((median(echo_rates), median(control_rates)))
+}
+
+/// Control and its echo baseline, served in this process on port 0.
+struct Served {
+    /// `clients` connections to control's Router.
+    routers: Vec<RouterClient<Channel>>,
+    /// As many connections to the echo service.
+    echoes: Vec<EchoClient<Channel>>,
+    /// A lease opened on control for the picks.
+    lease: String,
+}
+
+/// Serves control (the workers of `workers`, decode demand on, W = 1,000,000) and the echo
+/// service, connects `clients` clients to each and opens a lease.
+async fn serve(workers: &std::path::Path, clients: usize) -> anyhow::Result<Served> {
     let flags = ControlFlags::try_parse_from([
         "infera-control",
         "--workers",
-        workers.path().to_str().expect("utf-8 temp path"),
+        workers.to_str().expect("utf-8 temp path"),
         "--decode-input-demand",
         "on",
         "--decode-request-weight",
@@ -165,9 +193,8 @@ async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
             .connect()
             .await
     };
-    let mut routers = Vec::new();
-    let mut echoes = Vec::new();
-    for _ in 0..args.clients {
+    let (mut routers, mut echoes) = (Vec::new(), Vec::new());
+    for _ in 0..clients {
         routers.push(RouterClient::new(connect(control_addr).await?));
         echoes.push(EchoClient::new(connect(echo_addr).await?));
     }
@@ -177,18 +204,7 @@ async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
         .await?
         .into_inner()
         .lease_id;
-
-    let round = Duration::from_millis(args.round_ms);
-    // Warm-up: connections, allocators, the ledger's maps.
-    measure(&echoes, round / 4, echo_round_trip).await?;
-    let pick = move |c| pick_round_trip(c, lease.clone());
-    measure(&routers, round / 4, pick.clone()).await?;
-    let (mut echo_rates, mut control_rates) = (Vec::new(), Vec::new());
-    for _ in 0..args.rounds {
-        echo_rates.push(measure(&echoes, round, echo_round_trip).await?);
-        control_rates.push(measure(&routers, round, pick.clone()).await?);
-    }
-    Ok((median(echo_rates), median(control_rates)))
+    Ok(Served { routers, echoes, lease })
 }
 
 async fn echo_round_trip(mut c: EchoClient<Channel>) -> Result<EchoClient<Channel>, tonic::Status> {

@@ -9,18 +9,15 @@
 
 use std::time::Duration;
 
-use clap::Parser as _;
-use infera_control::{Args as ControlFlags, Config, Listeners};
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::page_hashes;
 use infera_kv::publish::{Publisher, PublisherConfig};
 use infera_proto::pb::{self, router_client::RouterClient};
 use prost::Message as _;
-use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
-use super::{ControlArgs, measure};
-use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
+use super::{ControlArgs, Served, measure, serve};
+use crate::echo::{pb::EchoMessage, pb::echo_client::EchoClient};
 
 const PREFILLS: usize = 8;
 const PAGES: usize = 2_000;
@@ -87,43 +84,7 @@ pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<Rates> {
         &format!("[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={}\n", 8);
     let file = tempfile::NamedTempFile::new()?;
     std::fs::write(file.path(), workers)?;
-    let flags = ControlFlags::try_parse_from([
-        "infera-control",
-        "--workers",
-        file.path().to_str().expect("utf-8 temp path"),
-        "--decode-input-demand",
-        "on",
-        "--decode-request-weight",
-        "1000000",
-    ])?;
-    let grpc = TcpListener::bind("127.0.0.1:0").await?;
-    let metrics = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = grpc.local_addr()?;
-    tokio::spawn(infera_control::run(
-        Listeners { grpc, admin: None, metrics },
-        Config::try_from(flags)?,
-        std::future::pending(),
-    ));
-    let echo_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let echo_addr = echo_listener.local_addr()?;
-    echo::spawn(echo_listener);
-    let connect = |addr: std::net::SocketAddr| async move {
-        Channel::from_shared(format!("http://{addr}"))
-            .expect("a socket address is a valid URI")
-            .connect()
-            .await
-    };
-    let (mut routers, mut echoes) = (Vec::new(), Vec::new());
-    for _ in 0..args.clients {
-        routers.push(RouterClient::new(connect(addr).await?));
-        echoes.push(EchoClient::new(connect(echo_addr).await?));
-    }
-    let lease = routers[0]
-        .clone()
-        .open_lease(pb::OpenLeaseRequest { holder: "bench".into(), ttl_ms: 300_000 })
-        .await?
-        .into_inner()
-        .lease_id;
+    let Served { routers, echoes, lease } = serve(file.path(), args.clients).await?;
 
     // Fill the index: background prompts first, then each prefill's conversation; once control
     // credits prefill i with all 2,000 pages of its conversation, its events are all in.
