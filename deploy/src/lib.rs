@@ -7,13 +7,14 @@
 //! - [`rules`]: the Prometheus rules file and promtool's test files.
 //!
 //! The tools come from `cargo xtask setup`: `kubectl` (its built-in kustomize) on `PATH`, and
-//! the deploy venv (`.venv-deploy`: `kubernetes-validate`, `checkov`, PyYAML, and under `npm/`
+//! the deploy venv (`.venv-deploy`: `kubernetes-validate`, `checkov`, and under `npm/`
 //! the Prometheus Operator models), found through `INFERA_DEPLOY_VENV`, else at the root.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 pub mod dashboard;
@@ -66,17 +67,19 @@ impl Rendered {
     }
 }
 
-/// Renders `overlay` with `kubectl kustomize`; its YAML read by PyYAML (as `kubectl` reads it,
-/// YAML 1.1 included) into JSON.
+/// Renders `overlay` with `kubectl kustomize`, and reads its documents into JSON (kustomize
+/// quotes every string YAML could read otherwise, so YAML 1.1 and 1.2 readers agree on it).
 pub fn render(overlay: &Path) -> anyhow::Result<Rendered> {
     let name = overlay.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
     let yaml = run(Command::new("kubectl").arg("kustomize").arg(overlay), None)
         .with_context(|| format!("kubectl kustomize {}", overlay.display()))?;
-    let to_json =
-        "import sys, json, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))";
-    let json = run(Command::new(venv().join("bin/python")).args(["-c", to_json]), Some(&yaml))
-        .context("the rendered YAML into JSON")?;
-    let objects: Vec<Value> = serde_json::from_str(&json)?;
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&yaml) {
+        let object = Value::deserialize(document).context("the rendered YAML into JSON")?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
     Ok(Rendered { name, yaml, objects })
 }
 
