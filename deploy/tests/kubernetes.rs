@@ -12,34 +12,52 @@ use std::collections::BTreeMap;
 use infera_deploy::{Rendered, overlays, render, venv};
 use support::pods::pods;
 
-fn rendered() -> Vec<Rendered> {
-    let all: Vec<Rendered> =
-        overlays().iter().map(|o| render(o).unwrap_or_else(|e| panic!("{e:#}"))).collect();
-    assert!(all.len() >= 4, "sim-1p1d, amd-pd, nvidia-pd, existing-etcd: {:?}", all.iter().map(|r| &r.name));
-    all
+/// Every overlay, rendered once for all the tests of this binary.
+fn rendered() -> &'static [Rendered] {
+    static RENDERED: std::sync::OnceLock<Vec<Rendered>> = std::sync::OnceLock::new();
+    RENDERED.get_or_init(|| {
+        let all: Vec<Rendered> =
+            overlays().iter().map(|o| render(o).unwrap_or_else(|e| panic!("{e:#}"))).collect();
+        assert!(
+            all.len() >= 4,
+            "sim-1p1d, amd-pd, nvidia-pd, existing-etcd: {:?}",
+            all.iter().map(|r| &r.name)
+        );
+        all
+    })
+}
+
+/// `kubernetes-validate` in strict mode against Kubernetes 1.37, on `yaml` (written to a file).
+fn validate_strict(yaml: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("objects.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
+    validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
+    infera_deploy::output(&mut validate, None).unwrap()
+}
+
+/// The Prometheus Operator's validators (`tests/support/validate_crds.mjs`) on `objects`.
+fn validate_crds(objects: &[serde_json::Value]) -> std::process::Output {
+    let mut node = std::process::Command::new("node");
+    node.arg(infera_deploy::dir().join("tests/support/validate_crds.mjs"))
+        .arg(venv().join("npm/node_modules"));
+    infera_deploy::output(&mut node, Some(&serde_json::to_string(objects).unwrap())).unwrap()
 }
 
 #[test]
 fn every_object_of_every_overlay_is_valid_kubernetes_1_37() {
-    let dir = tempfile::tempdir().unwrap();
     for overlay in rendered() {
-        let file = dir.path().join(format!("{}.yaml", overlay.name));
-        std::fs::write(&file, &overlay.yaml).unwrap();
-        let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
-        validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
-        let out = infera_deploy::output(&mut validate, None).unwrap();
+        let out = validate_strict(&overlay.yaml);
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         // Only the Prometheus Operator's kinds have no schema there: they are checked below.
         let unchecked: Vec<&str> =
             text.lines().filter(|l| !l.contains("api version monitoring.coreos.com/v1")).collect();
         assert!(out.status.success() && unchecked.is_empty(), "{}:\n{text}", overlay.name);
 
-        let objects = serde_json::to_string(&overlay.objects).unwrap();
-        let script = infera_deploy::dir().join("tests/support/validate_crds.mjs");
-        let mut node = std::process::Command::new("node");
-        node.arg(script).arg(venv().join("npm/node_modules"));
-        let checked = infera_deploy::run(&mut node, Some(&objects))
-            .unwrap_or_else(|e| panic!("{}: {e:#}", overlay.name));
+        let out = validate_crds(&overlay.objects);
+        let checked = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {checked}{}", overlay.name, String::from_utf8_lossy(&out.stderr));
         assert!(
             checked.contains("checked 3 "),
             "two ServiceMonitors and the rules in {}: {checked}",
@@ -51,22 +69,13 @@ fn every_object_of_every_overlay_is_valid_kubernetes_1_37() {
 #[test]
 fn the_validators_catch_a_misspelt_field_and_a_bad_monitor() {
     let overlay = render(&infera_deploy::dir().join("kubernetes/overlays/sim-1p1d")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("bad.yaml");
-    std::fs::write(&file, overlay.yaml.replacen("readOnlyRootFilesystem", "readOnlyRootFilesytem", 1))
-        .unwrap();
-    let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
-    validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
-    let out = infera_deploy::output(&mut validate, None).unwrap();
+    let out = validate_strict(&overlay.yaml.replacen("readOnlyRootFilesystem", "readOnlyRootFilesytem", 1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("readOnlyRootFilesytem"), "{out:?}");
 
     let mut objects = overlay.objects.clone();
     let monitor = objects.iter_mut().find(|o| o["kind"] == "ServiceMonitor").unwrap();
     monitor["spec"]["endpoints"][0]["interval"] = "every 15 s".into();
-    let mut node = std::process::Command::new("node");
-    node.arg(infera_deploy::dir().join("tests/support/validate_crds.mjs"))
-        .arg(venv().join("npm/node_modules"));
-    let out = infera_deploy::output(&mut node, Some(&serde_json::to_string(&objects).unwrap())).unwrap();
+    let out = validate_crds(&objects);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stdout).contains("interval"), "{out:?}");
 }
 
@@ -106,9 +115,9 @@ fn checkov_finds_nothing_that_is_not_listed_with_a_reason() {
 fn every_infera_container_parses_with_its_binarys_own_parser() {
     let mut seen = BTreeMap::<String, usize>::new();
     for overlay in rendered() {
-        for pod in pods(&overlay) {
+        for pod in pods(overlay) {
             for container in &pod.containers {
-                let parsed = support::flags::parse(&overlay, &pod, container)
+                let parsed = support::flags::parse(overlay, &pod, container)
                     .unwrap_or_else(|e| panic!("{} {} {}: {e}", overlay.name, pod.name, container.name));
                 if let Some(binary) = parsed {
                     *seen.entry(binary).or_default() += 1;
@@ -124,7 +133,7 @@ fn every_infera_container_parses_with_its_binarys_own_parser() {
 #[test]
 fn the_worker_pods_are_the_deployment_files_hosts() {
     for overlay in rendered() {
-        let workers = support::workers::check(&overlay).unwrap_or_else(|e| panic!("{}: {e}", overlay.name));
+        let workers = support::workers::check(overlay).unwrap_or_else(|e| panic!("{}: {e}", overlay.name));
         assert!(workers >= 2, "{}: a prefill and a decode at least", overlay.name);
     }
 }
@@ -142,16 +151,16 @@ fn only_proxies_reach_the_router_and_only_operators_and_replicas_the_admin() {
             ("other", Peer::elsewhere("apps", [("app", "web")])),
         ];
         let who = |port: u16| -> Vec<&str> {
-            peers.iter().filter(|(_, p)| allowed(&overlay, &control, p, port)).map(|(n, _)| *n).collect()
+            peers.iter().filter(|(_, p)| allowed(overlay, &control, p, port)).map(|(n, _)| *n).collect()
         };
         assert_eq!(who(50051), ["proxy"], "{}: Router", overlay.name);
         assert_eq!(who(50052), ["replica", "operator"], "{}: Admin", overlay.name);
-        let api = |p: &Peer| allowed(&overlay, &label("infera-proxy"), p, 8000);
+        let api = |p: &Peer| allowed(overlay, &label("infera-proxy"), p, 8000);
         assert!(peers.iter().all(|(_, p)| api(p)), "{}: the API is open to clients", overlay.name);
         if overlay.get("StatefulSet", "infera-etcd").is_some() {
             let etcd = label("infera-etcd");
             let who: Vec<&str> =
-                peers.iter().filter(|(_, p)| allowed(&overlay, &etcd, p, 2379)).map(|(n, _)| *n).collect();
+                peers.iter().filter(|(_, p)| allowed(overlay, &etcd, p, 2379)).map(|(n, _)| *n).collect();
             assert_eq!(who, ["replica", "worker"], "{}: etcd", overlay.name);
         }
     }
@@ -253,11 +262,6 @@ fn the_dashboard_renders_as_a_valid_config_map_holding_the_json_file() {
     assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1", "the sidecar's label");
     let json = std::fs::read_to_string(infera_deploy::dir().join("grafana/infera.json")).unwrap();
     assert_eq!(map["data"]["infera.json"], json.as_str());
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("grafana.yaml");
-    std::fs::write(&file, &grafana.yaml).unwrap();
-    let mut validate = std::process::Command::new(venv().join("bin/kubernetes-validate"));
-    validate.args(["--strict", "--kubernetes-version", "1.37.0", "--quiet"]).arg(&file);
-    let out = infera_deploy::output(&mut validate, None).unwrap();
+    let out = validate_strict(&grafana.yaml);
     assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
 }
