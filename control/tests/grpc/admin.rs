@@ -1,15 +1,9 @@
 //! Admin: token, run-time W and mode, listing.
 
 use infera_proto::pb::{self, DecodeInputDemand};
-use tonic::{Code, Request};
+use tonic::Code;
 
 use crate::harness::*;
-
-fn with_token<T>(msg: T, token: &str) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    req
-}
 
 #[tokio::test]
 async fn admin_calls_need_the_token_and_router_calls_do_not() {

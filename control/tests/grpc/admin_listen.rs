@@ -12,8 +12,8 @@ use infera_registry::Registration;
 use infera_registry::test_server::EtcdServer;
 use infera_testkit::tls::TestCa;
 use infera_testkit::{ControlSpec, Workers};
+use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use tonic_reflection::pb::v1;
@@ -46,12 +46,6 @@ async fn listed(channel: Channel) -> Vec<String> {
         }
         other => panic!("not a service list: {other:?}"),
     }
-}
-
-fn with_token<T>(msg: T, token: &str) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    req
 }
 
 #[tokio::test]

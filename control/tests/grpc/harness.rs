@@ -59,6 +59,13 @@ impl Control {
     }
 }
 
+/// `msg` with the admin token `token` (`authorization: Bearer …`).
+pub(crate) fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    req
+}
+
 pub(crate) fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
     pb::PickRequest {
         lease_id: lease.into(),
