@@ -147,11 +147,24 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     pub fn prepare(&self, target: K, events: &[KvEvent]) -> Prepared {
         let held = self.targets.get(&target);
         // What this batch did so far, over what the index held before it.
+        // Only a later event of the batch can name a block of this one as its parent, so the last
+        // event's blocks are not recorded here, and the map is sized once for the rest.
+        let named: usize = events
+            .iter()
+            .rev()
+            .skip(1)
+            .map(|e| match e {
+                KvEvent::BlockStored { block_hashes, .. } => block_hashes.len(),
+                _ => 0,
+            })
+            .sum();
         let mut stored: KeyMap<i64, ChainDigest> = KeyMap::default();
+        stored.reserve(named);
         let mut removed: std::collections::HashSet<i64> = std::collections::HashSet::new();
         let mut cleared = false;
         let mut ops = Vec::with_capacity(events.len());
-        for event in events {
+        for (i, event) in events.iter().enumerate() {
+            let last = i + 1 == events.len();
             match event {
                 KvEvent::BlockStored { medium, .. } | KvEvent::BlockRemoved { medium, .. }
                     if *medium != Medium::Gpu =>
@@ -186,8 +199,12 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         };
                         let digest = chain_page(prior.as_ref(), page);
                         prior = Some(digest);
-                        stored.insert(h, digest);
-                        removed.remove(&h);
+                        if !last {
+                            stored.insert(h, digest);
+                        }
+                        if !removed.is_empty() {
+                            removed.remove(&h);
+                        }
                         blocks.push((h, digest));
                     }
                     if short {
