@@ -146,7 +146,6 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
     /// [`Self::commit`]. Nothing may change `target`'s blocks in between (one ingesting task).
     pub fn prepare(&self, target: K, events: &[KvEvent]) -> Prepared {
         let held = self.targets.get(&target);
-        // What this batch did so far, over what the index held before it.
         // Only a later event of the batch can name a block of this one as its parent, so the last
         // event's blocks are not recorded here, and the map is sized once for the rest.
         let named: usize = events
@@ -158,6 +157,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                 _ => 0,
             })
             .sum();
+        // What this batch did so far, over what the index held before it.
         let mut stored: KeyMap<i64, ChainDigest> = KeyMap::default();
         stored.reserve(named);
         let mut removed: std::collections::HashSet<i64> = std::collections::HashSet::new();
