@@ -28,8 +28,8 @@
 //! prompt. Memory is bounded by a block budget: past it, new blocks are not
 //! recorded (counted), which can only under-state an overlap, never invent one.
 
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
 use crate::hash::{ChainDigest, PageHash, chain_page};
@@ -37,7 +37,12 @@ use crate::hash::{ChainDigest, PageHash, chain_page};
 mod pages;
 mod search;
 
-use pages::{KeyMap, Stored, TargetPages};
+use pages::{Stored, TargetPages};
+
+/// A map keyed by page or block hashes.
+type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
+/// A set of block hashes.
+type KeySet<K> = HashSet<K, BuildHasherDefault<KeyHasher>>;
 
 /// What [`PrefixIndex::prepare`] computed for one batch, for [`PrefixIndex::commit`].
 #[derive(Debug)]
@@ -148,19 +153,17 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         let held = self.targets.get(&target);
         // Only a later event of the batch can name a block of this one as its parent, so the last
         // event's blocks are not recorded here, and the map is sized once for the rest.
-        let named: usize = events
+        let named: usize = events[..events.len().saturating_sub(1)]
             .iter()
-            .rev()
-            .skip(1)
             .map(|e| match e {
-                KvEvent::BlockStored { block_hashes, .. } => block_hashes.len(),
+                KvEvent::BlockStored { block_hashes, medium: Medium::Gpu, .. } => block_hashes.len(),
                 _ => 0,
             })
             .sum();
         // What this batch did so far, over what the index held before it.
         let mut stored: KeyMap<i64, ChainDigest> = KeyMap::default();
         stored.reserve(named);
-        let mut removed: std::collections::HashSet<i64> = std::collections::HashSet::new();
+        let mut removed: KeySet<i64> = KeySet::default();
         let mut cleared = false;
         let mut ops = Vec::with_capacity(events.len());
         for (i, event) in events.iter().enumerate() {
@@ -202,9 +205,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         if !last {
                             stored.insert(h, digest);
                         }
-                        if !removed.is_empty() {
-                            removed.remove(&h);
-                        }
+                        removed.remove(&h);
                         blocks.push((h, digest));
                     }
                     if short {

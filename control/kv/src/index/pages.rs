@@ -15,13 +15,8 @@
 //! itself, so such a block is recorded as a flag on its page (`direct`) and costs no second map;
 //! a namespaced block's hash maps to its page in `aliases`.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-use super::KeyHasher;
+use super::KeyMap;
 use crate::hash::{ChainDigest, PageHash};
-
-pub(super) type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 /// The block is recorded under its own page hash.
 const DIRECT: u32 = 1 << 31;
@@ -243,7 +238,7 @@ impl TargetPages {
     /// Recomputes `broken`, the children counts and the block count from the maps (tests).
     #[cfg(test)]
     pub(super) fn check(&self) {
-        let mut children: HashMap<PageHash, u32> = HashMap::new();
+        let mut children: KeyMap<PageHash, u32> = KeyMap::default();
         let mut broken = 0;
         let mut blocks = 0;
         for p in self.pages.values().filter(|p| p.held()) {
