@@ -85,6 +85,12 @@ pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     println!("  ratio control / echo: {ratio:.2}  (goal ≥ 0.80: {})", verdict(ratio >= 0.8));
     let paired: Vec<String> = kv.echo.iter().zip(&kv.control).map(|(e, c)| format!("{:.2}", c / e)).collect();
     println!("  per round: echo {:.0?}, control {:.0?}; ratios {}", kv.echo, kv.control, paired.join(" "));
+    let varint = median(kv.varint.clone());
+    println!(
+        "  the same with the hashes as int64 varints (page_hashes, older clients)  {varint:>9.0} round trips/s (median), {:.2} of echo; fixed / varint {:.2}",
+        varint / kv_echo,
+        kv_rate / varint
+    );
 
     println!();
     println!(
@@ -227,6 +233,7 @@ async fn pick_round_trip(
             input_tokens: 4096,
             session_key: String::new(),
             page_hashes: Vec::new(),
+            fixed_page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
         })

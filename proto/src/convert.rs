@@ -92,11 +92,21 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
             Problem::TooLarge { value: m.input_tokens, max: MAX_REQUEST_TOKENS },
         ));
     }
-    if m.page_hashes.len() > MAX_PAGE_HASHES {
-        let value = m.page_hashes.len() as u64;
-        return Err(err("page_hashes", Problem::TooLarge { value, max: MAX_PAGE_HASHES as u64 }));
+    let (field, page_hashes) = match (m.page_hashes.is_empty(), m.fixed_page_hashes.is_empty()) {
+        (false, false) => {
+            return Err(err(
+                "page_hashes",
+                Problem::NotAllowed("give page_hashes or fixed_page_hashes, not both"),
+            ));
+        }
+        (false, true) => ("page_hashes", m.page_hashes),
+        (true, _) => ("fixed_page_hashes", m.fixed_page_hashes),
+    };
+    if page_hashes.len() > MAX_PAGE_HASHES {
+        let value = page_hashes.len() as u64;
+        return Err(err(field, Problem::TooLarge { value, max: MAX_PAGE_HASHES as u64 }));
     }
-    if !m.page_hashes.is_empty() && m.page_size == 0 {
+    if !page_hashes.is_empty() && m.page_size == 0 {
         return Err(err("page_size", Problem::NotAllowed("must be positive when page_hashes are given")));
     }
     if m.exclude.len() > MAX_EXCLUDED_TARGETS {
@@ -115,8 +125,8 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
         model: ModelName::new(non_empty("model", m.model)?),
         input_tokens: m.input_tokens,
         session: (!m.session_key.is_empty()).then(|| SessionKey::new(m.session_key)),
-        page_size: if m.page_hashes.is_empty() { 0 } else { m.page_size },
-        page_hashes: m.page_hashes,
+        page_size: if page_hashes.is_empty() { 0 } else { m.page_size },
+        page_hashes,
     })
 }
 
@@ -295,7 +305,8 @@ impl From<&PickRequest> for pb::PickRequest {
             model: p.model.to_string(),
             input_tokens: p.input_tokens,
             session_key: p.session.as_ref().map(ToString::to_string).unwrap_or_default(),
-            page_hashes: p.page_hashes.clone(),
+            page_hashes: Vec::new(),
+            fixed_page_hashes: p.page_hashes.clone(),
             page_size: p.page_size,
             exclude: p.exclude.iter().map(pb::Target::from).collect(),
         }
@@ -415,6 +426,7 @@ mod tests {
             input_tokens: tokens,
             session_key: String::new(),
             page_hashes: Vec::new(),
+            fixed_page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
         }

@@ -112,13 +112,24 @@ fn pick() -> impl Strategy<Value = pb::PickRequest> {
     let exclude =
         prop_oneof![8 => prop::collection::vec(target(), 0..3), 1 => prop::collection::vec(target(), 65..67)];
     let hashes = prop::collection::vec(any::<i64>(), 0..4);
+    // Which field carries them: the fixed one (today's proxies), the varint one (older
+    // clients), or both (refused).
+    let fields = prop_oneof![3 => Just((false, true)), 2 => Just((true, false)), 1 => Just((true, true))];
     let page_size = prop_oneof![Just(0), any::<u32>()];
-    ((id_text(), text(), text(), tokens()), (text(), hashes, page_size, exclude)).prop_map(|(a, b)| {
-        let mut m = pb::PickRequest::default();
-        (m.lease_id, m.request_id, m.model, m.input_tokens) = a;
-        (m.session_key, m.page_hashes, m.page_size, m.exclude) = b;
-        m
-    })
+    ((id_text(), text(), text(), tokens()), (text(), hashes, fields, page_size, exclude)).prop_map(
+        |(a, (session, hashes, (varint, fixed), page_size, exclude))| {
+            let mut m = pb::PickRequest::default();
+            (m.lease_id, m.request_id, m.model, m.input_tokens) = a;
+            (m.session_key, m.page_size, m.exclude) = (session, page_size, exclude);
+            if varint {
+                m.page_hashes = hashes.clone();
+            }
+            if fixed {
+                m.fixed_page_hashes = hashes;
+            }
+            m
+        },
+    )
 }
 
 /// The first of the problems that are there.
@@ -131,10 +142,17 @@ fn enum_problem(v: i32, known: std::ops::RangeInclusive<i32>) -> Option<Want> {
     if v == 0 { Some(Want::Unspecified) } else { (!known.contains(&v)).then_some(Want::Unknown(v)) }
 }
 
+/// The page hashes a pick carries, in whichever field.
+fn hashes(m: &pb::PickRequest) -> &[i64] {
+    if m.page_hashes.is_empty() { &m.fixed_page_hashes } else { &m.page_hashes }
+}
+
 fn pick_expected(m: &pb::PickRequest) -> Expected {
     first([
         (m.input_tokens > MAX_REQUEST_TOKENS).then_some(("input_tokens", Want::TooLarge(m.input_tokens))),
-        (!m.page_hashes.is_empty() && m.page_size == 0).then_some(("page_size", Want::NotAllowed)),
+        (!m.page_hashes.is_empty() && !m.fixed_page_hashes.is_empty())
+            .then_some(("page_hashes", Want::NotAllowed)),
+        (!hashes(m).is_empty() && m.page_size == 0).then_some(("page_size", Want::NotAllowed)),
         (m.exclude.len() > MAX_EXCLUDED_TARGETS)
             .then_some(("exclude", Want::TooLarge(m.exclude.len() as u64))),
         m.exclude.iter().any(|t| blank(&t.worker_id)).then_some(("exclude.worker_id", Want::Empty)),
@@ -210,7 +228,8 @@ proptest! {
         let result = pick_request(m.clone());
         if let Ok(p) = &result {
             prop_assert_eq!(p.session.is_none(), m.session_key.is_empty());
-            prop_assert_eq!(p.page_size, if m.page_hashes.is_empty() { 0 } else { m.page_size });
+            prop_assert_eq!(p.page_size, if hashes(&m).is_empty() { 0 } else { m.page_size });
+            prop_assert_eq!(&p.page_hashes[..], hashes(&m));
             prop_assert_eq!(pick_request(pb::PickRequest::from(p)), Ok(p.clone()), "round trip");
         }
         assert_outcome!(result, expected);
@@ -318,4 +337,36 @@ fn too_many_page_hashes_name_the_field() {
     let m = pb::PickRequest { lease_id, page_hashes, page_size: 16, ..pb::PickRequest::default() };
     let e = pick_request(m).unwrap_err();
     assert!(matches(&e, "page_hashes", Want::TooLarge(MAX_PAGE_HASHES as u64 + 1)), "{e:?}");
+    let fixed_page_hashes = vec![0; MAX_PAGE_HASHES + 1];
+    let m = pb::PickRequest {
+        lease_id: "l-00000001-1".into(),
+        fixed_page_hashes,
+        page_size: 16,
+        ..pb::PickRequest::default()
+    };
+    let e = pick_request(m).unwrap_err();
+    assert!(matches(&e, "fixed_page_hashes", Want::TooLarge(MAX_PAGE_HASHES as u64 + 1)), "{e:?}");
+}
+
+#[test]
+fn both_page_hash_fields_are_refused_and_either_alone_converts_alike() {
+    let base = pb::PickRequest {
+        lease_id: "l-00000001-1".into(),
+        request_id: "req-1".into(),
+        model: "m".into(),
+        page_size: 16,
+        ..pb::PickRequest::default()
+    };
+    let varint = pb::PickRequest { page_hashes: vec![-3, i64::MAX], ..base.clone() };
+    let fixed = pb::PickRequest { fixed_page_hashes: vec![-3, i64::MAX], ..base.clone() };
+    let both = pb::PickRequest { fixed_page_hashes: vec![-3, i64::MAX], ..varint.clone() };
+    let (varint, fixed) = (pick_request(varint).unwrap(), pick_request(fixed).unwrap());
+    assert_eq!(varint, fixed);
+    assert_eq!(fixed.page_hashes, vec![-3, i64::MAX]);
+    let e = pick_request(both).unwrap_err();
+    assert!(matches(&e, "page_hashes", Want::NotAllowed), "{e:?}");
+    // On the wire the fixed field is 8 bytes a hash; an int64 varint of a negative one is 10.
+    let wide = pb::PickRequest { page_hashes: vec![-1; 100], ..base.clone() };
+    let narrow = pb::PickRequest { fixed_page_hashes: vec![-1; 100], ..base };
+    assert!(narrow.encoded_len() + 150 < wide.encoded_len());
 }

@@ -48,7 +48,8 @@ fn pick_request(lease: &str, hashes: &[i64], page_size: u32) -> pb::PickRequest 
         model: "m".into(),
         input_tokens: (PAGES * PAGE) as u64,
         session_key: String::new(),
-        page_hashes: hashes.to_vec(),
+        page_hashes: Vec::new(),
+        fixed_page_hashes: hashes.to_vec(),
         page_size,
         exclude: Vec::new(),
     }
@@ -60,6 +61,8 @@ pub(super) struct Rates {
     pub(super) echo: Vec<f64>,
     /// The KV-aware round, per round.
     pub(super) control: Vec<f64>,
+    /// The same round with the hashes in the older `int64` field, per round.
+    pub(super) varint: Vec<f64>,
     /// The PickPrefill request's encoded size.
     pub(super) prefill_bytes: usize,
 }
@@ -132,32 +135,45 @@ pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<Rates> {
         }
         Ok(c)
     };
-    let decode_req = pb::PickRequest { page_hashes: Vec::new(), page_size: 0, ..prefill_req.clone() };
-    let kv_trip = move |mut c: RouterClient<Channel>| {
-        let (prefill_req, decode_req) = (prefill_req.clone(), decode_req.clone());
-        async move {
-            let prefill = c.pick_prefill(prefill_req).await?.into_inner();
-            let decode = c.pick_decode(decode_req).await?.into_inner();
-            for id in [prefill.reservation_id, decode.reservation_id] {
-                c.release(pb::ReleaseRequest {
-                    reservation_id: id,
-                    reason: pb::ReleaseReason::Eof as i32,
-                    failure: 0,
-                })
-                .await?;
+    let decode_req = pb::PickRequest { fixed_page_hashes: Vec::new(), page_size: 0, ..prefill_req.clone() };
+    // Clients built before `fixed_page_hashes` send the int64 field: a third side, to show
+    // what the fixed-width field saves, measured in the same run.
+    let varint_req = pb::PickRequest {
+        page_hashes: prefill_req.fixed_page_hashes.clone(),
+        fixed_page_hashes: Vec::new(),
+        ..prefill_req.clone()
+    };
+    let trip = |prefill_req: pb::PickRequest| {
+        let decode_req = decode_req.clone();
+        move |mut c: RouterClient<Channel>| {
+            let (prefill_req, decode_req) = (prefill_req.clone(), decode_req.clone());
+            async move {
+                let prefill = c.pick_prefill(prefill_req).await?.into_inner();
+                let decode = c.pick_decode(decode_req).await?.into_inner();
+                for id in [prefill.reservation_id, decode.reservation_id] {
+                    c.release(pb::ReleaseRequest {
+                        reservation_id: id,
+                        reason: pb::ReleaseReason::Eof as i32,
+                        failure: 0,
+                    })
+                    .await?;
+                }
+                Ok(c)
             }
-            Ok(c)
         }
     };
+    let (kv_trip, varint_trip) = (trip(prefill_req), trip(varint_req));
     measure(&echoes, round / 4, echo_trip).await?;
     measure(&routers, round / 4, kv_trip.clone()).await?;
-    let (mut echo_rates, mut kv_rates) = (Vec::new(), Vec::new());
+    measure(&routers, round / 4, varint_trip.clone()).await?;
+    let (mut echo_rates, mut kv_rates, mut varint_rates) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.rounds {
         echo_rates.push(measure(&echoes, round, echo_trip).await?);
         kv_rates.push(measure(&routers, round, kv_trip.clone()).await?);
+        varint_rates.push(measure(&routers, round, varint_trip.clone()).await?);
     }
     for p in publishers {
         p.close().await;
     }
-    Ok(Rates { echo: echo_rates, control: kv_rates, prefill_bytes: size })
+    Ok(Rates { echo: echo_rates, control: kv_rates, varint: varint_rates, prefill_bytes: size })
 }

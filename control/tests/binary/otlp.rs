@@ -73,6 +73,7 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             input_tokens: 10,
             session_key: String::new(),
             page_hashes: Vec::new(),
+            fixed_page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
         });

@@ -74,6 +74,7 @@ pub(crate) fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
         input_tokens: tokens,
         session_key: String::new(),
         page_hashes: Vec::new(),
+        fixed_page_hashes: Vec::new(),
         page_size: 0,
         exclude: Vec::new(),
     }

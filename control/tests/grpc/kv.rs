@@ -42,7 +42,7 @@ fn stored(prompt: &[u32], from: usize, to: usize) -> KvEvent {
 
 fn kv_pick(lease: &str, prompt: &[u32]) -> pb::PickRequest {
     let mut req = pick(lease, "m", prompt.len() as u64);
-    req.page_hashes = page_hashes(prompt, PS).iter().map(|h| h.0).collect();
+    req.fixed_page_hashes = page_hashes(prompt, PS).iter().map(|h| h.0).collect();
     req.page_size = PS as u32;
     req
 }
@@ -85,6 +85,19 @@ async fn prefill_picks_follow_the_kv_events_of_each_worker() {
         .collect();
     assert_eq!(overlaps, vec![("prefill-a".into(), 0, 0), ("prefill-b".into(), 10, 160)]);
     router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
+
+    // A client built before `fixed_page_hashes` sends the varint field: the same pick.
+    let mut old = kv_pick(&lease, &prompt);
+    old.page_hashes = std::mem::take(&mut old.fixed_page_hashes);
+    let p = router.pick_prefill(old).await.unwrap().into_inner();
+    assert_eq!(p.cost.as_ref().unwrap().overlap_pages, 10);
+    router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
+    // Both at once is refused, naming the field.
+    let mut both = kv_pick(&lease, &prompt);
+    both.page_hashes = both.fixed_page_hashes.clone();
+    let e = router.pick_prefill(both).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("page_hashes"), "{}", e.message());
 
     // A batch that never goes out live: the next one reveals the gap, replay fills it.
     b.publish_replay_only(infera_kv::event::EventBatch {
