@@ -16,6 +16,7 @@
 
 mod peak;
 mod placement;
+mod scrape;
 mod smg;
 
 use std::io::{BufRead, BufReader};
@@ -209,9 +210,15 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     if args.peak_clients > 0 {
         let length = Duration::from_secs(args.peak_secs);
         let mut rates = vec![Vec::new(); sides.len()];
+        // The proxy's decode picks during its peak rounds: the control round trip in each request.
+        let mut picks = Vec::new();
         for _ in 0..2 {
-            for ((_, url), r) in sides.iter().zip(&mut rates) {
+            for ((side, url), r) in sides.iter().zip(&mut rates) {
+                let before = scrape::PickTime::read(&client, &proxy_addr).await?;
                 r.push(peak::rate(&client, url, args.peak_clients, length, 4).await?);
+                if *side == "proxy" {
+                    picks.push(scrape::PickTime::read(&client, &proxy_addr).await?.mean_ms_since(before));
+                }
             }
         }
         let best: Vec<f64> = rates.iter().map(|r| r.iter().copied().fold(0.0, f64::max)).collect();
@@ -220,8 +227,16 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
             args.peak_clients, args.peak_secs
         );
         for ((side, _), (r, b)) in sides.iter().zip(rates.iter().zip(&best)) {
-            println!("  {side:>7} {b:>9.0} req/s ({:.0}, {:.0}), {:.3} of direct", r[0], r[1], b / best[0]);
+            // Closed loop: each client's request takes clients / rate on average.
+            let latency = args.peak_clients as f64 / b * 1e3;
+            println!(
+                "  {side:>7} {b:>9.0} req/s ({:.0}, {:.0}), {:.3} of direct, {latency:.2} ms a request",
+                r[0],
+                r[1],
+                b / best[0]
+            );
         }
+        println!("  the proxy's decode pick (its round trip to control), mean per round: {picks:.2?} ms");
     }
 
     if args.rss_streams > 0 {
@@ -243,7 +258,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         }
         let end = Instant::now() + Duration::from_secs(120);
         loop {
-            let inflight = proxy_inflight(&client, &proxy_addr).await?;
+            let inflight = scrape::inflight(&client, &proxy_addr).await?;
             if inflight >= n as f64 {
                 break;
             }
@@ -273,8 +288,14 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    // Its worker thread is named after it too, so that `top -H` or `perf` tells them apart.
+    let worker = format!("{name}-rt");
     std::thread::Builder::new().name(name.to_owned()).spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(worker)
+            .enable_all()
+            .build();
         match rt {
             Ok(rt) => {
                 if let Err(e) = rt.block_on(serve()) {
@@ -360,16 +381,6 @@ async fn wait_ready(client: &HttpClient, addr: &str) -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < end, "proxy at {addr} never became ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn proxy_inflight(client: &HttpClient, addr: &str) -> anyhow::Result<f64> {
-    let req = http::Request::get(format!("http://{addr}/metrics")).body(Full::new(Bytes::new()))?;
-    let body = client.request(req).await?.into_body().collect().await?.to_bytes();
-    Ok(String::from_utf8_lossy(&body)
-        .lines()
-        .find_map(|l| l.strip_prefix("infera_proxy_inflight_requests "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0))
 }
 
 /// Resident memory of a process, from `/proc/<pid>/status`.

@@ -74,6 +74,7 @@ pub struct ProxyMetrics {
     inflight: Gauge,
     upstream_errors: Family<LegLabels, Counter>,
     fallback_picks: Family<KindLabels, Counter>,
+    pick_seconds: Family<KindLabels, Histogram>,
     releases: Family<ReasonLabels, Counter>,
     control_errors: Family<CallLabels, Counter>,
     retries: Counter,
@@ -101,6 +102,7 @@ impl ProxyMetrics {
             inflight: Gauge::default(),
             upstream_errors: Family::default(),
             fallback_picks: Family::default(),
+            pick_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(2e-5, 2.0, 16))),
             releases: Family::default(),
             control_errors: Family::default(),
             retries: Counter::default(),
@@ -131,6 +133,11 @@ impl ProxyMetrics {
             "fallback_picks",
             "Picks routed locally because control did not answer in time",
             m.fallback_picks.clone(),
+        );
+        r.register(
+            "pick_seconds",
+            "Time from sending a pick to control's answer (answered picks; a refusal counts), by kind",
+            m.pick_seconds.clone(),
         );
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
         r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
@@ -226,6 +233,11 @@ impl ProxyMetrics {
     /// A pick was routed locally.
     pub fn fallback(&self, kind: PickKind) {
         self.fallback_picks.get_or_create(&KindLabels { kind: kind.as_str() }).inc();
+    }
+
+    /// Control answered a pick of `kind` after `seconds`.
+    pub fn picked(&self, kind: PickKind, seconds: f64) {
+        self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
     }
 
     /// A leg ended with `reason`.

@@ -80,9 +80,14 @@ impl ControlLink {
                 }
             });
             let mut pending = PendingPick { call: Some(call), link: self.clone(), lease, kind, facts, model };
+            let sent = std::time::Instant::now();
             let answer = tokio::select! {
                 answer = pending.call.as_mut().expect("set above") => {
                     pending.call = None;
+                    // Control answered (a transport failure is not an answer).
+                    if answer.as_ref().map_or_else(|s| StatusReason::of(s).known().is_some(), |_| true) {
+                        self.metrics.picked(kind, sent.elapsed().as_secs_f64());
+                    }
                     Ok(answer)
                 }
                 // `pending` is dropped below with its call: a late answer is released.

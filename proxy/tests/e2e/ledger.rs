@@ -27,16 +27,23 @@ async fn zero_after_completions() {
     }
     cluster.ledger_returns_to_zero().await;
     // Finished answers, streamed or not, end as EOF, never as cancellations.
-    let mut eof = 0.0;
+    let (mut eof, mut picks) = (0.0, [0.0; 2]);
     for p in &cluster.proxies {
         let (_, metrics) = get(&format!("{p}/metrics")).await;
         assert!(!metrics.contains("infera_proxy_releases_total{reason=\"cancelled\"}"), "{metrics}");
-        eof += metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("infera_proxy_releases_total{reason=\"eof\"} "))
-            .map_or(0.0, |v| v.parse::<f64>().unwrap());
+        let value = |series: &str| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .map_or(0.0, |v| v.parse::<f64>().unwrap())
+        };
+        eof += value("infera_proxy_releases_total{reason=\"eof\"}");
+        // Every pick control answered is timed, by kind.
+        picks[0] += value("infera_proxy_pick_seconds_count{kind=\"prefill\"}");
+        picks[1] += value("infera_proxy_pick_seconds_count{kind=\"decode\"}");
     }
     assert_eq!(eof, 48.0, "24 requests × 2 legs");
+    assert_eq!(picks, [24.0, 24.0]);
     cluster.stop().await;
 }
 
