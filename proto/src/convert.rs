@@ -150,6 +150,22 @@ pub fn release_request(
     Ok((id, reason, failure))
 }
 
+/// Releases a `ReleaseMany` carries at most.
+pub const MAX_RELEASES_PER_CALL: usize = 4096;
+
+/// The releases of a `ReleaseMany`, each converted on its own (a bad one does not spoil the
+/// others); the call fails only when it carries too many.
+#[allow(clippy::type_complexity)]
+pub fn release_many_request(
+    m: &pb::ReleaseManyRequest,
+) -> Result<Vec<Result<(ReservationId, ReleaseReason, Option<LegFailure>), ConvertError>>, ConvertError> {
+    if m.releases.len() > MAX_RELEASES_PER_CALL {
+        let value = m.releases.len() as u64;
+        return Err(err("releases", Problem::TooLarge { value, max: MAX_RELEASES_PER_CALL as u64 }));
+    }
+    Ok(m.releases.iter().map(release_request).collect())
+}
+
 fn release_reason(m: &pb::ReleaseRequest) -> Result<(ReservationId, ReleaseReason), ConvertError> {
     let id = reservation_id("reservation_id", &m.reservation_id)?;
     let reason = match pb::ReleaseReason::try_from(m.reason) {

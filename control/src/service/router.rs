@@ -103,6 +103,34 @@ impl Router for RouterService {
         Ok(Response::new(pb::ReleaseResponse { already_released }))
     }
 
+    async fn release_many(
+        &self,
+        req: Request<pb::ReleaseManyRequest>,
+    ) -> Result<Response<pb::ReleaseManyResponse>, Status> {
+        let span = rpc_span("ReleaseMany", &req);
+        let _entered = span.enter();
+        let releases = convert::release_many_request(req.get_ref()).map_err(ControlError::from)?;
+        let mut outcomes = Vec::with_capacity(releases.len());
+        for release in releases {
+            let outcome = match release {
+                Err(e) => {
+                    tracing::debug!(error = %e, "a release of ReleaseMany does not convert");
+                    pb::ReleaseOutcome::Invalid
+                }
+                // A failure of the call itself (not the leader, not ready) fails it whole: the
+                // proxy sends it again, and what was released already comes back ALREADY_RELEASED.
+                Ok((id, reason, failure)) => match self.state.release(id, reason, failure) {
+                    Ok(false) => pb::ReleaseOutcome::Released,
+                    Ok(true) => pb::ReleaseOutcome::AlreadyReleased,
+                    Err(ControlError::UnknownReservation(_)) => pb::ReleaseOutcome::UnknownReservation,
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            outcomes.push(outcome as i32);
+        }
+        Ok(Response::new(pb::ReleaseManyResponse { outcomes }))
+    }
+
     async fn list_targets(
         &self,
         req: Request<pb::ListTargetsRequest>,

@@ -275,3 +275,64 @@ async fn picks_are_per_model_and_aggregated_models_pick_from_mixed_workers() {
     assert_eq!(listed.targets[0].held_requests + listed.targets[1].held_requests, 1);
     control.stop().await;
 }
+
+#[tokio::test]
+async fn release_many_answers_each_release_as_release_would_and_the_ledger_returns_to_zero() {
+    use pb::ReleaseOutcome as O;
+    let control = Control::start(&pd_workers(2), &[]).await;
+    let lease = control.lease(0).await;
+    let mut router = control.router().await;
+    let mut ids = Vec::new();
+    for tokens in [5, 6, 7] {
+        ids.push(router.pick_decode(pick(&lease, "m", tokens)).await.unwrap().into_inner().reservation_id);
+    }
+    let ended = router.pick_prefill(pick(&lease, "m", 9)).await.unwrap().into_inner().reservation_id;
+    router.release(release(&ended, ReleaseReason::Eof)).await.unwrap();
+    assert_eq!(held(&control, "d").await.iter().map(|h| h.0).sum::<u64>(), 3);
+
+    let (epoch, _) = ended.strip_prefix("r-").unwrap().split_once('-').unwrap();
+    let failed = pb::ReleaseRequest {
+        reservation_id: ids[1].clone(),
+        reason: ReleaseReason::Failed as i32,
+        failure: pb::LegFailure::StreamCut as i32,
+    };
+    let releases = vec![
+        release(&ids[0], ReleaseReason::Eof),
+        failed,
+        release(&ended, ReleaseReason::Eof),
+        release(&format!("r-{epoch}-999999"), ReleaseReason::Eof),
+        release("not-an-id", ReleaseReason::Eof),
+        // FAILED's failure kind on an EOF: malformed, whatever its reservation.
+        pb::ReleaseRequest {
+            failure: pb::LegFailure::Timeout as i32,
+            ..release(&ids[2], ReleaseReason::Eof)
+        },
+        release(&ids[2], ReleaseReason::Cancelled),
+        release(&ids[0], ReleaseReason::Eof),
+    ];
+    let answer = router.release_many(pb::ReleaseManyRequest { releases }).await.unwrap().into_inner();
+    let expected = [
+        O::Released,
+        O::Released,
+        O::AlreadyReleased,
+        O::UnknownReservation,
+        O::Invalid,
+        O::Invalid,
+        O::Released,
+        O::AlreadyReleased,
+    ];
+    assert_eq!(answer.outcomes, expected.map(|o| o as i32).to_vec());
+    assert_eq!(held(&control, "d").await.iter().map(|h| h.0).sum::<u64>(), 0);
+    assert_eq!(held(&control, "p").await.iter().map(|h| h.0).sum::<u64>(), 0);
+    let m = control.metrics().await;
+    assert_eq!(sample(&m, "infera_router_releases_total{kind=\"decode\",reason=\"cancelled\"}"), Some(1.0));
+
+    // An empty call is fine; more than 4,096 releases is refused whole, naming the field.
+    let empty = router.release_many(pb::ReleaseManyRequest::default()).await.unwrap().into_inner();
+    assert!(empty.outcomes.is_empty());
+    let releases = vec![release(&ids[0], ReleaseReason::Eof); 4097];
+    let err = router.release_many(pb::ReleaseManyRequest { releases }).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("releases"), "{}", err.message());
+    control.stop().await;
+}

@@ -43,6 +43,10 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     assert_eq!(err.metadata().get("infera-leader").unwrap().to_str().unwrap(), leader.url());
     let err = f_router.pick_decode(pick("l-00000001-1", "m", 10)).await.unwrap_err();
     assert_eq!(not_leader(&err).as_deref(), Some(leader.url().as_str()));
+    // A batch of releases is refused whole, as one release is: the proxy sends it to the leader.
+    let releases = vec![release("r-00000001-1", ReleaseReason::Eof)];
+    let err = f_router.release_many(pb::ReleaseManyRequest { releases }).await.unwrap_err();
+    assert_eq!(not_leader(&err).as_deref(), Some(leader.url().as_str()));
     // It still lists the targets (a proxy's fallback list).
     eventually(Duration::from_secs(10), "the follower's view holds decode-0", || async {
         let rows = f_router.clone().list_targets(pb::ListTargetsRequest::default()).await.unwrap();

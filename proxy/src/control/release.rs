@@ -1,19 +1,22 @@
 //! A leg's end: the proxy's own in-flight count at once, control's reservation in the
-//! background, retried while control is unreachable and the lease it was booked under is still
-//! this proxy's (when a lease ends, control releases everything it held).
+//! background through the [`outbox`] (coalesced, retried while control is unreachable and the
+//! lease it was booked under is still this proxy's).
 
-use std::sync::Arc;
-use std::time::Duration;
+mod outbox;
 
-use infera_proto::error::{ErrorReason, StatusReason};
-use infera_proto::pb;
+use std::sync::{Arc, OnceLock};
+
+use infera_proto::pb::router_client::RouterClient;
 use infera_proto::types::{LeaseId, LegFailure, ReleaseReason, ReservationId};
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
 
 use super::controls::Controls;
 use super::lease::Lease;
 use super::legs::{LegFacts, LegId, Legs};
 use crate::metrics::ProxyMetrics;
 use crate::targets::{Endpoint, LocalLoad};
+use outbox::Queued;
 
 /// What control booked for a leg.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,12 +37,36 @@ pub(super) struct Releaser {
     /// Every leg in flight, for re-declaring.
     pub(super) legs: Legs,
     metrics: Arc<ProxyMetrics>,
+    /// Releases on their way to control; the outbox task starts with the first.
+    outbox: OnceLock<mpsc::UnboundedSender<Queued>>,
+}
+
+/// The outbox's destination: the current control, under this proxy's lease.
+#[derive(Clone, Debug)]
+struct ToControl {
+    controls: Arc<Controls>,
+    lease: Arc<Lease>,
+    metrics: Arc<ProxyMetrics>,
+}
+
+impl outbox::Destination for ToControl {
+    type Calls = RouterClient<Channel>;
+    fn calls(&self) -> Self::Calls {
+        self.controls.current().1
+    }
+    fn holds(&self, lease: LeaseId) -> bool {
+        self.lease.holds(lease)
+    }
+    fn failed(&self) {
+        self.metrics.control_error("release");
+    }
 }
 
 impl Releaser {
     /// Releases through the current control while `lease` holds the booking's lease.
     pub(super) fn new(controls: Arc<Controls>, lease: Arc<Lease>, metrics: Arc<ProxyMetrics>) -> Self {
-        Self { controls, lease, load: LocalLoad::default(), legs: Legs::default(), metrics }
+        let (load, legs, outbox) = (LocalLoad::default(), Legs::default(), OnceLock::new());
+        Self { controls, lease, load, legs, metrics, outbox }
     }
 
     /// A leg starts on `endpoint`, booked as `booking` (`None`: a local pick).
@@ -64,48 +91,25 @@ impl Releaser {
         }
     }
 
-    /// Releases one reservation of control's (a failed leg: with how it failed), retried while
-    /// its lease is held.
+    /// Releases one reservation of control's (a failed leg: with how it failed), through the
+    /// outbox: retried while its lease is held, coalesced with the releases that end with it.
     pub(super) fn release_booking(
         &self,
         booking: Booking,
         reason: ReleaseReason,
         failure: Option<LegFailure>,
     ) {
-        let Booking { reservation, lease } = booking;
-        let (controls, metrics, held) = (self.controls.clone(), self.metrics.clone(), self.lease.clone());
-        tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(50);
-            loop {
-                let msg = pb::ReleaseRequest {
-                    reservation_id: reservation.to_string(),
-                    reason: pb::ReleaseReason::from(reason) as i32,
-                    failure: failure.map_or(0, |f| pb::LegFailure::from(f) as i32),
-                };
-                match controls.current().1.release(msg).await {
-                    Ok(_) => return,
-                    Err(s)
-                        if matches!(
-                            StatusReason::of(&s).known(),
-                            Some(ErrorReason::UnknownReservation | ErrorReason::InvalidArgument)
-                        ) =>
-                    {
-                        tracing::debug!(%reservation, status = %s.message(), "release not needed");
-                        return;
-                    }
-                    Err(s) => {
-                        if !held.holds(lease) {
-                            // The lease ended (control released everything it held), or its
-                            // control is gone: the leg was re-declared under the next lease.
-                            return;
-                        }
-                        metrics.control_error("release");
-                        tracing::debug!(%reservation, code = ?s.code(), "release failed; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                    }
-                }
-            }
+        let queue = self.outbox.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let to = ToControl {
+                controls: self.controls.clone(),
+                lease: self.lease.clone(),
+                metrics: self.metrics.clone(),
+            };
+            tokio::spawn(outbox::run(rx, to));
+            tx
         });
+        // The outbox task lives as long as this sender (it is never closed before).
+        let _ = queue.send(Queued { booking, reason, failure });
     }
 }
