@@ -209,10 +209,16 @@ pub struct RouterSection {
     pub listen: Option<String>,
     /// `--metrics-listen` of control.
     pub metrics_listen: Option<String>,
+    /// `--admin-listen` of control: the Admin service on an address of its own.
+    pub admin_listen: Option<Spanned<String>>,
     /// `--decode-input-demand` (off, shadow, on).
     pub decode_input_demand: Option<Spanned<String>>,
-    /// `--decode-request-weight` W (needs demand shadow or on when > 0).
-    pub decode_request_weight: Option<Spanned<f64>>,
+    /// `--decode-request-weight` W (needs demand shadow or on when > 0), or `"auto"`.
+    pub decode_request_weight: Option<Spanned<WeightSetting>>,
+    /// `--decode-request-weight-fallback`: W while `auto` has no trusted fit.
+    pub decode_request_weight_fallback: Option<Spanned<f64>>,
+    /// `--decode-weight-fit-half-life-ms` of `auto`'s fit.
+    pub decode_weight_fit_half_life_ms: Option<Spanned<u64>>,
     /// `--decode-policy`.
     pub decode_policy: Option<Spanned<String>>,
     /// `--prefill-policy` (cache-aware, round-robin).
@@ -236,6 +242,54 @@ pub struct RouterSection {
     pub chat_template: Option<Spanned<String>>,
     /// `[router.tls]`: control's gRPC over TLS, and the proxies' side of it.
     pub tls: Option<RouterTls>,
+}
+
+/// `router.decode_request_weight`: a number, or `"auto"` (any case, as control reads it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum WeightSetting {
+    /// A pinned W.
+    Pinned(f64),
+    /// W fitted from the engines' step times.
+    Auto,
+}
+
+impl WeightSetting {
+    /// The flag's value, as control parses it.
+    pub fn flag_value(&self) -> String {
+        match self {
+            Self::Pinned(w) => w.to_string(),
+            Self::Auto => "auto".to_owned(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WeightSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WeightSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number or \"auto\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<WeightSetting, E> {
+                Ok(WeightSetting::Pinned(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<WeightSetting, E> {
+                Ok(WeightSetting::Pinned(v as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<WeightSetting, E> {
+                Ok(WeightSetting::Pinned(v as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WeightSetting, E> {
+                if v.trim().eq_ignore_ascii_case("auto") {
+                    Ok(WeightSetting::Auto)
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// `[router.tls]`: PEM files, each forwarded as the flag it names (manual/operations/security.md).

@@ -60,11 +60,22 @@ impl RouterPlan {
         let mut c = Vec::new();
         flag(&mut c, "listen", r.listen.clone());
         flag(&mut c, "metrics-listen", r.metrics_listen.clone());
+        flag(&mut c, "admin-listen", r.admin_listen.as_ref().map(|a| a.get_ref().clone()));
         flag(&mut c, "decode-input-demand", r.decode_input_demand.as_ref().map(|d| d.get_ref().clone()));
         flag(
             &mut c,
             "decode-request-weight",
-            r.decode_request_weight.as_ref().map(|w| w.get_ref().to_string()),
+            r.decode_request_weight.as_ref().map(|w| w.get_ref().flag_value()),
+        );
+        flag(
+            &mut c,
+            "decode-request-weight-fallback",
+            r.decode_request_weight_fallback.as_ref().map(|w| w.get_ref().to_string()),
+        );
+        flag(
+            &mut c,
+            "decode-weight-fit-half-life-ms",
+            r.decode_weight_fit_half_life_ms.as_ref().map(|h| h.get_ref().to_string()),
         );
         flag(&mut c, "decode-policy", r.decode_policy.as_ref().map(|p| p.get_ref().clone()));
         flag(&mut c, "prefill-policy", r.prefill_policy.as_ref().map(|p| p.get_ref().clone()));
@@ -126,6 +137,31 @@ mod tests {
         let tokenizer = router("[router]\ntokenizer = \"/m/tokenizer.json\"\n");
         assert!(tokenizer.control_args.is_empty(), "proxy settings stay with the proxies");
         assert_eq!(tokenizer.proxy_args, ["--tokenizer", "/m/tokenizer.json"]);
+    }
+
+    #[test]
+    fn auto_w_its_fit_and_the_admin_address_reach_control() {
+        let auto = router(
+            "[router]\nadmin_listen = \"10.0.0.1:50052\"\ndecode_input_demand = \"on\"\n\
+             decode_request_weight = \"auto\"\ndecode_request_weight_fallback = 2e5\n\
+             decode_weight_fit_half_life_ms = 30000\n",
+        );
+        assert_eq!(
+            auto.control_args,
+            [
+                "--admin-listen",
+                "10.0.0.1:50052",
+                "--decode-input-demand",
+                "on",
+                "--decode-request-weight",
+                "auto",
+                "--decode-request-weight-fallback",
+                "200000",
+                "--decode-weight-fit-half-life-ms",
+                "30000"
+            ]
+        );
+        assert!(auto.proxy_args.is_empty(), "control settings stay with control");
     }
 
     #[test]

@@ -206,3 +206,44 @@ fn router_settings_outside_their_flags_ranges_name_their_key() {
     );
     plan_text(Path::new("deploy.toml"), &fine).unwrap();
 }
+
+#[test]
+fn auto_w_and_the_admin_address_are_checked_as_control_would() {
+    let w = |to: &str| edited("decode_request_weight = 1000\n", to);
+    // `auto` is the one word; its fallback is a W, its fit's half-life in control's range.
+    plan_text(Path::new("deploy.toml"), &w("decode_request_weight = \"auto\"\n")).unwrap();
+    plan_text(Path::new("deploy.toml"), &w("decode_request_weight = \"AUTO\"\n")).unwrap();
+    let e = error_of(&w("decode_request_weight = \"automatic\"\n"));
+    assert!(e.contains("deploy.toml:28"), "{e}");
+    assert!(e.contains("invalid value: string \"automatic\", expected a number or \"auto\""), "{e}");
+    let e = error_of(&w("decode_request_weight = \"auto\"\ndecode_request_weight_fallback = -1\n"));
+    assert!(e.contains("deploy.toml:29: router.decode_request_weight_fallback:"), "{e}");
+    let e = error_of(&w("decode_request_weight = \"auto\"\ndecode_weight_fit_half_life_ms = 10\n"));
+    assert!(e.contains("router.decode_weight_fit_half_life_ms: 10 is outside 100 – 3600000"), "{e}");
+    // auto scores with its fallback W until a fit is trusted: that needs a demand mode too.
+    let off = w("decode_request_weight = \"auto\"\n").replace("decode_input_demand = \"on\"\n", "");
+    let e = error_of(&off);
+    assert!(e.contains("router.decode_request_weight: W = auto (W = 1000000 until a fit is trusted"), "{e}");
+    assert!(e.contains("needs router.decode_input_demand = \"shadow\" or \"on\" (got \"off\")"), "{e}");
+    // ... unless that fallback is 0 (token-only demand until the fit).
+    let zero = off.replace("\"auto\"\n", "\"auto\"\ndecode_request_weight_fallback = 0\n");
+    plan_text(Path::new("deploy.toml"), &zero).unwrap();
+
+    let admin = |extra: &str| w(&format!("decode_request_weight = 1000\n{extra}"));
+    plan_text(Path::new("deploy.toml"), &admin("admin_listen = \"127.0.0.1:50052\"\n")).unwrap();
+    let e = error_of(&admin("admin_listen = \"127.0.0.1:50051\"\n"));
+    assert!(
+        e.contains("deploy.toml:29: router.admin_listen: 127.0.0.1:50051 is the address of control's listen 127.0.0.1:50051"),
+        "{e}"
+    );
+    let e = error_of(&admin("listen = \"0.0.0.0:7000\"\nadmin_listen = \"10.0.0.1:7000\"\n"));
+    assert!(
+        e.contains("router.admin_listen: 10.0.0.1:7000 is the address of control's listen 0.0.0.0:7000"),
+        "{e}"
+    );
+    let e = error_of(&admin("admin_listen = \"control:50052\"\n"));
+    assert!(e.contains("router.admin_listen: \"control:50052\" is not an address (IP:PORT)"), "{e}");
+    // Port 0 picks a free port each time: never the same socket.
+    plan_text(Path::new("deploy.toml"), &admin("listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n"))
+        .unwrap();
+}

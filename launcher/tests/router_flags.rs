@@ -14,6 +14,19 @@ fn kitchen_sink() -> (PathBuf, infera_launcher::deployment::DeploymentFile) {
     (path, file)
 }
 
+/// What control's own parser makes of `router`'s flags, with the static workers file `up`
+/// writes from `plan`.
+fn control_config(plan: &infera_launcher::Plan, router: &RouterPlan) -> infera_control::Config {
+    let dir = tempfile::tempdir().unwrap();
+    let workers = dir.path().join("workers.toml");
+    std::fs::write(&workers, workers_file(&worker_records(plan))).unwrap();
+    let argv = std::iter::once("infera-control".to_owned())
+        .chain(router.control_args.iter().cloned())
+        .chain(["--workers".to_owned(), workers.display().to_string()]);
+    let args = infera_control::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
+    infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 fn control_accepts_every_forwarded_setting() {
     let (path, file) = kitchen_sink();
@@ -32,16 +45,8 @@ fn control_accepts_every_forwarded_setting() {
     ] {
         assert!(router.control_args.iter().any(|a| a == flag), "{flag} missing: {:?}", router.control_args);
     }
-    // The static workers file `up` writes, from the same plan.
-    let dir = tempfile::tempdir().unwrap();
-    let workers = dir.path().join("workers.toml");
     let plan = infera_launcher::plan_file(&path).unwrap();
-    std::fs::write(&workers, workers_file(&worker_records(&plan))).unwrap();
-    let argv = std::iter::once("infera-control".to_owned())
-        .chain(router.control_args.iter().cloned())
-        .chain(["--workers".to_owned(), workers.display().to_string()]);
-    let args = infera_control::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
-    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+    let config = control_config(&plan, &router);
     assert_eq!(config.kv_index_max_blocks, 2_000_000);
     assert_eq!(config.settings.session_slack_tokens, 16_384);
     assert_eq!(config.settings.session_ttl.as_millis(), 120_000);
@@ -73,4 +78,21 @@ fn every_proxy_accepts_its_forwarded_settings() {
             .chain(router.proxy_args.iter().cloned());
         infera_proxy::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+#[test]
+fn control_accepts_auto_w_and_an_admin_address_as_forwarded() {
+    let text = "engine = \"sim\"\nsglang_version = \"0.5.23\"\n[model]\npath = \"m\"\n\
+        [[mixed.workers]]\nname = \"w\"\ngpus = [0]\nport = 1\n\
+        [router]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndecode_input_demand = \"shadow\"\n\
+        decode_request_weight = \"auto\"\ndecode_request_weight_fallback = 180000\n\
+        decode_weight_fit_half_life_ms = 30000\n";
+    let plan = infera_launcher::plan_text(Path::new("t.toml"), text).unwrap();
+    let file = infera_launcher::deployment::parse(Path::new("t.toml"), text).unwrap();
+    let router = RouterPlan::from_section(file.router.as_ref());
+    let config = control_config(&plan, &router);
+    assert_eq!(config.weight_mode, infera_control::fit::WeightMode::Auto);
+    assert_eq!(config.settings.weight.get(), 180_000.0, "the fallback until a fit is trusted");
+    assert_eq!(config.fit_half_life.as_millis(), 30_000);
+    assert_eq!(config.admin_listen, Some("127.0.0.1:0".parse().unwrap()));
 }

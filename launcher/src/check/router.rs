@@ -9,7 +9,7 @@ use infera_proto::types::{
 use toml::Spanned;
 
 use super::Checker;
-use crate::deployment::{DeploymentFile, RouterTls};
+use crate::deployment::{DeploymentFile, RouterSection, RouterTls, WeightSetting};
 
 /// `--session-ttl-ms` of control (at most a day).
 const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
@@ -17,6 +17,13 @@ const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
 const KV_INDEX_MAX_BLOCKS: RangeInclusive<u64> = 1..=1_000_000_000;
 /// `--lease-ttl-ms`: control takes 100 – 300,000, the proxy 300 – 300,000; both get it.
 const LEASE_TTL_MS: RangeInclusive<u64> = 300..=300_000;
+/// `--decode-weight-fit-half-life-ms` of control.
+const FIT_HALF_LIFE_MS: RangeInclusive<u64> = 100..=3_600_000;
+/// Control's `--decode-request-weight-fallback` when the file gives none (`infera-control
+/// --help`): the W that `auto` uses until a fit is trusted.
+const DEFAULT_FALLBACK_W: f64 = 1_000_000.0;
+/// Control's `--listen` when the file gives none.
+const DEFAULT_CONTROL_LISTEN: &str = "127.0.0.1:50051";
 
 /// A number outside the range its flag accepts (control or the proxy would exit 64 at start).
 fn in_range<T: PartialOrd + std::fmt::Display>(
@@ -51,6 +58,73 @@ fn tls_pairs(tls: &RouterTls, c: &mut Checker<'_>) {
             _ => {}
         }
     }
+}
+
+/// `admin_listen` is an address, and not `listen`'s: control would refuse to start (the same
+/// port, not 0, on the same address or on an unspecified one that covers the other).
+fn admin_listen(router: &RouterSection, c: &mut Checker<'_>) {
+    let Some(admin) = &router.admin_listen else { return };
+    let Ok(a) = admin.get_ref().parse::<std::net::SocketAddr>() else {
+        c.at(admin, "router.admin_listen", format!("{:?} is not an address (IP:PORT)", admin.get_ref()));
+        return;
+    };
+    let listen = router.listen.as_deref().unwrap_or(DEFAULT_CONTROL_LISTEN);
+    if let Ok(l) = listen.parse::<std::net::SocketAddr>()
+        && a.port() != 0
+        && a.port() == l.port()
+        && (a.ip() == l.ip() || a.ip().is_unspecified() || l.ip().is_unspecified())
+    {
+        let msg = format!(
+            "{a} is the address of control's listen {l}: Admin needs an address of its own (leave \
+             admin_listen out to serve Admin on listen)"
+        );
+        c.at(admin, "router.admin_listen", msg);
+    }
+}
+
+/// `decode_request_weight` is a W or `"auto"`, its fallback a W, and the W in force (auto's
+/// fallback until a fit is trusted) > 0 only with a demand mode that scores.
+fn weight(router: &RouterSection, demand: Option<DecodeInputDemand>, c: &mut Checker<'_>) {
+    let fallback = router.decode_request_weight_fallback.as_ref();
+    if let Some(f) = fallback
+        && let Err(e) = RequestWeight::new(*f.get_ref())
+    {
+        c.at(f, "router.decode_request_weight_fallback", e.to_string());
+        return;
+    }
+    in_range(
+        router.decode_weight_fit_half_life_ms.as_ref(),
+        &FIT_HALF_LIFE_MS,
+        "router.decode_weight_fit_half_life_ms",
+        c,
+    );
+    let Some(w) = &router.decode_request_weight else { return };
+    let (weight, what) = match w.get_ref() {
+        WeightSetting::Pinned(x) => match RequestWeight::new(*x) {
+            Ok(weight) => (weight, format!("W = {weight}")),
+            Err(e) => return c.at(w, "router.decode_request_weight", e.to_string()),
+        },
+        WeightSetting::Auto => {
+            let f = fallback.map_or(DEFAULT_FALLBACK_W, |f| *f.get_ref());
+            let Ok(weight) = RequestWeight::new(f) else { return };
+            (
+                weight,
+                format!("W = auto (W = {weight} until a fit is trusted, decode_request_weight_fallback)"),
+            )
+        }
+    };
+    let Err(WeightNeedsDemand { mode, .. }) = WeightNeedsDemand::check(weight, demand.unwrap_or_default())
+    else {
+        return;
+    };
+    c.at(
+        w,
+        "router.decode_request_weight",
+        format!(
+            "{what} needs router.decode_input_demand = \"shadow\" or \"on\" (got \"{mode}\"): W only \
+             takes part in the demand cost"
+        ),
+    );
 }
 
 /// Choices spell as the flags do; numbers are in their flags' ranges; W > 0 needs a demand
@@ -98,23 +172,6 @@ pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
             format!("{:?} is not one of round-robin, random, power-of-two", p.get_ref()),
         );
     }
-    let Some(w) = &router.decode_request_weight else { return };
-    match RequestWeight::new(*w.get_ref()) {
-        Err(e) => c.at(w, "router.decode_request_weight", e.to_string()),
-        Ok(weight) => {
-            let Err(WeightNeedsDemand { weight, mode }) =
-                WeightNeedsDemand::check(weight, demand.unwrap_or_default())
-            else {
-                return;
-            };
-            c.at(
-                w,
-                "router.decode_request_weight",
-                format!(
-                    "W = {weight} needs router.decode_input_demand = \"shadow\" or \"on\" (got \"{mode}\"): W only \
-                     takes part in the demand cost"
-                ),
-            );
-        }
-    }
+    admin_listen(router, c);
+    weight(router, demand, c);
 }
