@@ -43,6 +43,8 @@ pub(super) fn leadership(view: &LeadershipView, warm: bool) -> pb::Leadership {
         epoch: view.epoch,
         warm,
         leading_since: view.since_wall.map(timestamp),
+        admin_url: view.admin_url.clone().unwrap_or_default(),
+        leader_admin_url: view.leader_admin_url.clone().unwrap_or_default(),
     }
 }
 

@@ -59,7 +59,17 @@ async fn admin_is_served_only_on_its_own_socket_and_router_only_on_listen() {
     control.router().await.pick_decode(pick(&lease, "m", 300)).await.unwrap();
     let booked: u64 = held(&control, "d").await.iter().map(|(_, tokens)| tokens).sum();
     assert_eq!(booked, 300);
-    control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap();
+    let config = control.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
+    // GetConfig names the Admin socket, this control's and (standalone: its own) the leader's.
+    let term = config.leadership.unwrap();
+    assert_eq!(term.admin_url, format!("http://{admin_addr}"));
+    assert_eq!(term.leader_admin_url, term.admin_url);
+    assert_eq!(term.url, control.url());
+    let plain = Control::start(&pd_workers(2), &[]).await;
+    let term = plain.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner().leadership;
+    let term = term.unwrap();
+    assert_eq!((term.admin_url.as_str(), term.leader_admin_url.as_str()), ("", ""), "Admin is at url");
+    plain.stop().await;
 
     // Each service is unknown on the other's socket, as tonic answers for any unknown service.
     let err =
@@ -145,6 +155,8 @@ async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
     assert_eq!(answered.leadership.as_ref().unwrap().url, leader.url(), "the leader answered");
     let config = leader.admin().await.get_config(pb::GetConfigRequest {}).await.unwrap().into_inner();
     assert_eq!(config.decode_request_weight, 250_000.0);
+    let term = config.leadership.unwrap();
+    assert_eq!((term.admin_url, term.leader_admin_url), (leader.admin_url(), leader.admin_url()));
 
     // Router hints still name the leader's --listen URL, the one proxies use.
     let open = pb::OpenLeaseRequest { holder: "proxy-a".into(), ttl_ms: 0 };
