@@ -2,6 +2,7 @@
 
 mod api;
 mod ids;
+mod listen;
 mod modes;
 mod pick;
 mod redeclare;
@@ -11,6 +12,7 @@ pub use api::Api;
 pub use ids::{
     DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
 };
+pub use listen::same_socket;
 pub use modes::{
     CreditError, DecodeInputDemand, DecodePolicy, LegFailure, OverlapCredit, PickKind, PrefillPolicy,
     ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,

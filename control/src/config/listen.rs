@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use clap::Args as ClapArgs;
+use infera_proto::types::same_socket;
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Listen")]
@@ -51,20 +52,12 @@ impl ListenArgs {
     pub(super) fn check(&self, admin_advertise_url: Option<&str>) -> Result<(), ListenError> {
         match (self.admin_listen, admin_advertise_url) {
             (None, Some(url)) => Err(ListenError::AdminAdvertiseWithoutAdminListen(url.to_owned())),
-            (Some(admin), _) if overlap(admin, self.listen) => {
+            (Some(admin), _) if same_socket(admin, self.listen) => {
                 Err(ListenError::AdminListenIsListen { admin, listen: self.listen })
             }
             _ => Ok(()),
         }
     }
-}
-
-/// Whether two sockets would be the same one: the same port (not 0, which picks a free one
-/// each) on the same address, or on an unspecified address that covers the other.
-fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() != 0
-        && a.port() == b.port()
-        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use clap::ValueEnum;
 use infera_proto::types::{
     DecodeInputDemand, DecodePolicy, OverlapCredit, PrefillPolicy, RequestWeight, WeightNeedsDemand,
+    same_socket,
 };
 use toml::Spanned;
 
@@ -60,8 +61,7 @@ fn tls_pairs(tls: &RouterTls, c: &mut Checker<'_>) {
     }
 }
 
-/// `admin_listen` is an address, and not `listen`'s: control would refuse to start (the same
-/// port, not 0, on the same address or on an unspecified one that covers the other).
+/// `admin_listen` is an address, and not `listen`'s socket: control would refuse to start.
 fn admin_listen(router: &RouterSection, c: &mut Checker<'_>) {
     let Some(admin) = &router.admin_listen else { return };
     let Ok(a) = admin.get_ref().parse::<std::net::SocketAddr>() else {
@@ -70,9 +70,7 @@ fn admin_listen(router: &RouterSection, c: &mut Checker<'_>) {
     };
     let listen = router.listen.as_deref().unwrap_or(DEFAULT_CONTROL_LISTEN);
     if let Ok(l) = listen.parse::<std::net::SocketAddr>()
-        && a.port() != 0
-        && a.port() == l.port()
-        && (a.ip() == l.ip() || a.ip().is_unspecified() || l.ip().is_unspecified())
+        && same_socket(a, l)
     {
         let msg = format!(
             "{a} is the address of control's listen {l}: Admin needs an address of its own (leave \
