@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use infera_testkit::http::metric_sum;
 
 use super::HttpClient;
 
@@ -12,13 +13,9 @@ async fn metrics(client: &HttpClient, addr: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// `infera_proxy_inflight_requests`.
 pub(super) async fn inflight(client: &HttpClient, addr: &str) -> anyhow::Result<f64> {
-    Ok(sample(&metrics(client, addr).await?, "infera_proxy_inflight_requests").unwrap_or(0.0))
+    Ok(metric_sum(&metrics(client, addr).await?, "infera_proxy_inflight_requests", ""))
 }
 
 /// Decode picks answered so far and the seconds they took, summed.
@@ -32,10 +29,10 @@ impl PickTime {
     /// The decode picks' count and summed time now.
     pub(super) async fn read(client: &HttpClient, addr: &str) -> anyhow::Result<Self> {
         let text = metrics(client, addr).await?;
-        let family = "infera_proxy_pick_seconds";
+        let decode = "kind=\"decode\"";
         Ok(Self {
-            count: sample(&text, &format!("{family}_count{{kind=\"decode\"}}")).unwrap_or(0.0),
-            seconds: sample(&text, &format!("{family}_sum{{kind=\"decode\"}}")).unwrap_or(0.0),
+            count: metric_sum(&text, "infera_proxy_pick_seconds_count", decode),
+            seconds: metric_sum(&text, "infera_proxy_pick_seconds_sum", decode),
         })
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
+use infera_testkit::http::metric_sum;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -31,16 +32,10 @@ async fn zero_after_completions() {
     for p in &cluster.proxies {
         let (_, metrics) = get(&format!("{p}/metrics")).await;
         assert!(!metrics.contains("infera_proxy_releases_total{reason=\"cancelled\"}"), "{metrics}");
-        let value = |series: &str| {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-                .map_or(0.0, |v| v.parse::<f64>().unwrap())
-        };
-        eof += value("infera_proxy_releases_total{reason=\"eof\"}");
+        eof += metric_sum(&metrics, "infera_proxy_releases_total", "reason=\"eof\"");
         // Every pick control answered is timed, by kind.
-        picks[0] += value("infera_proxy_pick_seconds_count{kind=\"prefill\"}");
-        picks[1] += value("infera_proxy_pick_seconds_count{kind=\"decode\"}");
+        picks[0] += metric_sum(&metrics, "infera_proxy_pick_seconds_count", "kind=\"prefill\"");
+        picks[1] += metric_sum(&metrics, "infera_proxy_pick_seconds_count", "kind=\"decode\"");
     }
     assert_eq!(eof, 48.0, "24 requests × 2 legs");
     assert_eq!(picks, [24.0, 24.0]);
