@@ -72,6 +72,7 @@ pub struct ProxyMetrics {
     ttft: Family<ApiLabels, Histogram>,
     itl: Histogram,
     inflight: Gauge,
+    lease_held: Gauge,
     upstream_errors: Family<LegLabels, Counter>,
     fallback_picks: Family<KindLabels, Counter>,
     pick_seconds: Family<KindLabels, Histogram>,
@@ -100,6 +101,7 @@ impl ProxyMetrics {
             ttft: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1e-3, 2.0, 18))),
             itl: Histogram::new(exponential_buckets(1e-4, 2.0, 16)),
             inflight: Gauge::default(),
+            lease_held: Gauge::default(),
             upstream_errors: Family::default(),
             fallback_picks: Family::default(),
             pick_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(2e-5, 2.0, 16))),
@@ -128,6 +130,11 @@ impl ProxyMetrics {
         );
         r.register("itl_seconds", "Time between streamed chunks of an answer", m.itl.clone());
         r.register("inflight_requests", "Requests in flight", m.inflight.clone());
+        r.register(
+            "control_lease",
+            "1 while the proxy holds a lease with control (its picks are booked), 0 while it routes by the local fallback",
+            m.lease_held.clone(),
+        );
         r.register("upstream_errors", "Worker legs that failed, by leg", m.upstream_errors.clone());
         r.register(
             "fallback_picks",
@@ -228,6 +235,11 @@ impl ProxyMetrics {
     /// A leg failed.
     pub fn upstream_error(&self, leg: Leg) {
         self.upstream_errors.get_or_create(&LegLabels { leg: leg.as_str() }).inc();
+    }
+
+    /// Whether a lease with control is held now (set when `/metrics` is read).
+    pub fn lease_held(&self, held: bool) {
+        self.lease_held.set(i64::from(held));
     }
 
     /// A pick was routed locally.

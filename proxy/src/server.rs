@@ -246,6 +246,7 @@ fn readiness(ctx: &Ctx) -> Response<Body> {
 }
 
 fn metrics(ctx: &Ctx) -> Response<Body> {
+    ctx.up.metrics.lease_held(ctx.up.link.lease().is_some());
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &ctx.registry) {
         Ok(()) => {

@@ -113,7 +113,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Waits (bounded) until it is ready (`/readiness`: a lease and a target list) and lists
+    /// Waits (bounded) until it is ready (`/readiness`: a lease or a target list) and lists
     /// `model`.
     ///
     /// # Errors
@@ -125,6 +125,21 @@ impl Proxy {
             let ready = http::get(&format!("{}/readiness", self.url)).await.ok()?;
             (models.0 == StatusCode::OK && models.1.contains(&needle) && ready.0 == StatusCode::OK)
                 .then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Waits (bounded) until it holds a lease with control as it sees it itself
+    /// (`infera_proxy_control_lease`). Control counts a lease before the proxy has read
+    /// OpenLease's answer, so a pick sent on control's count alone may still go to the fallback.
+    ///
+    /// # Errors
+    /// When it holds none in time.
+    pub async fn wait_leased(&self) -> anyhow::Result<()> {
+        poll(READY, &format!("proxy {} to hold a lease with control", self.url), async || {
+            let text = http::get_ok(&format!("{}/metrics", self.url)).await.ok()?;
+            (http::metric_sum(&text, "infera_proxy_control_lease", "") == 1.0).then_some(())
         })
         .await?;
         Ok(())

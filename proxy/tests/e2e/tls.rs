@@ -187,6 +187,8 @@ async fn mutual_tls_between_proxy_and_control_https_to_clients_and_certificates_
         "{}",
         bare.node.process().unwrap().stderr_tail()
     );
+    let m = bare.metrics().await.unwrap();
+    assert_eq!(metric_sum(&m, "infera_proxy_control_lease", ""), 0.0, "{m}");
 
     // The proxy's certificate replaced by one of another CA, then SIGHUP: new connections get it.
     let rotated = TestCa::new("rotated");
@@ -297,11 +299,9 @@ async fn replicas_over_tls_forward_admin_to_the_leader_and_proxies_follow_it_at_
     let mut proxy = ProxySpec::new(second.url()).flags(control_flags(&ca, &operator)).spawn().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
     // Ready may come from the follower's target list; the lease is the leader's.
-    eventually(Duration::from_secs(30), "the proxy to hold a lease with the https leader", async || {
-        let m = kit.control.metrics().await.ok()?;
-        (metric_sum(&m, "infera_router_leases", "") > 0.0).then_some(())
-    })
-    .await;
+    proxy.wait_leased().await.unwrap();
+    let m = kit.control.metrics().await.unwrap();
+    assert_eq!(metric_sum(&m, "infera_router_leases", ""), 1.0, "the lease is the leader's: {m}");
     let url = format!("{}/v1/chat/completions", proxy.url);
     let (status, body) = post_json(&url, &chat(4, true), &[]).await;
     assert_eq!(status, http::StatusCode::OK, "{body}");
