@@ -6,6 +6,9 @@
 
 #[cfg(feature = "tls")]
 pub mod tls;
+mod version;
+
+pub use version::Speaks;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -68,6 +71,9 @@ pub trait Handshake: Clone + Send + Sync + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// The handshake of one connection.
     fn handshake(&self, tcp: TcpStream) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+    /// Which HTTP `io` speaks, when the handshake or its first bytes tell (`None`: hyper reads
+    /// the preface itself). May wait for the client's first bytes.
+    fn speaks(io: &Self::Io) -> impl Future<Output = Option<Speaks>> + Send;
 }
 
 /// Plain HTTP: no handshake.
@@ -80,6 +86,10 @@ impl Handshake for Plain {
     async fn handshake(&self, tcp: TcpStream) -> std::io::Result<TcpStream> {
         Ok(tcp)
     }
+
+    async fn speaks(io: &TcpStream) -> Option<Speaks> {
+        version::peek(io).await
+    }
 }
 
 /// TLS on the configuration in force when the connection arrived (a reload applies to the next
@@ -91,12 +101,17 @@ impl Handshake for std::sync::Arc<tls::ServerTls> {
     async fn handshake(&self, tcp: TcpStream) -> std::io::Result<Self::Io> {
         self.accept(tcp).await
     }
+
+    async fn speaks(io: &Self::Io) -> Option<Speaks> {
+        Speaks::of_alpn(io.get_ref().1.alpn_protocol())
+    }
 }
 
 /// Serves `handler` on `listener` until `stop` resolves, then stops accepting and drains open
 /// connections as `drain` says. Each connection's `handshake` runs on its own task; a failed one
-/// is logged at debug and costs the loop nothing. Accept errors (e.g. too many open files) are
-/// logged and the loop goes on.
+/// is logged at debug and costs the loop nothing. A connection whose HTTP version is known
+/// ([`Handshake::speaks`]) is served as that version, any other by hyper-util's detection. Accept
+/// errors (e.g. too many open files) are logged and the loop goes on.
 pub async fn serve_http<S, H, F, B>(
     listener: TcpListener,
     handshake: S,
@@ -113,6 +128,11 @@ pub async fn serve_http<S, H, F, B>(
 {
     let graceful = GracefulShutdown::new();
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let http1 = hyper::server::conn::http1::Builder::new();
+    let http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // Set at the stop: a connection that has sent nothing yet is closed then, as hyper-util's
+    // detection would close it.
+    let (closing, _) = watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -129,12 +149,18 @@ pub async fn serve_http<S, H, F, B>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let service = hyper::service::service_fn(move |req| {
-            let response = handler(req);
+            // Boxed: hyper keeps one allocation the size of the service's future for the life of
+            // the connection, even after the future is done. Unboxed, that is the whole handler's
+            // state machine (~9 KiB for the proxy's) held by every open stream; boxed, it is a
+            // pointer, and the handler's state is freed once the response head is returned.
+            let response = Box::pin(handler(req));
             async move { Ok::<_, Infallible>(response.await) }
         });
         // Taken now, so that a stop waits for a connection still in its handshake.
         let watcher = graceful.watcher();
-        let (builder, handshake) = (builder.clone(), handshake.clone());
+        let (builder, http1, http2, handshake) =
+            (builder.clone(), http1.clone(), http2.clone(), handshake.clone());
+        let mut closing = closing.subscribe();
         tokio::spawn(async move {
             let io = match handshake.handshake(stream).await {
                 Ok(io) => io,
@@ -143,11 +169,27 @@ pub async fn serve_http<S, H, F, B>(
                     return;
                 }
             };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            let _ = watcher.watch(conn.into_owned()).await;
+            let speaks = tokio::select! {
+                speaks = S::speaks(&io) => speaks,
+                _ = closing.wait_for(|closing| *closing) => return,
+            };
+            let io = TokioIo::new(io);
+            match speaks {
+                Some(Speaks::Http1) => {
+                    let _ = watcher.watch(http1.serve_connection(io, service)).await;
+                }
+                Some(Speaks::Http2) => {
+                    let _ = watcher.watch(http2.serve_connection(io, service)).await;
+                }
+                None => {
+                    let conn = builder.serve_connection_with_upgrades(io, service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+            }
         });
     }
     drop(listener);
+    closing.send_replace(true);
     match drain {
         Drain::Unbounded => graceful.shutdown().await,
         Drain::For(limit) => {
@@ -208,5 +250,56 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
         // A late clone of the signal sees the stop too.
         stop.clone().wait().await;
+    }
+
+    #[tokio::test]
+    async fn both_http_versions_are_served_and_a_silent_connection_does_not_hold_up_the_stop() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (fire, fired) = tokio::sync::oneshot::channel::<()>();
+        let handler = |req: Request<Incoming>| async move {
+            Response::new(Full::new(Bytes::from(format!("{:?}", req.version()))))
+        };
+        let stop = async move {
+            let _ = fired.await;
+        };
+        let server = tokio::spawn(serve_http(listener, Plain, handler, stop, Drain::Unbounded));
+        let http1 = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let http2 = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
+        let url: hyper::Uri = format!("http://{addr}/").parse().unwrap();
+        for (client, version) in [(&http1, "HTTP/1.1"), (&http2, "HTTP/2.0")] {
+            let resp = client.get(url.clone()).await.unwrap();
+            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), version);
+        }
+
+        // HTTP/2's preface in two writes: whether the peek saw a part of it (hyper-util then
+        // reads the rest) or all of it, the server answers with its SETTINGS frame.
+        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let mut split = TcpStream::connect(addr).await.unwrap();
+        split.set_nodelay(true).unwrap();
+        split.write_all(&PREFACE[..10]).await.unwrap();
+        tokio::task::yield_now().await;
+        split.write_all(&PREFACE[10..]).await.unwrap();
+        // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+        split.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        let mut head = [0u8; 9];
+        split.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[3], 4, "the server's first frame is SETTINGS: {head:?}");
+        // (It could not answer the PING of HTTP/2's graceful close.)
+        drop(split);
+
+        // A connection that never sends a byte is closed at the stop. The listener accepts in
+        // order: once a connection made after it is answered, it has been accepted.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let fresh = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        assert!(fresh.get(url).await.unwrap().status().is_success());
+        fire.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the stop is not held up by a silent connection")
+            .unwrap();
+        assert_eq!(silent.read(&mut [0u8; 1]).await.unwrap(), 0, "closed without an answer");
     }
 }
