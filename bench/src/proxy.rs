@@ -120,6 +120,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     grpc.set_nonblocking(true)?;
     metrics.set_nonblocking(true)?;
     let control_addr = grpc.local_addr()?;
+    let control_metrics = metrics.local_addr()?.to_string();
     own_runtime("control", move || async move {
         let listeners = infera_control::Listeners {
             grpc: TcpListener::from_std(grpc)?,
@@ -193,9 +194,15 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     for &c in &args.concurrency {
         let n = args.requests.max(c);
         let mut seen: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); sides.len()];
+        let mut picks = Vec::new();
         for _ in 0..args.rounds {
-            for ((_, url), (ttfts, rates)) in sides.iter().zip(&mut seen) {
+            for ((side, url), (ttfts, rates)) in sides.iter().zip(&mut seen) {
+                let before = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
                 let r = round(&client, url, n, c, args.max_tokens).await?;
+                if *side == "proxy" {
+                    let after = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
+                    picks.push(after.means_ms_since(before).to_string());
+                }
                 ttfts.extend(r.ttfts);
                 rates.push(r.tokens_per_s);
             }
@@ -205,6 +212,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
             let (added, ratio) = (ttft - p50s[0].0, rate / p50s[0].1);
             println!("  {c:>11} {side:>7} {ttft:>10.2} ms {added:>10.2} {rate:>10.0} {ratio:>7.3}");
         }
+        println!("  {c:>11} the proxy's decode pick, mean per round: {}", picks.join(", "));
     }
     println!("  goals: added TTFT p50 ≤ 1 ms, proxied tok/s ≥ 0.97 of direct");
     if args.peak_clients > 0 {
@@ -214,10 +222,11 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         let mut picks = Vec::new();
         for _ in 0..2 {
             for ((side, url), r) in sides.iter().zip(&mut rates) {
-                let before = scrape::PickTime::read(&client, &proxy_addr).await?;
+                let before = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
                 r.push(peak::rate(&client, url, args.peak_clients, length, 4).await?);
                 if *side == "proxy" {
-                    picks.push(scrape::PickTime::read(&client, &proxy_addr).await?.mean_ms_since(before));
+                    let after = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
+                    picks.push(after.means_ms_since(before).to_string());
                 }
             }
         }
@@ -236,7 +245,10 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
                 b / best[0]
             );
         }
-        println!("  the proxy's decode pick (its round trip to control), mean per round: {picks:.2?} ms");
+        println!(
+            "  the proxy's decode pick (its round trip to control), mean per round: {}",
+            picks.join(", ")
+        );
     }
 
     if args.rss_streams > 0 {

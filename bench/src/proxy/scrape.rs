@@ -1,5 +1,6 @@
-//! What the bench reads from the proxy's `/metrics`: its in-flight count (the memory round waits
-//! for it) and its pick histogram (where a proxied request's time goes at the peak rate).
+//! What the bench reads from `/metrics`: the proxy's in-flight count (the memory round waits for
+//! it), and the decode pick histograms of the proxy (its round trip) and of control (its own
+//! time): where a proxied request's time goes.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,27 +19,84 @@ pub(super) async fn inflight(client: &HttpClient, addr: &str) -> anyhow::Result<
     Ok(metric_sum(&metrics(client, addr).await?, "infera_proxy_inflight_requests", ""))
 }
 
-/// Decode picks answered so far and the seconds they took, summed.
+/// Decode picks answered so far and the seconds they took, summed, as one side saw them.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct PickTime {
-    pub(super) count: f64,
-    pub(super) seconds: f64,
+struct PickTime {
+    count: f64,
+    seconds: f64,
+}
+
+/// Whose view of the decode picks: the proxy's round trip, or control's own time.
+#[derive(Clone, Copy, Debug)]
+enum PickView {
+    /// `infera_proxy_pick_seconds`: from sending the pick to control's answer.
+    Proxy,
+    /// `infera_router_pick_duration_seconds`: picking and booking, inside control.
+    Control,
+}
+
+impl PickView {
+    fn histogram(self) -> &'static str {
+        match self {
+            Self::Proxy => "infera_proxy_pick_seconds",
+            Self::Control => "infera_router_pick_duration_seconds",
+        }
+    }
 }
 
 impl PickTime {
-    /// The decode picks' count and summed time now.
-    pub(super) async fn read(client: &HttpClient, addr: &str) -> anyhow::Result<Self> {
+    /// The decode picks' count and summed time now, as `view` at `addr` (its `/metrics`) saw them.
+    async fn read(client: &HttpClient, addr: &str, view: PickView) -> anyhow::Result<Self> {
         let text = metrics(client, addr).await?;
         let decode = "kind=\"decode\"";
+        let name = view.histogram();
         Ok(Self {
-            count: metric_sum(&text, "infera_proxy_pick_seconds_count", decode),
-            seconds: metric_sum(&text, "infera_proxy_pick_seconds_sum", decode),
+            count: metric_sum(&text, &format!("{name}_count"), decode),
+            seconds: metric_sum(&text, &format!("{name}_sum"), decode),
         })
     }
 
     /// The mean pick time, in ms, of the picks answered since `earlier`.
-    pub(super) fn mean_ms_since(self, earlier: Self) -> f64 {
+    fn mean_ms_since(self, earlier: Self) -> f64 {
         let n = self.count - earlier.count;
         if n > 0.0 { (self.seconds - earlier.seconds) / n * 1e3 } else { f64::NAN }
+    }
+}
+
+/// The decode picks of a stretch of time, as the proxy and as control saw them.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Picks {
+    proxy: PickTime,
+    control: PickTime,
+}
+
+impl Picks {
+    /// Both views now.
+    pub(super) async fn read(client: &HttpClient, proxy: &str, control: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            proxy: PickTime::read(client, proxy, PickView::Proxy).await?,
+            control: PickTime::read(client, control, PickView::Control).await?,
+        })
+    }
+
+    /// The mean round trip and the mean time inside control, in ms, of the picks since `earlier`.
+    pub(super) fn means_ms_since(self, earlier: Self) -> PickMeans {
+        PickMeans {
+            round_trip: self.proxy.mean_ms_since(earlier.proxy),
+            inside_control: self.control.mean_ms_since(earlier.control),
+        }
+    }
+}
+
+/// Mean decode pick times over a stretch, in ms.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PickMeans {
+    pub(super) round_trip: f64,
+    pub(super) inside_control: f64,
+}
+
+impl std::fmt::Display for PickMeans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} ms ({:.3} inside control)", self.round_trip, self.inside_control)
     }
 }
