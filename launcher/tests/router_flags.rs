@@ -17,14 +17,60 @@ fn kitchen_sink() -> (PathBuf, infera_launcher::deployment::DeploymentFile) {
 /// What control's own parser makes of `router`'s flags, with the static workers file `up`
 /// writes from `plan`.
 fn control_config(plan: &infera_launcher::Plan, router: &RouterPlan) -> infera_control::Config {
+    control_verdict(&worker_records(plan), router).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Control's own verdict on `router`'s flags with a workers file of `records`.
+fn control_verdict(
+    records: &[infera_proto::types::WorkerRecord],
+    router: &RouterPlan,
+) -> Result<infera_control::Config, String> {
     let dir = tempfile::tempdir().unwrap();
     let workers = dir.path().join("workers.toml");
-    std::fs::write(&workers, workers_file(&worker_records(plan))).unwrap();
+    std::fs::write(&workers, workers_file(records)).unwrap();
     let argv = std::iter::once("infera-control".to_owned())
         .chain(router.control_args.iter().cloned())
         .chain(["--workers".to_owned(), workers.display().to_string()]);
-    let args = infera_control::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
-    infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"))
+    let args = infera_control::Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+    infera_control::Config::try_from(args).map_err(|e| e.to_string())
+}
+
+/// Where the launcher fills in control's defaults to check a `[router]` (the demand mode, the W
+/// that `auto` falls back on, control's listen address), its verdict is control's own: a default
+/// changed on one side only fails here.
+#[test]
+fn the_launcher_refuses_a_router_section_exactly_when_control_does() {
+    let head = "engine = \"sim\"\nsglang_version = \"0.5.23\"\n[model]\npath = \"m\"\n\
+        [[mixed.workers]]\nname = \"w\"\ngpus = [0]\nport = 1\n[router]\n";
+    // Refused: (the [router] lines, a word control's error names).
+    let refused = [
+        ("decode_request_weight = \"auto\"\n", "decode-input-demand"),
+        ("admin_listen = \"127.0.0.1:50051\"\n", "admin"),
+    ];
+    let accepted = [
+        "decode_request_weight = \"auto\"\ndecode_request_weight_fallback = 0\n",
+        "decode_request_weight = \"auto\"\ndecode_input_demand = \"shadow\"\n",
+        "admin_listen = \"127.0.0.1:50052\"\n",
+    ];
+    let records = worker_records(&infera_launcher::plan_text(Path::new("t.toml"), head).unwrap());
+    let verdicts = |router: &str| {
+        let text = format!("{head}{router}");
+        let launcher =
+            infera_launcher::plan_text(Path::new("t.toml"), &text).map(|_| ()).map_err(|e| e.to_string());
+        let file = infera_launcher::deployment::parse(Path::new("t.toml"), &text).unwrap();
+        let control = control_verdict(&records, &RouterPlan::from_section(file.router.as_ref())).map(|_| ());
+        (launcher, control)
+    };
+    for (router, named) in refused {
+        let (launcher, control) = verdicts(router);
+        assert!(launcher.is_err(), "the launcher accepts {router:?}");
+        let e = control.expect_err(&format!("control accepts {router:?}"));
+        assert!(e.contains(named), "control refuses {router:?} for another reason: {e}");
+    }
+    for router in accepted {
+        let (launcher, control) = verdicts(router);
+        assert_eq!((launcher, control), (Ok(()), Ok(())), "{router:?}");
+    }
 }
 
 #[test]
