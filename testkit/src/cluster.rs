@@ -101,7 +101,6 @@ impl ClusterSpec {
         }
         for p in &proxies {
             p.wait_ready(&self.model).await?;
-            p.wait_leased().await?;
         }
         Ok(Cluster { model: self.model, sims, control, proxies, registrations, etcd })
     }

@@ -113,33 +113,22 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Waits (bounded) until it is ready (`/readiness`: a lease or a target list) and lists
-    /// `model`.
+    /// Waits (bounded) until it is ready (`/readiness`), lists `model` and holds a lease with
+    /// control as it sees it itself (`infera_proxy_control_lease`). Control counts a lease before
+    /// the proxy has read OpenLease's answer, so a test that waited on control's count alone
+    /// could still see its first picks go to the fallback.
     ///
     /// # Errors
     /// When it is not ready in time.
     pub async fn wait_ready(&self, model: &str) -> anyhow::Result<()> {
         let needle = format!("\"id\":\"{model}\"");
-        poll(READY, &format!("proxy {} to be ready with model {model}", self.url), async || {
+        poll(READY, &format!("proxy {} to be ready with model {model} and a lease", self.url), async || {
             let models = http::get(&format!("{}/v1/models", self.url)).await.ok()?;
             let ready = http::get(&format!("{}/readiness", self.url)).await.ok()?;
-            (models.0 == StatusCode::OK && models.1.contains(&needle) && ready.0 == StatusCode::OK)
+            let leased =
+                http::metric_sum(&self.metrics().await.ok()?, "infera_proxy_control_lease", "") == 1.0;
+            (models.0 == StatusCode::OK && models.1.contains(&needle) && ready.0 == StatusCode::OK && leased)
                 .then_some(())
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Waits (bounded) until it holds a lease with control as it sees it itself
-    /// (`infera_proxy_control_lease`). Control counts a lease before the proxy has read
-    /// OpenLease's answer, so a pick sent on control's count alone may still go to the fallback.
-    ///
-    /// # Errors
-    /// When it holds none in time.
-    pub async fn wait_leased(&self) -> anyhow::Result<()> {
-        poll(READY, &format!("proxy {} to hold a lease with control", self.url), async || {
-            let text = http::get_ok(&format!("{}/metrics", self.url)).await.ok()?;
-            (http::metric_sum(&text, "infera_proxy_control_lease", "") == 1.0).then_some(())
         })
         .await?;
         Ok(())

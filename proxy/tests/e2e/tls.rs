@@ -298,8 +298,7 @@ async fn replicas_over_tls_forward_admin_to_the_leader_and_proxies_follow_it_at_
     // A proxy given only the follower finds the leader it names and routes through it.
     let mut proxy = ProxySpec::new(second.url()).flags(control_flags(&ca, &operator)).spawn().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
-    // Ready may come from the follower's target list; the lease is the leader's.
-    proxy.wait_leased().await.unwrap();
+    // The proxy holds a lease now, and it is the leader's.
     let m = kit.control.metrics().await.unwrap();
     assert_eq!(metric_sum(&m, "infera_router_leases", ""), 1.0, "the lease is the leader's: {m}");
     let url = format!("{}/v1/chat/completions", proxy.url);
