@@ -187,6 +187,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         "  {:>11} {:>7} {:>13} {:>10} {:>10} {:>7}",
         "concurrency", "side", "TTFT p50", "added ms", "tok/s", "ratio"
     );
+    let pick_scrape = scrape::PickScrape { client: &client, proxy: &proxy_addr, control: &control_metrics };
     // Warm-up: connections on every path.
     for (_, url) in &sides {
         round(&client, url, 8, 8, args.max_tokens).await?;
@@ -197,12 +198,9 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         let mut picks = Vec::new();
         for _ in 0..args.rounds {
             for ((side, url), (ttfts, rates)) in sides.iter().zip(&mut seen) {
-                let before = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
-                let r = round(&client, url, n, c, args.max_tokens).await?;
-                if *side == "proxy" {
-                    let after = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
-                    picks.push(after.means_ms_since(before).to_string());
-                }
+                let (r, means) =
+                    pick_scrape.during(*side == "proxy", round(&client, url, n, c, args.max_tokens)).await?;
+                picks.extend(means.map(|m| m.to_string()));
                 ttfts.extend(r.ttfts);
                 rates.push(r.tokens_per_s);
             }
@@ -222,12 +220,10 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
         let mut picks = Vec::new();
         for _ in 0..2 {
             for ((side, url), r) in sides.iter().zip(&mut rates) {
-                let before = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
-                r.push(peak::rate(&client, url, args.peak_clients, length, 4).await?);
-                if *side == "proxy" {
-                    let after = scrape::Picks::read(&client, &proxy_addr, &control_metrics).await?;
-                    picks.push(after.means_ms_since(before).to_string());
-                }
+                let peak = peak::rate(&client, url, args.peak_clients, length, 4);
+                let (rate, means) = pick_scrape.during(*side == "proxy", peak).await?;
+                r.push(rate);
+                picks.extend(means.map(|m| m.to_string()));
             }
         }
         let best: Vec<f64> = rates.iter().map(|r| r.iter().copied().fold(0.0, f64::max)).collect();

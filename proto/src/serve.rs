@@ -276,12 +276,11 @@ mod tests {
 
         // HTTP/2's preface in two writes: whether the peek saw a part of it (hyper-util then
         // reads the rest) or all of it, the server answers with its SETTINGS frame.
-        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
         let mut split = TcpStream::connect(addr).await.unwrap();
         split.set_nodelay(true).unwrap();
-        split.write_all(&PREFACE[..10]).await.unwrap();
+        split.write_all(&version::H2_PREFACE[..10]).await.unwrap();
         tokio::task::yield_now().await;
-        split.write_all(&PREFACE[10..]).await.unwrap();
+        split.write_all(&version::H2_PREFACE[10..]).await.unwrap();
         // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
         split.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
         let mut head = [0u8; 9];

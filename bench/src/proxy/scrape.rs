@@ -63,28 +63,51 @@ impl PickTime {
     }
 }
 
-/// The decode picks of a stretch of time, as the proxy and as control saw them.
+/// The decode picks so far, as the proxy and as control saw them.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Picks {
+struct Picks {
     proxy: PickTime,
     control: PickTime,
 }
 
 impl Picks {
-    /// Both views now.
-    pub(super) async fn read(client: &HttpClient, proxy: &str, control: &str) -> anyhow::Result<Self> {
-        Ok(Self {
-            proxy: PickTime::read(client, proxy, PickView::Proxy).await?,
-            control: PickTime::read(client, control, PickView::Control).await?,
-        })
-    }
-
     /// The mean round trip and the mean time inside control, in ms, of the picks since `earlier`.
-    pub(super) fn means_ms_since(self, earlier: Self) -> PickMeans {
+    fn means_ms_since(self, earlier: Self) -> PickMeans {
         PickMeans {
             round_trip: self.proxy.mean_ms_since(earlier.proxy),
             inside_control: self.control.mean_ms_since(earlier.control),
         }
+    }
+}
+
+/// Where the decode pick histograms are read: the proxy's and control's `/metrics`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PickScrape<'a> {
+    pub(super) client: &'a HttpClient,
+    pub(super) proxy: &'a str,
+    pub(super) control: &'a str,
+}
+
+impl PickScrape<'_> {
+    async fn read(&self) -> anyhow::Result<Picks> {
+        Ok(Picks {
+            proxy: PickTime::read(self.client, self.proxy, PickView::Proxy).await?,
+            control: PickTime::read(self.client, self.control, PickView::Control).await?,
+        })
+    }
+
+    /// `work`'s result and, when `watch`, the decode picks' mean times while it ran.
+    pub(super) async fn during<T>(
+        &self,
+        watch: bool,
+        work: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<(T, Option<PickMeans>)> {
+        if !watch {
+            return Ok((work.await?, None));
+        }
+        let before = self.read().await?;
+        let out = work.await?;
+        Ok((out, Some(self.read().await?.means_ms_since(before))))
     }
 }
 

@@ -10,7 +10,7 @@
 use tokio::net::TcpStream;
 
 /// HTTP/2's connection preface (RFC 9113, section 3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The HTTP a connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
