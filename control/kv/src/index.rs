@@ -1,11 +1,14 @@
 //! The prefix index: which target holds which pages, built from KV events, asked how many leading
 //! pages of a prompt each candidate already has.
 //!
-//! Keys are *our* page hashes ([`crate::hash`]), computed from the token ids every `BlockStored`
-//! carries and chained on the parent block's digest, not the engine's published hashes: a
-//! namespaced engine (`cache_salt`, LoRA, `format: "dynamo"`) publishes different hashes for the
-//! same tokens, and the proxy only knows the tokens. The engine's hashes are kept per target only
-//! to find a block again when it is removed or named as a parent.
+//! Keys are *our* page hashes ([`crate::hash`]), SGLang's chained SHA-256 of the tokens, which the
+//! proxy computes from a prompt. An engine that does not namespace publishes exactly those, so a
+//! chain whose first page's published hash equals the hash of its tokens is keyed by the engine's
+//! hashes from there on, unhashed (SGLang seeds a namespace only at a chain's first page, and every
+//! hash covers its whole prefix). A namespaced engine (`cache_salt`, LoRA, `format: "dynamo"`)
+//! publishes other hashes for the same tokens: its blocks are keyed by hashing the token ids every
+//! `BlockStored` carries, chained on the parent block's digest, and its hashes are kept per target
+//! only to find a block again when it is removed or named as a parent.
 //!
 //! A page hash covers every page before it, so "target holds hash `h_i`" means "target holds the
 //! first `i + 1` pages"; the overlap of a prompt with a target is the length of the leading run of
@@ -23,7 +26,7 @@
 //! definition under random event orders).
 //!
 //! The index is pure and single-threaded; callers share it behind a read-write lock. Ingest is
-//! split so the hashing happens under the read lock ([`PrefixIndex::prepare`]) and only the
+//! split so any hashing happens under the read lock ([`PrefixIndex::prepare`]) and only the
 //! map updates under the write lock ([`PrefixIndex::commit`]); a query holds the read lock for one
 //! prompt. Memory is bounded by a block budget: past it, new blocks are not
 //! recorded (counted), which can only under-state an overlap, never invent one.
@@ -32,12 +35,12 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
-use crate::hash::{ChainDigest, PageHash, chain_page};
+use crate::hash::PageHash;
 
 mod pages;
 mod search;
 
-use pages::{Stored, TargetPages};
+use pages::{Link, Stored, TargetPages};
 
 /// A map keyed by page or block hashes.
 type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
@@ -50,17 +53,77 @@ pub struct Prepared {
     ops: Vec<Op>,
 }
 
+impl Prepared {
+    /// The same work in parts of at most `max_blocks` blocks each (an op without blocks counts
+    /// as one), in order: committing them one after another equals committing the whole, and a
+    /// caller that takes the write lock per part holds queries off for one part at a time. Between
+    /// parts a reader sees a store's first pages without the rest, or a removal half done, both
+    /// states the index handles (a store runs parents first; a removal may break the shape).
+    pub fn into_parts(self, max_blocks: usize) -> impl Iterator<Item = Prepared> {
+        let max = max_blocks.max(1);
+        let mut parts = Vec::new();
+        let (mut part, mut size) = (Vec::new(), 0);
+        for op in self.ops {
+            for piece in op.split(max) {
+                let n = piece.blocks().max(1);
+                if size + n > max && !part.is_empty() {
+                    parts.push(Prepared { ops: std::mem::take(&mut part) });
+                    size = 0;
+                }
+                part.push(piece);
+                size += n;
+            }
+        }
+        if !part.is_empty() {
+            parts.push(Prepared { ops: part });
+        }
+        parts.into_iter()
+    }
+}
+
 #[derive(Debug)]
 enum Op {
-    /// Blocks (engine hash, digest), chained after the page `parent` (`None`: the first page).
+    /// Blocks (engine hash, what keys it), chained after the page `parent` (`None`: the first page).
     Store {
         parent: Option<PageHash>,
-        blocks: Vec<(i64, ChainDigest)>,
+        blocks: Vec<(i64, Link)>,
     },
     Remove(Vec<i64>),
     Clear,
     Orphans(u64),
     OtherMedium,
+}
+
+impl Op {
+    fn blocks(&self) -> usize {
+        match self {
+            Op::Store { blocks, .. } => blocks.len(),
+            Op::Remove(hashes) => hashes.len(),
+            Op::Clear | Op::Orphans(_) | Op::OtherMedium => 0,
+        }
+    }
+
+    /// This op as consecutive ops of at most `max` blocks each; a store's later pieces chain on
+    /// the page its previous piece ended with.
+    fn split(self, max: usize) -> Vec<Op> {
+        match self {
+            Op::Store { parent, blocks } if blocks.len() > max => {
+                let mut parent = parent;
+                blocks
+                    .chunks(max)
+                    .map(|piece| {
+                        let op = Op::Store { parent, blocks: piece.to_vec() };
+                        parent = piece.last().map(|(_, link)| link.page());
+                        op
+                    })
+                    .collect()
+            }
+            Op::Remove(hashes) if hashes.len() > max => {
+                hashes.chunks(max).map(|piece| Op::Remove(piece.to_vec())).collect()
+            }
+            op => vec![op],
+        }
+    }
 }
 
 /// The hasher of maps keyed by page and block hashes: the keys are already SHA-256 output, so one
@@ -161,7 +224,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
             })
             .sum();
         // What this batch did so far, over what the index held before it.
-        let mut stored: KeyMap<i64, ChainDigest> = KeyMap::default();
+        let mut stored: KeyMap<i64, Link> = KeyMap::default();
         stored.reserve(named);
         let mut removed: KeySet<i64> = KeySet::default();
         let mut cleared = false;
@@ -178,7 +241,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                     let parent = parent_block_hash.map(|p| {
                         stored.get(&p).copied().or_else(|| {
                             (!cleared && !removed.contains(&p))
-                                .then(|| held.and_then(|b| b.digest(p)))
+                                .then(|| held.and_then(|b| b.link(p)))
                                 .flatten()
                         })
                     });
@@ -190,7 +253,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                             continue;
                         }
                     };
-                    let first_parent = prior.map(|d| d.page_hash());
+                    let first_parent = prior.map(|l| l.page());
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
                     let mut short = false;
@@ -200,13 +263,13 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                             short = true;
                             break;
                         };
-                        let digest = chain_page(prior.as_ref(), page);
-                        prior = Some(digest);
+                        let link = Link::of_block(prior.as_ref(), h, page);
+                        prior = Some(link);
                         if !last {
-                            stored.insert(h, digest);
+                            stored.insert(h, link);
                         }
                         removed.remove(&h);
-                        blocks.push((h, digest));
+                        blocks.push((h, link));
                     }
                     if short {
                         ops.push(Op::Orphans(1));
@@ -279,11 +342,11 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         }
     }
 
-    fn store(&mut self, target: K, parent: Option<PageHash>, blocks: Vec<(i64, ChainDigest)>) {
+    fn store(&mut self, target: K, parent: Option<PageHash>, blocks: Vec<(i64, Link)>) {
         let pages = self.targets.entry(target).or_default();
         let mut parent = parent;
-        for (h, digest) in blocks {
-            match pages.store(h, &digest, parent, self.blocks < self.max_blocks) {
+        for (h, link) in blocks {
+            match pages.store(h, &link, parent, self.blocks < self.max_blocks) {
                 Stored::New => {
                     self.blocks += 1;
                     self.counts.stored += 1;
@@ -291,7 +354,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                 Stored::Again => {}
                 Stored::OverBudget => self.counts.over_budget += 1,
             }
-            parent = Some(digest.page_hash());
+            parent = Some(link.page());
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 
 use super::*;
-use crate::hash::page_hashes;
+use crate::hash::{ChainDigest, chain_page, page_hashes};
 
 const PS: usize = 2;
 const DOCS: u8 = 4;
@@ -80,18 +80,36 @@ fn ev() -> impl Strategy<Value = Ev> {
     ]
 }
 
-/// The reference: per target, engine hash → digest, chained exactly as `prepare` does (a batch
-/// sees its own stores, over budget or not, and its own removals); the overlap is the leading run
-/// of the prompt's hashes some recorded block has, page by page.
+/// What the reference keys a block by: the page hash, and the digest to chain on unless the
+/// engine's hash is that page hash (then its children are keyed by their own engine hashes).
+#[derive(Clone, Copy)]
+struct Keyed {
+    page: PageHash,
+    digest: Option<ChainDigest>,
+}
+
+impl Keyed {
+    fn of(prior: Option<&Keyed>, h: i64, page: &[u64]) -> Self {
+        if prior.is_some_and(|p| p.digest.is_none()) {
+            return Keyed { page: PageHash(h), digest: None };
+        }
+        let d = chain_page(prior.and_then(|p| p.digest.as_ref()), page);
+        Keyed { page: d.page_hash(), digest: (d.page_hash().0 != h).then_some(d) }
+    }
+}
+
+/// The reference: per target, engine hash → what keys it, chained as SGLang hashes (a batch sees
+/// its own stores, over budget or not, and its own removals); the overlap is the leading run of
+/// the prompt's hashes some recorded block has, page by page.
 #[derive(Default)]
 struct Model {
-    targets: HashMap<u8, HashMap<i64, ChainDigest>>,
+    targets: HashMap<u8, HashMap<i64, Keyed>>,
     blocks: usize,
 }
 
 impl Model {
     fn batch(&mut self, t: u8, events: &[KvEvent], max: usize) {
-        let mut stored: HashMap<i64, ChainDigest> = HashMap::new();
+        let mut stored: HashMap<i64, Keyed> = HashMap::new();
         let mut removed: HashSet<i64> = HashSet::new();
         let mut cleared = false;
         for e in events {
@@ -109,7 +127,7 @@ impl Model {
                         },
                     };
                     for (&h, page) in block_hashes.iter().zip(token_ids.chunks(*block_size as usize)) {
-                        let d = chain_page(prior.as_ref(), page);
+                        let d = Keyed::of(prior.as_ref(), h, page);
                         prior = Some(d);
                         stored.insert(h, d);
                         removed.remove(&h);
@@ -148,7 +166,7 @@ impl Model {
 
     fn overlap(&self, t: u8, q: &[PageHash]) -> usize {
         let Some(m) = self.targets.get(&t) else { return 0 };
-        let held: HashSet<PageHash> = m.values().map(ChainDigest::page_hash).collect();
+        let held: HashSet<PageHash> = m.values().map(|k| k.page).collect();
         q.iter().take_while(|h| held.contains(h)).count()
     }
 }
@@ -166,6 +184,7 @@ proptest! {
             1..40,
         ),
         max in prop_oneof![Just(usize::MAX), 4..24usize],
+        part in prop_oneof![Just(usize::MAX), 1..4usize],
     ) {
         let mut index = PrefixIndex::new(max);
         let mut model = Model::default();
@@ -177,7 +196,10 @@ proptest! {
                     events.push(event(e));
                 }
             }
-            index.apply_batch(t, &EventBatch { ts: 0.0, events: events.clone(), attn_dp_rank: None });
+            // Committed whole or in parts of `part` blocks, as control's feed does: the same.
+            for p in index.prepare(t, &events).into_parts(part) {
+                index.commit(t, p);
+            }
             model.batch(t, &events, max);
             index.check();
             prop_assert_eq!(index.stats().blocks, model.blocks);

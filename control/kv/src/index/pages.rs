@@ -12,11 +12,13 @@
 //! searches; otherwise it walks the prompt page by page. Both give the leading run of held pages.
 //!
 //! Blocks are found by the engine's hash. An engine that does not namespace publishes our page hash
-//! itself, so such a block is recorded as a flag on its page (`direct`) and costs no second map;
-//! a namespaced block's hash maps to its page in `aliases`.
+//! itself, so such a block is recorded as a flag on its page (`direct`) and costs no second map,
+//! and its children chain on that hash alone ([`Link::Direct`]): the page keeps no digest. A
+//! namespaced block's hash maps to its page in `aliases`, and the page keeps the rest of its digest
+//! in `tails` (only while some namespaced block holds it) to chain that block's children on.
 
 use super::KeyMap;
-use crate::hash::{ChainDigest, PageHash};
+use crate::hash::{ChainDigest, PageHash, chain_page};
 
 /// The block is recorded under its own page hash.
 const DIRECT: u32 = 1 << 31;
@@ -28,8 +30,6 @@ const ALIASES: u32 = ROOT - 1;
 /// One page a target holds, or held and still has held children under.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Page {
-    /// Bytes 8..32 of the chained digest (the first 8 are the page hash, the key).
-    tail: [u8; 24],
     /// The page before this one (meaningless with `ROOT`).
     parent: PageHash,
     /// `DIRECT`, `ROOT` and the alias count.
@@ -39,7 +39,7 @@ pub(super) struct Page {
 }
 
 impl Page {
-    const EMPTY: Self = Self { tail: [0; 24], parent: PageHash(0), flags: 0, children: 0 };
+    const EMPTY: Self = Self { parent: PageHash(0), flags: 0, children: 0 };
 
     fn blocks(&self) -> u32 {
         (self.flags & ALIASES) + u32::from(self.flags & DIRECT != 0)
@@ -51,6 +51,44 @@ impl Page {
 
     fn parent(&self) -> Option<PageHash> {
         (self.flags & ROOT == 0).then_some(self.parent)
+    }
+}
+
+/// What a stored block is keyed by, and what the blocks stored under it chain on.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Link {
+    /// The engine hashes this chain as SGLang does without a namespace: the block's hash is its
+    /// page hash, and so are its children's (each covers its whole prefix, so a chain whose hash
+    /// matched once stays SGLang's: `mem_cache/utils.py` seeds a namespace only at a chain's
+    /// first page and SGLang refuses paths with mixed namespaces).
+    Direct(PageHash),
+    /// A namespaced block (or one whose hash is not SGLang's): keyed by the digest of its tokens.
+    Namespaced(ChainDigest),
+}
+
+impl Link {
+    /// The link of block `engine_hash` with tokens `page`, stored under `prior` (`None`: the first
+    /// page of a sequence). Under a direct parent the engine's hash is taken as the page hash,
+    /// unhashed; otherwise the tokens are hashed and the block is direct if that is its hash.
+    pub(super) fn of_block(prior: Option<&Link>, engine_hash: i64, page: &[u64]) -> Self {
+        let digest = match prior {
+            Some(Link::Direct(_)) => return Link::Direct(PageHash(engine_hash)),
+            Some(Link::Namespaced(d)) => chain_page(Some(d), page),
+            None => chain_page(None, page),
+        };
+        if digest.page_hash().0 == engine_hash {
+            Link::Direct(digest.page_hash())
+        } else {
+            Link::Namespaced(digest)
+        }
+    }
+
+    /// The page the block is keyed by.
+    pub(super) fn page(&self) -> PageHash {
+        match self {
+            Link::Direct(p) => *p,
+            Link::Namespaced(d) => d.page_hash(),
+        }
     }
 }
 
@@ -78,6 +116,8 @@ pub(super) struct TargetPages {
     pages: KeyMap<PageHash, Page>,
     /// Namespaced engine hash → its page.
     aliases: KeyMap<i64, PageHash>,
+    /// Bytes 8..32 of the digest of every page a namespaced block holds (the first 8 are the key).
+    tails: KeyMap<PageHash, [u8; 24]>,
     /// Held pages whose parent page this target does not hold.
     broken: usize,
     /// Blocks recorded.
@@ -100,17 +140,21 @@ impl TargetPages {
     pub(super) fn bytes(&self) -> usize {
         let page = std::mem::size_of::<(PageHash, Page)>() + 1;
         let alias = std::mem::size_of::<(i64, PageHash)>() + 1;
-        self.pages.capacity() * page + self.aliases.capacity() * alias
+        let tail = std::mem::size_of::<(PageHash, [u8; 24])>() + 1;
+        self.pages.capacity() * page + self.aliases.capacity() * alias + self.tails.capacity() * tail
     }
 
-    /// The digest of the block the engine calls `engine_hash`, if recorded.
-    pub(super) fn digest(&self, engine_hash: i64) -> Option<ChainDigest> {
-        let (page, _) = self.find(engine_hash)?;
-        let p = self.pages.get(&page)?;
-        let mut d = [0u8; 32];
-        d[..8].copy_from_slice(&page.0.to_be_bytes());
-        d[8..].copy_from_slice(&p.tail);
-        Some(ChainDigest(d))
+    /// What a block stored under the block the engine calls `engine_hash` chains on, if recorded.
+    pub(super) fn link(&self, engine_hash: i64) -> Option<Link> {
+        match self.find(engine_hash)? {
+            (page, Via::Direct) => Some(Link::Direct(page)),
+            (page, Via::Alias) => {
+                let mut d = [0u8; 32];
+                d[..8].copy_from_slice(&page.0.to_be_bytes());
+                d[8..].copy_from_slice(self.tails.get(&page)?);
+                Some(Link::Namespaced(ChainDigest(d)))
+            }
+        }
     }
 
     /// Whether this target holds `page`.
@@ -118,28 +162,28 @@ impl TargetPages {
         self.pages.get(page).is_some_and(Page::held)
     }
 
-    /// Records block `engine_hash` with `digest`, chained after the page `parent` (`None`: the first
-    /// page); `room` says whether the budget admits a new block.
+    /// Records block `engine_hash` keyed by `link`, chained after the page `parent` (`None`: the
+    /// first page); `room` says whether the budget admits a new block.
     pub(super) fn store(
         &mut self,
         engine_hash: i64,
-        digest: &ChainDigest,
+        link: &Link,
         parent: Option<PageHash>,
         room: bool,
     ) -> Stored {
-        let page = digest.page_hash();
+        let page = link.page();
         match self.find(engine_hash) {
             Some((old, _)) if old == page => return Stored::Again,
             Some((old, via)) => {
                 // The same engine block with other tokens: it moves.
                 self.unref(engine_hash, old, via);
-                self.reference(engine_hash, digest, parent);
+                self.reference(engine_hash, link, parent);
                 return Stored::Again;
             }
             None if !room => return Stored::OverBudget,
             None => {}
         }
-        self.reference(engine_hash, digest, parent);
+        self.reference(engine_hash, link, parent);
         self.blocks += 1;
         Stored::New
     }
@@ -168,24 +212,26 @@ impl TargetPages {
         self.pages.get(&direct).is_some_and(|p| p.flags & DIRECT != 0).then_some((direct, Via::Direct))
     }
 
-    fn reference(&mut self, engine_hash: i64, digest: &ChainDigest, parent: Option<PageHash>) {
-        let page = digest.page_hash();
-        let via = if engine_hash == page.0 {
-            Via::Direct
-        } else {
-            self.aliases.insert(engine_hash, page);
-            Via::Alias
-        };
+    fn reference(&mut self, engine_hash: i64, link: &Link, parent: Option<PageHash>) {
+        let page = link.page();
         let p = self.pages.entry(page).or_insert(Page::EMPTY);
         let was_held = p.held();
-        match via {
-            Via::Direct => p.flags |= DIRECT,
-            Via::Alias => p.flags += 1,
+        match link {
+            Link::Direct(_) => {
+                debug_assert_eq!(engine_hash, page.0, "a direct block is keyed by its own hash");
+                p.flags |= DIRECT;
+            }
+            Link::Namespaced(digest) => {
+                self.aliases.insert(engine_hash, page);
+                if p.flags & ALIASES == 0 {
+                    self.tails.insert(page, split(digest));
+                }
+                p.flags += 1;
+            }
         }
         if was_held {
             return;
         }
-        p.tail = split(digest);
         match parent {
             Some(q) => {
                 p.parent = q;
@@ -211,6 +257,9 @@ impl TargetPages {
             Via::Alias => {
                 self.aliases.remove(&engine_hash);
                 p.flags -= 1;
+                if p.flags & ALIASES == 0 {
+                    self.tails.remove(&page);
+                }
             }
         }
         if p.held() {
@@ -235,6 +284,12 @@ impl TargetPages {
         }
     }
 
+    /// Bytes the namespaced pages' digests take (tests).
+    #[cfg(test)]
+    pub(super) fn bytes_of_digests(&self) -> usize {
+        self.tails.len() * 24
+    }
+
     /// Recomputes `broken`, the children counts and the block count from the maps (tests).
     #[cfg(test)]
     pub(super) fn check(&self) {
@@ -256,6 +311,12 @@ impl TargetPages {
         }
         let aliased: usize = self.pages.values().map(|p| (p.flags & ALIASES) as usize).sum();
         assert_eq!(aliased, self.aliases.len());
+        let tailed = self.pages.iter().filter(|(_, p)| p.flags & ALIASES != 0);
+        assert!(
+            tailed.clone().all(|(h, _)| self.tails.contains_key(h)),
+            "a namespaced page without its digest"
+        );
+        assert_eq!(tailed.count(), self.tails.len(), "a digest outlived its namespaced blocks");
         assert_eq!(broken, self.broken, "broken pages");
         assert_eq!(blocks, self.blocks, "blocks");
     }

@@ -212,3 +212,34 @@ fn a_batch_chains_on_its_own_stores_and_sees_its_own_removals() {
     assert_eq!(index.overlap(&page_hashes(&prompt(7, 2), PS as usize), 9), 0, "cleared");
     assert_eq!(index.stats().counts.orphans, 1, "its parent went with the clear");
 }
+
+/// Below a first page whose published hash is SGLang's own, the engine's hashes are the keys (no
+/// rehash: the page carries other tokens than its hash says and is still keyed by its hash); below
+/// a namespaced first page, the tokens are hashed. Only namespaced pages keep a digest.
+#[test]
+fn a_chain_hashed_like_sglang_is_keyed_by_its_hashes_a_namespaced_one_by_its_tokens() {
+    let p = prompt(8, 3);
+    let q = page_hashes(&p, PS as usize);
+    let ps = PS as usize;
+    let mut child = stored(&p, 1, 3, 0);
+    let KvEvent::BlockStored { token_ids, .. } = &mut child else { unreachable!() };
+    token_ids[..ps].fill(4_242);
+
+    let mut index = PrefixIndex::new(100);
+    index.apply(1u32, &stored(&p, 0, 1, 0));
+    index.apply(1, &child);
+    assert_eq!(index.overlap(&q, 1), 3, "keyed by the engine's hashes");
+    assert_eq!(index.targets[&1].bytes_of_digests(), 0, "a direct chain keeps no digests");
+
+    let mut named = stored(&p, 1, 3, 0x77);
+    let KvEvent::BlockStored { token_ids, .. } = &mut named else { unreachable!() };
+    token_ids[..ps].fill(4_242);
+    index.apply(2, &stored(&p, 0, 1, 0x77));
+    index.apply(2, &named);
+    assert_eq!(index.overlap(&q, 2), 1, "rehashed from the tokens, which diverge at page 1");
+    let mut other = p.clone();
+    other[ps..2 * ps].fill(4_242);
+    assert_eq!(index.overlap(&page_hashes(&other, ps), 2), 3);
+    assert!(index.targets[&2].bytes_of_digests() > 0);
+    index.check();
+}
