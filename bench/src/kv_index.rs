@@ -13,10 +13,11 @@
 //!   same pick without them.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args as ClapArgs;
+use infera_control::kv_feed::{COMMIT_PART_BLOCKS, SharedIndex};
 use infera_control::routing::{KvIndex, OverlapSource, Overlaps, PickContext, RoutingCore};
 use infera_control::target::TargetKey;
 use infera_control::view::View;
@@ -51,6 +52,10 @@ pub(crate) struct Args {
     /// Pages per query prompt.
     #[arg(long, env = "INFERA_BENCH_KV_QUERY_PAGES", default_value_t = 2_000)]
     query_pages: usize,
+    /// Blocks a second the paced ingest row applies while it queries (a busy prefill fleet
+    /// publishes tens of thousands).
+    #[arg(long, env = "INFERA_BENCH_KV_INGEST_RATE", default_value_t = 1e6)]
+    ingest_rate: f64,
     /// Timed queries (and picks) per measurement.
     #[arg(long, env = "INFERA_BENCH_KV_QUERIES", default_value_t = 2_000)]
     queries: usize,
@@ -98,7 +103,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let t0 = Instant::now();
             let prepared = index.prepare(s.target, std::slice::from_ref(&s.event));
             let t1 = Instant::now();
-            index.commit(s.target, prepared);
+            for part in prepared.into_parts(COMMIT_PART_BLOCKS) {
+                index.commit(s.target, part);
+            }
             prepare += t1 - t0;
             commit += t1.elapsed();
         }
@@ -147,20 +154,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let mut out = Vec::new();
     let idle = samples(args.queries, |i| index.overlaps(&queries[i % queries.len()], &keys, &mut out));
     let hits = queries.iter().filter(|q| keys.iter().any(|k| index.overlap(q, *k) > 0)).count();
-    let shared = Arc::new(RwLock::new(index));
-    let busy = under_ingest(&shared, &stores, || {
+    let shared = Arc::new(SharedIndex::new(index));
+    let query_all = || {
         let mut out = Vec::new();
         samples(args.queries, |i| {
-            let index = shared.read().expect("index lock");
+            let index = shared.read();
             index.overlaps(&queries[i % queries.len()], &keys, &mut out);
         })
-    });
+    };
+    let busy = under_ingest(&shared, &stores, None, query_all);
+    let paced = under_ingest(&shared, &stores, Some(args.ingest_rate), query_all);
     let (h50, h99) = p50_p99(&hash_us);
     println!(
         "hash     {} pages: p50 {h50:>8.1} µs  p99 {h99:>8.1} µs  (baseline: what the proxy does)",
         args.query_pages
     );
-    for (name, s) in [("query", &idle), ("query*", &busy)] {
+    for (name, s) in [("query", &idle), ("query*", &busy), ("query~", &paced)] {
         let (p50, p99) = p50_p99(s);
         println!(
             "{name:<8} {} pages × {} targets: p50 {p50:>8.1} µs  p99 {p99:>8.1} µs  ({:.2}× / {:.2}× the hash)",
@@ -171,12 +180,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     println!(
-        "         (* while another thread ingests; {hits} of {} query prompts overlap some target)",
+        "         (* while another thread ingests flat out, ~ at {:.1} M blocks/s; {hits} of {} query prompts overlap some target)",
+        args.ingest_rate / 1e6,
         queries.len()
     );
 
     // What a KV-aware prefill pick costs over a plain one.
-    let index = Arc::try_unwrap(shared).expect("no other owner").into_inner().expect("index lock");
+    let index = Arc::try_unwrap(shared).expect("no other owner").into_inner();
     let costs = pick_costs(&index, &queries, &args);
     let ((p50, p99), (k50, k99)) = (p50_p99(&costs.plain), p50_p99(&costs.kv));
     println!(
@@ -277,21 +287,31 @@ fn removals(stores: &[Store]) -> Vec<(TargetKey, KvEvent)> {
         .collect()
 }
 
-/// Runs `measure` while a second thread keeps applying `stores` to a spare target.
-fn under_ingest<T>(index: &Arc<RwLock<KvIndex>>, stores: &[Store], measure: impl FnOnce() -> T) -> T {
+/// Runs `measure` while a second thread keeps applying `stores` to a spare target, as fast as it
+/// can or paced to `rate` blocks a second.
+fn under_ingest<T>(
+    index: &Arc<SharedIndex>,
+    stores: &[Store],
+    rate: Option<f64>,
+    measure: impl FnOnce() -> T,
+) -> T {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::scope(|scope| {
         let (stop2, index2) = (stop.clone(), index.clone());
         scope.spawn(move || {
             let spare = TargetKey::from_index(u32::MAX - 1);
+            let (start, mut blocks) = (Instant::now(), 0usize);
             while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
                 for s in stores.iter().take(64) {
-                    // As control's feed does: hash under the read lock, commit under the write lock.
-                    let prepared =
-                        index2.read().expect("index lock").prepare(spare, std::slice::from_ref(&s.event));
-                    index2.write().expect("index lock").commit(spare, prepared);
+                    // As control's feed does it.
+                    index2.ingest(spare, std::slice::from_ref(&s.event));
+                    blocks += s.pages;
+                    if let Some(rate) = rate {
+                        let due = start + Duration::from_secs_f64(blocks as f64 / rate);
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    }
                 }
-                index2.write().expect("index lock").clear_target(spare);
+                index2.clear(&[spare]);
             }
         });
         let out = measure();

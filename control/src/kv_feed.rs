@@ -5,7 +5,7 @@
 //! registry change ──▶ KvFeed::follow / forget ──▶ Subscriber per rank (infera_kv::subscribe)
 //!                                                        │ SubscriberEvent (ordered per rank)
 //!                                                        ▼
-//!                       consumer task ──▶ index.apply_batch / clear_target (write lock, one batch)
+//!                       consumer task ──▶ SharedIndex::ingest / clear (write lock, a part at a time)
 //! ```
 //!
 //! A worker that leaves (or whose sockets change) has its subscribers stopped and its targets
@@ -16,7 +16,7 @@
 //! which then rebuilds from the batches that follow.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex};
 
 use infera_kv::subscribe::{EventKind, StatsSnapshot, Subscriber, SubscriberConfig, SubscriberEvent};
 use infera_proto::types::{KvEventsSource, WorkerId, WorkerRecord};
@@ -25,6 +25,10 @@ use tokio::sync::mpsc;
 use crate::metrics::{KvCounters, KvMetrics};
 use crate::routing::KvIndex;
 use crate::target::TargetKey;
+
+mod shared;
+
+pub use shared::{COMMIT_PART_BLOCKS, SharedIndex};
 
 /// Batches that may wait between the subscribers and the consumer; a slow consumer makes the
 /// subscribers wait (ZMQ then buffers, up to its high-water mark).
@@ -48,7 +52,7 @@ pub struct KvFeed {
     tx: mpsc::Sender<SubscriberEvent>,
     /// Written by the consumer and when subscribers stop; read by prefill picks (before, never
     /// while, they hold the routing lock).
-    index: RwLock<KvIndex>,
+    index: SharedIndex,
     metrics: KvMetrics,
 }
 
@@ -57,12 +61,12 @@ impl KvFeed {
     /// ([`consume`]) drains.
     pub fn new(index: KvIndex, metrics: KvMetrics) -> (Self, mpsc::Receiver<SubscriberEvent>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (Self { followed: Mutex::new(HashMap::new()), tx, index: RwLock::new(index), metrics }, rx)
+        (Self { followed: Mutex::new(HashMap::new()), tx, index: SharedIndex::new(index), metrics }, rx)
     }
 
     /// The prefix index, for a pick to read.
-    pub fn index(&self) -> RwLockReadGuard<'_, KvIndex> {
-        self.index.read().expect("kv index poisoned by an earlier panic")
+    pub fn index(&self) -> std::sync::RwLockReadGuard<'_, KvIndex> {
+        self.index.read()
     }
 
     /// Follows a worker's KV events (or stops, when its record names none); `keys` are its ranks'
@@ -146,31 +150,17 @@ impl KvFeed {
     fn apply(&self, ev: &SubscriberEvent) {
         let Some(key) = self.key_of(&ev.worker, ev.rank) else { return };
         match &ev.kind {
-            EventKind::Batch { batch, .. } => {
-                // Hash under the read lock; only the map updates hold picks off.
-                let prepared = self.index().prepare(key, &batch.events);
-                self.write().commit(key, prepared);
-            }
+            EventKind::Batch { batch, .. } => self.index.ingest(key, &batch.events),
             EventKind::Reset(reason) => {
                 tracing::warn!(worker = %ev.worker, rank = ev.rank, %reason,
                     "KV events lost; the target's index is rebuilt from here");
-                self.write().clear_target(key);
+                self.index.clear(&[key]);
             }
         }
     }
 
     fn clear(&self, keys: &[TargetKey]) {
-        if keys.is_empty() {
-            return;
-        }
-        let mut index = self.write();
-        for &k in keys {
-            index.clear_target(k);
-        }
-    }
-
-    fn write(&self) -> RwLockWriteGuard<'_, KvIndex> {
-        self.index.write().expect("kv index poisoned by an earlier panic")
+        self.index.clear(keys);
     }
 
     fn stop(followed: &mut HashMap<WorkerId, Followed>, worker: &WorkerId) -> Vec<TargetKey> {
