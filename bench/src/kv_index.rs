@@ -101,11 +101,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let ingest = time(|| {
         for s in &stores {
             let t0 = Instant::now();
-            let prepared = index.prepare(s.target, std::slice::from_ref(&s.event));
+            let mut prepared = index.prepare(s.target, std::slice::from_ref(&s.event));
             let t1 = Instant::now();
-            for part in prepared.into_parts(COMMIT_PART_BLOCKS) {
-                index.commit(s.target, part);
-            }
+            while !index.commit_some(s.target, &mut prepared, COMMIT_PART_BLOCKS) {}
             prepare += t1 - t0;
             commit += t1.elapsed();
         }

@@ -51,33 +51,15 @@ type KeySet<K> = HashSet<K, BuildHasherDefault<KeyHasher>>;
 #[derive(Debug)]
 pub struct Prepared {
     ops: Vec<Op>,
+    /// The first op not fully committed, and how many of its blocks were.
+    next: usize,
+    done: usize,
 }
 
 impl Prepared {
-    /// The same work in parts of at most `max_blocks` blocks each (an op without blocks counts
-    /// as one), in order: committing them one after another equals committing the whole, and a
-    /// caller that takes the write lock per part holds queries off for one part at a time. Between
-    /// parts a reader sees a store's first pages without the rest, or a removal half done, both
-    /// states the index handles (a store runs parents first; a removal may break the shape).
-    pub fn into_parts(self, max_blocks: usize) -> impl Iterator<Item = Prepared> {
-        let max = max_blocks.max(1);
-        let mut parts = Vec::new();
-        let (mut part, mut size) = (Vec::new(), 0);
-        for op in self.ops {
-            for piece in op.split(max) {
-                let n = piece.blocks().max(1);
-                if size + n > max && !part.is_empty() {
-                    parts.push(Prepared { ops: std::mem::take(&mut part) });
-                    size = 0;
-                }
-                part.push(piece);
-                size += n;
-            }
-        }
-        if !part.is_empty() {
-            parts.push(Prepared { ops: part });
-        }
-        parts.into_iter()
+    /// Whether every op was committed.
+    pub fn is_done(&self) -> bool {
+        self.next == self.ops.len()
     }
 }
 
@@ -92,38 +74,6 @@ enum Op {
     Clear,
     Orphans(u64),
     OtherMedium,
-}
-
-impl Op {
-    fn blocks(&self) -> usize {
-        match self {
-            Op::Store { blocks, .. } => blocks.len(),
-            Op::Remove(hashes) => hashes.len(),
-            Op::Clear | Op::Orphans(_) | Op::OtherMedium => 0,
-        }
-    }
-
-    /// This op as consecutive ops of at most `max` blocks each; a store's later pieces chain on
-    /// the page its previous piece ended with.
-    fn split(self, max: usize) -> Vec<Op> {
-        match self {
-            Op::Store { parent, blocks } if blocks.len() > max => {
-                let mut parent = parent;
-                blocks
-                    .chunks(max)
-                    .map(|piece| {
-                        let op = Op::Store { parent, blocks: piece.to_vec() };
-                        parent = piece.last().map(|(_, link)| link.page());
-                        op
-                    })
-                    .collect()
-            }
-            Op::Remove(hashes) if hashes.len() > max => {
-                hashes.chunks(max).map(|piece| Op::Remove(piece.to_vec())).collect()
-            }
-            op => vec![op],
-        }
-    }
 }
 
 /// The hasher of maps keyed by page and block hashes: the keys are already SHA-256 output, so one
@@ -291,24 +241,61 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                 }
             }
         }
-        Prepared { ops }
+        Prepared { ops, next: 0, done: 0 }
     }
 
     /// The write half of ingest: records what [`Self::prepare`] computed for `target`.
-    pub fn commit(&mut self, target: K, prepared: Prepared) {
-        for op in prepared.ops {
-            match op {
-                Op::Store { parent, blocks } => self.store(target, parent, blocks),
+    pub fn commit(&mut self, target: K, mut prepared: Prepared) {
+        self.commit_some(target, &mut prepared, usize::MAX);
+    }
+
+    /// Commits the next `max_blocks` blocks of `prepared` (at least one op; an op without blocks
+    /// counts as one) and returns whether all is committed. Committing in parts equals committing
+    /// the whole, and a caller that takes the write lock per part holds lookups off for one part at
+    /// a time. Between parts a lookup sees a store's first pages without the rest, or a removal
+    /// half done, both states the index handles (a store runs parents first; a removal may break
+    /// the held set's shape, which is tracked).
+    pub fn commit_some(&mut self, target: K, prepared: &mut Prepared, max_blocks: usize) -> bool {
+        let mut budget = max_blocks.max(1);
+        while budget > 0 && !prepared.is_done() {
+            let from = prepared.done;
+            // Blocks this op has, and how many this part took.
+            let (len, taken) = match &prepared.ops[prepared.next] {
+                Op::Store { parent, blocks } => {
+                    let to = blocks.len().min(from + budget);
+                    // A later part chains on the page the previous one ended with.
+                    let parent = if from == 0 { *parent } else { Some(blocks[from - 1].1.page()) };
+                    self.store(target, parent, &blocks[from..to]);
+                    (blocks.len(), to - from)
+                }
                 Op::Remove(hashes) => {
-                    for h in hashes {
+                    let to = hashes.len().min(from + budget);
+                    for &h in &hashes[from..to] {
                         self.remove_block(target, h);
                     }
+                    (hashes.len(), to - from)
                 }
-                Op::Clear => self.clear_target(target),
-                Op::Orphans(n) => self.counts.orphans += n,
-                Op::OtherMedium => self.counts.other_medium += 1,
+                Op::Clear => {
+                    self.clear_target(target);
+                    (0, 0)
+                }
+                Op::Orphans(n) => {
+                    self.counts.orphans += n;
+                    (0, 0)
+                }
+                Op::OtherMedium => {
+                    self.counts.other_medium += 1;
+                    (0, 0)
+                }
+            };
+            budget = budget.saturating_sub(taken.max(1));
+            prepared.done += taken;
+            if prepared.done >= len {
+                prepared.next += 1;
+                prepared.done = 0;
             }
         }
+        prepared.is_done()
     }
 
     /// Forgets everything a target holds (cache reset, lost events, the worker left).
@@ -342,10 +329,10 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
         }
     }
 
-    fn store(&mut self, target: K, parent: Option<PageHash>, blocks: Vec<(i64, Link)>) {
+    fn store(&mut self, target: K, parent: Option<PageHash>, blocks: &[(i64, Link)]) {
         let pages = self.targets.entry(target).or_default();
         let mut parent = parent;
-        for (h, link) in blocks {
+        for &(h, link) in blocks {
             match pages.store(h, &link, parent, self.blocks < self.max_blocks) {
                 Stored::New => {
                     self.blocks += 1;

@@ -38,10 +38,8 @@ impl SharedIndex {
     /// Applies one batch of `target`'s events. One task ingests a target (nothing else may change
     /// its blocks between the prepare and the commits).
     pub fn ingest(&self, target: TargetKey, events: &[KvEvent]) {
-        let prepared = self.read().prepare(target, events);
-        for part in prepared.into_parts(COMMIT_PART_BLOCKS) {
-            self.write().commit(target, part);
-        }
+        let mut prepared = self.read().prepare(target, events);
+        while !self.write().commit_some(target, &mut prepared, COMMIT_PART_BLOCKS) {}
     }
 
     /// Forgets everything `targets` hold.

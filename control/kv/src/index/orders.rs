@@ -197,9 +197,8 @@ proptest! {
                 }
             }
             // Committed whole or in parts of `part` blocks, as control's feed does: the same.
-            for p in index.prepare(t, &events).into_parts(part) {
-                index.commit(t, p);
-            }
+            let mut prepared = index.prepare(t, &events);
+            while !index.commit_some(t, &mut prepared, part) {}
             model.batch(t, &events, max);
             index.check();
             prop_assert_eq!(index.stats().blocks, model.blocks);
