@@ -6,9 +6,11 @@
 //! engine's radix cache publishes them. Measured, each against a baseline in the same run:
 //!
 //! - ingest: stored and removed blocks per second, against SHA-256 over the same pages alone
-//!   (the rehash the index cannot avoid);
-//! - overlap queries for 2,000-page prompts over all targets: p50/p99, idle and while another
-//!   thread ingests, against hashing the prompt's pages (what the proxy does per request);
+//!   (the rehash a namespaced engine's blocks need, `--namespace`; SGLang's own hashes need none
+//!   below a chain's first page);
+//! - overlap queries for 2,000-page prompts over all targets: p50/p99, idle, while another
+//!   thread ingests flat out and while it ingests at `--ingest-rate`, against hashing the
+//!   prompt's pages (what the proxy does per request);
 //! - the cost a KV-aware prefill pick adds: pick + release with 2,000 page hashes against the
 //!   same pick without them.
 
@@ -56,6 +58,10 @@ pub(crate) struct Args {
     /// publishes tens of thousands).
     #[arg(long, env = "INFERA_BENCH_KV_INGEST_RATE", default_value_t = 1e6)]
     ingest_rate: f64,
+    /// XORed into every published block hash: non-zero plays a namespaced engine (`cache_salt`,
+    /// LoRA), whose blocks the index keys by hashing their tokens and keeps a digest for.
+    #[arg(long, env = "INFERA_BENCH_KV_NAMESPACE", default_value_t = 0)]
+    namespace: i64,
     /// Timed queries (and picks) per measurement.
     #[arg(long, env = "INFERA_BENCH_KV_QUERIES", default_value_t = 2_000)]
     queries: usize,
@@ -75,12 +81,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let stores = events(&prompts, &args);
     let pages: usize = stores.iter().map(|s| s.pages).sum();
     println!(
-        "kv-index: {} requests, {} targets, page size {}, {} stored pages in {} events",
+        "kv-index: {} requests, {} targets, page size {}, {} stored pages in {} events, {}",
         prompts.len(),
         args.targets,
         args.page_size,
         pages,
-        stores.len()
+        stores.len(),
+        if args.namespace == 0 { "SGLang's own hashes" } else { "namespaced hashes" },
     );
 
     // Ingest, against the SHA-256 of the same pages.
@@ -252,8 +259,8 @@ fn events(prompts: &[Vec<u32>], args: &Args) -> Vec<Store> {
         out.push(Store {
             target: TargetKey::from_index(t as u32),
             event: KvEvent::BlockStored {
-                block_hashes: hashes[have..].iter().map(|h| h.0).collect(),
-                parent_block_hash: have.checked_sub(1).map(|i| hashes[i].0),
+                block_hashes: hashes[have..].iter().map(|h| h.0 ^ args.namespace).collect(),
+                parent_block_hash: have.checked_sub(1).map(|i| hashes[i].0 ^ args.namespace),
                 token_ids: p[have * args.page_size..hashes.len() * args.page_size]
                     .iter()
                     .map(|&t| u64::from(t))

@@ -14,8 +14,8 @@
 //! Blocks are found by the engine's hash. An engine that does not namespace publishes our page hash
 //! itself, so such a block is recorded as a flag on its page (`direct`) and costs no second map,
 //! and its children chain on that hash alone ([`Link::Direct`]): the page keeps no digest. A
-//! namespaced block's hash maps to its page in `aliases`, and the page keeps the rest of its digest
-//! in `tails` (only while some namespaced block holds it) to chain that block's children on.
+//! namespaced block's hash maps, in `aliases`, to its page and the rest of its digest, which that
+//! block's children chain on.
 
 use super::KeyMap;
 use crate::hash::{ChainDigest, PageHash, chain_page};
@@ -92,6 +92,13 @@ impl Link {
     }
 }
 
+/// A namespaced block: its page, and bytes 8..32 of its digest (the first 8 are the page hash).
+#[derive(Clone, Copy, Debug)]
+struct Alias {
+    page: PageHash,
+    tail: [u8; 24],
+}
+
 /// How a block is found from its engine hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Via {
@@ -114,10 +121,8 @@ pub(super) enum Stored {
 #[derive(Debug, Default)]
 pub(super) struct TargetPages {
     pages: KeyMap<PageHash, Page>,
-    /// Namespaced engine hash → its page.
-    aliases: KeyMap<i64, PageHash>,
-    /// Bytes 8..32 of the digest of every page a namespaced block holds (the first 8 are the key).
-    tails: KeyMap<PageHash, [u8; 24]>,
+    /// Namespaced engine hash → its page and digest.
+    aliases: KeyMap<i64, Alias>,
     /// Held pages whose parent page this target does not hold.
     broken: usize,
     /// Blocks recorded.
@@ -139,22 +144,19 @@ impl TargetPages {
     /// Bytes the maps take: every bucket they allocated, with its control byte.
     pub(super) fn bytes(&self) -> usize {
         let page = std::mem::size_of::<(PageHash, Page)>() + 1;
-        let alias = std::mem::size_of::<(i64, PageHash)>() + 1;
-        let tail = std::mem::size_of::<(PageHash, [u8; 24])>() + 1;
-        self.pages.capacity() * page + self.aliases.capacity() * alias + self.tails.capacity() * tail
+        let alias = std::mem::size_of::<(i64, Alias)>() + 1;
+        self.pages.capacity() * page + self.aliases.capacity() * alias
     }
 
     /// What a block stored under the block the engine calls `engine_hash` chains on, if recorded.
     pub(super) fn link(&self, engine_hash: i64) -> Option<Link> {
-        match self.find(engine_hash)? {
-            (page, Via::Direct) => Some(Link::Direct(page)),
-            (page, Via::Alias) => {
-                let mut d = [0u8; 32];
-                d[..8].copy_from_slice(&page.0.to_be_bytes());
-                d[8..].copy_from_slice(self.tails.get(&page)?);
-                Some(Link::Namespaced(ChainDigest(d)))
-            }
+        if let Some(a) = self.aliases.get(&engine_hash) {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&a.page.0.to_be_bytes());
+            d[8..].copy_from_slice(&a.tail);
+            return Some(Link::Namespaced(ChainDigest(d)));
         }
+        self.find(engine_hash).map(|(page, _)| Link::Direct(page))
     }
 
     /// Whether this target holds `page`.
@@ -205,8 +207,8 @@ impl TargetPages {
     }
 
     fn find(&self, engine_hash: i64) -> Option<(PageHash, Via)> {
-        if let Some(&page) = self.aliases.get(&engine_hash) {
-            return Some((page, Via::Alias));
+        if let Some(a) = self.aliases.get(&engine_hash) {
+            return Some((a.page, Via::Alias));
         }
         let direct = PageHash(engine_hash);
         self.pages.get(&direct).is_some_and(|p| p.flags & DIRECT != 0).then_some((direct, Via::Direct))
@@ -222,10 +224,7 @@ impl TargetPages {
                 p.flags |= DIRECT;
             }
             Link::Namespaced(digest) => {
-                self.aliases.insert(engine_hash, page);
-                if p.flags & ALIASES == 0 {
-                    self.tails.insert(page, split(digest));
-                }
+                self.aliases.insert(engine_hash, Alias { page, tail: split(digest) });
                 p.flags += 1;
             }
         }
@@ -257,9 +256,6 @@ impl TargetPages {
             Via::Alias => {
                 self.aliases.remove(&engine_hash);
                 p.flags -= 1;
-                if p.flags & ALIASES == 0 {
-                    self.tails.remove(&page);
-                }
             }
         }
         if p.held() {
@@ -284,10 +280,10 @@ impl TargetPages {
         }
     }
 
-    /// Bytes the namespaced pages' digests take (tests).
+    /// Namespaced blocks recorded, each with its digest (tests).
     #[cfg(test)]
-    pub(super) fn bytes_of_digests(&self) -> usize {
-        self.tails.len() * 24
+    pub(super) fn namespaced(&self) -> usize {
+        self.aliases.len()
     }
 
     /// Recomputes `broken`, the children counts and the block count from the maps (tests).
@@ -311,12 +307,6 @@ impl TargetPages {
         }
         let aliased: usize = self.pages.values().map(|p| (p.flags & ALIASES) as usize).sum();
         assert_eq!(aliased, self.aliases.len());
-        let tailed = self.pages.iter().filter(|(_, p)| p.flags & ALIASES != 0);
-        assert!(
-            tailed.clone().all(|(h, _)| self.tails.contains_key(h)),
-            "a namespaced page without its digest"
-        );
-        assert_eq!(tailed.count(), self.tails.len(), "a digest outlived its namespaced blocks");
         assert_eq!(broken, self.broken, "broken pages");
         assert_eq!(blocks, self.blocks, "blocks");
     }

@@ -215,7 +215,7 @@ fn a_batch_chains_on_its_own_stores_and_sees_its_own_removals() {
 
 /// Below a first page whose published hash is SGLang's own, the engine's hashes are the keys (no
 /// rehash: the page carries other tokens than its hash says and is still keyed by its hash); below
-/// a namespaced first page, the tokens are hashed. Only namespaced pages keep a digest.
+/// a namespaced first page, the tokens are hashed. Only namespaced blocks keep a digest.
 #[test]
 fn a_chain_hashed_like_sglang_is_keyed_by_its_hashes_a_namespaced_one_by_its_tokens() {
     let p = prompt(8, 3);
@@ -229,7 +229,7 @@ fn a_chain_hashed_like_sglang_is_keyed_by_its_hashes_a_namespaced_one_by_its_tok
     index.apply(1u32, &stored(&p, 0, 1, 0));
     index.apply(1, &child);
     assert_eq!(index.overlap(&q, 1), 3, "keyed by the engine's hashes");
-    assert_eq!(index.targets[&1].bytes_of_digests(), 0, "a direct chain keeps no digests");
+    assert_eq!(index.targets[&1].namespaced(), 0, "a direct chain keeps no digests");
 
     let mut named = stored(&p, 1, 3, 0x77);
     let KvEvent::BlockStored { token_ids, .. } = &mut named else { unreachable!() };
@@ -240,6 +240,6 @@ fn a_chain_hashed_like_sglang_is_keyed_by_its_hashes_a_namespaced_one_by_its_tok
     let mut other = p.clone();
     other[ps..2 * ps].fill(4_242);
     assert_eq!(index.overlap(&page_hashes(&other, ps), 2), 3);
-    assert!(index.targets[&2].bytes_of_digests() > 0);
+    assert_eq!(index.targets[&2].namespaced(), 3);
     index.check();
 }
