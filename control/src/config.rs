@@ -144,8 +144,9 @@ struct PrefillArgs {
     #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000,
           value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     session_ttl_ms: u64,
-    /// Most KV blocks the prefix index records over all targets (about 90 bytes each); past it
-    /// new blocks are not recorded, which can only under-state an overlap.
+    /// Most KV blocks the prefix index records over all targets (about 47 bytes each, 128 for an
+    /// engine that namespaces its hashes); past it new blocks are not recorded, which can only
+    /// under-state an overlap.
     #[arg(long, env = "INFERA_KV_INDEX_MAX_BLOCKS", default_value_t = 4_000_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     kv_index_max_blocks: u64,
