@@ -7,9 +7,10 @@
 //! first 8 bytes of the digest read big-endian as a signed `i64`.
 //!
 //! Because every digest covers all pages before it, two prompts share the hash of page `i` exactly
-//! when they share the first `i + 1` pages: a page hash *is* a prefix. Control hashes the token ids
-//! that arrive in KV events with this function and the proxy hashes prompts with it, so both sides
-//! speak the same keys whatever namespacing the engine applied to its own published hashes.
+//! when they share the first `i + 1` pages: a page hash *is* a prefix. The proxy hashes prompts with
+//! this function; control keys KV events by it, taking an engine's published hashes as they are
+//! when they are SGLang's own and hashing the events' token ids with it when the engine namespaced
+//! them (`crate::index`), so both sides speak the same keys.
 
 use sha2::{Digest as _, Sha256};
 
