@@ -1,43 +1,48 @@
 //! The prefix index as control shares it: ingest writes it, prefill picks read it.
 //!
-//! Ingest hashes a batch under the read lock ([`KvIndex::prepare`]), then commits the map updates
-//! under the write lock in parts of [`COMMIT_PART_BLOCKS`] blocks, unlocking *fairly* after each
-//! part: the lock goes straight to a waiting reader. An unfair unlock lets the ingesting thread
-//! take the lock back before a woken reader runs; with a burst of events that starved a lookup
-//! for hundreds of microseconds (`cargo xtask bench kv-index`, the "while another thread ingests"
-//! row, manual/features/kv_aware_routing.md).
+//! Ingest hashes a batch's namespaced pages under the read lock ([`KvIndex::prepare`]), then
+//! commits the map updates under the write lock in parts of [`COMMIT_PART_BLOCKS`] blocks,
+//! releasing it between parts, so a lookup waits for one part, not for a whole batch of hundreds
+//! of blocks (`cargo xtask bench kv-index`, the rows "while another thread ingests",
+//! manual/features/kv_aware_routing.md). parking_lot's fair unlock was measured too: it made every
+//! lookup under a flat-out ingest wait for a wake-up (p50 70 µs), so std's lock stays.
+
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use infera_kv::event::KvEvent;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::routing::KvIndex;
 use crate::target::TargetKey;
 
-/// Blocks committed per hold of the write lock: ~150 ns a block in the maps, so a lookup waits
-/// ~10 µs at most behind one part where a whole engine batch (hundreds of blocks) would hold it
-/// off for ~100 µs.
+/// Blocks committed per hold of the write lock: ~95 ns a block of SGLang's own hashes in the maps,
+/// ~280 ns a namespaced one, so one part holds lookups off for ~6–18 µs, where a whole engine
+/// batch of ~750 blocks held them off for ~100 µs.
 pub const COMMIT_PART_BLOCKS: usize = 64;
 
 /// The index behind its read-write lock.
 #[derive(Debug)]
 pub struct SharedIndex {
     lock: RwLock<KvIndex>,
+    /// Held by an ingest from its prepare to its last part, and by a clear: a clear (a worker
+    /// left) never lands between them, which would let the rest of a departed worker's batch
+    /// come back after it.
+    writers: Mutex<()>,
 }
 
 impl SharedIndex {
     /// Shares `index`.
     pub fn new(index: KvIndex) -> Self {
-        Self { lock: RwLock::new(index) }
+        Self { lock: RwLock::new(index), writers: Mutex::new(()) }
     }
 
     /// The index, for a lookup.
     pub fn read(&self) -> RwLockReadGuard<'_, KvIndex> {
-        self.lock.read().unwrap_or_else(PoisonError::into_inner)
+        self.lock.read().expect("kv index poisoned by an earlier panic")
     }
 
-    /// Applies one batch of `target`'s events. One task ingests a target (nothing else may change
-    /// its blocks between the prepare and the commits).
+    /// Applies one batch of `target`'s events.
     pub fn ingest(&self, target: TargetKey, events: &[KvEvent]) {
+        let _writer = self.writers.lock().expect("kv ingest poisoned by an earlier panic");
         let mut prepared = self.read().prepare(target, events);
         while !self.write().commit_some(target, &mut prepared, COMMIT_PART_BLOCKS) {}
     }
@@ -47,6 +52,7 @@ impl SharedIndex {
         if targets.is_empty() {
             return;
         }
+        let _writer = self.writers.lock().expect("kv ingest poisoned by an earlier panic");
         let mut index = self.write();
         for &t in targets {
             index.clear_target(t);
@@ -55,10 +61,10 @@ impl SharedIndex {
 
     /// The index itself, once no one else shares it.
     pub fn into_inner(self) -> KvIndex {
-        self.lock.into_inner().unwrap_or_else(PoisonError::into_inner)
+        self.lock.into_inner().expect("kv index poisoned by an earlier panic")
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, KvIndex> {
-        self.lock.write().unwrap_or_else(PoisonError::into_inner)
+        self.lock.write().expect("kv index poisoned by an earlier panic")
     }
 }
