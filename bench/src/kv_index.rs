@@ -16,22 +16,20 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use infera_control::kv_feed::{COMMIT_PART_BLOCKS, SharedIndex};
-use infera_control::routing::{KvIndex, OverlapSource, Overlaps, PickContext, RoutingCore};
+use infera_control::routing::KvIndex;
 use infera_control::target::TargetKey;
-use infera_control::view::View;
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, page_hashes};
-use infera_proto::types::{
-    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, WorkerId, WorkerRecord,
-};
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
 
 use crate::replay::trace::{self, Format};
+
+mod picks;
+
+use picks::pick_costs;
 
 /// Tokens per Mooncake hash block.
 const BLOCK_TOKENS: usize = 512;
@@ -323,63 +321,6 @@ fn under_ingest<T>(
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         out
     })
-}
-
-/// Microseconds of prefill picks + releases (each sample one pick and its release).
-struct PickCosts {
-    /// Without page hashes.
-    plain: Vec<f64>,
-    /// With them, the index asked inside the pick.
-    kv: Vec<f64>,
-    /// With them as control does it: the overlap lookup alone (outside the routing lock) ...
-    lookup: Vec<f64>,
-    /// ... and the pick + release credited from it (under the routing lock).
-    booking: Vec<f64>,
-}
-
-/// Prefill pick costs without and with the query's page hashes.
-fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args) -> PickCosts {
-    let worker = WorkerRecord::prefill("prefill", "http://10.0.0.1:30000", "m", 8998)
-        .with_dp_size(args.targets)
-        .with_page_size(args.page_size as u32);
-    let settings = crate::control::core_settings(RequestWeight::ZERO);
-    let view = View::new([worker]);
-    // The view interns the worker's ranks as keys 0..targets, the keys the events used.
-    let keys = view.worker_targets(&WorkerId::new("prefill"), None).expect("registered");
-    assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
-    let mut core = RoutingCore::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
-    let (now, wall) = (Instant::now(), SystemTime::now());
-    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
-    let tokens = (args.query_pages * args.page_size) as u64;
-    let hashes: Vec<Vec<i64>> = queries.iter().map(|q| q.iter().map(|h| h.0).collect()).collect();
-    let request = |i: usize, with_hashes: bool| PickRequest {
-        lease,
-        request_id: RequestId::new("bench"),
-        model: ModelName::new("m"),
-        input_tokens: tokens,
-        session: None,
-        page_hashes: if with_hashes { hashes[i % hashes.len()].clone() } else { Vec::new() },
-        page_size: if with_hashes { args.page_size as u32 } else { 0 },
-        exclude: Vec::new(),
-    };
-    let pick = |core: &mut RoutingCore<SmallRng>, req: &PickRequest, kv: &dyn OverlapSource| {
-        let ctx = PickContext { kv: Some(kv), record_decision: false, now, wall, kv_room: None };
-        let picked = core.pick(PickKind::Prefill, req, ctx).expect("pick");
-        core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
-    };
-    let mut costs = PickCosts { plain: Vec::new(), kv: Vec::new(), lookup: Vec::new(), booking: Vec::new() };
-    for i in 0..args.queries {
-        let (plain, kv) = (request(i, false), request(i, true));
-        costs.plain.push(micros(|| pick(&mut core, &plain, index)));
-        costs.kv.push(micros(|| pick(&mut core, &kv, index)));
-        let mut pool = Vec::new();
-        core.pool_keys(&kv.model, PickKind::Prefill, &mut pool);
-        let mut overlaps = None;
-        costs.lookup.push(micros(|| overlaps = Some(Overlaps::compute(index, &kv.page_hashes, pool))));
-        let overlaps = overlaps.expect("computed");
-        costs.booking.push(micros(|| pick(&mut core, &kv, &overlaps)));
-    }
-    costs
 }
 
 fn micros(f: impl FnOnce()) -> f64 {
