@@ -68,3 +68,41 @@ impl SharedIndex {
         self.lock.write().expect("kv index poisoned by an earlier panic")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use infera_kv::event::Medium;
+    use infera_kv::hash::page_hashes;
+
+    use super::*;
+
+    /// A clear issued while a batch is being committed (its first parts already visible) lands
+    /// after the batch's last part: the target ends empty, not holding the rest of the batch.
+    #[test]
+    fn a_clear_during_an_ingest_waits_for_its_last_part() {
+        const PAGES: usize = 50_000;
+        let tokens: Vec<u32> = (0..PAGES as u32 * 4).collect();
+        let hashes = page_hashes(&tokens, 4);
+        let batch = [KvEvent::BlockStored {
+            block_hashes: hashes.iter().map(|h| h.0).collect(),
+            parent_block_hash: None,
+            token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
+            block_size: 4,
+            medium: Medium::Gpu,
+        }];
+        let shared = SharedIndex::new(KvIndex::new(usize::MAX));
+        let target = TargetKey::from_index(0);
+        std::thread::scope(|s| {
+            s.spawn(|| shared.ingest(target, &batch));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while shared.read().stats().blocks == 0 {
+                assert!(std::time::Instant::now() < deadline, "the ingest never started");
+                std::hint::spin_loop();
+            }
+            shared.clear(&[target]);
+        });
+        assert_eq!(shared.read().stats().blocks, 0, "the rest of the batch came back after the clear");
+        shared.ingest(target, &batch);
+        assert_eq!(shared.read().stats().blocks, PAGES);
+    }
+}
