@@ -262,14 +262,14 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
             // Blocks this op has, and how many this part took.
             let (len, taken) = match &prepared.ops[prepared.next] {
                 Op::Store { parent, blocks } => {
-                    let to = blocks.len().min(from + budget);
+                    let to = blocks.len().min(from.saturating_add(budget));
                     // A later part chains on the page the previous one ended with.
                     let parent = if from == 0 { *parent } else { Some(blocks[from - 1].1.page()) };
                     self.store(target, parent, &blocks[from..to]);
                     (blocks.len(), to - from)
                 }
                 Op::Remove(hashes) => {
-                    let to = hashes.len().min(from + budget);
+                    let to = hashes.len().min(from.saturating_add(budget));
                     for &h in &hashes[from..to] {
                         self.remove_block(target, h);
                     }

@@ -243,3 +243,18 @@ fn a_chain_hashed_like_sglang_is_keyed_by_its_hashes_a_namespaced_one_by_its_tok
     assert_eq!(index.targets[&2].namespaced(), 3);
     index.check();
 }
+
+/// A commit begun in small parts can be finished with any budget, up to `usize::MAX`.
+#[test]
+fn a_commit_begun_in_parts_finishes_with_any_budget() {
+    let p = prompt(9, 6);
+    let events = vec![stored(&p, 0, 6, 0x33), removed(&p, &[5, 4], 0x33)];
+    let mut index = PrefixIndex::new(100);
+    let mut prepared = index.prepare(1u32, &events);
+    assert!(!index.commit_some(1, &mut prepared, 2), "two of eight blocks");
+    assert!(index.commit_some(1, &mut prepared, usize::MAX));
+    assert!(prepared.is_done());
+    assert_eq!(index.overlap(&page_hashes(&p, PS as usize), 1), 4);
+    assert_eq!(index.stats().blocks, 4);
+    index.check();
+}
