@@ -307,7 +307,7 @@ fn under_ingest<T>(
             while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
                 for s in stores.iter().take(64) {
                     // As control's feed does it.
-                    index2.ingest(spare, std::slice::from_ref(&s.event));
+                    index2.ingest(spare, std::slice::from_ref(&s.event), || true);
                     blocks += s.pages;
                     if let Some(rate) = rate {
                         let due = start + Duration::from_secs_f64(blocks as f64 / rate);

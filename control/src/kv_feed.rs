@@ -150,7 +150,12 @@ impl KvFeed {
     fn apply(&self, ev: &SubscriberEvent) {
         let Some(key) = self.key_of(&ev.worker, ev.rank) else { return };
         match &ev.kind {
-            EventKind::Batch { batch, .. } => self.index.ingest(key, &batch.events),
+            EventKind::Batch { batch, .. } => {
+                // Asked again under the index's writers' lock: a worker forgotten since (and its
+                // target cleared) gets nothing back.
+                let followed = || self.key_of(&ev.worker, ev.rank) == Some(key);
+                self.index.ingest(key, &batch.events, followed);
+            }
             EventKind::Reset(reason) => {
                 tracing::warn!(worker = %ev.worker, rank = ev.rank, %reason,
                     "KV events lost; the target's index is rebuilt from here");

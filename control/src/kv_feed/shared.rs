@@ -50,15 +50,17 @@ impl SharedIndex {
         if let Ok(index) = self.lock.try_read() {
             return index;
         }
-        self.readers_waiting.fetch_add(1, Ordering::Relaxed);
-        let index = self.lock.read().expect("kv index poisoned by an earlier panic");
-        self.readers_waiting.fetch_sub(1, Ordering::Relaxed);
-        index
+        let _queued = Queued::on(&self.readers_waiting);
+        self.lock.read().expect("kv index poisoned by an earlier panic")
     }
 
-    /// Applies one batch of `target`'s events.
-    pub fn ingest(&self, target: TargetKey, events: &[KvEvent]) {
+    /// Applies one batch of `target`'s events, if `current()` (asked under the writers' lock, so
+    /// no clear lands between it and the last part) still says they are wanted.
+    pub fn ingest(&self, target: TargetKey, events: &[KvEvent], current: impl FnOnce() -> bool) {
         let _writer = self.writers.lock().expect("kv ingest poisoned by an earlier panic");
+        if !current() {
+            return;
+        }
         let mut prepared = self.read().prepare(target, events);
         while !self.write().commit_some(target, &mut prepared, COMMIT_PART_BLOCKS) {
             // Without this the ingest takes the lock back before a woken lookup runs.
@@ -91,6 +93,22 @@ impl SharedIndex {
     }
 }
 
+/// A lookup counted as queued for the lock while it lives (also when the wait panics).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn on(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use infera_kv::event::Medium;
@@ -115,7 +133,7 @@ mod tests {
         let shared = SharedIndex::new(KvIndex::new(usize::MAX));
         let target = TargetKey::from_index(0);
         std::thread::scope(|s| {
-            s.spawn(|| shared.ingest(target, &batch));
+            s.spawn(|| shared.ingest(target, &batch, || true));
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while shared.read().stats().blocks == 0 {
                 assert!(std::time::Instant::now() < deadline, "the ingest never started");
@@ -124,7 +142,9 @@ mod tests {
             shared.clear(&[target]);
         });
         assert_eq!(shared.read().stats().blocks, 0, "the rest of the batch came back after the clear");
-        shared.ingest(target, &batch);
+        shared.ingest(target, &batch, || false);
+        assert_eq!(shared.read().stats().blocks, 0, "a batch no longer wanted is dropped");
+        shared.ingest(target, &batch, || true);
         assert_eq!(shared.read().stats().blocks, PAGES);
     }
 }
