@@ -10,7 +10,7 @@
 //! when they share the first `i + 1` pages: a page hash *is* a prefix. The proxy hashes prompts with
 //! this function; control keys KV events by it, taking an engine's published hashes as they are
 //! when they are SGLang's own and hashing the events' token ids with it when the engine namespaced
-//! them (`crate::index`), so both sides speak the same keys.
+//! them (see the prefix index), so both sides speak the same keys.
 
 use sha2::{Digest as _, Sha256};
 

@@ -60,7 +60,10 @@ pub(super) enum Link {
     /// The engine hashes this chain as SGLang does without a namespace: the block's hash is its
     /// page hash, and so are its children's (each covers its whole prefix, so a chain whose hash
     /// matched once stays SGLang's: `mem_cache/utils.py` seeds a namespace only at a chain's
-    /// first page and SGLang refuses paths with mixed namespaces).
+    /// first page and SGLang refuses paths with mixed namespaces). This trusts the engine to keep
+    /// hashing like SGLang below a first page that did: a stream that publishes, under a direct
+    /// parent, a hash that is not SGLang's for the tokens it carries (SGLang never does) is keyed
+    /// as published, and the search may then credit a page the target does not hold.
     Direct(PageHash),
     /// A namespaced block (or one whose hash is not SGLang's): keyed by the digest of its tokens.
     Namespaced(ChainDigest),
