@@ -102,6 +102,21 @@ struct Alias {
     tail: [u8; 24],
 }
 
+impl Alias {
+    fn of(digest: &ChainDigest) -> Self {
+        let mut tail = [0u8; 24];
+        tail.copy_from_slice(&digest.0[8..]);
+        Self { page: digest.page_hash(), tail }
+    }
+
+    fn digest(&self) -> ChainDigest {
+        let mut d = [0u8; 32];
+        d[..8].copy_from_slice(&self.page.0.to_be_bytes());
+        d[8..].copy_from_slice(&self.tail);
+        ChainDigest(d)
+    }
+}
+
 /// How a block is found from its engine hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Via {
@@ -132,12 +147,6 @@ pub(super) struct TargetPages {
     blocks: usize,
 }
 
-fn split(d: &ChainDigest) -> [u8; 24] {
-    let mut tail = [0u8; 24];
-    tail.copy_from_slice(&d.0[8..]);
-    tail
-}
-
 impl TargetPages {
     /// Blocks recorded.
     pub(super) fn blocks(&self) -> usize {
@@ -154,12 +163,9 @@ impl TargetPages {
     /// What a block stored under the block the engine calls `engine_hash` chains on, if recorded.
     pub(super) fn link(&self, engine_hash: i64) -> Option<Link> {
         if let Some(a) = self.aliases.get(&engine_hash) {
-            let mut d = [0u8; 32];
-            d[..8].copy_from_slice(&a.page.0.to_be_bytes());
-            d[8..].copy_from_slice(&a.tail);
-            return Some(Link::Namespaced(ChainDigest(d)));
+            return Some(Link::Namespaced(a.digest()));
         }
-        self.find(engine_hash).map(|(page, _)| Link::Direct(page))
+        self.direct(engine_hash).map(Link::Direct)
     }
 
     /// Whether this target holds `page`.
@@ -213,8 +219,13 @@ impl TargetPages {
         if let Some(a) = self.aliases.get(&engine_hash) {
             return Some((a.page, Via::Alias));
         }
-        let direct = PageHash(engine_hash);
-        self.pages.get(&direct).is_some_and(|p| p.flags & DIRECT != 0).then_some((direct, Via::Direct))
+        self.direct(engine_hash).map(|page| (page, Via::Direct))
+    }
+
+    /// The page of `engine_hash` if a block is recorded under it directly.
+    fn direct(&self, engine_hash: i64) -> Option<PageHash> {
+        let page = PageHash(engine_hash);
+        self.pages.get(&page).is_some_and(|p| p.flags & DIRECT != 0).then_some(page)
     }
 
     fn reference(&mut self, engine_hash: i64, link: &Link, parent: Option<PageHash>) {
@@ -227,7 +238,7 @@ impl TargetPages {
                 p.flags |= DIRECT;
             }
             Link::Namespaced(digest) => {
-                self.aliases.insert(engine_hash, Alias { page, tail: split(digest) });
+                self.aliases.insert(engine_hash, Alias::of(digest));
                 p.flags += 1;
             }
         }
