@@ -74,13 +74,13 @@ impl KvFeed {
     /// from the index.
     pub fn follow(&self, record: &WorkerRecord, keys: Vec<TargetKey>) {
         let cleared = self.resubscribe(record, keys);
-        self.clear(&cleared);
+        self.index.clear(&cleared);
     }
 
     /// Stops following a worker and clears its targets from the index.
     pub fn forget(&self, worker: &WorkerId) {
         let cleared = Self::stop(&mut self.lock(), worker);
-        self.clear(&cleared);
+        self.index.clear(&cleared);
     }
 
     /// The subscriber change of [`follow`](Self::follow); returns the keys to clear.
@@ -162,10 +162,6 @@ impl KvFeed {
                 self.index.clear(&[key]);
             }
         }
-    }
-
-    fn clear(&self, keys: &[TargetKey]) {
-        self.index.clear(keys);
     }
 
     fn stop(followed: &mut HashMap<WorkerId, Followed>, worker: &WorkerId) -> Vec<TargetKey> {
