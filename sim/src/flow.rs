@@ -112,7 +112,7 @@ pub fn start(app: &Arc<App>, route: Api, req: GenRequest) -> Result<Run, ApiErro
     let (tx, events) = mpsc::channel(64);
     let prefill_leg = app.config.mode == DisaggregationMode::Prefill;
     let run = Run { rid, rank: job.rank, prompt_tokens, prefill_leg, events, started };
-    tokio::spawn(drive(job, tx, seq));
+    tokio::spawn(drive(job, tx, seq, started));
     Ok(run)
 }
 
@@ -216,14 +216,16 @@ struct Job {
     cached: u32,
 }
 
-async fn drive(mut job: Job, tx: mpsc::Sender<FlowEvent>, seq: Seq) {
+async fn drive(mut job: Job, tx: mpsc::Sender<FlowEvent>, seq: Seq, started: Instant) {
     let outcome = tokio::select! {
         outcome = job.run(&tx) => outcome.unwrap_or(Outcome::ClientGone),
         _ = tx.closed() => Outcome::ClientGone,
     };
     let (sent, cached) = (job.sent, job.cached);
+    let engine_ms = started.elapsed().as_secs_f64() * 1e3;
     job.app.log.update(seq, |e| {
         e.outcome = outcome;
+        e.engine_ms = Some(engine_ms);
         e.completion_tokens = sent;
         e.cached_tokens = cached;
     });

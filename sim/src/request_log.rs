@@ -54,6 +54,9 @@ pub struct Entry {
     pub completion_tokens: u32,
     /// How it ended.
     pub outcome: Outcome,
+    /// Milliseconds from its receipt to its end, as the engine saw them (wall time, like
+    /// SGLang's `e2e_latency`); `None` while it runs.
+    pub engine_ms: Option<f64>,
     /// The `traceparent` header as received.
     pub traceparent: Option<String>,
     /// The `tracestate` header as received.

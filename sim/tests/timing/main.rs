@@ -34,6 +34,15 @@ async fn speedup_compresses_every_duration() {
     // 1 + 11 steps × 3.61 ≥ 40 tokens; each step ≥ 32.75 ms of model time.
     let (slow, _) = timed(&real, body.clone()).await;
     assert!(slow >= Duration::from_millis(11 * 32), "{slow:?}");
+    // The request log's engine time covers the modeled steps and fits inside the client's wait.
+    let mut engine_ms = None;
+    harness::eventually("the request's end is logged", async || {
+        engine_ms = real.requests().await.last().and_then(|e| e["engine_ms"].as_f64());
+        engine_ms.is_some()
+    })
+    .await;
+    let engine_ms = engine_ms.unwrap();
+    assert!(engine_ms >= 11.0 * 32.0 && engine_ms <= slow.as_secs_f64() * 1e3, "{engine_ms} ms of {slow:?}");
     let (quick, out) = timed(&fast, body).await;
     assert_eq!(out["meta_info"]["completion_tokens"], 40);
     assert!(quick < slow / 5, "{quick:?} vs {slow:?}");
