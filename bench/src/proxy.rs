@@ -78,6 +78,16 @@ pub(crate) struct ProxyArgs {
     /// Seconds of each peak-rate measurement (two per side, alternating).
     #[arg(long, env = "INFERA_BENCH_PEAK_SECS", default_value_t = 5)]
     peak_secs: u64,
+    /// Control's decode policy flags, space-separated (e.g. `--decode-input-demand off` for
+    /// the legacy round robin, or `--decode-request-weight 1000000`).
+    #[arg(
+        long,
+        env = "INFERA_BENCH_CONTROL_FLAGS",
+        value_delimiter = ' ',
+        allow_hyphen_values = true,
+        default_value = "--decode-input-demand on"
+    )]
+    control_flags: Vec<String>,
 }
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -113,7 +123,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     })?;
 
     let control =
-        ControlSpec::new(Workers::Records(vec![worker_record(&plan)])).flags(["--decode-input-demand", "on"]);
+        ControlSpec::new(Workers::Records(vec![worker_record(&plan)])).flags(args.control_flags.clone());
     let (config, _workers) = ControlSpec { seed: None, ..control }.config()?;
     let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -183,6 +193,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     println!(
         "placement: {placement} (checked in /proc: proxy threads on CPUs {proxy_cpus}, bench threads on CPUs {bench_cpus})"
     );
+    println!("control: {}", args.control_flags.join(" "));
     println!(
         "  {:>11} {:>7} {:>13} {:>10} {:>10} {:>7}",
         "concurrency", "side", "TTFT p50", "added ms", "tok/s", "ratio"
@@ -215,36 +226,7 @@ async fn bench(args: ProxyArgs, placement: Placement) -> anyhow::Result<()> {
     println!("  goals: added TTFT p50 ≤ 1 ms, proxied tok/s ≥ 0.97 of direct");
     if args.peak_clients > 0 {
         let length = Duration::from_secs(args.peak_secs);
-        let mut rates = vec![Vec::new(); sides.len()];
-        // The proxy's decode picks during its peak rounds: the control round trip in each request.
-        let mut picks = Vec::new();
-        for _ in 0..2 {
-            for ((side, url), r) in sides.iter().zip(&mut rates) {
-                let peak = peak::rate(&client, url, args.peak_clients, length, 4);
-                let (rate, means) = pick_scrape.during(*side == "proxy", peak).await?;
-                r.push(rate);
-                picks.extend(means.map(|m| m.to_string()));
-            }
-        }
-        let best: Vec<f64> = rates.iter().map(|r| r.iter().copied().fold(0.0, f64::max)).collect();
-        println!(
-            "peak rate, {} closed-loop clients, 4-token answers not streamed, best of 2 × {}s:",
-            args.peak_clients, args.peak_secs
-        );
-        for ((side, _), (r, b)) in sides.iter().zip(rates.iter().zip(&best)) {
-            // Closed loop: each client's request takes clients / rate on average.
-            let latency = args.peak_clients as f64 / b * 1e3;
-            println!(
-                "  {side:>7} {b:>9.0} req/s ({:.0}, {:.0}), {:.3} of direct, {latency:.2} ms a request",
-                r[0],
-                r[1],
-                b / best[0]
-            );
-        }
-        println!(
-            "  the proxy's decode pick (its round trip to control), mean per round: {}",
-            picks.join(", ")
-        );
+        peak::report(&client, &sides, &sim_addr.to_string(), args.peak_clients, length, &pick_scrape).await?;
     }
 
     if args.rss_streams > 0 {
