@@ -18,6 +18,7 @@
 mod decode_mem;
 pub mod kv;
 pub mod moments;
+mod prefill;
 mod rank;
 mod req;
 mod snapshot;
@@ -31,13 +32,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 pub use kv::KvBudget;
+use prefill::cached_of;
 pub use rank::QueueOrder;
 use rank::{Batch, Rank, Waiting};
 use req::{Phase, Req};
 pub use types::{Admission, Event, RankSnapshot, ReqId, Work};
 
 use infera_kv::event::KvEvent;
-use infera_kv::hash::PageHash;
 
 use crate::params::TimingParams;
 use crate::prefix_cache::{PrefixCache, PromptPages};
@@ -277,60 +278,6 @@ impl Scheduler {
         }
     }
 
-    fn start_batch(&mut self, now: Duration, rank: usize) {
-        let mut budget = self.chunk;
-        let mut parts = Vec::new();
-        let r = &mut self.ranks[rank];
-        let mut next = r.chunked.take();
-        while budget > 0 {
-            let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
-            let Some(req) = self.reqs.get_mut(&id) else { continue };
-            if matches!(req.phase, Phase::Waiting) {
-                req.cached = cached_of(&r.cache, &req.pages.hashes, req.prompt_tokens);
-                req.remaining = req.prompt_tokens - req.cached;
-                req.phase = Phase::Prefilling;
-            }
-            let n = req.remaining.min(budget);
-            budget -= n;
-            parts.push((id, n));
-        }
-        if parts.is_empty() {
-            return;
-        }
-        let ms = timing::prefill_batch_ms(&self.params, parts.iter().map(|(_, n)| *n));
-        r.batch = Some(Batch { ends: now + timing::ms(ms), parts });
-    }
-
-    fn end_batch(&mut self, _at: Duration, rank: usize, events: &mut Vec<Event>) {
-        let Some(batch) = self.ranks[rank].batch.take() else { return };
-        let mut kv = Vec::new();
-        for (id, n) in batch.parts {
-            let Some(req) = self.reqs.get_mut(&id) else { continue };
-            req.remaining -= n;
-            if req.remaining > 0 {
-                // As SGLang's cache_unfinished_req: the pages a chunked prefill has computed are
-                // in the prefix cache (and published) before the rest of the prompt is.
-                let done = ((req.prompt_tokens - req.remaining) / req.pages.page_size.max(1)) as usize;
-                let inserted =
-                    self.ranks[rank].cache.insert(&req.pages.hashes[..done.min(req.pages.hashes.len())]);
-                if self.kv_events {
-                    kv.extend(inserted.events(&req.pages));
-                }
-                self.ranks[rank].chunked = Some(id);
-                continue;
-            }
-            let inserted = self.ranks[rank].cache.insert(&req.pages.hashes);
-            if self.kv_events {
-                kv.extend(inserted.events(&req.pages));
-            }
-            events.push(Event::Prefilled { id, cached_tokens: req.cached });
-            self.first_token(id, events);
-        }
-        if !kv.is_empty() {
-            self.kv_batches.push((rank, kv));
-        }
-    }
-
     /// The token a prefill (or an arrived KV) yields; then decode, hold, stall or finish.
     fn first_token(&mut self, id: ReqId, events: &mut Vec<Event>) {
         let Some(req) = self.reqs.get_mut(&id) else { return };
@@ -409,10 +356,4 @@ impl Due {
             Due::Batch(r) => r + 1,
         }
     }
-}
-
-/// Cached prompt tokens on a rank; at least one token is always computed.
-fn cached_of(cache: &PrefixCache, pages: &[PageHash], prompt_tokens: u32) -> u32 {
-    let cached = u32::try_from(cache.cached_tokens(pages)).unwrap_or(u32::MAX);
-    cached.min(prompt_tokens.saturating_sub(1))
 }

@@ -1,0 +1,77 @@
+//! Prefill batches: a rank runs one at a time, a chunk of at most `--chunked-prefill-size` new
+//! tokens from the request it was in the middle of and then its queue, timed by
+//! [`timing::prefill_batch_ms`]; its end puts the computed pages in the rank's prefix cache.
+
+use std::time::Duration;
+
+use infera_kv::hash::PageHash;
+
+use super::{Batch, Event, Phase, Scheduler};
+use crate::prefix_cache::PrefixCache;
+use crate::timing;
+
+impl Scheduler {
+    /// Starts `rank`'s next prefill batch at `now`: the chunk it was in the middle of, then
+    /// queued requests, up to the chunk budget in new tokens.
+    pub(super) fn start_batch(&mut self, now: Duration, rank: usize) {
+        let mut budget = self.chunk;
+        let mut parts = Vec::new();
+        let r = &mut self.ranks[rank];
+        let mut next = r.chunked.take();
+        while budget > 0 {
+            let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
+            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            if matches!(req.phase, Phase::Waiting) {
+                req.cached = cached_of(&r.cache, &req.pages.hashes, req.prompt_tokens);
+                req.remaining = req.prompt_tokens - req.cached;
+                req.phase = Phase::Prefilling;
+            }
+            let n = req.remaining.min(budget);
+            budget -= n;
+            parts.push((id, n));
+        }
+        if parts.is_empty() {
+            return;
+        }
+        let ms = timing::prefill_batch_ms(&self.params, parts.iter().map(|(_, n)| *n));
+        r.batch = Some(Batch { ends: now + timing::ms(ms), parts });
+    }
+
+    /// Ends `rank`'s prefill batch: its pages enter the rank's prefix cache (with their KV
+    /// events), and each request whose prompt is done yields its first token.
+    pub(super) fn end_batch(&mut self, _at: Duration, rank: usize, events: &mut Vec<Event>) {
+        let Some(batch) = self.ranks[rank].batch.take() else { return };
+        let mut kv = Vec::new();
+        for (id, n) in batch.parts {
+            let Some(req) = self.reqs.get_mut(&id) else { continue };
+            req.remaining -= n;
+            if req.remaining > 0 {
+                // As SGLang's cache_unfinished_req: the pages a chunked prefill has computed are
+                // in the prefix cache (and published) before the rest of the prompt is.
+                let done = ((req.prompt_tokens - req.remaining) / req.pages.page_size.max(1)) as usize;
+                let inserted =
+                    self.ranks[rank].cache.insert(&req.pages.hashes[..done.min(req.pages.hashes.len())]);
+                if self.kv_events {
+                    kv.extend(inserted.events(&req.pages));
+                }
+                self.ranks[rank].chunked = Some(id);
+                continue;
+            }
+            let inserted = self.ranks[rank].cache.insert(&req.pages.hashes);
+            if self.kv_events {
+                kv.extend(inserted.events(&req.pages));
+            }
+            events.push(Event::Prefilled { id, cached_tokens: req.cached });
+            self.first_token(id, events);
+        }
+        if !kv.is_empty() {
+            self.kv_batches.push((rank, kv));
+        }
+    }
+}
+
+/// Cached prompt tokens on a rank; at least one token is always computed.
+pub(super) fn cached_of(cache: &PrefixCache, pages: &[PageHash], prompt_tokens: u32) -> u32 {
+    let cached = u32::try_from(cache.cached_tokens(pages)).unwrap_or(u32::MAX);
+    cached.min(prompt_tokens.saturating_sub(1))
+}
