@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
+use infera_testkit::http::get_json;
 
 use super::scrape::PickScrape;
 use super::{HttpClient, request};
@@ -55,10 +55,9 @@ pub(super) async fn rate(
 
 /// The mean time in the engine, in ms, of the newest `last` requests in the sim's log (it keeps
 /// 10,000) that were answered; `None` when there are none.
-pub(super) async fn engine_ms(client: &HttpClient, sim: &str, last: u64) -> anyhow::Result<Option<f64>> {
-    let req = http::Request::get(format!("http://{sim}/sim/requests")).body(Full::new(Bytes::new()))?;
-    let body = client.request(req).await?.into_body().collect().await?.to_bytes();
-    let entries: Vec<serde_json::Value> = serde_json::from_slice(&body)?;
+pub(super) async fn engine_ms(sim: &str, last: u64) -> anyhow::Result<Option<f64>> {
+    let log = get_json(&format!("http://{sim}/sim/requests")).await?;
+    let entries = log.as_array().map_or(&[][..], Vec::as_slice);
     let from = entries.len().saturating_sub(usize::try_from(last).unwrap_or(usize::MAX));
     let times: Vec<f64> = entries[from..]
         .iter()
@@ -87,7 +86,7 @@ pub(super) async fn report(
             let peak = rate(client, url, clients, length, 4);
             let (seen, means) = pick_scrape.during(*side == "proxy", peak).await?;
             r.push(seen.rate);
-            e.extend(engine_ms(client, sim, seen.answered).await?);
+            e.extend(engine_ms(sim, seen.answered).await?);
             picks.extend(means.map(|m| m.to_string()));
         }
     }
