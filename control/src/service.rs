@@ -108,3 +108,11 @@ fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
     );
     span
 }
+
+/// A span for one pick of a `PickMany`, named as the unary call and child of the trace context
+/// the pick carries.
+fn item_span(name: &'static str, trace_context: &std::collections::HashMap<String, String>) -> tracing::Span {
+    let span = tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty);
+    infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_map(trace_context));
+    span
+}

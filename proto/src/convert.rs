@@ -255,6 +255,29 @@ pub fn role_filter(field: &'static str, v: i32) -> Result<Option<Role>, ConvertE
     }
 }
 
+/// Picks a `PickMany` carries at most.
+pub const MAX_PICKS_PER_CALL: usize = 1024;
+
+/// The picks of a `PickMany`, left for the caller to convert one by one (a bad one does not
+/// spoil the others); the call fails only when it carries too many.
+pub fn pick_many_request(m: pb::PickManyRequest) -> Result<Vec<pb::PickItem>, ConvertError> {
+    if m.picks.len() > MAX_PICKS_PER_CALL {
+        let value = m.picks.len() as u64;
+        return Err(err("picks", Problem::TooLarge { value, max: MAX_PICKS_PER_CALL as u64 }));
+    }
+    Ok(m.picks)
+}
+
+/// The kind of one pick of a `PickMany`: PREFILL or DECODE.
+pub fn pick_kind(field: &'static str, v: i32) -> Result<PickKind, ConvertError> {
+    kind_filter(field, v)?.ok_or_else(|| err(field, Problem::Unspecified))
+}
+
+/// The request of one pick of a `PickMany`.
+pub fn item_pick(m: Option<pb::PickRequest>) -> Result<PickRequest, ConvertError> {
+    pick_request(m.ok_or_else(|| err("picks.pick", Problem::Missing))?)
+}
+
 /// An optional pick-kind filter: UNSPECIFIED means "both".
 pub fn kind_filter(field: &'static str, v: i32) -> Result<Option<PickKind>, ConvertError> {
     match pb::PickKind::try_from(v) {

@@ -203,6 +203,22 @@ impl StatusReason {
     }
 }
 
+/// A status as one result of a `PickMany` carries it: its code, its message and its details
+/// (the ErrorInfo with the reason). [`status_of_failure`] rebuilds it.
+pub fn failure_of_status(status: &Status) -> crate::pb::PickFailure {
+    crate::pb::PickFailure {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        details: status.details().to_vec(),
+    }
+}
+
+/// The status a `PickMany` result carries, as the failed unary call would have ended with it:
+/// [`StatusReason::of`] reads its reason.
+pub fn status_of_failure(failure: crate::pb::PickFailure) -> Status {
+    Status::with_details(Code::from(failure.code), failure.message, failure.details.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +237,17 @@ mod tests {
                 Status::with_details(status.code(), status.message(), status.details().to_vec().into());
             assert_eq!(StatusReason::of(&wire).known(), Some(reason));
         }
+    }
+
+    #[test]
+    fn a_pick_failure_carries_the_reason_and_the_leader_of_its_status() {
+        let status = ErrorReason::NotLeader.status_naming("not the leader", Some("http://10.0.0.2:50051"));
+        let back = status_of_failure(failure_of_status(&status));
+        assert_eq!((back.code(), back.message()), (Code::Unavailable, "not the leader"));
+        assert_eq!(StatusReason::of(&back).known(), Some(ErrorReason::NotLeader));
+        assert_eq!(StatusReason::leader(&back).as_deref(), Some("http://10.0.0.2:50051"));
+        let plain = status_of_failure(failure_of_status(&Status::internal("boom")));
+        assert_eq!((plain.code(), StatusReason::of(&plain)), (Code::Internal, StatusReason::Absent));
     }
 
     #[test]

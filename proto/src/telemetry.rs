@@ -217,6 +217,19 @@ pub fn inject_metadata(span: &Span, metadata: &mut MetadataMap) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut MetadataInjector(metadata));
 }
 
+/// `span`'s trace context as a map (`traceparent`, `tracestate`), for a message that carries
+/// it itself (one pick of a `PickMany`).
+pub fn inject_map(span: &Span) -> std::collections::HashMap<String, String> {
+    let mut map = std::collections::HashMap::new();
+    TraceContextPropagator::new().inject_context(&span.context(), &mut map);
+    map
+}
+
+/// The trace context a message carries as a map (empty when it carries none).
+pub fn context_from_map(map: &std::collections::HashMap<String, String>) -> opentelemetry::Context {
+    TraceContextPropagator::new().extract(map)
+}
+
 /// Makes `parent` the parent of `span` (a no-op for an empty context or without OTLP).
 pub fn set_parent(span: &Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);

@@ -3,14 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use infera_proto::convert;
+use infera_proto::convert::{self, ConvertError};
 use infera_proto::pb::{self, router_server::Router};
-use infera_proto::types::PickKind;
+use infera_proto::types::{PickKind, PickRequest};
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
-use super::rpc_span;
 use super::wire;
+use super::{item_span, rpc_span};
 use crate::error::ControlError;
 use crate::routing::Declared;
 use crate::state::ControlState;
@@ -31,27 +30,53 @@ impl RouterService {
         kind: PickKind,
         req: Request<pb::PickRequest>,
     ) -> Result<Response<pb::PickResponse>, Status> {
-        let span = rpc_span(if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" }, &req);
-        let state = self.state.clone();
-        async move {
-            let pick = convert::pick_request(req.into_inner()).map_err(|e| {
-                let e = ControlError::from(e);
-                state.pick_rejected(kind, &e);
-                e
-            })?;
-            tracing::Span::current().record("request_id", pick.request_id.as_str());
-            let picked = state.pick(kind, &pick)?;
-            Ok(Response::new(pb::PickResponse {
-                reservation_id: picked.reservation.to_string(),
-                target: Some((&picked.chosen.target).into()),
-                worker: Some(picked.worker.as_ref().into()),
-                cost: Some(wire::terms(&picked.chosen, pick.input_tokens, picked.weight)),
-                mode: pb::DecodeInputDemand::from(picked.mode) as i32,
-            }))
-        }
-        .instrument(span)
-        .await
+        let span = rpc_span(rpc_name(kind), &req);
+        let answer = span.in_scope(|| self.book(kind, convert::pick_request(req.into_inner())))?;
+        Ok(Response::new(answer))
     }
+
+    /// One pick as `PickPrefill` or `PickDecode` answers it (inside its span), from its
+    /// converted request.
+    fn book(
+        &self,
+        kind: PickKind,
+        pick: Result<PickRequest, ConvertError>,
+    ) -> Result<pb::PickResponse, ControlError> {
+        let pick = pick.map_err(|e| {
+            let e = ControlError::from(e);
+            self.state.pick_rejected(kind, &e);
+            e
+        })?;
+        tracing::Span::current().record("request_id", pick.request_id.as_str());
+        let picked = self.state.pick(kind, &pick)?;
+        Ok(pb::PickResponse {
+            reservation_id: picked.reservation.to_string(),
+            target: Some((&picked.chosen.target).into()),
+            worker: Some(picked.worker.as_ref().into()),
+            cost: Some(wire::terms(&picked.chosen, pick.input_tokens, picked.weight)),
+            mode: pb::DecodeInputDemand::from(picked.mode) as i32,
+        })
+    }
+
+    /// One pick of a `PickMany`: in a span of its own under the trace it carries, as the unary
+    /// call would be.
+    fn pick_item(&self, item: pb::PickItem) -> pb::PickResult {
+        use pb::pick_result::Outcome;
+        let answer =
+            convert::pick_kind("picks.kind", item.kind).map_err(ControlError::from).and_then(|kind| {
+                let span = item_span(rpc_name(kind), &item.trace_context);
+                span.in_scope(|| self.book(kind, convert::item_pick(item.pick)))
+            });
+        let outcome = match answer {
+            Ok(picked) => Outcome::Picked(picked),
+            Err(e) => Outcome::Failed(infera_proto::error::failure_of_status(&Status::from(e))),
+        };
+        pb::PickResult { outcome: Some(outcome) }
+    }
+}
+
+fn rpc_name(kind: PickKind) -> &'static str {
+    if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" }
 }
 
 #[tonic::async_trait]
@@ -90,6 +115,17 @@ impl Router for RouterService {
 
     async fn pick_decode(&self, req: Request<pb::PickRequest>) -> Result<Response<pb::PickResponse>, Status> {
         self.pick(PickKind::Decode, req).await
+    }
+
+    async fn pick_many(
+        &self,
+        req: Request<pb::PickManyRequest>,
+    ) -> Result<Response<pb::PickManyResponse>, Status> {
+        let span = rpc_span("PickMany", &req);
+        let picks =
+            span.in_scope(|| convert::pick_many_request(req.into_inner())).map_err(ControlError::from)?;
+        let results = picks.into_iter().map(|item| self.pick_item(item)).collect();
+        Ok(Response::new(pb::PickManyResponse { results }))
     }
 
     async fn release(

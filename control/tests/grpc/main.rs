@@ -11,6 +11,7 @@ mod engine;
 mod kv;
 mod leases;
 mod phases;
+mod pick_many;
 mod picks;
 mod reasons;
 mod reflection;
