@@ -14,7 +14,8 @@
 //! - `targets_refresh`: the target list, refreshed every `--targets-refresh-ms` for the fallback
 //!   and for `/v1/models`.
 //! - `pick_call`: one pick — the RPC with its deadline, control's refusals, and the late answer
-//!   of a pick the proxy stopped waiting for (released at once).
+//!   of a pick the proxy stopped waiting for (released at once); its `queue` sends the picks
+//!   asked together in one `PickMany`.
 //! - `page_hashes`: the prompt's page hashes a KV-aware prefill pick carries.
 //! - `fallback`: the local choice when control cannot answer.
 //! - `pick`: [`Pick`], the chosen target of one leg, released exactly once; [`PickError`].
@@ -41,6 +42,7 @@ use self::controls::Controls;
 use self::fallback::Fallback;
 use self::lease::Lease;
 pub use self::pick::{Pick, PickError};
+use self::pick_call::PickQueue;
 use self::release::Releaser;
 use self::targets_refresh::KnownTargets;
 use crate::config::Config;
@@ -52,6 +54,8 @@ use crate::targets::TargetList;
 #[derive(Debug)]
 pub struct ControlLink {
     controls: Arc<Controls>,
+    /// Picks on their way to control.
+    picks: PickQueue,
     pick_timeout: Duration,
     lease: Arc<Lease>,
     targets: Arc<KnownTargets>,
@@ -69,6 +73,7 @@ impl ControlLink {
         let lease = Arc::new(Lease::new(name, config.lease_ttl));
         let releaser = Arc::new(Releaser::new(controls.clone(), lease.clone(), metrics.clone()));
         Arc::new(Self {
+            picks: PickQueue::new(controls.clone(), metrics.clone()),
             controls,
             pick_timeout: config.pick_timeout,
             lease,

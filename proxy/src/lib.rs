@@ -7,9 +7,10 @@
 //! - [`server`]: accept, route by path, one request's steps.
 //! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
 //!   prompt's token ids and exact input tokens when a tokenizer is configured.
-//! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once, with a local fallback from
-//!   [`targets`] when control does not answer in time; the lease; releases (the `control`
-//!   module's own doc says which file holds what).
+//! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once (the picks asked together
+//!   go out in one `PickMany`), with a local fallback from [`targets`] when control does not
+//!   answer in time; the lease; releases (the `control` module's own doc says which file holds
+//!   what).
 //! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently;
 //!   [`prefill`]: the prefill leg's own task and the handle that cancels it; [`upstream`]: the
 //!   worker client, control and metrics they share, and `/abort_request`.

@@ -76,6 +76,7 @@ pub struct ProxyMetrics {
     upstream_errors: Family<LegLabels, Counter>,
     fallback_picks: Family<KindLabels, Counter>,
     pick_seconds: Family<KindLabels, Histogram>,
+    pick_batch: Histogram,
     releases: Family<ReasonLabels, Counter>,
     control_errors: Family<CallLabels, Counter>,
     retries: Counter,
@@ -105,6 +106,7 @@ impl ProxyMetrics {
             upstream_errors: Family::default(),
             fallback_picks: Family::default(),
             pick_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(2e-5, 2.0, 16))),
+            pick_batch: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
             releases: Family::default(),
             control_errors: Family::default(),
             retries: Counter::default(),
@@ -145,6 +147,11 @@ impl ProxyMetrics {
             "pick_seconds",
             "Time from sending a pick to control's answer (answered picks; a refusal counts), by kind",
             m.pick_seconds.clone(),
+        );
+        r.register(
+            "pick_batch_picks",
+            "Picks sent to control in one call (one: PickPrefill or PickDecode; more: PickMany)",
+            m.pick_batch.clone(),
         );
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
         r.register("control_errors", "Calls to control that failed, by call", m.control_errors.clone());
@@ -250,6 +257,11 @@ impl ProxyMetrics {
     /// Control answered a pick of `kind` after `seconds`.
     pub fn picked(&self, kind: PickKind, seconds: f64) {
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
+    }
+
+    /// `picks` picks went to control in one call.
+    pub fn pick_batch(&self, picks: usize) {
+        self.pick_batch.observe(picks as f64);
     }
 
     /// A leg ended with `reason`.

@@ -1,7 +1,10 @@
 //! One pick: the RPC with its deadline (`--pick-timeout-ms`), control's refusals decoded into
 //! [`PickError`]s, the lease reopened when control forgot it, and the local fallback otherwise.
 //! The RPC itself may outlive the deadline: if control books after the proxy gave up, the late
-//! answer is released at once, never leaked.
+//! answer is released at once, never leaked. Picks travel through the [`queue`], which sends
+//! those asked together in one `PickMany`.
+
+mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,13 +22,14 @@ use super::pick::{Pick, PickError};
 use super::release::Booking;
 use crate::facts::Facts;
 use crate::targets::Endpoint;
+pub(super) use queue::PickQueue;
 
 /// How long a pick the proxy stopped waiting for is still awaited (to release what it booked).
 const LATE_PICK_LIMIT: Duration = Duration::from_secs(10);
 
-/// A pick RPC, boxed so that it can move into a background task when the proxy stops waiting.
-type PickCall =
-    std::pin::Pin<Box<dyn Future<Output = Result<tonic::Response<pb::PickResponse>, Status>> + Send>>;
+/// A pick's answer to come, boxed so that it can move into a background task when the proxy
+/// stops waiting.
+type PickCall = std::pin::Pin<Box<dyn Future<Output = Result<pb::PickResponse, Status>> + Send>>;
 
 /// A pick RPC in flight; if the proxy stops waiting for it (deadline, or the request is
 /// dropped), what control books is released as soon as the answer arrives.
@@ -69,15 +73,17 @@ impl ControlLink {
                 page_size: page.page_size,
                 exclude: exclude.to_vec(),
             };
-            let mut req = tonic::Request::new(pb::PickRequest::from(&pick));
-            req.set_timeout(LATE_PICK_LIMIT);
-            infera_proto::telemetry::inject_metadata(&tracing::Span::current(), req.metadata_mut());
-            let (_, mut client) = self.controls.current();
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            self.picks.ask(queue::Asked {
+                kind,
+                pick: pb::PickRequest::from(&pick),
+                span: tracing::Span::current(),
+                timeout: LATE_PICK_LIMIT,
+                answer,
+            });
+            // The queue answers every pick it takes; it is gone only when the runtime is.
             let call: PickCall = Box::pin(async move {
-                match kind {
-                    PickKind::Prefill => client.pick_prefill(req).await,
-                    PickKind::Decode => client.pick_decode(req).await,
-                }
+                answered.await.unwrap_or_else(|_| Err(Status::unavailable("the pick queue stopped")))
             });
             let mut pending = PendingPick { call: Some(call), link: self.clone(), lease, kind, facts, model };
             let sent = std::time::Instant::now();
@@ -95,7 +101,7 @@ impl ControlLink {
             };
             drop(pending);
             match answer {
-                Ok(Ok(resp)) => match self.booked(&resp.into_inner(), lease, kind, facts, model) {
+                Ok(Ok(resp)) => match self.booked(&resp, lease, kind, facts, model) {
                     Some(pick) => return Ok(pick),
                     None => tracing::warn!("control answered a pick without a target; routing locally"),
                 },
@@ -184,7 +190,7 @@ impl ControlLink {
         let link = self.clone();
         tokio::spawn(async move {
             if let Ok(resp) = call.await
-                && let Some(pick) = link.booked(&resp.into_inner(), lease, kind, &facts, &model)
+                && let Some(pick) = link.booked(&resp, lease, kind, &facts, &model)
             {
                 link.metrics.late_pick();
                 pick.release(ReleaseReason::Cancelled);

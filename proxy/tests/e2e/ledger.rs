@@ -28,7 +28,7 @@ async fn zero_after_completions() {
     }
     cluster.ledger_returns_to_zero().await;
     // Finished answers, streamed or not, end as EOF, never as cancellations.
-    let (mut eof, mut picks) = (0.0, [0.0; 2]);
+    let (mut eof, mut picks, mut batched) = (0.0, [0.0; 2], 0.0);
     for p in &cluster.proxies {
         let (_, metrics) = get(&format!("{p}/metrics")).await;
         assert!(!metrics.contains("infera_proxy_releases_total{reason=\"cancelled\"}"), "{metrics}");
@@ -36,9 +36,12 @@ async fn zero_after_completions() {
         // Every pick control answered is timed, by kind.
         picks[0] += metric_sum(&metrics, "infera_proxy_pick_seconds_count", "kind=\"prefill\"");
         picks[1] += metric_sum(&metrics, "infera_proxy_pick_seconds_count", "kind=\"decode\"");
+        // Every pick went out in a batch of the pick queue (one, or several in a PickMany).
+        batched += metric_sum(&metrics, "infera_proxy_pick_batch_picks_sum", "");
     }
     assert_eq!(eof, 48.0, "24 requests × 2 legs");
     assert_eq!(picks, [24.0, 24.0]);
+    assert_eq!(batched, 48.0);
     cluster.stop().await;
 }
 
