@@ -101,7 +101,7 @@ fn list_targets(
 
 /// A span for one RPC, child of the caller's `traceparent` when it sent one.
 fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty);
+    let span = call_span(name);
     infera_proto::telemetry::set_parent(
         &span,
         infera_proto::telemetry::context_from_metadata(req.metadata()),
@@ -112,7 +112,12 @@ fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
 /// A span for one pick of a `PickMany`, named as the unary call and child of the trace context
 /// the pick carries.
 fn item_span(name: &'static str, trace_context: &std::collections::HashMap<String, String>) -> tracing::Span {
-    let span = tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty);
+    let span = call_span(name);
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_map(trace_context));
     span
+}
+
+/// The span of one call (or one pick of a `PickMany`), with the `request_id` its pick records.
+fn call_span(name: &'static str) -> tracing::Span {
+    tracing::info_span!("rpc", otel.name = name, request_id = tracing::field::Empty)
 }

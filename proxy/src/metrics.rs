@@ -150,7 +150,7 @@ impl ProxyMetrics {
         );
         r.register(
             "pick_batch_picks",
-            "Picks sent to control in one call (one: PickPrefill or PickDecode; more: PickMany)",
+            "Picks asked together, sent as one batch (one: PickPrefill or PickDecode; more: one PickMany, or one call each to a control older than PickMany)",
             m.pick_batch.clone(),
         );
         r.register("releases", "Reservations ended, by reason", m.releases.clone());
@@ -259,7 +259,7 @@ impl ProxyMetrics {
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
     }
 
-    /// `picks` picks went to control in one call.
+    /// `picks` picks asked together went out as one batch.
     pub fn pick_batch(&self, picks: usize) {
         self.pick_batch.observe(picks as f64);
     }

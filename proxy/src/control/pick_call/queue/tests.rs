@@ -25,7 +25,7 @@ struct Seen {
     calls: Vec<Call>,
     /// The size of every batch the queue formed.
     batches: Vec<usize>,
-    /// The `grpc-timeout` of every call, and whether its trace context was there to carry.
+    /// The `grpc-timeout` of every call that got through.
     timeouts: Vec<Option<String>>,
 }
 
