@@ -58,6 +58,8 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
     let mut control = Running::spawn(cmd);
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    // A pick of a PickMany carries its own request's trace.
+    let item_trace_id = "0af7651916cd43dd8448eb211c80319c";
     rt.block_on(async {
         let mut router = RouterClient::connect(control.url()).await.unwrap();
         let lease = router
@@ -66,7 +68,7 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             .unwrap()
             .into_inner()
             .lease_id;
-        let mut req = tonic::Request::new(pb::PickRequest {
+        let pick = pb::PickRequest {
             lease_id: lease,
             request_id: "traced".into(),
             model: "m".into(),
@@ -76,20 +78,35 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             fixed_page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
-        });
+        };
+        let item = pb::PickItem {
+            kind: pb::PickKind::Decode as i32,
+            pick: Some(pb::PickRequest { request_id: "traced-item".into(), ..pick.clone() }),
+            trace_context: [("traceparent".to_owned(), format!("00-{item_trace_id}-b7ad6b7169203331-01"))]
+                .into(),
+        };
+        let mut req = tonic::Request::new(pick);
         req.metadata_mut()
             .insert("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap());
         router.pick_decode(req).await.unwrap();
+        let answer = router.pick_many(pb::PickManyRequest { picks: vec![item] }).await.unwrap().into_inner();
+        assert!(matches!(answer.results[0].outcome, Some(pb::pick_result::Outcome::Picked(_))), "{answer:?}");
     });
 
     // Shutdown flushes the batch exporter.
     assert_eq!(control.terminate().code(), Some(0));
-    let expected =
-        (0..16).map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<_>>();
-    let tid =
-        infera_testkit::eventually_blocking(Duration::from_secs(10), "a PickDecode span exported", || {
+    let bytes =
+        |hex: &str| (0..16).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect();
+    let (expected, item_expected): (Vec<u8>, Vec<u8>) = (bytes(trace_id), bytes(item_trace_id));
+    let traces =
+        infera_testkit::eventually_blocking(Duration::from_secs(10), "the PickDecode spans exported", || {
             let spans = collector.0.lock().unwrap().clone();
-            spans.into_iter().find(|(name, _)| name == "PickDecode").map(|(_, tid)| tid)
+            let traces: Vec<Vec<u8>> =
+                spans.into_iter().filter(|(name, _)| name == "PickDecode").map(|(_, tid)| tid).collect();
+            (traces.len() >= 2).then_some(traces)
         });
-    assert_eq!(tid, expected, "the span continues the caller's trace");
+    assert!(traces.contains(&expected), "the unary pick's span continues the caller's trace");
+    assert!(traces.contains(&item_expected), "the PickMany pick's span continues its own request's trace");
+    let many = collector.0.lock().unwrap().iter().any(|(name, _)| name == "PickMany");
+    assert!(many, "the PickMany call has its span too");
 }
