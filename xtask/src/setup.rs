@@ -66,6 +66,13 @@ const SGLANG_0_5_18_EXTRA: &[&str] = &[
 /// Installed `--no-deps` on 0.5.18: with their dependencies they pull torch and CUDA (≈6 GB).
 const SGLANG_0_5_18_NO_DEPS: &[&str] = &["safetensors==0.8.0", "xgrammar==0.2.1", "apache-tvm-ffi==0.1.11"];
 
+/// Real model tokenizers for the encoder's exactness tests (`proxy/tokenize/tests/tokenizer/
+/// models.rs`): the `tokenizer.json` files LiteLLM ships in its wheel (DeepSeek V3's, with a
+/// 128 k vocabulary, and Anthropic's), taken out of the wheel; nothing is installed.
+const MODEL_TOKENIZERS_WHEEL: &str = "litellm==1.110.2";
+const MODEL_TOKENIZERS: &[&str] = &["deepseek_tokenizer.json", "anthropic_tokenizer.json"];
+const MODEL_TOKENIZERS_IN_WHEEL: &str = "litellm/litellm_core_utils/tokenizers/";
+
 /// One venv holding one SGLang release (`--no-deps`) and what its parser needs.
 pub(crate) struct SglangVenv {
     /// The SGLang release the venv holds.
@@ -92,6 +99,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
     python_tools(root)?;
     deploy_tools(root)?;
+    model_tokenizers(root)?;
     for venv in SGLANG_VENVS {
         sglang_venv(root, venv)?;
     }
@@ -172,6 +180,36 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
         pip.args(["install", "-q", "--disable-pip-version-check"]).args(&missing);
         status(pip)?;
     }
+    Ok(())
+}
+
+/// Where the real model tokenizers are (`INFERA_MODEL_TOKENIZERS`).
+pub(crate) fn model_tokenizers_dir(root: &Path) -> PathBuf {
+    root.join(".venv/model-tokenizers")
+}
+
+/// Downloads the wheel that carries [`MODEL_TOKENIZERS`] (once) and keeps only those files.
+fn model_tokenizers(root: &Path) -> anyhow::Result<()> {
+    let dir = model_tokenizers_dir(root);
+    if MODEL_TOKENIZERS.iter().all(|f| dir.join(f).is_file()) {
+        return Ok(());
+    }
+    eprintln!("xtask: taking the model tokenizers out of {MODEL_TOKENIZERS_WHEEL}");
+    let wheels = dir.join("wheel");
+    std::fs::create_dir_all(&wheels)?;
+    let mut download = Command::new(python(root));
+    download.args(["-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "-d"]);
+    download.arg(&wheels).arg(MODEL_TOKENIZERS_WHEEL);
+    status(download)?;
+    // A wheel is a zip; Python's zipfile takes the members out by name.
+    let script = "import sys, zipfile, pathlib\n\
+        wheel, out, prefix, names = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4:]\n\
+        z = zipfile.ZipFile(next(pathlib.Path(wheel).glob('*.whl')))\n\
+        for n in names: (out / n).write_bytes(z.read(prefix + n))\n";
+    let mut unzip = Command::new(python(root));
+    unzip.args(["-c", script]).arg(&wheels).arg(&dir).arg(MODEL_TOKENIZERS_IN_WHEEL).args(MODEL_TOKENIZERS);
+    status(unzip)?;
+    std::fs::remove_dir_all(&wheels)?;
     Ok(())
 }
 

@@ -15,13 +15,17 @@
 //!   [`Outcome::Skipped`] (batches, media, history stored on the engine) route on load.
 //! - Multi-turn sessions reuse the ids of the previous turn up to a safe cut point
 //!   (`boundary`, `session`); the result is the same as encoding the whole prompt.
+//! - The ids are Hugging Face `tokenizers`' (SGLang's), computed by a faster BPE (`kitoken`)
+//!   where that one agrees with `tokenizers` on a probe at load (`encoder`, `probe`).
 //! - [`fixture`]: tokenizers and templates made at run time for tests and benchmarks.
 
 mod boundary;
 mod chat;
 mod config;
+mod encoder;
 mod error;
 pub mod fixture;
+mod probe;
 mod prompt;
 mod python;
 mod request;
@@ -31,6 +35,7 @@ mod template;
 mod tokenizer;
 
 pub use config::{ChatTemplateSource, SpecialTokens};
+pub use encoder::{EncoderChoice, EncoderKind};
 pub use error::{LoadError, TokenizeError};
 pub use prompt::Skip;
 pub use session::CacheStats;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::boundary::{Boundaries, Cut};
 use crate::chat;
 use crate::config::{self, ChatTemplateSource, SpecialTokens, TemplateSet};
+use crate::encoder::{Encoder, EncoderChoice, EncoderKind};
 use crate::error::{LoadError, TokenizeError};
 use crate::prompt::{Prompt, Skip};
 use crate::request;
@@ -81,7 +82,7 @@ pub enum Outcome {
 /// A Hugging Face tokenizer with its chat template and a session cache.
 #[derive(Debug)]
 pub struct Tokenizer {
-    backend: tokenizers::Tokenizer,
+    encoder: Encoder,
     template: Option<ChatTemplate>,
     bos_id: Option<u32>,
     boundaries: Boundaries,
@@ -91,10 +92,20 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Loads `tokenizer_json`; the chat template is `chat_template` when given, else
     /// `chat_template.jinja` or `tokenizer_config.json`'s `chat_template` next to it (a
-    /// tokenizer without one tokenizes completions and `/generate` only).
+    /// tokenizer without one tokenizes completions and `/generate` only). It encodes with the
+    /// fast encoder where that one agrees with `tokenizers` ([`EncoderChoice::Auto`]).
     pub fn load(
         tokenizer_json: &Path,
         chat_template: Option<&ChatTemplateSource>,
+    ) -> Result<Self, LoadError> {
+        Self::load_with(tokenizer_json, chat_template, EncoderChoice::Auto)
+    }
+
+    /// [`Tokenizer::load`] with the encoder `choice`.
+    pub fn load_with(
+        tokenizer_json: &Path,
+        chat_template: Option<&ChatTemplateSource>,
+        choice: EncoderChoice,
     ) -> Result<Self, LoadError> {
         let text = std::fs::read_to_string(tokenizer_json)
             .map_err(|source| LoadError::Read { path: tokenizer_json.to_owned(), source })?;
@@ -102,10 +113,11 @@ impl Tokenizer {
             LoadError::Tokenizer { path: tokenizer_json.to_owned(), reason: e.to_string() }
         })?;
         let files = config::read(tokenizer_json, chat_template)?;
-        Self::build(backend, files.templates.as_ref(), files.special)
+        Self::build(backend, files.templates.as_ref(), files.special, choice)
     }
 
-    /// A tokenizer from parts (tests, benchmarks): `chat_template` is the template text.
+    /// A tokenizer from parts (tests, benchmarks): `chat_template` is the template text; the
+    /// encoder is [`EncoderChoice::Auto`] (see [`Tokenizer::with_encoder`]).
     pub fn new(
         backend: tokenizers::Tokenizer,
         chat_template: Option<&str>,
@@ -115,13 +127,14 @@ impl Tokenizer {
             origin: "chat template".into(),
             templates: vec![("default".into(), t.to_owned())],
         });
-        Self::build(backend, set.as_ref(), special)
+        Self::build(backend, set.as_ref(), special, EncoderChoice::Auto)
     }
 
     fn build(
         mut backend: tokenizers::Tokenizer,
         templates: Option<&TemplateSet>,
         special: SpecialTokens,
+        choice: EncoderChoice,
     ) -> Result<Self, LoadError> {
         // As transformers' encode without truncation or padding arguments.
         let _ = backend.with_truncation(None);
@@ -129,7 +142,19 @@ impl Tokenizer {
         let template = templates.map(|t| ChatTemplate::compile(t, &special)).transpose()?;
         let bos_id = special.bos.as_deref().and_then(|b| backend.token_to_id(b));
         let boundaries = Boundaries::of(&backend);
-        Ok(Self { backend, template, bos_id, boundaries, cache: None })
+        let encoder = Encoder::new(backend, choice);
+        Ok(Self { encoder, template, bos_id, boundaries, cache: None })
+    }
+
+    /// The same tokenizer with the encoder `choice`.
+    pub fn with_encoder(mut self, choice: EncoderChoice) -> Self {
+        self.encoder = Encoder::new(self.encoder.into_reference(), choice);
+        self
+    }
+
+    /// Which encoder runs, and why the reference if it is the reference.
+    pub fn encoder(&self) -> &EncoderKind {
+        self.encoder.kind()
     }
 
     /// Keeps the last prompt of each session, up to `capacity_bytes` in all (0: no cache).
@@ -143,9 +168,9 @@ impl Tokenizer {
         self.template.is_some()
     }
 
-    /// The Hugging Face tokenizer.
+    /// The Hugging Face tokenizer (the reference encoder).
     pub fn backend(&self) -> &tokenizers::Tokenizer {
-        &self.backend
+        self.encoder.reference()
     }
 
     /// The session cache's counters (all zero without a cache).
@@ -218,11 +243,7 @@ impl Tokenizer {
 
     /// Encodes `text` as transformers' `tokenizer.encode(text, add_special_tokens=…)`.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
-        let encoding = self
-            .backend
-            .encode_fast(text, add_special_tokens)
-            .map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        self.encoder.encode(text, add_special_tokens)
     }
 
     /// A rendered chat prompt's ids (no special tokens added), through the session cache.
@@ -260,8 +281,8 @@ impl Tokenizer {
         base: usize,
         first: usize,
     ) -> Result<(Vec<u32>, Vec<Cut>), TokenizeError> {
-        let encoding = self.backend.encode(text, false).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        let cuts = self.boundaries.cuts(text, encoding.get_ids(), encoding.get_offsets(), base, first);
-        Ok((encoding.get_ids().to_vec(), cuts))
+        let encoded = self.encoder.encode_with_offsets(text)?;
+        let cuts = self.boundaries.cuts(text, &encoded.ids, &encoded.offsets, base, first);
+        Ok((encoded.ids, cuts))
     }
 }

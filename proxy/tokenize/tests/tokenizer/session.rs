@@ -3,7 +3,7 @@
 
 use infera_proto::types::Api;
 use infera_tokenize::fixture::{self, Lcg};
-use infera_tokenize::{CacheUse, Outcome, SpecialTokens, Tokenizer, Tokens};
+use infera_tokenize::{CacheUse, EncoderChoice, EncoderKind, Outcome, SpecialTokens, Tokenizer, Tokens};
 use serde_json::{Value, json};
 
 use crate::support::{body, metaspace, special, with_template};
@@ -69,7 +69,11 @@ fn play(cached: &Tokenizer, fresh: &Tokenizer, sessions: u64, turns: usize, awkw
 #[test]
 fn cached_turns_equal_whole_encodings_byte_level() {
     let cached = with_template(fixture::CHATML);
-    let fresh = Tokenizer::new(crate::support::byte_level(), Some(fixture::CHATML), special()).unwrap();
+    // The cached side encodes fast, with offsets from the token bytes; the judge is `tokenizers`.
+    assert_eq!(cached.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    let fresh = Tokenizer::new(crate::support::byte_level(), Some(fixture::CHATML), special())
+        .unwrap()
+        .with_encoder(EncoderChoice::Reference);
     let (hits, turns) = play(&cached, &fresh, 12, 6, false);
     // Every turn after the first of a session extends the previous prompt.
     assert_eq!(hits, turns - 12);
@@ -116,7 +120,9 @@ fn a_prompt_that_diverges_inside_an_added_token_is_not_cut_at_it() {
         let cached = Tokenizer::new(backend.clone(), Some(raw), SpecialTokens::default())
             .unwrap()
             .with_session_cache(1 << 20);
-        let fresh = Tokenizer::new(backend, Some(raw), SpecialTokens::default()).unwrap();
+        let fresh = Tokenizer::new(backend, Some(raw), SpecialTokens::default())
+            .unwrap()
+            .with_encoder(EncoderChoice::Reference);
         let turn = |t: &Tokenizer, text: &str, session| {
             tokens(t, &[json!({"role": "user", "content": text})], session)
         };

@@ -1,0 +1,278 @@
+//! [`Encoder`]: text → token ids exactly as Hugging Face `tokenizers` encodes them (the library
+//! under SGLang's `AutoTokenizer`), on a faster BPE when that one is proven to agree.
+//!
+//! The reference is `tokenizers` itself. The fast encoder is `kitoken`, built from the same
+//! `tokenizer.json` (as `tokenizers` serializes it back, so both read what `tokenizers`
+//! understood). It takes 0.12–0.22× the reference's time on the tokenizers SGLang serves
+//! (manual/features/kv_aware_routing.md). It is used only when, at load, it gives the reference's
+//! ids on every text of a probe ([`crate::probe`]), with and without the post-processor's special
+//! tokens; otherwise the reference encodes everything and [`EncoderKind::Reference`] says why.
+//!
+//! kitoken's `encode` is `tokenizers`' `encode(text, add_special_tokens=False)` (added tokens
+//! extracted first, then normalize, pre-tokenize, BPE). The post-processor's tokens (a template's
+//! `<bos>`, BERT's `[CLS]`…`[SEP]`) are found once, by encoding a probe both ways, and put around
+//! the fast ids ([`Affixes`]).
+//!
+//! Offsets (for the session cache's cut points) come from the token bytes: when the ids' bytes,
+//! laid end to end, are the text itself (byte-level BPE, as Llama 3, Qwen and DeepSeek, on a text
+//! its normalizer leaves as it is), each token's span is where its bytes lie, exactly. Any other
+//! text is encoded with offsets by the reference. A tokenizer whose bytes never tile plain text
+//! (Metaspace's "▁", a prefix space) does not try.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use crate::error::TokenizeError;
+use crate::probe;
+
+/// Which encoder a tokenizer asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EncoderChoice {
+    /// The fast encoder where it agrees with the reference at load, else the reference.
+    #[default]
+    Auto,
+    /// The reference (`tokenizers`) only.
+    Reference,
+}
+
+/// Which encoder a tokenizer uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EncoderKind {
+    /// kitoken, checked against the reference at load.
+    Fast {
+        /// Whether the session cache's offsets come from the token bytes (else from the
+        /// reference).
+        offsets_from_bytes: bool,
+    },
+    /// Hugging Face `tokenizers`, for this reason.
+    Reference(String),
+}
+
+/// A text's ids, each with its byte span in the text.
+pub(crate) struct WithOffsets {
+    pub(crate) ids: Vec<u32>,
+    pub(crate) offsets: Vec<(usize, usize)>,
+}
+
+/// The encoder of a tokenizer.
+pub(crate) struct Encoder {
+    reference: tokenizers::Tokenizer,
+    fast: Option<Fast>,
+    kind: EncoderKind,
+}
+
+struct Fast {
+    bpe: kitoken::Kitoken,
+    affixes: Affixes,
+    /// Each id's bytes, when they tile the text (see the module comment).
+    bytes: Option<TokenBytes>,
+}
+
+/// The ids the post-processor puts before and after the text's ids.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Affixes {
+    before: Vec<u32>,
+    after: Vec<u32>,
+}
+
+/// Every id's bytes, one arena.
+struct TokenBytes {
+    /// Id `i`'s bytes are `arena[starts[i]..starts[i + 1]]`.
+    starts: Vec<u32>,
+    arena: Vec<u8>,
+}
+
+impl fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Encoder").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl Encoder {
+    /// The encoder for `reference` (truncation and padding already off).
+    pub(crate) fn new(reference: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
+        let fast = match choice {
+            EncoderChoice::Reference => Err("asked for".to_owned()),
+            EncoderChoice::Auto => Fast::build(&reference),
+        };
+        match fast {
+            Ok(fast) => {
+                let kind = EncoderKind::Fast { offsets_from_bytes: fast.bytes.is_some() };
+                Self { reference, fast: Some(fast), kind }
+            }
+            Err(reason) => Self { reference, fast: None, kind: EncoderKind::Reference(reason) },
+        }
+    }
+
+    /// Which encoder runs.
+    pub(crate) fn kind(&self) -> &EncoderKind {
+        &self.kind
+    }
+
+    /// The Hugging Face tokenizer.
+    pub(crate) fn reference(&self) -> &tokenizers::Tokenizer {
+        &self.reference
+    }
+
+    /// The Hugging Face tokenizer, to build another encoder on.
+    pub(crate) fn into_reference(self) -> tokenizers::Tokenizer {
+        self.reference
+    }
+
+    /// `tokenizer.encode(text, add_special_tokens=…)`'s ids.
+    pub(crate) fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
+        match &self.fast {
+            Some(fast) => fast.encode(text, add_special_tokens),
+            None => reference_ids(&self.reference, text, add_special_tokens),
+        }
+    }
+
+    /// The ids of `text` (no special tokens added) with each one's byte span in `text`.
+    pub(crate) fn encode_with_offsets(&self, text: &str) -> Result<WithOffsets, TokenizeError> {
+        if let Some(Fast { bpe, bytes: Some(bytes), .. }) = &self.fast {
+            let ids = bpe.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+            if let Some(offsets) = bytes.offsets(text, &ids) {
+                return Ok(WithOffsets { ids, offsets });
+            }
+        }
+        let encoding =
+            self.reference.encode(text, false).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+        Ok(WithOffsets { ids: encoding.get_ids().to_vec(), offsets: encoding.get_offsets().to_vec() })
+    }
+}
+
+fn reference_ids(
+    reference: &tokenizers::Tokenizer,
+    text: &str,
+    add_special_tokens: bool,
+) -> Result<Vec<u32>, TokenizeError> {
+    let encoding =
+        reference.encode_fast(text, add_special_tokens).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+    Ok(encoding.get_ids().to_vec())
+}
+
+impl Fast {
+    /// kitoken for `reference`, if it agrees with it on the probe.
+    fn build(reference: &tokenizers::Tokenizer) -> Result<Self, String> {
+        if reference.get_encode_special_tokens() {
+            return Err("the tokenizer encodes special tokens as text (`encode_special_tokens`)".into());
+        }
+        let json = reference.to_string(false).map_err(|e| format!("cannot serialize the tokenizer: {e}"))?;
+        let mut definition = kitoken::Definition::from_tokenizers_slice(json.as_bytes())
+            .map_err(|e| format!("kitoken cannot read this tokenizer: {e}"))?;
+        // As the reference: no truncation or padding (transformers' `encode` without them).
+        definition
+            .config
+            .processing
+            .retain(|p| !matches!(p, kitoken::Processing::Pad { .. } | kitoken::Processing::Truncate { .. }));
+        let bpe = kitoken::Kitoken::from_definition(definition)
+            .map_err(|e| format!("kitoken cannot build this tokenizer: {e}"))?;
+        let affixes = Affixes::of(reference)?;
+        let mut fast = Self { bpe, affixes, bytes: None };
+        let texts = probe::texts(reference);
+        for text in &texts {
+            for add in [false, true] {
+                let want = reference_ids(reference, text, add).map_err(|e| e.to_string())?;
+                let got = fast.encode(text, add).map_err(|e| e.to_string())?;
+                if got != want {
+                    return Err(format!(
+                        "kitoken's ids differ from tokenizers' on {:?}",
+                        probe::excerpt(text)
+                    ));
+                }
+            }
+        }
+        let added: HashSet<u32> = reference.get_added_tokens_decoder().into_keys().collect();
+        // Kept if the bytes tile plain text (they never do under a Metaspace or a prefix
+        // space), and give the reference's spans wherever they tile a probe text.
+        fast.bytes = TokenBytes::of(&fast.bpe, reference).filter(|bytes| {
+            let tiles = |text: &str| {
+                reference.encode(text, false).ok().and_then(|e| bytes.offsets(text, e.get_ids()))
+            };
+            probe::PLAIN.iter().all(|text| tiles(text).is_some())
+                && texts.iter().all(|text| {
+                    let Ok(encoding) = reference.encode(text.as_str(), false) else { return false };
+                    let ids = encoding.get_ids();
+                    bytes
+                        .offsets(text, ids)
+                        .is_none_or(|o| added_spans_agree(&added, ids, &o, encoding.get_offsets()))
+                })
+        });
+        Ok(fast)
+    }
+
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
+        let ids = self.bpe.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
+        if !add_special_tokens || self.affixes == Affixes::default() {
+            return Ok(ids);
+        }
+        let mut all = Vec::with_capacity(self.affixes.before.len() + ids.len() + self.affixes.after.len());
+        all.extend_from_slice(&self.affixes.before);
+        all.extend(ids);
+        all.extend_from_slice(&self.affixes.after);
+        Ok(all)
+    }
+}
+
+/// The byte spans from the token bytes are the reference's offsets for every added token (the
+/// only tokens the session cache cuts at). Other tokens may differ by design: the reference gives
+/// a token inside a multi-byte character the whole character's span, and trims a word's leading
+/// space from its offsets (`trim_offsets`).
+fn added_spans_agree(
+    added: &HashSet<u32>,
+    ids: &[u32],
+    ours: &[(usize, usize)],
+    theirs: &[(usize, usize)],
+) -> bool {
+    ours.len() == theirs.len()
+        && ids.iter().zip(ours.iter().zip(theirs)).all(|(id, (a, b))| !added.contains(id) || a == b)
+}
+
+impl Affixes {
+    /// What the post-processor adds around a text's ids, as the reference does it.
+    fn of(reference: &tokenizers::Tokenizer) -> Result<Self, String> {
+        let probe = "Hello, world";
+        let plain = reference_ids(reference, probe, false).map_err(|e| e.to_string())?;
+        let with = reference_ids(reference, probe, true).map_err(|e| e.to_string())?;
+        let at = (0..=with.len().saturating_sub(plain.len()))
+            .find(|&i| with[i..].starts_with(&plain))
+            .ok_or("the post-processor changes the text's ids")?;
+        Ok(Self { before: with[..at].to_vec(), after: with[at + plain.len()..].to_vec() })
+    }
+}
+
+impl TokenBytes {
+    /// Every id's bytes as kitoken decodes it alone; `None` if an id does not decode.
+    fn of(bpe: &kitoken::Kitoken, reference: &tokenizers::Tokenizer) -> Option<Self> {
+        let size = reference.get_vocab_size(true);
+        let mut starts = Vec::with_capacity(size + 1);
+        let mut arena = Vec::new();
+        for id in 0..size {
+            starts.push(u32::try_from(arena.len()).ok()?);
+            // A gap in the ids (no token) has no bytes: it never appears in an encoding.
+            if reference.id_to_token(id as u32).is_some() {
+                arena.extend(bpe.decode([id as u32], true).ok()?);
+            }
+        }
+        starts.push(u32::try_from(arena.len()).ok()?);
+        Some(Self { starts, arena })
+    }
+
+    /// Each id's byte span, if the ids' bytes laid end to end are `text`.
+    fn offsets(&self, text: &str, ids: &[u32]) -> Option<Vec<(usize, usize)>> {
+        let text = text.as_bytes();
+        let mut offsets = Vec::with_capacity(ids.len());
+        let mut at = 0;
+        for &id in ids {
+            let i = id as usize;
+            let (start, end) = (*self.starts.get(i)? as usize, *self.starts.get(i + 1)? as usize);
+            let piece = &self.arena[start..end];
+            if piece.is_empty() || text.get(at..at + piece.len()) != Some(piece) {
+                return None;
+            }
+            offsets.push((at, at + piece.len()));
+            at += piece.len();
+        }
+        (at == text.len()).then_some(offsets)
+    }
+}
