@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
-use infera_tokenize::{ChatTemplateSource, LoadError, Tokenizer};
+use infera_tokenize::{ChatTemplateSource, EncoderChoice, LoadError, Tokenizer};
 
 mod tls;
 
@@ -155,6 +155,17 @@ struct TokenizerArgs {
     /// (0 turns the cache off).
     #[arg(long, env = "INFERA_PROXY_TOKENIZER_CACHE_BYTES", default_value_t = 64 << 20)]
     tokenizer_cache_bytes: usize,
+    /// Which BPE encodes: `auto` uses the fast one (kitoken) when it gives the ids of Hugging Face
+    /// `tokenizers` on a probe at start, else `tokenizers`; `reference` always uses `tokenizers`.
+    #[arg(long, env = "INFERA_PROXY_TOKENIZER_ENCODER", value_enum, default_value_t = EncoderArg::Auto)]
+    tokenizer_encoder: EncoderArg,
+}
+
+/// `--tokenizer-encoder`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum EncoderArg {
+    Auto,
+    Reference,
 }
 
 /// Validated configuration.
@@ -289,8 +300,12 @@ impl TokenizerArgs {
     fn load(self) -> Result<Option<Arc<Tokenizer>>, LoadError> {
         let Some(path) = self.tokenizer else { return Ok(None) };
         let template = self.chat_template.map(ChatTemplateSource::File);
-        let tokenizer =
-            Tokenizer::load(&path, template.as_ref())?.with_session_cache(self.tokenizer_cache_bytes);
+        let choice = match self.tokenizer_encoder {
+            EncoderArg::Auto => EncoderChoice::Auto,
+            EncoderArg::Reference => EncoderChoice::Reference,
+        };
+        let tokenizer = Tokenizer::load_with(&path, template.as_ref(), choice)?
+            .with_session_cache(self.tokenizer_cache_bytes);
         Ok(Some(Arc::new(tokenizer)))
     }
 }
@@ -330,5 +345,21 @@ mod tests {
         assert!(Args::try_parse_from(["infera-proxy", "--chat-template", "t.jinja"]).is_err());
         let a = Args::try_parse_from(["infera-proxy"]).unwrap();
         assert!(Config::try_from(a).unwrap().tokenizer.is_none());
+    }
+
+    #[test]
+    fn the_encoder_is_the_fast_one_unless_the_reference_is_asked_for() {
+        use infera_tokenize::EncoderKind;
+        let dir = tempfile::tempdir().unwrap();
+        let json = infera_tokenize::fixture::write_model_dir(dir.path(), 300).unwrap();
+        let load = |extra: &[&str]| {
+            let argv = [&["infera-proxy", "--tokenizer", json.to_str().unwrap()], extra].concat();
+            Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap().tokenizer.unwrap()
+        };
+        assert!(matches!(load(&[]).encoder(), EncoderKind::Fast { .. }));
+        let reference = load(&["--tokenizer-encoder", "reference"]);
+        assert_eq!(reference.encoder(), &EncoderKind::Reference("asked for".into()));
+        let err = Args::try_parse_from(["infera-proxy", "--tokenizer-encoder", "fastest"]).unwrap_err();
+        assert!(err.to_string().contains("auto") && err.to_string().contains("reference"), "{err}");
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use infera_proto::telemetry::{self, Telemetry};
 use infera_proxy::{Args, Config};
+use infera_tokenize::EncoderKind;
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {
@@ -22,6 +23,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let tls = if config.tls.listener.is_some() { " tls=on" } else { "" };
     println!("infera-proxy listening http={addr}{tls}");
     tracing::info!(%addr, control = ?config.control.iter().map(ToString::to_string).collect::<Vec<_>>(), "infera-proxy started");
+    if let Some(tokenizer) = &config.tokenizer {
+        match tokenizer.encoder() {
+            EncoderKind::Fast { offsets_from_bytes } => {
+                tracing::info!(
+                    offsets_from_bytes,
+                    "tokenizer: encoding with kitoken (same ids as tokenizers on the probe)"
+                );
+            }
+            EncoderKind::Reference(reason) => tracing::warn!(%reason, "tokenizer: encoding with tokenizers"),
+        }
+    }
     let result = infera_proxy::run(listener, config, telemetry::stop_signal()).await;
     telemetry.shutdown().await;
     result

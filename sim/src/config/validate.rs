@@ -130,5 +130,8 @@ fn load_tokenizer(
         },
     };
     let template = server.chat_template.clone().map(infera_tokenize::ChatTemplateSource::File);
-    Ok(Some(std::sync::Arc::new(infera_tokenize::Tokenizer::load(&path, template.as_ref())?)))
+    // SGLang encodes with Hugging Face `tokenizers`; so does the emulated engine (the proxy's
+    // fast encoder is judged against it end to end).
+    let choice = infera_tokenize::EncoderChoice::Reference;
+    Ok(Some(std::sync::Arc::new(infera_tokenize::Tokenizer::load_with(&path, template.as_ref(), choice)?)))
 }
