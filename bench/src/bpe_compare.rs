@@ -2,7 +2,8 @@
 //! Python wheels) against `kitoken`, a faster BPE that reads the same `tokenizer.json`. For each
 //! tokenizer file: are the ids identical on every prompt-sized piece of a corpus (plain text, and
 //! text with the tokenizer's special tokens between pieces), and how fast each encodes, in MB/s,
-//! measured alternately in the same run.
+//! measured alternately in the same run; and what the proxy's `Tokenizer::load` costs with each
+//! encoder (the fast one is checked against `tokenizers` on a probe at load) and which it chose.
 //!
 //! The tokenizers: the suite's fixture (a byte-level BPE trained at start, ChatML specials) and
 //! every `--tokenizer` file, e.g. DeepSeek's `tokenizer.json` as the PyPI `litellm` wheel ships it
@@ -62,6 +63,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let plain = pieces(&text, &[]);
         let with_specials = pieces(&text, &specials);
         println!("\n{}", file.display());
+        let started = Instant::now();
+        let reference =
+            infera_tokenize::Tokenizer::load_with(&file, None, infera_tokenize::EncoderChoice::Reference)?;
+        let reference_ms = started.elapsed().as_secs_f64() * 1e3;
+        drop(reference);
+        let started = Instant::now();
+        let proxy = infera_tokenize::Tokenizer::load(&file, None)?;
+        println!(
+            "  the proxy's load: {reference_ms:.0} ms with tokenizers alone, {:.0} ms with kitoken and its probe: {:?}",
+            started.elapsed().as_secs_f64() * 1e3,
+            proxy.encoder()
+        );
         for (what, pieces) in [("plain text", &plain), ("with special tokens", &with_specials)] {
             let c = compare(&hf, &ki, pieces)?;
             println!(

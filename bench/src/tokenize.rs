@@ -12,13 +12,14 @@
 //!   and a new question) with the previous turn in the session cache.
 //!
 //! Reported: p50/p99 in µs, the encoder's throughput in MB of prompt text per second, and the
-//! ratios cached/full and full/json.
+//! ratios cached/full and full/json; all of it once per encoder (`tokenizers`, the reference,
+//! then the fast one the proxy uses when it agrees), then the fast/reference ratios.
 
 use std::time::{Duration, Instant};
 
 use infera_proto::types::Api;
 use infera_tokenize::fixture::{self, Lcg};
-use infera_tokenize::{CacheUse, Outcome, SpecialTokens, Tokenizer};
+use infera_tokenize::{CacheUse, EncoderChoice, EncoderKind, Outcome, SpecialTokens, Tokenizer};
 use serde_json::{Map, Value, json};
 
 #[derive(clap::Args, Debug)]
@@ -64,17 +65,64 @@ fn measure(budget: Duration, mut f: impl FnMut(u64)) -> Sample {
     Sample(out)
 }
 
+/// One size's p50s with one encoder, in µs.
+struct Row {
+    tokens: usize,
+    full: f64,
+    cached: f64,
+}
+
 pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let trained = Instant::now();
     let backend = fixture::byte_level_bpe(args.vocab);
-    let special = SpecialTokens { bos: Some("<|endoftext|>".into()), ..SpecialTokens::default() };
-    let tokenizer = Tokenizer::new(backend, Some(fixture::CHATML), special)?.with_session_cache(1 << 30);
     println!(
         "tokenizer: byte-level BPE, {} tokens, trained in {:.1} s; ChatML template; page size {}",
-        tokenizer.backend().get_vocab_size(true),
+        backend.get_vocab_size(true),
         trained.elapsed().as_secs_f64(),
         args.page_size
     );
+    let mut rows = Vec::new();
+    for choice in [EncoderChoice::Reference, EncoderChoice::Auto] {
+        let special = SpecialTokens { bos: Some("<|endoftext|>".into()), ..SpecialTokens::default() };
+        let tokenizer = Tokenizer::new(backend.clone(), Some(fixture::CHATML), special)?
+            .with_encoder(choice)
+            .with_session_cache(1 << 30);
+        match tokenizer.encoder() {
+            EncoderKind::Reference(_) if choice == EncoderChoice::Reference => {
+                println!("\nencoder: tokenizers (the reference)")
+            }
+            EncoderKind::Reference(reason) => anyhow::bail!("the fast encoder is not used: {reason}"),
+            EncoderKind::Fast { offsets_from_bytes } => {
+                println!(
+                    "\nencoder: kitoken, checked against tokenizers (offsets from bytes: {offsets_from_bytes})"
+                )
+            }
+        }
+        rows.push(one_encoder(&tokenizer, &args)?);
+    }
+    println!("\nfast / reference, p50 µs (full: render + encode + hashes; cached: the session's next turn)");
+    println!(
+        "{:>7} {:>15} {:>10} {:>8} {:>17} {:>10} {:>8}",
+        "tokens", "full reference", "fast", "ratio", "cached reference", "fast", "ratio"
+    );
+    for (r, f) in rows[0].iter().zip(&rows[1]) {
+        println!(
+            "{:>7} {:>15.0} {:>10.0} {:>8.3} {:>17.0} {:>10.0} {:>8.3}",
+            r.tokens,
+            r.full,
+            f.full,
+            f.full / r.full,
+            r.cached,
+            f.cached,
+            f.cached / r.cached
+        );
+    }
+    Ok(())
+}
+
+/// The table for one encoder.
+fn one_encoder(tokenizer: &Tokenizer, args: &TokenizeArgs) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
     println!(
         "{:>7} {:>8} {:>9} {:>10} {:>17} {:>9} {:>17} {:>8} {:>8}",
         "tokens",
@@ -91,24 +139,24 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let budget = Duration::from_millis(args.round_ms);
     let mut breakdown = Vec::new();
     for &size in &args.sizes {
-        let (turn1, turn2) = conversation(&tokenizer, size)?;
+        let (turn1, turn2) = conversation(tokenizer, size)?;
         let (body1, body2) = (fixture::chat_body(&turn1), fixture::chat_body(&turn2));
         let bytes2 = serde_json::to_vec(&body2)?;
-        let ids2 = token_ids(&tokenizer, &body2, None)?;
-        let prompt_bytes = rendered_len(&tokenizer, &body2)?;
+        let ids2 = token_ids(tokenizer, &body2, None)?;
+        let prompt_bytes = rendered_len(tokenizer, &body2)?;
 
         let json = measure(budget, |_| {
             let v: Value = serde_json::from_slice(&bytes2).unwrap_or_default();
             std::hint::black_box(v);
         });
         let full = measure(budget, |_| {
-            let ids = token_ids(&tokenizer, &body2, None).unwrap_or_default();
+            let ids = token_ids(tokenizer, &body2, None).unwrap_or_default();
             std::hint::black_box(infera_kv::hash::page_hashes(&ids, args.page_size));
         });
         // Where the full path's time goes: rendering, encoding, hashing.
-        let text2 = rendered_text(&tokenizer, &body2)?;
+        let text2 = rendered_text(tokenizer, &body2)?;
         let render = measure(budget / 4, |_| {
-            std::hint::black_box(rendered_text(&tokenizer, &body2).unwrap_or_default());
+            std::hint::black_box(rendered_text(tokenizer, &body2).unwrap_or_default());
         });
         let encode = measure(budget / 4, |_| {
             std::hint::black_box(tokenizer.encode(&text2, false).unwrap_or_default());
@@ -124,10 +172,11 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
             hash.percentile(50.0),
         ));
         let mut reused = 0;
-        let cached = measure_cached(budget, &tokenizer, &body1, &body2, args.page_size, &mut reused)?;
+        let cached = measure_cached(budget, tokenizer, &body1, &body2, args.page_size, &mut reused)?;
 
         let (json50, full50, cached50) =
             (json.percentile(50.0), full.percentile(50.0), cached.percentile(50.0));
+        rows.push(Row { tokens: ids2.len(), full: full50, cached: cached50 });
         println!(
             "{:>7} {:>8.1} {:>9.1} {:>10.1} {:>8.0}/{:<8.0} {:>8.0}% {:>8.0}/{:<8.0} {:>8.3} {:>8.1}",
             ids2.len(),
@@ -158,7 +207,7 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
         stats.entries,
         stats.bytes as f64 / (1 << 20) as f64
     );
-    Ok(())
+    Ok(rows)
 }
 
 /// The next turn of a fresh session each time: its previous turn is encoded first (not timed),
