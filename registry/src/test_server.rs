@@ -41,6 +41,9 @@ fn data_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temp dir")
 }
 
+/// Starts tried before a test gives up on etcd.
+const START_ATTEMPTS: u32 = 4;
+
 impl EtcdServer {
     /// Starts etcd and waits (bounded) until it answers `/health`.
     pub fn start() -> Self {
@@ -51,6 +54,17 @@ impl EtcdServer {
     pub fn start_on(host: std::net::IpAddr) -> Self {
         let mut server =
             Self { child: None, dir: data_dir(), host, client_port: free_port(), peer_port: free_port() };
+        // A port the kernel handed out can be taken (by another test's connection) before etcd
+        // binds it: etcd then exits at once. Fresh ports on a fresh start.
+        for _ in 1..START_ATTEMPTS {
+            match server.try_resume() {
+                Ok(()) => return server,
+                Err(_) => {
+                    (server.client_port, server.peer_port) = (free_port(), free_port());
+                    let _ = std::fs::remove_dir_all(server.dir.path().join("data"));
+                }
+            }
+        }
         server.resume();
         server
     }
@@ -70,9 +84,27 @@ impl EtcdServer {
 
     /// Starts etcd again on the same ports and data.
     pub fn resume(&mut self) {
+        // The ports are this server's: a start that failed (one still held a moment after the
+        // old process went) is tried again on them.
+        let mut failure = String::new();
+        for attempt in 0..START_ATTEMPTS {
+            match self.try_resume() {
+                Ok(()) => return,
+                Err(e) => failure = e,
+            }
+            std::thread::sleep(Duration::from_millis(100 << attempt));
+        }
+        panic!("{failure}");
+    }
+
+    /// One start: waits (bounded) for `/health`; an exit during start-up is an error with the
+    /// end of etcd's log.
+    fn try_resume(&mut self) -> Result<(), String> {
         let bin = std::env::var_os("INFERA_ETCD_BIN").map_or_else(|| PathBuf::from("etcd"), PathBuf::from);
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log_path = self.dir.path().join("etcd.log");
+        let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let child = Command::new(&bin)
             .args(["--name", "infera-test", "--data-dir"])
             .arg(self.dir.path().join("data"))
@@ -83,7 +115,7 @@ impl EtcdServer {
             .args(["--log-outputs", "stderr", "--log-level", "error"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start {} ({e}); install etcd-server (cargo xtask setup)", bin.display())
@@ -92,11 +124,15 @@ impl EtcdServer {
         let end = Instant::now() + Duration::from_secs(20);
         while !self.healthy() {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("etcd exited during start-up: {status}");
+                self.child = None;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                return Err(format!("etcd exited during start-up on {client} and {peer}: {status}: {tail}"));
             }
             assert!(Instant::now() < end, "etcd did not become healthy on {}", self.url());
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     fn healthy(&self) -> bool {
@@ -117,5 +153,32 @@ impl Drop for EtcdServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restart_whose_port_is_still_held_is_tried_again() {
+        let mut etcd = EtcdServer::start();
+        etcd.stop();
+        // Something else holds the client port when etcd comes back: the first start fails.
+        let holder = TcpListener::bind(("127.0.0.1", etcd.client_port)).expect("the stopped etcd's port");
+        let log = etcd.dir.path().join("etcd.log");
+        let resumed = std::thread::scope(|s| {
+            let resuming = s.spawn(|| etcd.resume());
+            // Let the port go once etcd has said it cannot bind it.
+            let end = Instant::now() + Duration::from_secs(20);
+            while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("address already in use")) {
+                assert!(Instant::now() < end, "etcd never failed on the held port");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(holder);
+            resuming.join().is_ok()
+        });
+        assert!(resumed, "the restart was not tried again");
+        assert!(etcd.healthy(), "etcd is back on its port");
     }
 }
