@@ -159,6 +159,11 @@ struct TokenizerArgs {
     /// `tokenizers` on a probe at start, else `tokenizers`; `reference` always uses `tokenizers`.
     #[arg(long, env = "INFERA_PROXY_TOKENIZER_ENCODER", value_enum, default_value_t = EncoderArg::Auto)]
     tokenizer_encoder: EncoderArg,
+    /// While the fast encoder runs, encode the first prompt and then one in N again with
+    /// `tokenizers`, off the request's path, and compare; a difference turns the fast encoder off
+    /// (`infera_proxy_tokenizer_checks_total`). 0: no checks.
+    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CHECK_EVERY", value_name = "N", default_value_t = 100)]
+    tokenizer_check_every: u64,
 }
 
 /// `--tokenizer-encoder`.
@@ -305,7 +310,8 @@ impl TokenizerArgs {
             EncoderArg::Reference => EncoderChoice::Reference,
         };
         let tokenizer = Tokenizer::load_with(&path, template.as_ref(), choice)?
-            .with_session_cache(self.tokenizer_cache_bytes);
+            .with_session_cache(self.tokenizer_cache_bytes)
+            .with_checks(self.tokenizer_check_every);
         Ok(Some(Arc::new(tokenizer)))
     }
 }
@@ -356,9 +362,16 @@ mod tests {
             let argv = [&["infera-proxy", "--tokenizer", json.to_str().unwrap()], extra].concat();
             Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap().tokenizer.unwrap()
         };
-        assert!(matches!(load(&[]).encoder(), EncoderKind::Fast { .. }));
+        let fast = load(&[]);
+        assert!(matches!(fast.encoder(), EncoderKind::Fast { .. }));
+        // The first prompt is checked, then one in 100 (the default).
+        assert!(fast.check_due());
+        assert!((0..99).all(|_| !fast.check_due()));
+        assert!(fast.check_due());
+        assert!(!load(&["--tokenizer-check-every", "0"]).check_due());
         let reference = load(&["--tokenizer-encoder", "reference"]);
-        assert_eq!(reference.encoder(), &EncoderKind::Reference("asked for".into()));
+        assert_eq!(reference.encoder(), EncoderKind::Reference("asked for".into()));
+        assert!(!reference.check_due(), "nothing to check without the fast encoder");
         let err = Args::try_parse_from(["infera-proxy", "--tokenizer-encoder", "fastest"]).unwrap_err();
         assert!(err.to_string().contains("auto") && err.to_string().contains("reference"), "{err}");
     }

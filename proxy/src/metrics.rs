@@ -92,6 +92,7 @@ pub struct ProxyMetrics {
     tokenize: Family<OutcomeLabels, Counter>,
     tokenize_seconds: Histogram,
     tokenize_cache: Family<ResultLabels, Counter>,
+    tokenizer_checks: Family<ResultLabels, Counter>,
 }
 
 impl ProxyMetrics {
@@ -122,6 +123,7 @@ impl ProxyMetrics {
             tokenize: Family::default(),
             tokenize_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 18)),
             tokenize_cache: Family::default(),
+            tokenizer_checks: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("infera_proxy");
         r.register("requests", "Requests answered, by API and HTTP status", m.requests.clone());
@@ -214,6 +216,12 @@ impl ProxyMetrics {
             "Session turns whose token ids reused the previous turn's (hit) or were encoded whole (miss)",
             m.tokenize_cache.clone(),
         );
+        r.register(
+            "tokenizer_checks",
+            "Prompts encoded again by Hugging Face tokenizers to check the fast encoder's ids \
+             (--tokenizer-check-every): same, different (the fast encoder is then off), error",
+            m.tokenizer_checks.clone(),
+        );
         m
     }
 
@@ -298,6 +306,11 @@ impl ProxyMetrics {
     pub fn tokenize_cache(&self, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
         self.tokenize_cache.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// A prompt's ids were checked against the reference encoder, with `result`.
+    pub fn tokenizer_checked(&self, result: &'static str) {
+        self.tokenizer_checks.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// A request was re-picked.

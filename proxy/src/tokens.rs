@@ -12,8 +12,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use infera_proto::types::SessionKey;
-use infera_tokenize::{CacheUse, Outcome, Tokenizer};
+use infera_proto::types::{Api, SessionKey};
+use infera_tokenize::{CacheUse, Outcome, Tokenizer, Verdict};
+use serde_json::{Map, Value};
 
 use crate::facts::Facts;
 use crate::metrics::ProxyMetrics;
@@ -27,7 +28,7 @@ pub async fn attach(
     mut facts: Facts,
     body_bytes: usize,
     tokenizer: Option<&Arc<Tokenizer>>,
-    metrics: &ProxyMetrics,
+    metrics: &Arc<ProxyMetrics>,
 ) -> Facts {
     let Some(tokenizer) = tokenizer else {
         metrics.tokenized("none", None);
@@ -66,6 +67,15 @@ pub async fn attach(
                 CacheUse::NotAsked => {}
             }
             facts.input_tokens = tokens.ids.len() as u64;
+            if tokenizer.check_due() {
+                check_off_path(
+                    tokenizer.clone(),
+                    api,
+                    facts.body.clone(),
+                    tokens.ids.clone(),
+                    metrics.clone(),
+                );
+            }
             facts.token_ids = Some(tokens.ids);
             metrics.tokenized("ok", seconds);
         }
@@ -85,11 +95,34 @@ pub async fn attach(
     facts
 }
 
+/// Encodes one prompt again with the reference encoder, on the blocking pool and off the
+/// request's path, and compares (`--tokenizer-check-every`); a difference turns the fast encoder
+/// off for the rest of the process.
+fn check_off_path(
+    tokenizer: Arc<Tokenizer>,
+    api: Api,
+    body: Map<String, Value>,
+    ids: Arc<[u32]>,
+    metrics: Arc<ProxyMetrics>,
+) {
+    tokio::task::spawn_blocking(move || match tokenizer.check(api, &body, &ids) {
+        Ok(Verdict::Same) => metrics.tokenizer_checked("same"),
+        Ok(Verdict::Different(reason)) => {
+            tracing::error!(%reason, "tokenizer: the fast encoder's ids differ from tokenizers'; encoding with tokenizers from now on");
+            metrics.tokenizer_checked("different");
+        }
+        Ok(Verdict::NotEncoded) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "tokenizer: checking a prompt's ids failed");
+            metrics.tokenizer_checked("error");
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
     use http::HeaderMap;
-    use infera_proto::types::Api;
     use infera_tokenize::fixture;
     use prometheus_client::registry::Registry;
 
@@ -120,7 +153,7 @@ mod tests {
         let config = Config::try_from(args).unwrap();
         let tokenizer = config.tokenizer.as_ref().expect("loaded at start");
         let mut registry = Registry::default();
-        let metrics = ProxyMetrics::register(&mut registry);
+        let metrics = Arc::new(ProxyMetrics::register(&mut registry));
 
         let mut headers = HeaderMap::new();
         headers.insert("x-session-id", "s1".parse().unwrap());
@@ -166,6 +199,16 @@ mod tests {
         )
         .await;
         assert!(f.token_ids.is_none());
+
+        // The first prompt was checked against the reference, on the blocking pool (one in 100
+        // by default: the second was not).
+        let checked = r#"infera_proxy_tokenizer_checks_total{result="same"} 1"#;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !metrics_text(&registry).contains(checked) {
+            assert!(std::time::Instant::now() < deadline, "no check: {}", metrics_text(&registry));
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
 
         let text = metrics_text(&registry);
         for line in [

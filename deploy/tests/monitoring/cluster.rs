@@ -30,7 +30,7 @@ const FILLED: Duration = Duration::from_secs(60);
 
 /// Series that must have a sample before the scrape is taken, so that their labels are
 /// checked: each is what one part of the traffic makes.
-const AWAITED: [(&str, &str); 13] = [
+const AWAITED: [(&str, &str); 14] = [
     ("control", "infera_router_ejections_total"),
     ("control", "infera_router_target_ejected"),
     ("control", "infera_router_decode_demand_requests"),
@@ -44,6 +44,7 @@ const AWAITED: [(&str, &str); 13] = [
     ("proxy", "infera_proxy_ttft_seconds_bucket"),
     ("proxy", "infera_proxy_retries_total"),
     ("proxy", "infera_proxy_rejected_total"),
+    ("proxy", "infera_proxy_tokenizer_checks_total"),
 ];
 
 /// Runs the deployment and its traffic; the scrape of every `/metrics` endpoint at the end.

@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::OnceLock;
 
 use crate::error::TokenizeError;
 use crate::probe;
@@ -33,6 +34,9 @@ pub enum EncoderChoice {
     Auto,
     /// The reference (`tokenizers`) only.
     Reference,
+    /// The fast encoder without the probe at load: for tests of the run-time check
+    /// ([`crate::Tokenizer::check`]) only; the proxy's flags do not offer it.
+    FastWithoutProbe,
 }
 
 /// Which encoder a tokenizer uses.
@@ -59,6 +63,8 @@ pub(crate) struct Encoder {
     reference: tokenizers::Tokenizer,
     fast: Option<Fast>,
     kind: EncoderKind,
+    /// Set when a run-time check found the fast ids wrong: the reference encodes from then on.
+    disagreed: OnceLock<String>,
 }
 
 struct Fast {
@@ -93,20 +99,52 @@ impl Encoder {
     pub(crate) fn new(reference: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
         let fast = match choice {
             EncoderChoice::Reference => Err("asked for".to_owned()),
-            EncoderChoice::Auto => Fast::build(&reference),
+            EncoderChoice::Auto => Fast::build(&reference, true),
+            EncoderChoice::FastWithoutProbe => Fast::build(&reference, false),
         };
         match fast {
             Ok(fast) => {
                 let kind = EncoderKind::Fast { offsets_from_bytes: fast.bytes.is_some() };
-                Self { reference, fast: Some(fast), kind }
+                Self { reference, fast: Some(fast), kind, disagreed: OnceLock::new() }
             }
-            Err(reason) => Self { reference, fast: None, kind: EncoderKind::Reference(reason) },
+            Err(reason) => {
+                let kind = EncoderKind::Reference(reason);
+                Self { reference, fast: None, kind, disagreed: OnceLock::new() }
+            }
         }
     }
 
     /// Which encoder runs.
-    pub(crate) fn kind(&self) -> &EncoderKind {
-        &self.kind
+    pub(crate) fn kind(&self) -> EncoderKind {
+        match self.disagreed.get() {
+            Some(reason) => EncoderKind::Reference(reason.clone()),
+            None => self.kind.clone(),
+        }
+    }
+
+    /// The fast encoder, unless a run-time check turned it off.
+    fn fast(&self) -> Option<&Fast> {
+        self.fast.as_ref().filter(|_| self.disagreed.get().is_none())
+    }
+
+    /// Whether the fast encoder is running (and so worth checking).
+    pub(crate) fn is_fast(&self) -> bool {
+        self.fast().is_some()
+    }
+
+    /// The reference's ids for `text`, as [`Encoder::encode`] gives them.
+    pub(crate) fn reference_encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        reference_ids(&self.reference, text, add_special_tokens)
+    }
+
+    /// A run-time check found ids the reference does not give: the reference encodes from now
+    /// on. Returns the reason kept (the first one, when checks race).
+    pub(crate) fn disagree(&self, reason: String) -> String {
+        self.disagreed.get_or_init(|| reason).clone()
     }
 
     /// The Hugging Face tokenizer.
@@ -121,7 +159,7 @@ impl Encoder {
 
     /// `tokenizer.encode(text, add_special_tokens=…)`'s ids.
     pub(crate) fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
-        match &self.fast {
+        match self.fast() {
             Some(fast) => fast.encode(text, add_special_tokens),
             None => reference_ids(&self.reference, text, add_special_tokens),
         }
@@ -129,7 +167,7 @@ impl Encoder {
 
     /// The ids of `text` (no special tokens added) with each one's byte span in `text`.
     pub(crate) fn encode_with_offsets(&self, text: &str) -> Result<WithOffsets, TokenizeError> {
-        if let Some(Fast { bpe, bytes: Some(bytes), .. }) = &self.fast {
+        if let Some(Fast { bpe, bytes: Some(bytes), .. }) = self.fast() {
             let ids = bpe.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
             if let Some(offsets) = bytes.offsets(text, &ids) {
                 return Ok(WithOffsets { ids, offsets });
@@ -152,8 +190,8 @@ fn reference_ids(
 }
 
 impl Fast {
-    /// kitoken for `reference`, if it agrees with it on the probe.
-    fn build(reference: &tokenizers::Tokenizer) -> Result<Self, String> {
+    /// kitoken for `reference`, if it agrees with it on the probe (when `probed`).
+    fn build(reference: &tokenizers::Tokenizer, probed: bool) -> Result<Self, String> {
         if reference.get_encode_special_tokens() {
             return Err("the tokenizer encodes special tokens as text (`encode_special_tokens`)".into());
         }
@@ -169,7 +207,7 @@ impl Fast {
             .map_err(|e| format!("kitoken cannot build this tokenizer: {e}"))?;
         let affixes = Affixes::of(reference)?;
         let mut fast = Self { bpe, affixes, bytes: None };
-        let texts = probe::texts(reference);
+        let texts = if probed { probe::texts(reference) } else { Vec::new() };
         for text in &texts {
             for add in [false, true] {
                 let want = reference_ids(reference, text, add).map_err(|e| e.to_string())?;

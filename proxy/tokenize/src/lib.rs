@@ -39,4 +39,4 @@ pub use encoder::{EncoderChoice, EncoderKind};
 pub use error::{LoadError, TokenizeError};
 pub use prompt::Skip;
 pub use session::CacheStats;
-pub use tokenizer::{Ambiguity, CacheUse, Outcome, Rendered, Tokenizer, Tokens};
+pub use tokenizer::{Ambiguity, CacheUse, Outcome, Rendered, Tokenizer, Tokens, Verdict};

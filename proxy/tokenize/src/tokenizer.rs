@@ -2,6 +2,7 @@
 //! token ids SGLang prefills.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use infera_proto::types::Api;
@@ -79,6 +80,17 @@ pub enum Outcome {
     Skipped(Skip),
 }
 
+/// What checking a prompt's ids against the reference encoder found ([`Tokenizer::check`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing was encoded (ids from the client, an ambiguous or skipped prompt).
+    NotEncoded,
+    /// The reference gives the same ids.
+    Same,
+    /// The reference gives other ids: the fast encoder is off from now on, for this reason.
+    Different(String),
+}
+
 /// A Hugging Face tokenizer with its chat template and a session cache.
 #[derive(Debug)]
 pub struct Tokenizer {
@@ -87,6 +99,9 @@ pub struct Tokenizer {
     bos_id: Option<u32>,
     boundaries: Boundaries,
     cache: Option<Mutex<SessionCache>>,
+    /// Check one prompt in this many against the reference while the fast encoder runs (0: none).
+    check_every: u64,
+    checks_due: AtomicU64,
 }
 
 impl Tokenizer {
@@ -143,7 +158,15 @@ impl Tokenizer {
         let bos_id = special.bos.as_deref().and_then(|b| backend.token_to_id(b));
         let boundaries = Boundaries::of(&backend);
         let encoder = Encoder::new(backend, choice);
-        Ok(Self { encoder, template, bos_id, boundaries, cache: None })
+        Ok(Self {
+            encoder,
+            template,
+            bos_id,
+            boundaries,
+            cache: None,
+            check_every: 0,
+            checks_due: AtomicU64::new(0),
+        })
     }
 
     /// The same tokenizer with the encoder `choice`.
@@ -153,8 +176,67 @@ impl Tokenizer {
     }
 
     /// Which encoder runs, and why the reference if it is the reference.
-    pub fn encoder(&self) -> &EncoderKind {
+    pub fn encoder(&self) -> EncoderKind {
         self.encoder.kind()
+    }
+
+    /// Checks one prompt in `every` against the reference ([`Tokenizer::check_due`]); 0: none.
+    pub fn with_checks(mut self, every: u64) -> Self {
+        self.check_every = every;
+        self
+    }
+
+    /// Whether this prompt should be checked: the first one and then one in `every`, while the
+    /// fast encoder runs.
+    pub fn check_due(&self) -> bool {
+        self.check_every > 0
+            && self.encoder.is_fast()
+            && self.checks_due.fetch_add(1, Ordering::Relaxed).is_multiple_of(self.check_every)
+    }
+
+    /// Encodes the prompt of `body` whole with the reference (no session cache) and compares
+    /// with `ids`, what [`Tokenizer::tokenize`] gave for it. A difference turns the fast encoder
+    /// off for good (the session cache keeps running, on the reference's offsets).
+    pub fn check(&self, api: Api, body: &Map<String, Value>, ids: &[u32]) -> Result<Verdict, TokenizeError> {
+        let reference = |text: &str, add: bool| self.encoder.reference_encode(text, add);
+        let (want, text) = match self.render(api, body)? {
+            Rendered::Text(text) => (reference(&text, true)?, text),
+            Rendered::Chat { text, assistant_prefix } => {
+                let mut want = reference(&text, false)?;
+                if let Some(prefix) = assistant_prefix {
+                    want.extend(self.assistant_prefix_ids(&prefix, reference)?);
+                }
+                (want, text)
+            }
+            Rendered::Ids(_) | Rendered::Ambiguous(_) | Rendered::Skipped(_) => {
+                return Ok(Verdict::NotEncoded);
+            }
+        };
+        if want == ids {
+            return Ok(Verdict::Same);
+        }
+        let at = want.iter().zip(ids).position(|(a, b)| a != b).unwrap_or(want.len().min(ids.len()));
+        let excerpt: String = text.chars().take(60).collect();
+        let reason = format!(
+            "ids differ from tokenizers' at run time, from token {at} ({} ids against {}) of a prompt starting {excerpt:?}",
+            ids.len(),
+            want.len()
+        );
+        Ok(Verdict::Different(self.encoder.disagree(reason)))
+    }
+
+    /// The ids of a `continue_final_message` assistant text, as they follow the prompt: encoded
+    /// with special tokens, without a leading `bos`.
+    fn assistant_prefix_ids(
+        &self,
+        prefix: &str,
+        encode: impl Fn(&str, bool) -> Result<Vec<u32>, TokenizeError>,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        let mut extra = encode(prefix, true)?;
+        if extra.first().is_some_and(|&first| Some(first) == self.bos_id) {
+            extra.remove(0);
+        }
+        Ok(extra)
     }
 
     /// Keeps the last prompt of each session, up to `capacity_bytes` in all (0: no cache).
@@ -226,10 +308,7 @@ impl Tokenizer {
             Rendered::Chat { text, assistant_prefix } => {
                 let (mut ids, cache) = self.encode_chat(text, session)?;
                 if let Some(prefix) = assistant_prefix {
-                    let mut extra = self.encode(&prefix, true)?;
-                    if extra.first().is_some_and(|&first| Some(first) == self.bos_id) {
-                        extra.remove(0);
-                    }
+                    let extra = self.assistant_prefix_ids(&prefix, |t, add| self.encode(t, add))?;
                     let mut all = ids.to_vec();
                     all.extend(extra);
                     ids = all.into();

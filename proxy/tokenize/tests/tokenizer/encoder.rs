@@ -3,7 +3,9 @@
 //! the reference kept (with its reason) where the fast one is not proven.
 
 use infera_proto::types::Api;
-use infera_tokenize::{CacheUse, EncoderChoice, EncoderKind, Outcome, SpecialTokens, Tokenizer, fixture};
+use infera_tokenize::{
+    CacheUse, EncoderChoice, EncoderKind, Outcome, SpecialTokens, Tokenizer, Verdict, fixture,
+};
 use serde_json::json;
 
 use crate::support::{body, byte_level, metaspace, special};
@@ -30,7 +32,7 @@ fn assert_same_ids(tokenizer: &Tokenizer, reference: &tokenizers::Tokenizer) {
 #[test]
 fn the_byte_level_fixture_encodes_fast_with_offsets_from_its_bytes() {
     let t = Tokenizer::new(byte_level(), None, special()).unwrap();
-    assert_eq!(t.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    assert_eq!(t.encoder(), EncoderKind::Fast { offsets_from_bytes: true });
     assert_same_ids(&t, &byte_level());
 }
 
@@ -61,7 +63,7 @@ fn a_template_post_processor_puts_its_tokens_around_the_fast_ids() {
 #[test]
 fn the_reference_runs_when_asked_for_or_when_specials_are_encoded_as_text() {
     let t = Tokenizer::new(byte_level(), None, special()).unwrap().with_encoder(EncoderChoice::Reference);
-    assert_eq!(t.encoder(), &EncoderKind::Reference("asked for".into()));
+    assert_eq!(t.encoder(), EncoderKind::Reference("asked for".into()));
     assert_same_ids(&t, &byte_level());
 
     let mut split = byte_level();
@@ -96,7 +98,7 @@ fn a_prefix_space_takes_the_session_offsets_from_the_reference() {
     let cached = Tokenizer::new(reference.clone(), Some(fixture::CHATML), special())
         .unwrap()
         .with_session_cache(1 << 20);
-    assert_eq!(cached.encoder(), &EncoderKind::Fast { offsets_from_bytes: false });
+    assert_eq!(cached.encoder(), EncoderKind::Fast { offsets_from_bytes: false });
     assert_same_ids(&cached, &reference);
     let fresh = Tokenizer::new(reference, Some(fixture::CHATML), special())
         .unwrap()
@@ -117,4 +119,59 @@ fn a_prefix_space_takes_the_session_offsets_from_the_reference() {
         messages.push(json!({"role": "user", "content": format!("question {turn}")}));
     }
     assert_eq!(hits, 3, "every turn after the first reuses the previous prompt");
+}
+
+#[test]
+fn a_run_time_check_that_finds_other_ids_turns_the_fast_encoder_off() {
+    // The Metaspace fixture fails the probe at load (capital letters, above); without the probe
+    // the fast encoder runs, and the run-time check has to catch it.
+    let reference = metaspace();
+    let t = Tokenizer::new(reference.clone(), Some(fixture::CHATML), SpecialTokens::default())
+        .unwrap()
+        .with_encoder(EncoderChoice::FastWithoutProbe)
+        .with_checks(2);
+    assert_eq!(t.encoder(), EncoderKind::Fast { offsets_from_bytes: false });
+    // The first prompt is due, then one in two.
+    assert!(t.check_due() && !t.check_due() && t.check_due());
+    let tokenize =
+        |b: &serde_json::Map<String, serde_json::Value>| match t.tokenize(Api::Completions, b, None) {
+            Ok(Outcome::Tokens(tokens)) => tokens.ids,
+            other => panic!("{other:?}"),
+        };
+
+    let agreed = body(json!({"model": "m", "prompt": "hello world, one pick per page"}));
+    let ids = tokenize(&agreed);
+    assert_eq!(t.check(Api::Completions, &agreed, &ids).unwrap(), Verdict::Same);
+    let given = body(json!({"model": "m", "prompt": [1, 2, 3]}));
+    assert_eq!(t.check(Api::Completions, &given, &[1, 2, 3]).unwrap(), Verdict::NotEncoded);
+
+    let capitals = body(json!({"model": "m", "prompt": "The Quick brown fox"}));
+    let wrong = tokenize(&capitals);
+    let right = reference.encode("The Quick brown fox", true).unwrap().get_ids().to_vec();
+    assert_ne!(&*wrong, right.as_slice(), "the fast encoder is wrong on this prompt");
+    let Verdict::Different(reason) = t.check(Api::Completions, &capitals, &wrong).unwrap() else {
+        panic!("the check missed it")
+    };
+    assert!(reason.contains("from token 0") && reason.contains("The Quick"), "{reason}");
+    // Off for good: the reference encodes, and nothing more is due.
+    assert_eq!(t.encoder(), EncoderKind::Reference(reason));
+    assert_eq!(&*tokenize(&capitals), right.as_slice());
+    assert!(!t.check_due());
+}
+
+#[test]
+fn a_checked_session_turn_is_the_whole_reference_encoding() {
+    let t = crate::support::with_template(fixture::CHATML).with_checks(1);
+    let mut messages = fixture::conversation(9, 1, 50, true);
+    for turn in 0..3 {
+        let chat = fixture::chat_body(&messages);
+        let Outcome::Tokens(tokens) = t.tokenize(Api::ChatCompletions, &chat, Some("s")).unwrap() else {
+            panic!("no tokens")
+        };
+        assert!(t.check_due());
+        assert_eq!(t.check(Api::ChatCompletions, &chat, &tokens.ids).unwrap(), Verdict::Same, "turn {turn}");
+        messages.push(json!({"role": "assistant", "content": format!("answer {turn} <|im_end|> inside")}));
+        messages.push(json!({"role": "user", "content": "next"}));
+    }
+    assert!(matches!(t.encoder(), EncoderKind::Fast { .. }));
 }

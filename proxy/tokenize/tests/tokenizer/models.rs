@@ -77,7 +77,7 @@ fn assert_same_ids(file: &str, t: &Tokenizer) {
 #[test]
 fn deepseek_v3_encodes_fast_with_identical_ids() {
     let t = Tokenizer::load(&model("deepseek_tokenizer.json"), None).unwrap();
-    assert_eq!(t.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    assert_eq!(t.encoder(), EncoderKind::Fast { offsets_from_bytes: true });
     assert_same_ids("deepseek_tokenizer.json", &t);
 }
 
@@ -86,7 +86,7 @@ fn anthropics_tokenizer_encodes_fast_with_identical_ids() {
     let t = Tokenizer::load(&model("anthropic_tokenizer.json"), None).unwrap();
     // NFKC changes some texts (ligatures, full-width letters): those take their offsets from the
     // reference, the others from the token bytes.
-    assert_eq!(t.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    assert_eq!(t.encoder(), EncoderKind::Fast { offsets_from_bytes: true });
     assert_same_ids("anthropic_tokenizer.json", &t);
 }
 
@@ -114,7 +114,7 @@ fn session_turns_equal_whole_reference_encodings(file: &str, template: &str, bos
     let special = || SpecialTokens { bos: Some(bos.into()), ..SpecialTokens::default() };
     let cached =
         Tokenizer::new(reference(file), Some(template), special()).unwrap().with_session_cache(64 << 20);
-    assert_eq!(cached.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    assert_eq!(cached.encoder(), EncoderKind::Fast { offsets_from_bytes: true });
     let fresh = Tokenizer::new(reference(file), Some(template), special())
         .unwrap()
         .with_encoder(EncoderChoice::Reference);

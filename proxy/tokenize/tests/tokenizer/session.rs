@@ -70,7 +70,7 @@ fn play(cached: &Tokenizer, fresh: &Tokenizer, sessions: u64, turns: usize, awkw
 fn cached_turns_equal_whole_encodings_byte_level() {
     let cached = with_template(fixture::CHATML);
     // The cached side encodes fast, with offsets from the token bytes; the judge is `tokenizers`.
-    assert_eq!(cached.encoder(), &EncoderKind::Fast { offsets_from_bytes: true });
+    assert_eq!(cached.encoder(), EncoderKind::Fast { offsets_from_bytes: true });
     let fresh = Tokenizer::new(crate::support::byte_level(), Some(fixture::CHATML), special())
         .unwrap()
         .with_encoder(EncoderChoice::Reference);
