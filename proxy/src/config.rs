@@ -162,7 +162,7 @@ struct TokenizerArgs {
     /// While the fast encoder runs, encode the first prompt and then one in N again with
     /// `tokenizers`, off the request's path, and compare; a difference turns the fast encoder off
     /// (`infera_proxy_tokenizer_checks_total`). 0: no checks.
-    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CHECK_EVERY", value_name = "N", default_value_t = 100)]
+    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CHECK_EVERY", value_name = "N", default_value_t = 1000)]
     tokenizer_check_every: u64,
 }
 
@@ -364,9 +364,9 @@ mod tests {
         };
         let fast = load(&[]);
         assert!(matches!(fast.encoder(), EncoderKind::Fast { .. }));
-        // The first prompt is checked, then one in 100 (the default).
+        // The first prompt is checked, then one in 1,000 (the default).
         assert!(fast.check_due());
-        assert!((0..99).all(|_| !fast.check_due()));
+        assert!((0..999).all(|_| !fast.check_due()));
         assert!(fast.check_due());
         assert!(!load(&["--tokenizer-check-every", "0"]).check_due());
         let reference = load(&["--tokenizer-encoder", "reference"]);

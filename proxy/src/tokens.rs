@@ -200,7 +200,7 @@ mod tests {
         .await;
         assert!(f.token_ids.is_none());
 
-        // The first prompt was checked against the reference, on the blocking pool (one in 100
+        // The first prompt was checked against the reference, on the blocking pool (one in 1,000
         // by default: the second was not).
         let checked = r#"infera_proxy_tokenizer_checks_total{result="same"} 1"#;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
