@@ -370,7 +370,7 @@ mod tests {
         assert!(fast.check_due());
         assert!(!load(&["--tokenizer-check-every", "0"]).check_due());
         let reference = load(&["--tokenizer-encoder", "reference"]);
-        assert_eq!(reference.encoder(), EncoderKind::Reference("asked for".into()));
+        assert_eq!(reference.encoder(), EncoderKind::Reference(infera_tokenize::ReferenceReason::AskedFor));
         assert!(!reference.check_due(), "nothing to check without the fast encoder");
         let err = Args::try_parse_from(["infera-proxy", "--tokenizer-encoder", "fastest"]).unwrap_err();
         assert!(err.to_string().contains("auto") && err.to_string().contains("reference"), "{err}");

@@ -219,7 +219,8 @@ impl ProxyMetrics {
         r.register(
             "tokenizer_checks",
             "Prompts encoded again by Hugging Face tokenizers to check the fast encoder's ids \
-             (--tokenizer-check-every): same, different (the fast encoder is then off), error",
+             (--tokenizer-check-every): same, different (the fast encoder is then off), cache_different \
+             (the session cache lent other ids; its entries are dropped), error",
             m.tokenizer_checks.clone(),
         );
         m

@@ -107,9 +107,16 @@ fn check_off_path(
 ) {
     tokio::task::spawn_blocking(move || match tokenizer.check(api, &body, &ids) {
         Ok(Verdict::Same) => metrics.tokenizer_checked("same"),
-        Ok(Verdict::Different(reason)) => {
+        Ok(Verdict::EncoderDiffers(reason)) => {
             tracing::error!(%reason, "tokenizer: the fast encoder's ids differ from tokenizers'; encoding with tokenizers from now on");
             metrics.tokenizer_checked("different");
+        }
+        Ok(Verdict::CacheDiffers { at }) => {
+            tracing::error!(
+                at,
+                "tokenizer: a prompt's ids from the session cache differ from tokenizers' whole encoding; the cache's entries are dropped"
+            );
+            metrics.tokenizer_checked("cache_different");
         }
         Ok(Verdict::NotEncoded) => {}
         Err(e) => {

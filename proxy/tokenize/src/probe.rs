@@ -43,12 +43,10 @@ pub(crate) fn texts(reference: &tokenizers::Tokenizer) -> Vec<String> {
     texts.push("a".repeat(700));
     texts.push("9".repeat(300));
     texts.push(SAMPLES.concat());
-    let added: Vec<String> = reference
-        .get_added_tokens_decoder()
-        .into_values()
-        .map(|t| t.content)
-        .filter(|c| !c.is_empty())
-        .collect();
+    // In id order: the probe, and so the decision, is the same on every start.
+    let mut by_id: Vec<_> = reference.get_added_tokens_decoder().into_iter().collect();
+    by_id.sort_by_key(|(id, _)| *id);
+    let added: Vec<String> = by_id.into_iter().map(|(_, t)| t.content).filter(|c| !c.is_empty()).collect();
     for token in &added {
         texts.push(format!("{token}{token} x{token}y\n{token} word {token}"));
     }
@@ -57,9 +55,9 @@ pub(crate) fn texts(reference: &tokenizers::Tokenizer) -> Vec<String> {
         let _ = write!(mixed, "{sample}{token}");
     }
     texts.push(mixed);
-    let size = reference.get_vocab_size(true);
-    let step = (size / VOCAB_SAMPLE).max(1);
-    let ids: Vec<u32> = (0..size).step_by(step).map(|id| id as u32).collect();
+    let bound = crate::token_bytes::id_bound(reference) as usize;
+    let step = (bound / VOCAB_SAMPLE).max(1);
+    let ids: Vec<u32> = (0..bound).step_by(step).map(|id| id as u32).collect();
     for (n, chunk) in ids.chunks(TOKENS_PER_TEXT).enumerate() {
         let pieces = chunk.iter().filter_map(|&id| reference.decode(&[id], false).ok());
         let joiner = if n % 2 == 0 { "" } else { " " };

@@ -35,6 +35,8 @@ struct Entry {
     ids: Arc<[u32]>,
     cuts: Vec<Cut>,
     tick: u64,
+    /// The tokenizer's cache generation when the ids were made; only the current one is lent.
+    generation: u64,
 }
 
 impl Entry {
@@ -67,9 +69,10 @@ impl SessionCache {
         Self { entries: HashMap::new(), by_age: BTreeMap::new(), tick: 0, stats }
     }
 
-    /// The part of `text` an earlier turn of `session` already encoded, counted as a hit or miss.
-    pub(crate) fn lookup(&mut self, session: &str, text: &str) -> Option<Reuse> {
-        let reuse = self.entries.get(session).and_then(|entry| {
+    /// The part of `text` an earlier turn of `session` already encoded in `generation`, counted
+    /// as a hit or miss.
+    pub(crate) fn lookup(&mut self, session: &str, text: &str, generation: u64) -> Option<Reuse> {
+        let reuse = self.entries.get(session).filter(|e| e.generation == generation).and_then(|entry| {
             let common = common_prefix(&entry.text, text);
             // The last cut whose token lies inside the common text, past the start.
             let k = entry.cuts.partition_point(|c| c.end <= common);
@@ -93,10 +96,17 @@ impl SessionCache {
 
     /// Remembers the newest prompt of `session`, evicting the least recently used sessions past
     /// the byte bound (a prompt larger than the whole bound is not kept).
-    pub(crate) fn store(&mut self, session: &str, text: String, ids: Arc<[u32]>, cuts: Vec<Cut>) {
+    pub(crate) fn store(
+        &mut self,
+        session: &str,
+        text: String,
+        ids: Arc<[u32]>,
+        cuts: Vec<Cut>,
+        generation: u64,
+    ) {
         self.remove(session);
         self.tick += 1;
-        let entry = Entry { text, ids, cuts, tick: self.tick };
+        let entry = Entry { text, ids, cuts, tick: self.tick, generation };
         let bytes = entry.bytes(session);
         if bytes > self.stats.capacity_bytes {
             return;
@@ -144,13 +154,14 @@ mod tests {
     fn reuses_up_to_the_last_cut_inside_the_common_text() {
         let mut cache = SessionCache::new(1 << 20);
         let ids: Arc<[u32]> = (0..10).collect();
-        cache.store("s", "<a>xx<a>yy<a>zz".into(), ids, vec![cut(0, 3, 0), cut(5, 8, 3), cut(10, 13, 6)]);
+        cache.store("s", "<a>xx<a>yy<a>zz".into(), ids, vec![cut(0, 3, 0), cut(5, 8, 3), cut(10, 13, 6)], 0);
         // Diverges inside the third token: the second cut is the last whole one.
-        let r = cache.lookup("s", "<a>xx<a>yy<bzzzz").unwrap();
+        let r = cache.lookup("s", "<a>xx<a>yy<bzzzz", 0).unwrap();
         assert_eq!((r.start, r.ids, r.cuts), (5, vec![0, 1, 2], vec![cut(0, 3, 0)]));
-        assert!(cache.lookup("s", "<b>").is_none(), "only the cut at 0 is inside");
-        assert!(cache.lookup("other", "<a>xx<a>yy<a>zz").is_none());
-        assert_eq!((cache.stats().hits, cache.stats().misses, cache.stats().reused_tokens), (1, 2, 3));
+        assert!(cache.lookup("s", "<b>", 0).is_none(), "only the cut at 0 is inside");
+        assert!(cache.lookup("other", "<a>xx<a>yy<a>zz", 0).is_none());
+        assert!(cache.lookup("s", "<a>xx<a>yy<a>zz", 1).is_none(), "made in another generation");
+        assert_eq!((cache.stats().hits, cache.stats().misses, cache.stats().reused_tokens), (1, 3, 3));
     }
 
     #[test]
@@ -158,13 +169,13 @@ mod tests {
         let one = ENTRY_OVERHEAD + 1 + 100 + 4 * 10;
         let mut cache = SessionCache::new(2 * one);
         for key in ["a", "b", "c"] {
-            cache.store(key, "x".repeat(100), (0..10).collect(), Vec::new());
+            cache.store(key, "x".repeat(100), (0..10).collect(), Vec::new(), 0);
         }
         assert_eq!((cache.stats().entries, cache.stats().bytes), (2, 2 * one));
         assert!(!cache.entries.contains_key("a") && cache.entries.contains_key("c"));
         // Re-storing a key replaces it; a too-large prompt is not kept.
-        cache.store("b", "y".repeat(100), (0..10).collect(), Vec::new());
-        cache.store("d", "z".repeat(10 * one), (0..1).collect(), Vec::new());
+        cache.store("b", "y".repeat(100), (0..10).collect(), Vec::new(), 0);
+        cache.store("d", "z".repeat(10 * one), (0..1).collect(), Vec::new(), 0);
         assert_eq!(cache.stats().entries, 2);
         assert_eq!(cache.entries["b"].text, "y".repeat(100));
     }

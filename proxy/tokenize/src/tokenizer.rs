@@ -3,6 +3,10 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod check;
+
+pub use check::Verdict;
 use std::sync::{Arc, Mutex};
 
 use infera_proto::types::Api;
@@ -80,17 +84,6 @@ pub enum Outcome {
     Skipped(Skip),
 }
 
-/// What checking a prompt's ids against the reference encoder found ([`Tokenizer::check`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Nothing was encoded (ids from the client, an ambiguous or skipped prompt).
-    NotEncoded,
-    /// The reference gives the same ids.
-    Same,
-    /// The reference gives other ids: the fast encoder is off from now on, for this reason.
-    Different(String),
-}
-
 /// A Hugging Face tokenizer with its chat template and a session cache.
 #[derive(Debug)]
 pub struct Tokenizer {
@@ -102,6 +95,9 @@ pub struct Tokenizer {
     /// Check one prompt in this many against the reference while the fast encoder runs (0: none).
     check_every: u64,
     checks_due: AtomicU64,
+    /// Session-cache entries of another generation are not reused: a check that finds wrong ids
+    /// moves it on, so that ids cached before are not lent out again.
+    cache_generation: AtomicU64,
 }
 
 impl Tokenizer {
@@ -166,6 +162,7 @@ impl Tokenizer {
             cache: None,
             check_every: 0,
             checks_due: AtomicU64::new(0),
+            cache_generation: AtomicU64::new(0),
         })
     }
 
@@ -178,51 +175,6 @@ impl Tokenizer {
     /// Which encoder runs, and why the reference if it is the reference.
     pub fn encoder(&self) -> EncoderKind {
         self.encoder.kind()
-    }
-
-    /// Checks one prompt in `every` against the reference ([`Tokenizer::check_due`]); 0: none.
-    pub fn with_checks(mut self, every: u64) -> Self {
-        self.check_every = every;
-        self
-    }
-
-    /// Whether this prompt should be checked: the first one and then one in `every`, while the
-    /// fast encoder runs.
-    pub fn check_due(&self) -> bool {
-        self.check_every > 0
-            && self.encoder.is_fast()
-            && self.checks_due.fetch_add(1, Ordering::Relaxed).is_multiple_of(self.check_every)
-    }
-
-    /// Encodes the prompt of `body` whole with the reference (no session cache) and compares
-    /// with `ids`, what [`Tokenizer::tokenize`] gave for it. A difference turns the fast encoder
-    /// off for good (the session cache keeps running, on the reference's offsets).
-    pub fn check(&self, api: Api, body: &Map<String, Value>, ids: &[u32]) -> Result<Verdict, TokenizeError> {
-        let reference = |text: &str, add: bool| self.encoder.reference_encode(text, add);
-        let (want, text) = match self.render(api, body)? {
-            Rendered::Text(text) => (reference(&text, true)?, text),
-            Rendered::Chat { text, assistant_prefix } => {
-                let mut want = reference(&text, false)?;
-                if let Some(prefix) = assistant_prefix {
-                    want.extend(self.assistant_prefix_ids(&prefix, reference)?);
-                }
-                (want, text)
-            }
-            Rendered::Ids(_) | Rendered::Ambiguous(_) | Rendered::Skipped(_) => {
-                return Ok(Verdict::NotEncoded);
-            }
-        };
-        if want == ids {
-            return Ok(Verdict::Same);
-        }
-        let at = want.iter().zip(ids).position(|(a, b)| a != b).unwrap_or(want.len().min(ids.len()));
-        let excerpt: String = text.chars().take(60).collect();
-        let reason = format!(
-            "ids differ from tokenizers' at run time, from token {at} ({} ids against {}) of a prompt starting {excerpt:?}",
-            ids.len(),
-            want.len()
-        );
-        Ok(Verdict::Different(self.encoder.disagree(reason)))
     }
 
     /// The ids of a `continue_final_message` assistant text, as they follow the prompt: encoded
@@ -338,7 +290,8 @@ impl Tokenizer {
             return Ok((self.encode(&text, false)?.into(), CacheUse::NotAsked));
         }
         let lock = || cache.lock().unwrap_or_else(|e| e.into_inner());
-        let reuse = lock().lookup(session, &text);
+        let generation = self.cache_generation.load(Ordering::Acquire);
+        let reuse = lock().lookup(session, &text, generation);
         let (start, mut ids, mut cuts) = match reuse {
             Some(r) => (r.start, r.ids, r.cuts),
             None => (0, Vec::new(), Vec::new()),
@@ -348,7 +301,7 @@ impl Tokenizer {
         ids.extend(suffix_ids);
         cuts.extend(suffix_cuts);
         let ids: Arc<[u32]> = ids.into();
-        lock().store(session, text, ids.clone(), cuts);
+        lock().store(session, text, ids.clone(), cuts, generation);
         Ok((ids, if start > 0 { CacheUse::Hit(reused) } else { CacheUse::Miss }))
     }
 

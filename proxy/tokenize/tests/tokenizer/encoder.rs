@@ -4,7 +4,8 @@
 
 use infera_proto::types::Api;
 use infera_tokenize::{
-    CacheUse, EncoderChoice, EncoderKind, Outcome, SpecialTokens, Tokenizer, Verdict, fixture,
+    CacheUse, EncoderChoice, EncoderKind, Outcome, ReferenceReason, SpecialTokens, Tokenizer, Verdict,
+    fixture,
 };
 use serde_json::json;
 
@@ -63,18 +64,43 @@ fn a_template_post_processor_puts_its_tokens_around_the_fast_ids() {
 #[test]
 fn the_reference_runs_when_asked_for_or_when_specials_are_encoded_as_text() {
     let t = Tokenizer::new(byte_level(), None, special()).unwrap().with_encoder(EncoderChoice::Reference);
-    assert_eq!(t.encoder(), EncoderKind::Reference("asked for".into()));
+    assert_eq!(t.encoder(), EncoderKind::Reference(ReferenceReason::AskedFor));
     assert_same_ids(&t, &byte_level());
+    // And back: the same tokenizer switches to the fast encoder, which is proven at load.
+    let t = t.with_encoder(EncoderChoice::Auto);
+    assert!(matches!(t.encoder(), EncoderKind::Fast { .. }), "{:?}", t.encoder());
 
     let mut split = byte_level();
     split.set_encode_special_tokens(true);
     let t = Tokenizer::new(split.clone(), None, special()).unwrap();
-    let EncoderKind::Reference(reason) = t.encoder() else { panic!("{:?}", t.encoder()) };
-    assert!(reason.contains("encode_special_tokens"), "{reason}");
+    assert_eq!(t.encoder(), EncoderKind::Reference(ReferenceReason::SpecialsAsText));
     assert_same_ids(&t, &split);
-    // And back: the same tokenizer can switch to the fast encoder when it is proven.
-    let t = Tokenizer::new(byte_level(), None, special()).unwrap().with_encoder(EncoderChoice::Auto);
-    assert!(matches!(t.encoder(), EncoderKind::Fast { .. }));
+}
+
+#[test]
+fn models_kitoken_would_run_otherwise_keep_the_reference() {
+    let unsupported = |t: &Tokenizer| match t.encoder() {
+        EncoderKind::Reference(ReferenceReason::Unsupported(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    // A WordPiece model (not a BPE).
+    let wordpiece = json!({"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}});
+    let t = Tokenizer::new(wordpiece.to_string().parse().unwrap(), None, SpecialTokens::default()).unwrap();
+    assert!(unsupported(&t).contains("not BPE"), "{}", unsupported(&t));
+    // A BPE with dropout.
+    let json = byte_level().to_string(false).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["model"]["dropout"] = json!(0.1);
+    let t = Tokenizer::new(v.to_string().parse().unwrap(), None, special()).unwrap();
+    assert_eq!(unsupported(&t), "the BPE has dropout");
+    // A vocabulary token the merges do not make: kitoken would take it whole, tokenizers not.
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["model"]["vocab"]["qzx"] = json!(100_000);
+    let t = Tokenizer::new(v.to_string().parse().unwrap(), None, special()).unwrap();
+    assert!(unsupported(&t).contains("\"qzx\""), "{}", unsupported(&t));
 }
 
 #[test]
@@ -83,8 +109,10 @@ fn a_disagreement_on_the_probe_keeps_the_reference() {
     // `tokenizers` drops such a character before the merges (the "▁" and "h" of "▁The" merge),
     // kitoken does not.
     let t = Tokenizer::new(metaspace(), None, SpecialTokens::default()).unwrap();
-    let EncoderKind::Reference(reason) = t.encoder() else { panic!("{:?}", t.encoder()) };
-    assert!(reason.starts_with("kitoken's ids differ from tokenizers' on \"The quick"), "{reason}");
+    let EncoderKind::Reference(ReferenceReason::ProbeDiffers { excerpt }) = t.encoder() else {
+        panic!("{:?}", t.encoder())
+    };
+    assert!(excerpt.starts_with("The quick"), "{excerpt}");
     assert_same_ids(&t, &metaspace());
 }
 
@@ -123,40 +151,69 @@ fn a_prefix_space_takes_the_session_offsets_from_the_reference() {
 
 #[test]
 fn a_run_time_check_that_finds_other_ids_turns_the_fast_encoder_off() {
-    // The Metaspace fixture fails the probe at load (capital letters, above); without the probe
-    // the fast encoder runs, and the run-time check has to catch it.
+    // The Metaspace fixture fails the probe at load (capital letters at the start of a text,
+    // above); without the probe the fast encoder runs, and the run-time check has to catch it.
+    // The template gives the contents alone, each closed by an added token, so that a prompt
+    // starts with the user's text and the session cache can cut after it.
     let reference = metaspace();
-    let t = Tokenizer::new(reference.clone(), Some(fixture::CHATML), SpecialTokens::default())
+    let template = "{% for m in messages %}{{ m['content'] }}<|im_end|>{% endfor %}";
+    let t = Tokenizer::new(reference.clone(), Some(template), SpecialTokens::default())
         .unwrap()
         .with_encoder(EncoderChoice::FastWithoutProbe)
+        .with_session_cache(1 << 20)
         .with_checks(2);
     assert_eq!(t.encoder(), EncoderKind::Fast { offsets_from_bytes: false });
     // The first prompt is due, then one in two.
     assert!(t.check_due() && !t.check_due() && t.check_due());
-    let tokenize =
-        |b: &serde_json::Map<String, serde_json::Value>| match t.tokenize(Api::Completions, b, None) {
-            Ok(Outcome::Tokens(tokens)) => tokens.ids,
-            other => panic!("{other:?}"),
+    let chat = |texts: &[&str]| {
+        let messages: Vec<_> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": text}))
+            .collect();
+        fixture::chat_body(&messages)
+    };
+    let tokens = |b: &serde_json::Map<String, serde_json::Value>, session| match t.tokenize(
+        Api::ChatCompletions,
+        b,
+        session,
+    ) {
+        Ok(Outcome::Tokens(tokens)) => tokens,
+        other => panic!("{other:?}"),
+    };
+    let reference_ids = |b: &serde_json::Map<String, serde_json::Value>| {
+        let Ok(infera_tokenize::Rendered::Chat { text, .. }) = t.render(Api::ChatCompletions, b) else {
+            panic!()
         };
+        reference.encode(text.as_str(), false).unwrap().get_ids().to_vec()
+    };
 
-    let agreed = body(json!({"model": "m", "prompt": "hello world, one pick per page"}));
-    let ids = tokenize(&agreed);
-    assert_eq!(t.check(Api::Completions, &agreed, &ids).unwrap(), Verdict::Same);
+    // A session's first turn, which the check finds right.
+    let first = chat(&["hello world, one pick per page"]);
+    let got = tokens(&first, Some("s"));
+    assert_eq!(t.check(Api::ChatCompletions, &first, &got.ids).unwrap(), Verdict::Same);
     let given = body(json!({"model": "m", "prompt": [1, 2, 3]}));
     assert_eq!(t.check(Api::Completions, &given, &[1, 2, 3]).unwrap(), Verdict::NotEncoded);
 
-    let capitals = body(json!({"model": "m", "prompt": "The Quick brown fox"}));
-    let wrong = tokenize(&capitals);
-    let right = reference.encode("The Quick brown fox", true).unwrap().get_ids().to_vec();
-    assert_ne!(&*wrong, right.as_slice(), "the fast encoder is wrong on this prompt");
-    let Verdict::Different(reason) = t.check(Api::Completions, &capitals, &wrong).unwrap() else {
+    // Capital letters at the start: the fast ids are wrong, and the check sees it.
+    let capitals = chat(&["The Quick brown fox"]);
+    let wrong = tokens(&capitals, None);
+    assert_ne!(&*wrong.ids, reference_ids(&capitals).as_slice(), "the fast encoder is wrong on this prompt");
+    let Verdict::EncoderDiffers(reason) = t.check(Api::ChatCompletions, &capitals, &wrong.ids).unwrap()
+    else {
         panic!("the check missed it")
     };
-    assert!(reason.contains("from token 0") && reason.contains("The Quick"), "{reason}");
-    // Off for good: the reference encodes, and nothing more is due.
+    let ReferenceReason::RunTimeDiffers { at: 0, excerpt } = &reason else { panic!("{reason:?}") };
+    assert!(excerpt.starts_with("The Quick"), "{excerpt}");
+    // Off for good: the reference encodes, nothing more is due, and what the session cache
+    // holds from before is not lent out again.
     assert_eq!(t.encoder(), EncoderKind::Reference(reason));
-    assert_eq!(&*tokenize(&capitals), right.as_slice());
     assert!(!t.check_due());
+    assert_eq!(&*tokens(&capitals, None).ids, reference_ids(&capitals).as_slice());
+    let next = chat(&["hello world, one pick per page", "An answer", "next"]);
+    let turn = tokens(&next, Some("s"));
+    assert_eq!(turn.cache, CacheUse::Miss, "the entry from before the check is not reused");
+    assert_eq!(&*turn.ids, reference_ids(&next).as_slice());
 }
 
 #[test]
@@ -173,5 +230,20 @@ fn a_checked_session_turn_is_the_whole_reference_encoding() {
         messages.push(json!({"role": "assistant", "content": format!("answer {turn} <|im_end|> inside")}));
         messages.push(json!({"role": "user", "content": "next"}));
     }
+    // Ids that are not the prompt's (as a faulty cache would lend): the encoder is right, so the
+    // cache is blamed, its entries are not lent again, and the fast encoder stays.
+    let chat = fixture::chat_body(&messages);
+    let Outcome::Tokens(tokens) = t.tokenize(Api::ChatCompletions, &chat, Some("s")).unwrap() else {
+        panic!()
+    };
+    assert!(matches!(tokens.cache, CacheUse::Hit(_)));
+    let mut bad = tokens.ids.to_vec();
+    bad.swap(1, 2);
+    assert_eq!(t.check(Api::ChatCompletions, &chat, &bad).unwrap(), Verdict::CacheDiffers { at: 1 });
     assert!(matches!(t.encoder(), EncoderKind::Fast { .. }));
+    let Outcome::Tokens(again) = t.tokenize(Api::ChatCompletions, &chat, Some("s")).unwrap() else {
+        panic!()
+    };
+    assert_eq!(again.cache, CacheUse::Miss);
+    assert_eq!(again.ids, tokens.ids);
 }
