@@ -8,7 +8,9 @@
 //! 2. The KV-aware round ([`kv`]): PickPrefill with 2,000 page hashes + PickDecode + two
 //!    Releases against control whose prefix index was filled over ZMQ, against the echo called
 //!    as often.
-//! 3. In-process pick + book on the pure core, for growing target counts, with the ledger kept
+//! 3. The batched round ([`batch`]): 16 decode picks as one PickMany + one ReleaseMany against
+//!    the same 16 as PickDecode + Release each, in picks per second.
+//! 4. In-process pick + book on the pure core, for growing target counts, with the ledger kept
 //!    warm (`WARM_PER_TARGET` reservations per target); each pick is released again outside
 //!    the timed section so the load stays steady.
 
@@ -30,6 +32,7 @@ use tonic::transport::Channel;
 
 use crate::echo::{self, pb::EchoMessage, pb::echo_client::EchoClient};
 
+mod batch;
 mod kv;
 
 const WARM_PER_TARGET: usize = 4;
@@ -59,7 +62,7 @@ pub(crate) struct ControlArgs {
 
 pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let (echo_rate, control_rate) = rt.block_on(round_trips(&args))?;
+    let Plain { echo: echo_rate, control: control_rate, batched } = rt.block_on(round_trips(&args))?;
     let kv = rt.block_on(kv::round_trips(&args))?;
     drop(rt);
     println!(
@@ -90,6 +93,24 @@ pub(crate) fn run(args: ControlArgs) -> anyhow::Result<()> {
         "  the same with the hashes as int64 varints (page_hashes, older clients)  {varint:>9.0} round trips/s (median), {:.2} of echo; fixed / varint {:.2}",
         varint / kv_echo,
         kv_rate / varint
+    );
+
+    println!(
+        "control batched picks: {} decode picks per client and turn, {} clients",
+        batch::BATCH,
+        args.clients
+    );
+    println!(
+        "  one RPC each   {}× (PickDecode + Release)       {:>9.0} picks/s (median)",
+        batch::BATCH,
+        batched.unary
+    );
+    println!("  batched        PickMany + ReleaseMany          {:>9.0} picks/s (median)", batched.batched);
+    let ratios: Vec<String> = batched.ratios.iter().map(|r| format!("{r:.2}")).collect();
+    println!(
+        "  ratio batched / one each: {:.2} (per round {})",
+        batched.batched / batched.unary,
+        ratios.join(" ")
     );
 
     println!();
@@ -135,7 +156,14 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "NOT met" }
 }
 
-async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
+/// The plain rounds' medians, in round trips per second, and the batched round.
+struct Plain {
+    echo: f64,
+    control: f64,
+    batched: batch::Batched,
+}
+
+async fn round_trips(args: &ControlArgs) -> anyhow::Result<Plain> {
     let workers = tempfile::NamedTempFile::new()?;
     std::fs::write(
         workers.path(),
@@ -143,19 +171,22 @@ async fn round_trips(args: &ControlArgs) -> anyhow::Result<(f64, f64)> {
             "[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={DECODE_RANKS}\n"
         ),
     )?;
-    let Served { routers, echoes, lease } = serve(workers.path(), args.clients).await?;
+    let served = serve(workers.path(), args.clients).await?;
+    let Served { routers, echoes, lease } = &served;
 
     let round = Duration::from_millis(args.round_ms);
     // Warm-up: connections, allocators, the ledger's maps.
-    measure(&echoes, round / 4, echo_round_trip).await?;
+    measure(echoes, round / 4, echo_round_trip).await?;
+    let lease = lease.clone();
     let pick = move |c| pick_round_trip(c, lease.clone());
-    measure(&routers, round / 4, pick.clone()).await?;
+    measure(routers, round / 4, pick.clone()).await?;
     let (mut echo_rates, mut control_rates) = (Vec::new(), Vec::new());
     for _ in 0..args.rounds {
-        echo_rates.push(measure(&echoes, round, echo_round_trip).await?);
-        control_rates.push(measure(&routers, round, pick.clone()).await?);
+        echo_rates.push(measure(echoes, round, echo_round_trip).await?);
+        control_rates.push(measure(routers, round, pick.clone()).await?);
     }
-    Ok((median(echo_rates), median(control_rates)))
+    let batched = batch::round_trips(args, &served).await?;
+    Ok(Plain { echo: median(echo_rates), control: median(control_rates), batched })
 }
 
 /// Control and its echo baseline, served in this process on port 0.
@@ -225,20 +256,7 @@ async fn pick_round_trip(
     mut c: RouterClient<Channel>,
     lease: String,
 ) -> Result<RouterClient<Channel>, tonic::Status> {
-    let picked = c
-        .pick_decode(pb::PickRequest {
-            lease_id: lease,
-            request_id: "bench-request".into(),
-            model: "m".into(),
-            input_tokens: 4096,
-            session_key: String::new(),
-            page_hashes: Vec::new(),
-            fixed_page_hashes: Vec::new(),
-            page_size: 0,
-            exclude: Vec::new(),
-        })
-        .await?
-        .into_inner();
+    let picked = c.pick_decode(decode_pick(lease, "bench-request".into())).await?.into_inner();
     let release = pb::ReleaseRequest {
         reservation_id: picked.reservation_id,
         reason: pb::ReleaseReason::Eof as i32,
@@ -246,6 +264,21 @@ async fn pick_round_trip(
     };
     c.release(release).await?;
     Ok(c)
+}
+
+/// A decode pick of 4,096 input tokens on model `m`.
+pub(super) fn decode_pick(lease_id: String, request_id: String) -> pb::PickRequest {
+    pb::PickRequest {
+        lease_id,
+        request_id,
+        model: "m".into(),
+        input_tokens: 4096,
+        session_key: String::new(),
+        page_hashes: Vec::new(),
+        fixed_page_hashes: Vec::new(),
+        page_size: 0,
+        exclude: Vec::new(),
+    }
 }
 
 /// Round trips per second of `clients` looping `trip` for `round`.
