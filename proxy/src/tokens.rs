@@ -210,12 +210,11 @@ mod tests {
         // The first prompt was checked against the reference, on the blocking pool (one in 1,000
         // by default: the second was not).
         let checked = r#"infera_proxy_tokenizer_checks_total{result="same"} 1"#;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !metrics_text(&registry).contains(checked) {
-            assert!(std::time::Instant::now() < deadline, "no check: {}", metrics_text(&registry));
-            tokio::task::yield_now().await;
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let wait = std::time::Duration::from_secs(20);
+        infera_testkit::eventually(wait, "the first prompt's check", async || {
+            metrics_text(&registry).contains(checked)
+        })
+        .await;
 
         let text = metrics_text(&registry);
         for line in [

@@ -126,7 +126,8 @@ impl EtcdServer {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
                 return Err(format!("etcd exited during start-up on {client} and {peer}: {status}: {tail}"));
             }
             assert!(Instant::now() < end, "etcd did not become healthy on {}", self.url());

@@ -254,13 +254,18 @@ impl Fast {
         let affixes = Affixes::of(reference).map_err(unsupported)?;
         let mut fast = Self { bpe, affixes, bytes: None };
         let texts = if probed { probe::texts(reference) } else { Vec::new() };
+        // Each probe text's plain encoding, with offsets, is kept for the offsets check below.
+        let mut plain = Vec::with_capacity(texts.len());
         for text in &texts {
-            for add in [false, true] {
-                let want = reference_ids(reference, text, add).map_err(|e| unsupported(e.to_string()))?;
-                if fast.encode(text, add).ok() != Some(want) {
-                    return Err(ReferenceReason::ProbeDiffers { excerpt: probe::excerpt(text) });
-                }
+            let encoding = reference.encode(text.as_str(), false).map_err(|e| unsupported(e.to_string()))?;
+            let with_specials =
+                reference_ids(reference, text, true).map_err(|e| unsupported(e.to_string()))?;
+            if fast.encode(text, false).ok().as_deref() != Some(encoding.get_ids())
+                || fast.encode(text, true).ok() != Some(with_specials)
+            {
+                return Err(ReferenceReason::ProbeDiffers { excerpt: probe::excerpt(text) });
             }
+            plain.push(encoding);
         }
         let added: HashSet<u32> = reference.get_added_tokens_decoder().into_keys().collect();
         // Kept if the bytes tile plain text (they never do under a Metaspace or a prefix
@@ -270,8 +275,7 @@ impl Fast {
                 reference.encode(text, false).ok().and_then(|e| bytes.offsets(text, e.get_ids()))
             };
             probe::PLAIN.iter().all(|text| tiles(text).is_some())
-                && texts.iter().all(|text| {
-                    let Ok(encoding) = reference.encode(text.as_str(), false) else { return false };
+                && texts.iter().zip(&plain).all(|(text, encoding)| {
                     let ids = encoding.get_ids();
                     bytes
                         .offsets(text, ids)

@@ -3,10 +3,6 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-mod check;
-
-pub use check::Verdict;
 use std::sync::{Arc, Mutex};
 
 use infera_proto::types::Api;
@@ -22,6 +18,10 @@ use crate::request;
 use crate::responses;
 use crate::session::{CacheStats, SessionCache};
 use crate::template::ChatTemplate;
+
+mod check;
+
+pub use check::Verdict;
 
 /// Why a chat prompt is ambiguous: the proxy cannot know which rendering SGLang uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
