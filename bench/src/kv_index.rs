@@ -6,8 +6,8 @@
 //! engine's radix cache publishes them. Measured, each against a baseline in the same run:
 //!
 //! - ingest: stored and removed blocks per second, against SHA-256 over the same pages alone
-//!   (the rehash a namespaced engine's blocks need, `--namespace`; SGLang's own hashes need none
-//!   below a chain's first page);
+//!   (the rehash an opaquely namespaced engine's blocks need, `--namespace`; SGLang's own hashes,
+//!   salted or not (`--cache-salt`), need none below a chain's first page);
 //! - overlap queries for 2,000-page prompts over all targets: p50/p99, idle, while another
 //!   thread ingests flat out and while it ingests at `--ingest-rate`, against hashing the
 //!   prompt's pages (what the proxy does per request);
@@ -23,7 +23,7 @@ use infera_control::kv_feed::{COMMIT_PART_BLOCKS, SharedIndex};
 use infera_control::routing::KvIndex;
 use infera_control::target::TargetKey;
 use infera_kv::event::{KvEvent, Medium};
-use infera_kv::hash::{PageHash, chain_page, page_hashes};
+use infera_kv::hash::{PageHash, chain_page, page_hashes_after, salt_seed};
 
 use crate::replay::trace::{self, Format};
 
@@ -56,13 +56,26 @@ pub(crate) struct Args {
     /// publishes tens of thousands).
     #[arg(long, env = "INFERA_BENCH_KV_INGEST_RATE", default_value_t = 1e6)]
     ingest_rate: f64,
-    /// XORed into every published block hash: non-zero plays a namespaced engine (`cache_salt`,
-    /// LoRA), whose blocks the index keys by hashing their tokens and keeps a digest for.
+    /// XORed into every published block hash: non-zero plays an engine whose hashes no router can
+    /// compute (a LoRA adapter's namespace, `format: "dynamo"`), whose blocks the index keys by
+    /// hashing their tokens and keeps a digest for.
     #[arg(long, env = "INFERA_BENCH_KV_NAMESPACE", default_value_t = 0)]
     namespace: i64,
+    /// Every request carries this `cache_salt`: its pages are hashed after the salt's seed (in
+    /// the events and the queries alike), as SGLang's KV events and the proxy hash them.
+    #[arg(long, env = "INFERA_BENCH_KV_CACHE_SALT")]
+    cache_salt: Option<String>,
     /// Timed queries (and picks) per measurement.
     #[arg(long, env = "INFERA_BENCH_KV_QUERIES", default_value_t = 2_000)]
     queries: usize,
+}
+
+impl Args {
+    /// A prompt's page hashes, as the proxy computes them for a request of this run.
+    fn page_hashes(&self, tokens: &[u32]) -> Vec<PageHash> {
+        let seed = self.cache_salt.as_deref().map(salt_seed);
+        page_hashes_after(seed.as_ref(), tokens, self.page_size)
+    }
 }
 
 /// One target's stores, as the engine would publish them.
@@ -85,7 +98,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         args.page_size,
         pages,
         stores.len(),
-        if args.namespace == 0 { "SGLang's own hashes" } else { "namespaced hashes" },
+        match (args.namespace, &args.cache_salt) {
+            (0, None) => "SGLang's own hashes",
+            (0, Some(_)) => "SGLang's own hashes under a cache_salt",
+            (_, None) => "opaquely namespaced hashes",
+            (_, Some(_)) => "opaquely namespaced hashes under a cache_salt",
+        },
     );
 
     // Ingest, against the SHA-256 of the same pages.
@@ -148,11 +166,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         args.query_pages
     );
     let queries: Vec<Vec<PageHash>> =
-        long.iter().map(|p| page_hashes(&p[..args.query_pages * args.page_size], args.page_size)).collect();
+        long.iter().map(|p| args.page_hashes(&p[..args.query_pages * args.page_size])).collect();
     let keys: Vec<TargetKey> = (0..args.targets).map(TargetKey::from_index).collect();
     let hash_us = samples(args.queries, |i| {
         let p = long[i % long.len()];
-        std::hint::black_box(page_hashes(&p[..args.query_pages * args.page_size], args.page_size));
+        std::hint::black_box(args.page_hashes(&p[..args.query_pages * args.page_size]));
     });
     let mut out = Vec::new();
     let idle = samples(args.queries, |i| index.overlaps(&queries[i % queries.len()], &keys, &mut out));
@@ -248,7 +266,7 @@ fn events(prompts: &[Vec<u32>], args: &Args) -> Vec<Store> {
     let mut out = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
         let t = i % args.targets as usize;
-        let hashes = page_hashes(p, args.page_size);
+        let hashes = args.page_hashes(p);
         let have = hashes.iter().take_while(|h| held[t].contains(h)).count();
         if have == hashes.len() {
             continue;
@@ -265,6 +283,7 @@ fn events(prompts: &[Vec<u32>], args: &Args) -> Vec<Store> {
                     .collect(),
                 block_size: args.page_size as u32,
                 medium: Medium::Gpu,
+                cache_salt: args.cache_salt.clone(),
             },
             pages: hashes.len() - have,
         });

@@ -34,10 +34,41 @@ pub struct Facts {
     pub token_ids: Option<Arc<[u32]>>,
     /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`.
     pub session: Option<SessionKey>,
+    /// The body's `cache_salt`, the namespace SGLang caches (and hashes) the prompt's pages in.
+    pub cache_salt: CacheSalt,
     /// Whether the answer is an SSE stream.
     pub stream: bool,
     /// The request body.
     pub body: Map<String, Value>,
+}
+
+/// A request's `cache_salt` (SGLang's `GenerateReqInput` and OpenAI requests): its pages are a
+/// namespace of their own in SGLang's radix cache, and its KV events hash them after the salt's
+/// seed (`infera_kv::hash::salt_seed`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheSalt {
+    /// None, or empty (SGLang's `_normalize_cache_salt` drops an empty salt).
+    #[default]
+    Unsalted,
+    /// One salt for the prompt (a string, or a list of one).
+    Salted(String),
+    /// A list of several, one per prompt of a batch: no one namespace for the pages.
+    PerPrompt,
+}
+
+impl CacheSalt {
+    fn of(body: &Map<String, Value>) -> Result<Self, ProxyError> {
+        let one = |s: &str| if s.is_empty() { Self::Unsalted } else { Self::Salted(s.to_owned()) };
+        match body.get("cache_salt") {
+            None | Some(Value::Null) => Ok(Self::Unsalted),
+            Some(Value::String(s)) => Ok(one(s)),
+            Some(Value::Array(list)) if list.iter().all(Value::is_string) => match &list[..] {
+                [Value::String(s)] => Ok(one(s)),
+                _ => Ok(Self::PerPrompt),
+            },
+            Some(_) => Err(ProxyError::BadRequest("cache_salt must be a string or a list of strings")),
+        }
+    }
 }
 
 /// Derives the facts from a request's headers and body.
@@ -76,7 +107,8 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         .or_else(|| field("prompt_cache_key"));
     let session = session.map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
-    Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, stream, body })
+    let cache_salt = CacheSalt::of(&body)?;
+    Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, cache_salt, stream, body })
 }
 
 /// The client's `x-request-id`, when it is one the proxy keeps (visible ASCII, 1–256 bytes).
@@ -188,6 +220,26 @@ mod tests {
         let f = facts(Api::Completions, r#"{"model":"m","prompt":"x","user":"","prompt_cache_key":"k"}"#)
             .unwrap();
         assert_eq!(f.session.as_ref().map(SessionKey::as_str), Some("k"));
+    }
+
+    #[test]
+    fn the_cache_salt_is_read_as_sglang_normalises_it() {
+        let salt = |v: Value| {
+            let body = serde_json::json!({"model": "m", "prompt": "x", "cache_salt": v});
+            facts(Api::Completions, &body.to_string()).map(|f| f.cache_salt)
+        };
+        let salted = |s: &str| CacheSalt::Salted(s.to_owned());
+        assert_eq!(
+            facts(Api::Completions, r#"{"model":"m","prompt":"x"}"#).unwrap().cache_salt,
+            CacheSalt::Unsalted
+        );
+        assert_eq!(salt(Value::Null).unwrap(), CacheSalt::Unsalted);
+        assert_eq!(salt("".into()).unwrap(), CacheSalt::Unsalted, "an empty salt is none");
+        assert_eq!(salt("t1".into()).unwrap(), salted("t1"));
+        assert_eq!(salt(serde_json::json!(["t1"])).unwrap(), salted("t1"));
+        assert_eq!(salt(serde_json::json!(["t1", "t2"])).unwrap(), CacheSalt::PerPrompt);
+        assert!(matches!(salt(7.into()), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(salt(serde_json::json!(["t1", 7])), Err(ProxyError::BadRequest(_))));
     }
 
     #[test]

@@ -154,12 +154,11 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
             .map_err(|e| failed(e.into()))?;
     let (max_new_tokens, work) = match mode {
         DisaggregationMode::Null => {
-            (req.max_new_tokens, Work::Prefill { pages: pages(app, &req.prompt), hold: false })
+            (req.max_new_tokens, Work::Prefill { pages: pages(app, &req), hold: false })
         }
-        DisaggregationMode::Prefill => (
-            req.max_new_tokens.min(1),
-            Work::Prefill { pages: pages(app, &req.prompt), hold: claim.is_some() },
-        ),
+        DisaggregationMode::Prefill => {
+            (req.max_new_tokens.min(1), Work::Prefill { pages: pages(app, &req), hold: claim.is_some() })
+        }
         DisaggregationMode::Decode => (req.max_new_tokens, Work::AwaitKv),
     };
     let admission = Admission {
@@ -188,8 +187,8 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
     })
 }
 
-fn pages(app: &App, prompt: &[u32]) -> PromptPages {
-    PromptPages::new(prompt, app.config.page_size, app.kv_events.is_some())
+fn pages(app: &App, req: &GenRequest) -> PromptPages {
+    PromptPages::new(&req.prompt, app.config.page_size, app.kv_events.is_some(), req.cache_salt.as_deref())
 }
 
 /// The consumer went away.

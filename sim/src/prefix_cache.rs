@@ -15,7 +15,8 @@ use infera_kv::hash::{self, PageHash};
 use infera_kv::wire::{MAX_HASHES_PER_EVENT, MAX_TOKENS_PER_EVENT};
 
 /// A prompt as the prefix cache sees it: the hashes of its full pages and, when KV events are
-/// published, their tokens.
+/// published, their tokens. A salted prompt's pages are hashed after its salt's seed, as SGLang's
+/// KV events hash them, so they are a namespace of their own in the cache too.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PromptPages {
     /// SGLang's hash of each full page, in order.
@@ -24,16 +25,20 @@ pub struct PromptPages {
     pub tokens: Vec<u32>,
     /// Tokens per page.
     pub page_size: u32,
+    /// The request's `cache_salt`, named on the `BlockStored` events.
+    pub cache_salt: Option<String>,
 }
 
 impl PromptPages {
-    /// The full pages of `prompt`; `with_tokens` keeps their tokens for KV events.
-    pub fn new(prompt: &[u32], page_size: u32, with_tokens: bool) -> Self {
+    /// The full pages of `prompt` under `cache_salt`; `with_tokens` keeps their tokens for KV
+    /// events.
+    pub fn new(prompt: &[u32], page_size: u32, with_tokens: bool, cache_salt: Option<&str>) -> Self {
         let page_size = page_size.max(1);
-        let hashes = hash::page_hashes(prompt, page_size as usize);
+        let seed = cache_salt.map(hash::salt_seed);
+        let hashes = hash::page_hashes_after(seed.as_ref(), prompt, page_size as usize);
         let tokens =
             if with_tokens { prompt[..hashes.len() * page_size as usize].to_vec() } else { Vec::new() };
-        Self { hashes, tokens, page_size }
+        Self { hashes, tokens, page_size, cache_salt: cache_salt.map(str::to_owned) }
     }
 }
 
@@ -68,6 +73,7 @@ impl Inserted {
                 token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
                 block_size: pages.page_size,
                 medium: Medium::Gpu,
+                cache_salt: pages.cache_salt.clone(),
             });
             at = end;
         }
@@ -176,7 +182,7 @@ mod tests {
     #[test]
     fn changes_become_chained_sglang_events() {
         let prompt: Vec<u32> = (0..7).collect();
-        let pages = PromptPages::new(&prompt, 2, true);
+        let pages = PromptPages::new(&prompt, 2, true, None);
         assert_eq!(pages.hashes, hash::page_hashes(&prompt, 2));
         assert_eq!(pages.tokens, &prompt[..6]);
         let ins = Inserted { new: vec![1, 2], evicted: h(&[5]) };
@@ -189,6 +195,7 @@ mod tests {
                     token_ids: vec![2, 3, 4, 5],
                     block_size: 2,
                     medium: Medium::Gpu,
+                    cache_salt: None,
                 },
                 KvEvent::BlockRemoved { block_hashes: vec![5], medium: Medium::Gpu },
             ]
@@ -198,5 +205,23 @@ mod tests {
         assert!(
             matches!(&first[1], KvEvent::BlockStored { parent_block_hash: Some(p), .. } if *p == pages.hashes[1].0)
         );
+    }
+
+    #[test]
+    fn a_salted_prompt_is_a_namespace_of_its_own() {
+        let prompt: Vec<u32> = (0..4).collect();
+        let plain = PromptPages::new(&prompt, 2, true, None);
+        let salted = PromptPages::new(&prompt, 2, true, Some("tenant-a"));
+        let seed = hash::salt_seed("tenant-a");
+        assert_eq!(salted.hashes, hash::page_hashes_after(Some(&seed), &prompt, 2));
+        let mut c = PrefixCache::new(2, 100);
+        c.insert(&plain.hashes);
+        assert_eq!(c.cached_tokens(&salted.hashes), 0, "the salted prompt shares nothing with the plain one");
+        let ins = c.insert(&salted.hashes);
+        assert_eq!(ins.new, [0, 1], "both pages are new");
+        let events = ins.events(&salted);
+        assert!(matches!(&events[..], [KvEvent::BlockStored { cache_salt: Some(s), block_hashes, .. }]
+                if s == "tenant-a" && block_hashes == &[salted.hashes[0].0, salted.hashes[1].0]));
+        assert_eq!(c.cached_tokens(&salted.hashes), 4);
     }
 }

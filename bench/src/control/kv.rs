@@ -38,6 +38,7 @@ fn stored(tokens: &[u32]) -> KvEvent {
         token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
         block_size: PAGE as u32,
         medium: Medium::Gpu,
+        cache_salt: None,
     }
 }
 

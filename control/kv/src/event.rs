@@ -40,6 +40,9 @@ pub enum KvEvent {
         block_size: u32,
         /// Where the pages are.
         medium: Medium,
+        /// The `cache_salt` of the request that stored them (0.5.18's `BlockStoredWithMetadata`,
+        /// a field from 0.5.20): SGLang hashed the chain after its [`crate::hash::salt_seed`].
+        cache_salt: Option<String>,
     },
     /// Pages evicted from `medium`.
     BlockRemoved {

@@ -6,6 +6,11 @@
 //! is hashed as a `0xff` tag followed by little-endian `u64`s. The published block hash is the
 //! first 8 bytes of the digest read big-endian as a signed `i64`.
 //!
+//! A request with a `cache_salt` is a namespace of its own in SGLang's radix cache, and its KV
+//! events hash the chain after a seed: the first page's prior digest is
+//! `SHA256("sglang-cache-salt-v1\0" ‖ salt)` (`compute_node_event_hash_values`, 0.5.18–0.5.23;
+//! an empty salt is no salt, `GenerateReqInput._normalize_cache_salt`), see [`salt_seed`].
+//!
 //! Because every digest covers all pages before it, two prompts share the hash of page `i` exactly
 //! when they share the first `i + 1` pages: a page hash *is* a prefix. The proxy hashes prompts with
 //! this function; control keys KV events by it, taking an engine's published hashes as they are
@@ -51,15 +56,32 @@ pub fn chain_page(prior: Option<&ChainDigest>, page: &[u64]) -> ChainDigest {
     ChainDigest(sha.finalize().into())
 }
 
+/// The digest a chain stored under `cache_salt` starts from: SGLang's KV events hash the salted
+/// chain's first page after it (`mem_cache/utils.py`, `compute_node_event_hash_values`).
+pub fn salt_seed(cache_salt: &str) -> ChainDigest {
+    let mut sha = Sha256::new();
+    sha.update(b"sglang-cache-salt-v1\0");
+    sha.update(cache_salt.as_bytes());
+    ChainDigest(sha.finalize().into())
+}
+
 /// The page-hash sequence of a prompt: one hash per *full* page of `page_size` tokens (a partial
 /// last page is not shareable between requests, so it is left out).
 ///
 /// # Panics
 /// If `page_size` is 0.
 pub fn page_hashes(tokens: &[u32], page_size: usize) -> Vec<PageHash> {
+    page_hashes_after(None, tokens, page_size)
+}
+
+/// [`page_hashes`] of a chain that starts after `seed` (a [`salt_seed`]; `None`: no namespace).
+///
+/// # Panics
+/// If `page_size` is 0.
+pub fn page_hashes_after(seed: Option<&ChainDigest>, tokens: &[u32], page_size: usize) -> Vec<PageHash> {
     assert!(page_size > 0, "page_size must be positive");
     let mut out = Vec::with_capacity(tokens.len() / page_size);
-    let mut prior: Option<ChainDigest> = None;
+    let mut prior: Option<ChainDigest> = seed.copied();
     let mut page = Vec::with_capacity(page_size);
     for chunk in tokens.chunks_exact(page_size) {
         page.clear();
@@ -94,6 +116,25 @@ mod tests {
             page_hashes(&[1, 2, 3, 4, 5], 2),
             vec![PageHash(3_817_746_824_117_602_890), PageHash(-4_216_701_448_867_210_342)]
         );
+    }
+
+    const SALT_SEED: &str = "f5d0f785efe6042a4e4b0297a4d712917e1763c850835e93df58b373fd47fd2c";
+    const SALTED_PAGE_0: &str = "006feb306a146eedf00873bb27549df0e6a6d6792aac643ec3c99db3741fab7a";
+
+    // Computed with Python's hashlib as SGLang 0.5.23 does it for `cache_salt="tenant-a"`:
+    // seed = sha256(b"sglang-cache-salt-v1\0" + b"tenant-a").hexdigest(), then
+    // get_hash_str([1, 2, 3, 4], seed, page_size=2) chains sha256(bytes.fromhex(seed) + pack('<2I', 1, 2)).
+    #[test]
+    fn a_salted_chain_starts_after_the_salt_seed() {
+        let seed = salt_seed("tenant-a");
+        assert_eq!(hex(&seed), SALT_SEED);
+        let d1 = chain_page(Some(&seed), &[1, 2]);
+        assert_eq!(hex(&d1), SALTED_PAGE_0);
+        let salted = page_hashes_after(Some(&seed), &[1, 2, 3, 4], 2);
+        assert_eq!(salted[0], d1.page_hash());
+        assert_eq!(salted[1], chain_page(Some(&d1), &[3, 4]).page_hash());
+        assert_ne!(salted, page_hashes(&[1, 2, 3, 4], 2), "a salt is a namespace of its own");
+        assert_ne!(salted, page_hashes_after(Some(&salt_seed("tenant-b")), &[1, 2, 3, 4], 2));
     }
 
     #[test]

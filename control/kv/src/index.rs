@@ -5,8 +5,11 @@
 //! proxy computes from a prompt. An engine that does not namespace publishes exactly those, so a
 //! chain whose first page's published hash equals the hash of its tokens is keyed by the engine's
 //! hashes from there on, unhashed (SGLang seeds a namespace only at a chain's first page, and every
-//! hash covers its whole prefix). A namespaced engine (`cache_salt`, LoRA, `format: "dynamo"`)
-//! publishes other hashes for the same tokens: its blocks are keyed by hashing the token ids every
+//! hash covers its whole prefix). A `cache_salt` is such a seed, named on the event: a salted chain
+//! is keyed by the salted hashes the proxy computes for a request with that salt, so it matches
+//! only that salt's prompts, as in SGLang's radix cache. An engine that namespaces its hashes in
+//! ways no router can compute (a LoRA adapter's, `format: "dynamo"`) publishes other hashes for the
+//! same tokens: its blocks are keyed by hashing the token ids every
 //! `BlockStored` carries, chained on the parent block's digest, and its hashes are kept per target
 //! only to find a block again when it is removed or named as a parent.
 //!
@@ -35,7 +38,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
-use crate::hash::PageHash;
+use crate::hash::{PageHash, salt_seed};
 
 mod pages;
 mod search;
@@ -187,7 +190,14 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                 {
                     ops.push(Op::OtherMedium);
                 }
-                KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, .. } => {
+                KvEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    block_size,
+                    cache_salt,
+                    ..
+                } => {
                     let parent = parent_block_hash.map(|p| {
                         stored.get(&p).copied().or_else(|| {
                             (!cleared && !removed.contains(&p))
@@ -204,6 +214,8 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         }
                     };
                     let first_parent = prior.map(|l| l.page());
+                    // A salted chain's first page is hashed after the salt's seed.
+                    let seed = cache_salt.as_deref().map(salt_seed);
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
                     let mut short = false;
@@ -213,7 +225,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                             short = true;
                             break;
                         };
-                        let link = Link::of_block(prior.as_ref(), h, page);
+                        let link = Link::of_block(prior.as_ref(), seed.as_ref(), h, page);
                         prior = Some(link);
                         if !last {
                             stored.insert(h, link);

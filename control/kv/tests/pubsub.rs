@@ -30,6 +30,7 @@ fn batch(n: u64) -> EventBatch {
                 token_ids: vec![n, n + 1, n + 2, n + 3],
                 block_size: 2,
                 medium: Medium::Gpu,
+                cache_salt: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![n64], medium: Medium::CpuPinned },
         ],

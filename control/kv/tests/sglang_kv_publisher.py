@@ -69,17 +69,19 @@ def make_batch(kv, i):
     fields = dict(block_hashes=hashes, parent_block_hash=parent, token_ids=token_ids,
                   block_size=2, lora_id=None, medium=medium)
     stored = kv.BlockStored(**fields)
-    if i % 7 == 6:
+    salt = None
+    if i % 7 == 5:  # i = 5: CPU_PINNED, no bigrams: lossless on 0.5.18
         if hasattr(kv, "BlockStoredWithMetadata"):  # 0.5.18/0.5.19: 8-element array
             stored = kv.BlockStoredWithMetadata(**fields, metadata=kv.BlockStoredMetadata(cache_salt="salt"))
-            lossless = False
+            salt = "salt"
         elif "session_id" in kv.BlockStored.__struct_fields__:  # 0.5.20+: extra map keys
             stored = kv.BlockStored(**fields, cache_salt="salt", session_id="sess")
-            lossless = False
+            salt = "salt"
+            lossless = False  # session_id is not kept
     events = [stored, kv.BlockRemoved(block_hashes=hashes[:2], medium=medium)]
     expect = [
         {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-         "token_ids": tokens, "block_size": 2, "medium": medium},
+         "token_ids": tokens, "block_size": 2, "medium": medium, "cache_salt": salt},
         {"type": "BlockRemoved", "block_hashes": hashes[:2], "medium": medium},
     ]
     if i % 3 == 0:

@@ -45,6 +45,7 @@ fn expected(v: &Value) -> EventBatch {
                 token_ids: e["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect(),
                 block_size: e["block_size"].as_u64().unwrap() as u32,
                 medium: medium(&e["medium"]),
+                cache_salt: e["cache_salt"].as_str().map(str::to_owned),
             },
             "BlockRemoved" => {
                 KvEvent::BlockRemoved { block_hashes: ints(&e["block_hashes"]), medium: medium(&e["medium"]) }

@@ -129,6 +129,7 @@ mod tests {
             token_ids: tokens.iter().map(|&t| u64::from(t)).collect(),
             block_size: 4,
             medium: Medium::Gpu,
+            cache_salt: None,
         }];
         let shared = SharedIndex::new(KvIndex::new(usize::MAX));
         let target = TargetKey::from_index(0);

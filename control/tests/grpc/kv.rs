@@ -37,6 +37,7 @@ fn stored(prompt: &[u32], from: usize, to: usize) -> KvEvent {
         token_ids: prompt[from * PS..to * PS].iter().map(|&t| u64::from(t)).collect(),
         block_size: PS as u32,
         medium: Medium::Gpu,
+        cache_salt: None,
     }
 }
 

@@ -1,9 +1,11 @@
 //! The prompt's page hashes a KV-aware prefill pick carries: SGLang's page hash over the token
-//! ids (`infera_kv::hash`), at the page size of the model's prefill workers.
+//! ids (`infera_kv::hash`), at the page size of the model's prefill workers, after the seed of the
+//! request's `cache_salt` as SGLang's KV events hash a salted prompt: a salted prompt is credited
+//! only with pages stored under the same salt, as SGLang's radix cache shares them.
 
 use infera_proto::types::{ModelName, PickKind};
 
-use crate::facts::Facts;
+use crate::facts::{CacheSalt, Facts};
 use crate::targets::TargetList;
 
 /// Page hashes and the page size they were computed with; empty (and 0) when there are none.
@@ -17,12 +19,17 @@ pub(super) struct PageHashes {
 
 impl PageHashes {
     /// The hashes for a `kind` pick of `model`. Empty for decode picks, without token ids (no
-    /// tokenizer, an ambiguous prompt) or before the target list is known.
+    /// tokenizer, an ambiguous prompt), with a salt per prompt, or before the target list is known.
     pub(super) fn of(kind: PickKind, facts: &Facts, model: &ModelName, targets: &TargetList) -> Self {
         let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return Self::default() };
+        let seed = match &facts.cache_salt {
+            CacheSalt::Unsalted => None,
+            CacheSalt::Salted(salt) => Some(infera_kv::hash::salt_seed(salt)),
+            CacheSalt::PerPrompt => return Self::default(),
+        };
         match targets.prefill_page_size(model).filter(|p| *p > 0) {
             Some(page_size) => {
-                let hashes = infera_kv::hash::page_hashes(ids, page_size as usize);
+                let hashes = infera_kv::hash::page_hashes_after(seed.as_ref(), ids, page_size as usize);
                 Self { hashes: hashes.into_iter().map(|h| h.0).collect(), page_size }
             }
             None => Self::default(),

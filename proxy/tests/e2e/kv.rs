@@ -1,7 +1,9 @@
 //! KV-aware prefill end to end: the proxy tokenizes with the model's tokenizer and chat template,
 //! sends the prompt's page hashes with PickPrefill; the prefill sims tokenize the same way and
 //! publish what their prefix caches store over ZMQ; control follows those events. A conversation's
-//! next turn goes to the prefill that holds its prefix, and that prefill reports the hit.
+//! next turn goes to the prefill that holds its prefix, and that prefill reports the hit. The
+//! same turn under a `cache_salt` is a namespace of its own, in the sims as in SGLang: it is
+//! credited nothing until its own pages are stored.
 
 use std::time::{Duration, Instant};
 
@@ -68,5 +70,32 @@ async fn the_next_turn_of_a_conversation_goes_to_the_prefill_that_holds_its_pref
             break;
         }
         assert!(Instant::now() < deadline, "control never saw turn 1's pages: {d:?}");
+    }
+
+    // The same turn under a salt: `home` holds its tokens, but not in the salt's namespace.
+    let mut salted = ask(json!(messages));
+    salted["cache_salt"] = json!("tenant-a");
+    let (status, body) = post_json(&url, &salted, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let d = decisions.message().await.unwrap().unwrap();
+    assert!(d.candidates.iter().all(|c| c.overlap_pages == 0), "a salt shares no pages: {d:?}");
+    let usage: Value = serde_json::from_str(&body).unwrap();
+    let cached = usage.pointer("/usage/prompt_tokens_details/cached_tokens").and_then(Value::as_u64);
+    assert_eq!(cached.unwrap_or(0), 0, "nor does the sim's cache: {usage}");
+    let salted_home = d.chosen.unwrap().worker_id;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = post_json(&url, &salted, &[]).await;
+        assert_eq!(status, 200, "{body}");
+        let d = decisions.message().await.unwrap().unwrap();
+        let at = |w: &str| d.candidates.iter().find(|c| c.target.as_ref().unwrap().worker_id == w).unwrap();
+        if at(&salted_home).overlap_pages > 0 {
+            assert_eq!(d.chosen.unwrap().worker_id, salted_home);
+            let usage: Value = serde_json::from_str(&body).unwrap();
+            let cached = usage.pointer("/usage/prompt_tokens_details/cached_tokens").and_then(Value::as_u64);
+            assert!(cached.is_some_and(|c| c >= 1_000), "the salted pages are a hit now: {usage}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "control never saw the salted pages: {d:?}");
     }
 }

@@ -27,6 +27,9 @@ pub struct GenRequest {
     pub include_usage: bool,
     /// `model`, echoed back.
     pub model: Option<String>,
+    /// `cache_salt`: the prompt's pages are a namespace of their own in the prefix cache, as in
+    /// SGLang's radix cache (an empty salt is none, as SGLang normalises it).
+    pub cache_salt: Option<String>,
     /// PD and DP fields.
     pub pd: PdFields,
     /// Tracing headers, recorded in the request log.
@@ -189,6 +192,7 @@ pub fn parse(
         stream: field::<bool>(b, "stream")?.unwrap_or(false),
         include_usage: b.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
         model: field(b, "model")?,
+        cache_salt: one::<String>(b, "cache_salt")?.filter(|s| !s.is_empty()),
         pd,
         trace: TraceHeaders::of(headers),
     })
@@ -270,6 +274,17 @@ mod tests {
 
     fn parse_json(route: Api, body: Value) -> Result<GenRequest, InputError> {
         parse(route, &HeaderMap::new(), body.to_string().as_bytes(), None)
+    }
+
+    #[test]
+    fn the_cache_salt_is_kept_and_an_empty_one_dropped() {
+        let salt = |v: Value| parse_json(Api::Generate, serde_json::json!({"text": "ab", "cache_salt": v}));
+        assert_eq!(salt("t1".into()).unwrap().cache_salt.as_deref(), Some("t1"));
+        assert_eq!(salt(serde_json::json!(["t1"])).unwrap().cache_salt.as_deref(), Some("t1"));
+        assert_eq!(salt("".into()).unwrap().cache_salt, None);
+        assert!(matches!(salt(serde_json::json!(["a", "b"])), Err(InputError::Batch { .. })));
+        let c = parse_json(Api::ChatCompletions, serde_json::json!({"messages": [], "cache_salt": "t2"}));
+        assert_eq!(c.unwrap().cache_salt.as_deref(), Some("t2"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ fn prefill(rank: usize, prompt: &[u32], max_new: u32) -> Admission {
         prompt_tokens: prompt.len() as u32,
         max_new_tokens: max_new,
         stall_after: None,
-        work: Work::Prefill { pages: PromptPages::new(prompt, 1, false), hold: false },
+        work: Work::Prefill { pages: PromptPages::new(prompt, 1, false, None), hold: false },
     }
 }
 
@@ -158,7 +158,7 @@ fn the_stall_fault_holds_the_slot_until_removed() {
 fn pd_roles_hold_for_the_transfer() {
     let mut s = engine(2, QueueOrder::Fcfs);
     let mut a = prefill(1, &prompt(50, 7), 1);
-    a.work = Work::Prefill { pages: PromptPages::new(&prompt(50, 7), 1, false), hold: true };
+    a.work = Work::Prefill { pages: PromptPages::new(&prompt(50, 7), 1, false, None), hold: true };
     let id = s.submit(Duration::ZERO, a);
     let events = run(&mut s);
     assert!(events.iter().any(|(_, e)| *e == Event::Tokens { id, total: 1 }));

@@ -75,6 +75,7 @@ fn stored(ids: &[u32], pages: usize) -> KvEvent {
         token_ids: ids[..pages * 4].iter().map(|&t| u64::from(t)).collect(),
         block_size: 4,
         medium: Medium::Gpu,
+        cache_salt: None,
     }
 }
 
@@ -152,6 +153,7 @@ async fn a_rank_publishes_its_stored_pages_and_their_eviction() {
                 token_ids: vec![7, 7, 7, 7],
                 block_size: 4,
                 medium: Medium::Gpu,
+                cache_salt: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![c_hashes[1].0], medium: Medium::Gpu },
         ]

@@ -59,6 +59,7 @@ fn event(e: &Ev) -> KvEvent {
                 token_ids: doc(*tokens_of)[from * PS..to * PS].iter().map(|&t| u64::from(t)).collect(),
                 block_size: PS as u32,
                 medium: Medium::Gpu,
+                cache_salt: None,
             }
         }
         Ev::Remove { d, pages, salt } => {

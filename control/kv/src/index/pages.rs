@@ -71,13 +71,19 @@ pub(super) enum Link {
 
 impl Link {
     /// The link of block `engine_hash` with tokens `page`, stored under `prior` (`None`: the first
-    /// page of a sequence). Under a direct parent the engine's hash is taken as the page hash,
-    /// unhashed; otherwise the tokens are hashed and the block is direct if that is its hash.
-    pub(super) fn of_block(prior: Option<&Link>, engine_hash: i64, page: &[u64]) -> Self {
+    /// page of a sequence, hashed after `seed`, its `cache_salt`'s). Under a direct parent the
+    /// engine's hash is taken as the page hash, unhashed; otherwise the tokens are hashed and the
+    /// block is direct if that is its hash.
+    pub(super) fn of_block(
+        prior: Option<&Link>,
+        seed: Option<&ChainDigest>,
+        engine_hash: i64,
+        page: &[u64],
+    ) -> Self {
         let digest = match prior {
             Some(Link::Direct(_)) => return Link::Direct(PageHash(engine_hash)),
             Some(Link::Namespaced(d)) => chain_page(Some(d), page),
-            None => chain_page(None, page),
+            None => chain_page(seed, page),
         };
         if digest.page_hash().0 == engine_hash {
             Link::Direct(digest.page_hash())

@@ -3,18 +3,35 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::hash::page_hashes;
+use crate::hash::{page_hashes, page_hashes_after, salt_seed};
 
 const PS: u32 = 4;
 
 /// Engine hashes for a prompt's pages: SGLang's own (no namespace) xor a salt (a namespaced engine).
 fn engine_hashes(tokens: &[u32], salt: i64) -> Vec<i64> {
-    page_hashes(tokens, PS as usize).into_iter().map(|h| h.0 ^ salt).collect()
+    salted_engine_hashes(tokens, None, salt)
+}
+
+/// The query (the proxy's hashes) of a prompt sent with `cache_salt`.
+fn salted_query(tokens: &[u32], cache_salt: Option<&str>) -> Vec<PageHash> {
+    let seed = cache_salt.map(salt_seed);
+    page_hashes_after(seed.as_ref(), tokens, PS as usize)
+}
+
+/// Engine hashes of a prompt stored under `cache_salt`, xor `opaque` (a namespace no router
+/// can compute, as a LoRA adapter's).
+fn salted_engine_hashes(tokens: &[u32], cache_salt: Option<&str>, opaque: i64) -> Vec<i64> {
+    salted_query(tokens, cache_salt).into_iter().map(|h| h.0 ^ opaque).collect()
 }
 
 /// The `BlockStored` for pages `from..to` of a prompt, chained on page `from - 1`.
 fn stored(tokens: &[u32], from: usize, to: usize, salt: i64) -> KvEvent {
-    let engine = engine_hashes(tokens, salt);
+    salted_stored(tokens, from, to, None, salt)
+}
+
+/// [`stored`] of a request with `cache_salt`.
+fn salted_stored(tokens: &[u32], from: usize, to: usize, cache_salt: Option<&str>, opaque: i64) -> KvEvent {
+    let engine = salted_engine_hashes(tokens, cache_salt, opaque);
     let ps = PS as usize;
     KvEvent::BlockStored {
         block_hashes: engine[from..to].to_vec(),
@@ -22,6 +39,7 @@ fn stored(tokens: &[u32], from: usize, to: usize, salt: i64) -> KvEvent {
         token_ids: tokens[from * ps..to * ps].iter().map(|&t| u64::from(t)).collect(),
         block_size: PS,
         medium: Medium::Gpu,
+        cache_salt: cache_salt.map(str::to_owned),
     }
 }
 
@@ -109,16 +127,19 @@ fn a_replayed_batch_changes_nothing() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Store pages `0..n` of document `doc` on `target` (parents first, as an engine does).
+    /// Store pages `0..n` of document `doc` on `target` (parents first, as an engine does),
+    /// under salt `salt` (0: none).
     Store {
         target: u8,
         doc: u8,
         n: usize,
+        salt: u8,
     },
-    /// Remove the deepest page of document `doc` on `target`.
+    /// Remove the deepest page of document `doc` under `salt` on `target`.
     Evict {
         target: u8,
         doc: u8,
+        salt: u8,
     },
     Clear {
         target: u8,
@@ -127,8 +148,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3u8, 0..4u8, 1..6usize).prop_map(|(target, doc, n)| Op::Store { target, doc, n }),
-        2 => (0..3u8, 0..4u8).prop_map(|(target, doc)| Op::Evict { target, doc }),
+        4 => (0..3u8, 0..4u8, 1..6usize, 0..3u8).prop_map(|(target, doc, n, salt)| Op::Store { target, doc, n, salt }),
+        2 => (0..3u8, 0..4u8, 0..3u8).prop_map(|(target, doc, salt)| Op::Evict { target, doc, salt }),
         1 => (0..3u8).prop_map(|target| Op::Clear { target }),
     ]
 }
@@ -140,30 +161,37 @@ fn doc(d: u8) -> Vec<u32> {
     t
 }
 
+/// Salt `s` of the property test: 0 none, 1 and 2 two tenants'.
+fn salt_of(s: u8) -> Option<&'static str> {
+    [None, Some("tenant-a"), Some("tenant-b")][usize::from(s)]
+}
+
 proptest! {
-    /// Against a model that keeps, per target, the set of full token prefixes held: the index's
-    /// overlap for every document equals the model's, and its block count equals the model's.
+    /// Against a model that keeps, per target, the set of (salt, full token prefix) held: the
+    /// index's overlap for every document and salt equals the model's, and its block count equals
+    /// the model's. A salt is a namespace: a prefix held under one counts for no other.
     #[test]
     fn the_index_agrees_with_a_model(ops in prop::collection::vec(op(), 1..60)) {
         let mut index = PrefixIndex::new(usize::MAX);
-        let mut model: HashMap<u8, HashMap<i64, Vec<u32>>> = HashMap::new();
+        let mut model: HashMap<u8, HashMap<i64, (u8, Vec<u32>)>> = HashMap::new();
         let ps = PS as usize;
         for op in ops {
             match op {
-                Op::Store { target, doc: d, n } => {
+                Op::Store { target, doc: d, n, salt } => {
                     let t = doc(d);
-                    index.apply(target, &stored(&t, 0, n, 0));
+                    index.apply(target, &salted_stored(&t, 0, n, salt_of(salt), 0));
                     let m = model.entry(target).or_default();
-                    for (i, h) in engine_hashes(&t, 0).into_iter().take(n).enumerate() {
-                        m.insert(h, t[..(i + 1) * ps].to_vec());
+                    for (i, h) in salted_engine_hashes(&t, salt_of(salt), 0).into_iter().take(n).enumerate() {
+                        m.insert(h, (salt, t[..(i + 1) * ps].to_vec()));
                     }
                 }
-                Op::Evict { target, doc: d } => {
+                Op::Evict { target, doc: d, salt } => {
                     let t = doc(d);
                     let m = model.entry(target).or_default();
-                    let engine = engine_hashes(&t, 0);
+                    let engine = salted_engine_hashes(&t, salt_of(salt), 0);
                     if let Some(deepest) = (0..engine.len()).rev().find(|&i| m.contains_key(&engine[i])) {
-                        index.apply(target, &removed(&t, &[deepest], 0));
+                        let gone = KvEvent::BlockRemoved { block_hashes: vec![engine[deepest]], medium: Medium::Gpu };
+                        index.apply(target, &gone);
                         m.remove(&engine[deepest]);
                     }
                 }
@@ -175,15 +203,15 @@ proptest! {
         }
         let total: usize = model.values().map(HashMap::len).sum();
         prop_assert_eq!(index.stats().blocks, total);
-        for d in 0..4 {
+        for (d, salt) in (0..4).flat_map(|d| (0..3u8).map(move |s| (d, s))) {
             let t = doc(d);
-            let q = page_hashes(&t, ps);
+            let q = salted_query(&t, salt_of(salt));
             for target in 0..3u8 {
                 let held = model.get(&target);
                 let expect = (1..=q.len())
-                    .take_while(|&i| held.is_some_and(|m| m.values().any(|p| p[..] == t[..i * ps])))
+                    .take_while(|&i| held.is_some_and(|m| m.values().any(|(s, p)| *s == salt && p[..] == t[..i * ps])))
                     .count();
-                prop_assert_eq!(index.overlap(&q, target), expect, "doc {} target {}", d, target);
+                prop_assert_eq!(index.overlap(&q, target), expect, "doc {} salt {} target {}", d, salt, target);
             }
         }
     }
@@ -256,5 +284,34 @@ fn a_commit_begun_in_parts_finishes_with_any_budget() {
     assert!(prepared.is_done());
     assert_eq!(index.overlap(&page_hashes(&p, PS as usize), 1), 4);
     assert_eq!(index.stats().blocks, 4);
+    index.check();
+}
+
+/// A `cache_salt` chain hashed like SGLang (after the salt's seed) is keyed by its hashes, with no
+/// digest kept, and answers only queries of the same salt; one whose hashes are namespaced past
+/// that (a LoRA adapter's) is rehashed from its tokens after the same seed.
+#[test]
+fn a_salted_chain_counts_for_its_salt_alone() {
+    let p = prompt(9, 4);
+    let mut index = PrefixIndex::new(100);
+    index.apply(1u32, &salted_stored(&p, 0, 2, Some("tenant-a"), 0));
+    index.apply(1, &salted_stored(&p, 2, 4, Some("tenant-a"), 0));
+    assert_eq!(index.overlap(&salted_query(&p, Some("tenant-a")), 1), 4);
+    assert_eq!(index.overlap(&salted_query(&p, None), 1), 0, "not an unsalted prompt's");
+    assert_eq!(index.overlap(&salted_query(&p, Some("tenant-b")), 1), 0, "nor another salt's");
+    assert_eq!(index.targets[&1].namespaced(), 0, "a salted chain hashed like SGLang keeps no digests");
+
+    index.apply(2u32, &salted_stored(&p, 0, 3, Some("tenant-a"), 0x55));
+    assert_eq!(index.overlap(&salted_query(&p, Some("tenant-a")), 2), 3);
+    assert_eq!(index.overlap(&salted_query(&p, None), 2), 0);
+    assert_eq!(index.targets[&2].namespaced(), 3);
+
+    // Without the salt named, the same hashes are a namespace the index cannot compute.
+    let mut unnamed = salted_stored(&p, 0, 2, Some("tenant-a"), 0);
+    let KvEvent::BlockStored { cache_salt, .. } = &mut unnamed else { unreachable!() };
+    *cache_salt = None;
+    index.apply(3u32, &unnamed);
+    assert_eq!(index.overlap(&salted_query(&p, None), 3), 2, "rehashed from the tokens, unsalted");
+    assert_eq!(index.targets[&3].namespaced(), 2);
     index.check();
 }

@@ -53,8 +53,9 @@ fn event(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
     }
 }
 
-/// `[tag, field…]` in declaration order (≤ 0.5.19); trailing fields with defaults may be absent,
-/// extra trailing elements (0.5.18's `BlockStoredWithMetadata` map) are skipped.
+/// `[tag, field…]` in declaration order (≤ 0.5.19); trailing fields with defaults may be absent.
+/// 0.5.18's `BlockStoredWithMetadata` appends a `{"cache_salt": …}` map; other extra trailing
+/// elements are skipped.
 fn tagged_array(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
     let at = |field| Location::event(i, field);
     let len = r.array(at("event"), MAX_EVENT_FIELDS)?;
@@ -87,12 +88,18 @@ fn tagged_array(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
                 medium_ = medium(r, at("medium"))?;
                 used += 1;
             }
+            let mut cache_salt = None;
+            if len > used && matches!(r.peek()?, Marker::FixMap(_) | Marker::Map16 | Marker::Map32) {
+                cache_salt = metadata(r, at("metadata"))?;
+                used += 1;
+            }
             let stored = KvEvent::BlockStored {
                 block_hashes,
                 parent_block_hash,
                 token_ids,
                 block_size,
                 medium: medium_,
+                cache_salt,
             };
             (stored, used)
         }
@@ -123,6 +130,7 @@ struct MapFields<'a> {
     token_ids: Option<Vec<u64>>,
     block_size: Option<u32>,
     medium: Option<Medium>,
+    cache_salt: Option<String>,
 }
 
 /// `{"type": tag, field: value, …}` (≥ 0.5.20): fields equal to their default are omitted,
@@ -139,6 +147,7 @@ fn tagged_map(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
             "token_ids" => f.token_ids = Some(tokens(r, at("token_ids"))?),
             "block_size" => f.block_size = Some(block_size(r, at("block_size"))?),
             "medium" => f.medium = Some(medium(r, at("medium"))?),
+            "cache_salt" => f.cache_salt = opt_str(r, at("cache_salt"))?,
             _ => r.skip(at("unknown key"))?,
         }
     }
@@ -151,6 +160,7 @@ fn tagged_map(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
             token_ids: f.token_ids.ok_or_else(|| missing("token_ids"))?,
             block_size: f.block_size.ok_or_else(|| missing("block_size"))?,
             medium,
+            cache_salt: f.cache_salt,
         }),
         BLOCK_REMOVED => Ok(KvEvent::BlockRemoved {
             block_hashes: f.block_hashes.ok_or_else(|| missing("block_hashes"))?,
@@ -159,6 +169,23 @@ fn tagged_map(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
         ALL_BLOCKS_CLEARED => Ok(KvEvent::AllBlocksCleared),
         other => Err(WireError::UnknownEvent { at: at("type"), tag: other.to_owned() }),
     }
+}
+
+/// 0.5.18's `BlockStoredMetadata`: `{"cache_salt": str}`, unknown keys skipped.
+fn metadata(r: &mut Reader<'_>, at: Location) -> Result<Option<String>, WireError> {
+    let entries = r.map(at, MAX_EVENT_FIELDS)?;
+    let mut salt = None;
+    for _ in 0..entries {
+        match r.str(at)? {
+            "cache_salt" => salt = opt_str(r, at)?,
+            _ => r.skip(at)?,
+        }
+    }
+    Ok(salt)
+}
+
+fn opt_str(r: &mut Reader<'_>, at: Location) -> Result<Option<String>, WireError> {
+    if r.nil()? { Ok(None) } else { r.str(at).map(|s| Some(s.to_owned())) }
 }
 
 fn hash(r: &mut Reader<'_>, at: Location) -> Result<i64, WireError> {

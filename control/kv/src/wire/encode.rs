@@ -105,11 +105,19 @@ pub(super) fn batch(batch: &EventBatch, encoding: Encoding) -> Result<Vec<u8>, W
     Ok(w.0.into_vec())
 }
 
-/// `["BlockStored", hashes, parent, tokens, block_size, lora_id, medium]` and friends.
+/// `["BlockStored", hashes, parent, tokens, block_size, lora_id, medium]` and friends; a salted
+/// store is 0.5.18's `BlockStoredWithMetadata`, with `{"cache_salt": …}` appended.
 fn array_event(w: &mut Writer, e: &KvEvent) {
     match e {
-        KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium } => {
-            w.array(7);
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            medium,
+            cache_salt,
+        } => {
+            w.array(if cache_salt.is_some() { 8 } else { 7 });
             w.str("BlockStored");
             w.hashes(block_hashes);
             w.opt_sint(*parent_block_hash);
@@ -118,6 +126,11 @@ fn array_event(w: &mut Writer, e: &KvEvent) {
             w.uint(u64::from(*block_size));
             w.nil();
             w.str(medium.as_wire());
+            if let Some(salt) = cache_salt {
+                w.map(1);
+                w.str("cache_salt");
+                w.str(salt);
+            }
         }
         KvEvent::BlockRemoved { block_hashes, medium } => {
             w.array(3);
@@ -133,11 +146,19 @@ fn array_event(w: &mut Writer, e: &KvEvent) {
 }
 
 /// `{"type": "BlockStored", "block_hashes": …, …}` in declaration order; `None`-default fields
-/// (`cache_salt`, `session_id`, `lora_name`) omitted as msgspec's `omit_defaults` does.
+/// (`cache_salt` when there is none, `session_id`, `lora_name`) omitted as msgspec's
+/// `omit_defaults` does.
 fn map_event(w: &mut Writer, e: &KvEvent) {
     match e {
-        KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium } => {
-            w.map(7);
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            medium,
+            cache_salt,
+        } => {
+            w.map(if cache_salt.is_some() { 8 } else { 7 });
             w.str("type");
             w.str("BlockStored");
             w.str("block_hashes");
@@ -153,6 +174,10 @@ fn map_event(w: &mut Writer, e: &KvEvent) {
             w.nil();
             w.str("medium");
             w.str(medium.as_wire());
+            if let Some(salt) = cache_salt {
+                w.str("cache_salt");
+                w.str(salt);
+            }
         }
         KvEvent::BlockRemoved { block_hashes, medium } => {
             w.map(3);

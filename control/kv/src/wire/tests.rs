@@ -24,6 +24,7 @@ fn golden_batch() -> EventBatch {
                 token_ids: vec![10, 11, 12, 13],
                 block_size: 2,
                 medium: Medium::Gpu,
+                cache_salt: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![-2], medium: Medium::Gpu },
             KvEvent::AllBlocksCleared,
@@ -116,6 +117,7 @@ fn eagle_bigrams_become_their_first_token_and_rank_may_be_nil_or_missing() {
                 token_ids: vec![1, 0x1234],
                 block_size: 2,
                 medium: Medium::Gpu,
+                cache_salt: None,
             }],
             "omitted parent, lora_id and medium take their defaults"
         );
@@ -123,7 +125,7 @@ fn eagle_bigrams_become_their_first_token_and_rank_may_be_nil_or_missing() {
 }
 
 #[test]
-fn unknown_map_keys_and_metadata_elements_are_skipped() {
+fn unknown_map_keys_are_skipped_and_the_cache_salt_is_read() {
     // 0.5.22+ fields and a made-up nested one in a map event.
     let maps = mp(|v| {
         v.extend([0x93, 0x00, 0x91, 0x84, 0xa4]);
@@ -143,7 +145,8 @@ fn unknown_map_keys_and_metadata_elements_are_skipped() {
     });
     let b = decode_batch(&maps).unwrap();
     assert_eq!(b.events, [KvEvent::BlockRemoved { block_hashes: vec![7], medium: Medium::Gpu }]);
-    // 0.5.18's BlockStoredWithMetadata: the same tag, eight elements, a trailing map.
+    // 0.5.18's BlockStoredWithMetadata: the same tag, eight elements, a trailing map whose
+    // cache_salt is read.
     let arrays = mp(|v| {
         v.extend([0x93, 0x00, 0x91, 0x98, 0xab]);
         v.extend(b"BlockStored");
@@ -162,7 +165,33 @@ fn unknown_map_keys_and_metadata_elements_are_skipped() {
             token_ids: vec![9],
             block_size: 1,
             medium: Medium::CpuPinned,
+            cache_salt: Some("s".to_owned()),
         }]
+    );
+    // 0.5.20+: a `cache_salt` key.
+    let salted = mp(|v| {
+        v.extend([0x93, 0x00, 0x91, 0x85, 0xa4]);
+        v.extend(b"type");
+        v.push(0xab);
+        v.extend(b"BlockStored");
+        v.push(0xac);
+        v.extend(b"block_hashes");
+        v.extend([0x91, 0x01]);
+        v.push(0xa9);
+        v.extend(b"token_ids");
+        v.extend([0x91, 0x09]);
+        v.push(0xaa);
+        v.extend(b"block_size");
+        v.push(0x01);
+        v.push(0xaa);
+        v.extend(b"cache_salt");
+        v.extend([0xa2, b't', b'a', 0x00]);
+    });
+    let b = decode_batch(&salted).unwrap();
+    assert!(
+        matches!(&b.events[..], [KvEvent::BlockStored { cache_salt: Some(s), parent_block_hash: None, .. }] if s == "ta"),
+        "{:?}",
+        b.events
     );
 }
 
@@ -260,11 +289,21 @@ fn event() -> impl Strategy<Value = KvEvent> {
             any::<Option<i64>>(),
             prop::collection::vec(any::<u64>(), 0..20),
             1u32..,
-            medium()
+            medium(),
+            prop::option::of("[a-zé-]{0,12}"),
         )
-            .prop_map(|(block_hashes, parent_block_hash, token_ids, block_size, medium)| {
-                KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium }
-            }),
+            .prop_map(
+                |(block_hashes, parent_block_hash, token_ids, block_size, medium, cache_salt)| {
+                    KvEvent::BlockStored {
+                        block_hashes,
+                        parent_block_hash,
+                        token_ids,
+                        block_size,
+                        medium,
+                        cache_salt,
+                    }
+                }
+            ),
         (prop::collection::vec(any::<i64>(), 0..6), medium())
             .prop_map(|(block_hashes, medium)| KvEvent::BlockRemoved { block_hashes, medium }),
         Just(KvEvent::AllBlocksCleared),

@@ -35,6 +35,7 @@ fn index_holding(key: TargetKey, prompt: &[u32], pages: usize) -> KvIndex {
             token_ids: prompt[..pages * PS as usize].iter().map(|&t| u64::from(t)).collect(),
             block_size: PS,
             medium: Medium::Gpu,
+            cache_salt: None,
         },
     );
     index
