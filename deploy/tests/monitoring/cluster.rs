@@ -30,7 +30,7 @@ const FILLED: Duration = Duration::from_secs(60);
 
 /// Series that must have a sample before the scrape is taken, so that their labels are
 /// checked: each is what one part of the traffic makes.
-const AWAITED: [(&str, &str); 14] = [
+const AWAITED: [(&str, &str); 15] = [
     ("control", "infera_router_ejections_total"),
     ("control", "infera_router_target_ejected"),
     ("control", "infera_router_decode_demand_requests"),
@@ -45,6 +45,7 @@ const AWAITED: [(&str, &str); 14] = [
     ("proxy", "infera_proxy_retries_total"),
     ("proxy", "infera_proxy_rejected_total"),
     ("proxy", "infera_proxy_tokenizer_checks_total"),
+    ("proxy", "infera_proxy_tokenize_cache_total"),
 ];
 
 /// Runs the deployment and its traffic; the scrape of every `/metrics` endpoint at the end.
@@ -126,7 +127,8 @@ pub(crate) async fn scrape() -> Scrape {
     let control = &cluster.control;
     let mut turn = 0;
     eventually(FILLED, "every awaited family to have a sample", async || {
-        let (status, body) = chat(&url, &json!(messages)).await;
+        // One session, so its turns go through the proxy's session cache.
+        let (status, body) = chat_in_session(&url, &json!(messages), "monitoring").await;
         assert_eq!(status, 200, "{body}");
         turn += 1;
         messages.push(json!({"role": "assistant", "content": "the of and to"}));
@@ -155,7 +157,16 @@ pub(crate) async fn scrape() -> Scrape {
 
 /// A streamed chat completion of `messages`: the status and the whole SSE body.
 async fn chat(url: &str, messages: &Value) -> (u16, String) {
-    let body = json!({"model": MODEL, "messages": messages, "max_tokens": 8, "stream": true});
+    post(url, json!({"model": MODEL, "messages": messages, "max_tokens": 8, "stream": true})).await
+}
+
+/// [`chat`] with `user` as the session key.
+async fn chat_in_session(url: &str, messages: &Value, user: &str) -> (u16, String) {
+    post(url, json!({"model": MODEL, "messages": messages, "max_tokens": 8, "stream": true, "user": user}))
+        .await
+}
+
+async fn post(url: &str, body: Value) -> (u16, String) {
     let (status, text) = http::post_json(url, &body).await.expect("the proxy answers");
     (status.as_u16(), text)
 }
