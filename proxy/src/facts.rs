@@ -50,9 +50,10 @@ pub enum CacheSalt {
     /// None, or empty (SGLang's `_normalize_cache_salt` drops an empty salt).
     #[default]
     Unsalted,
-    /// One salt for the prompt (a string, or a list of one).
+    /// One salt for the prompt.
     Salted(String),
-    /// A list of several, one per prompt of a batch: no one namespace for the pages.
+    /// A list, one salt per prompt of a batch (SGLang refuses a list for a single request): no
+    /// one namespace for the pages.
     PerPrompt,
 }
 
@@ -62,10 +63,7 @@ impl CacheSalt {
         match body.get("cache_salt") {
             None | Some(Value::Null) => Ok(Self::Unsalted),
             Some(Value::String(s)) => Ok(one(s)),
-            Some(Value::Array(list)) if list.iter().all(Value::is_string) => match &list[..] {
-                [Value::String(s)] => Ok(one(s)),
-                _ => Ok(Self::PerPrompt),
-            },
+            Some(Value::Array(list)) if list.iter().all(Value::is_string) => Ok(Self::PerPrompt),
             Some(_) => Err(ProxyError::BadRequest("cache_salt must be a string or a list of strings")),
         }
     }
@@ -236,7 +234,7 @@ mod tests {
         assert_eq!(salt(Value::Null).unwrap(), CacheSalt::Unsalted);
         assert_eq!(salt("".into()).unwrap(), CacheSalt::Unsalted, "an empty salt is none");
         assert_eq!(salt("t1".into()).unwrap(), salted("t1"));
-        assert_eq!(salt(serde_json::json!(["t1"])).unwrap(), salted("t1"));
+        assert_eq!(salt(serde_json::json!(["t1"])).unwrap(), CacheSalt::PerPrompt, "a batch's");
         assert_eq!(salt(serde_json::json!(["t1", "t2"])).unwrap(), CacheSalt::PerPrompt);
         assert!(matches!(salt(7.into()), Err(ProxyError::BadRequest(_))));
         assert!(matches!(salt(serde_json::json!(["t1", 7])), Err(ProxyError::BadRequest(_))));

@@ -214,8 +214,9 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         }
                     };
                     let first_parent = prior.map(|l| l.page());
-                    // A salted chain's first page is hashed after the salt's seed.
-                    let seed = cache_salt.as_deref().map(salt_seed);
+                    // A salted chain's first page is hashed after the salt's seed (an empty
+                    // salt is none, as SGLang and the proxy take it).
+                    let seed = cache_salt.as_deref().filter(|s| !s.is_empty()).map(salt_seed);
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
                     let mut short = false;

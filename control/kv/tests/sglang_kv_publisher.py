@@ -70,14 +70,15 @@ def make_batch(kv, i):
                   block_size=2, lora_id=None, medium=medium)
     stored = kv.BlockStored(**fields)
     salt = None
-    if i % 7 == 5:  # i = 5: CPU_PINNED, no bigrams: lossless on 0.5.18
+    if i % 7 in (2, 5):  # i = 5: CPU_PINNED, no bigrams: lossless
         if hasattr(kv, "BlockStoredWithMetadata"):  # 0.5.18/0.5.19: 8-element array
             stored = kv.BlockStoredWithMetadata(**fields, metadata=kv.BlockStoredMetadata(cache_salt="salt"))
             salt = "salt"
         elif "session_id" in kv.BlockStored.__struct_fields__:  # 0.5.20+: extra map keys
-            stored = kv.BlockStored(**fields, cache_salt="salt", session_id="sess")
+            extra = {"session_id": "sess"} if i % 7 == 2 else {}
+            stored = kv.BlockStored(**fields, cache_salt="salt", **extra)
             salt = "salt"
-            lossless = False  # session_id is not kept
+            lossless = lossless and not extra  # session_id is not kept
     events = [stored, kv.BlockRemoved(block_hashes=hashes[:2], medium=medium)]
     expect = [
         {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,

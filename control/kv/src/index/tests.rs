@@ -128,18 +128,20 @@ fn a_replayed_batch_changes_nothing() {
 #[derive(Clone, Debug)]
 enum Op {
     /// Store pages `0..n` of document `doc` on `target` (parents first, as an engine does),
-    /// under salt `salt` (0: none).
+    /// under salt `salt` (0: none), its hashes namespaced past it when `opaque` (a LoRA's).
     Store {
         target: u8,
         doc: u8,
         n: usize,
         salt: u8,
+        opaque: bool,
     },
-    /// Remove the deepest page of document `doc` under `salt` on `target`.
+    /// Remove the deepest page of document `doc` under `salt` (and `opaque`) on `target`.
     Evict {
         target: u8,
         doc: u8,
         salt: u8,
+        opaque: bool,
     },
     Clear {
         target: u8,
@@ -148,8 +150,10 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3u8, 0..4u8, 1..6usize, 0..3u8).prop_map(|(target, doc, n, salt)| Op::Store { target, doc, n, salt }),
-        2 => (0..3u8, 0..4u8, 0..3u8).prop_map(|(target, doc, salt)| Op::Evict { target, doc, salt }),
+        4 => (0..3u8, 0..4u8, 1..6usize, 0..3u8, any::<bool>())
+            .prop_map(|(target, doc, n, salt, opaque)| Op::Store { target, doc, n, salt, opaque }),
+        2 => (0..3u8, 0..4u8, 0..3u8, any::<bool>())
+            .prop_map(|(target, doc, salt, opaque)| Op::Evict { target, doc, salt, opaque }),
         1 => (0..3u8).prop_map(|target| Op::Clear { target }),
     ]
 }
@@ -166,10 +170,16 @@ fn salt_of(s: u8) -> Option<&'static str> {
     [None, Some("tenant-a"), Some("tenant-b")][usize::from(s)]
 }
 
+/// What the property test XORs into an opaquely namespaced store's hashes.
+fn opaque_of(opaque: bool) -> i64 {
+    if opaque { 0x5a5a } else { 0 }
+}
+
 proptest! {
     /// Against a model that keeps, per target, the set of (salt, full token prefix) held: the
     /// index's overlap for every document and salt equals the model's, and its block count equals
-    /// the model's. A salt is a namespace: a prefix held under one counts for no other.
+    /// the model's. A salt is a namespace: a prefix held under one counts for no other; an opaque
+    /// namespace past it (rehashed from the tokens) counts as its salt's.
     #[test]
     fn the_index_agrees_with_a_model(ops in prop::collection::vec(op(), 1..60)) {
         let mut index = PrefixIndex::new(usize::MAX);
@@ -177,18 +187,19 @@ proptest! {
         let ps = PS as usize;
         for op in ops {
             match op {
-                Op::Store { target, doc: d, n, salt } => {
+                Op::Store { target, doc: d, n, salt, opaque } => {
                     let t = doc(d);
-                    index.apply(target, &salted_stored(&t, 0, n, salt_of(salt), 0));
+                    let opaque = opaque_of(opaque);
+                    index.apply(target, &salted_stored(&t, 0, n, salt_of(salt), opaque));
                     let m = model.entry(target).or_default();
-                    for (i, h) in salted_engine_hashes(&t, salt_of(salt), 0).into_iter().take(n).enumerate() {
+                    for (i, h) in salted_engine_hashes(&t, salt_of(salt), opaque).into_iter().take(n).enumerate() {
                         m.insert(h, (salt, t[..(i + 1) * ps].to_vec()));
                     }
                 }
-                Op::Evict { target, doc: d, salt } => {
+                Op::Evict { target, doc: d, salt, opaque } => {
                     let t = doc(d);
                     let m = model.entry(target).or_default();
-                    let engine = salted_engine_hashes(&t, salt_of(salt), 0);
+                    let engine = salted_engine_hashes(&t, salt_of(salt), opaque_of(opaque));
                     if let Some(deepest) = (0..engine.len()).rev().find(|&i| m.contains_key(&engine[i])) {
                         let gone = KvEvent::BlockRemoved { block_hashes: vec![engine[deepest]], medium: Medium::Gpu };
                         index.apply(target, &gone);
