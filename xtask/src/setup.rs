@@ -12,8 +12,20 @@ use crate::status;
 /// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
 /// `curl` and `openssl`: the TLS tests' HTTPS client and certificate reader (`s_client`).
 /// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
-const DEBIAN_PACKAGES: &[&str] =
-    &["protobuf-compiler", "libprotobuf-dev", "etcd-server", "python3-venv", "curl", "openssl", "prometheus"];
+/// `g++`, `libssl-dev` and `python3-dev`: build SGLang's own page hash (`hash_binding.cpp`, what
+/// torch's extension loader builds in SGLang) for `control/kv/tests/sglang_hashes.rs`.
+const DEBIAN_PACKAGES: &[&str] = &[
+    "protobuf-compiler",
+    "libprotobuf-dev",
+    "etcd-server",
+    "python3-venv",
+    "curl",
+    "openssl",
+    "prometheus",
+    "g++",
+    "libssl-dev",
+    "python3-dev",
+];
 
 /// The deploy checks' Python tools (`deploy/tests/kubernetes.rs`): the Kubernetes OpenAPI
 /// schemas per release (strict: unknown fields refused) and the policy linter.
@@ -34,8 +46,10 @@ const SMG_PACKAGE: &str = "smg==1.13.0";
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
 /// import stand-in of `launcher/tests/sglang_cli_check.py`; manual/reference/launcher.md).
 /// `msgspec`, `pyzmq`, `pydantic` and `psutil` also run SGLang's real KV-event publisher
-/// (`control/kv/tests/sglang_kv_publisher.py`).
+/// (`control/kv/tests/sglang_kv_publisher.py`); `pybind11`'s headers build SGLang's page hash
+/// (`control/kv/tests/sglang_event_hashes.py`).
 const SGLANG_PARSER_PACKAGES: &[&str] = &[
+    "pybind11==2.13.6",
     "numpy==2.4.6",
     "orjson==3.13.0",
     "psutil==7.2.2",
@@ -112,8 +126,20 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 
 /// Whether the system python3 can make a venv with pip (Debian splits `ensurepip` out).
 fn python_has_ensurepip() -> bool {
+    python3_succeeds("import ensurepip, venv")
+}
+
+/// Whether `python3` has its C headers (`Python.h`), which a venv made from it builds against.
+fn python_has_headers() -> bool {
+    python3_succeeds(
+        "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))",
+    )
+}
+
+/// Whether `python3 -c code` exits 0.
+fn python3_succeeds(code: &str) -> bool {
     Command::new("python3")
-        .args(["-c", "import ensurepip, venv"])
+        .args(["-c", code])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -135,7 +161,10 @@ fn debian_packages() -> anyhow::Result<()> {
         && Path::new("/usr/include/google/protobuf/descriptor.proto").exists()
         && on_path("etcd")
         && on_path("promtool")
-        && python_has_ensurepip();
+        && on_path("g++")
+        && Path::new("/usr/include/openssl/sha.h").exists()
+        && python_has_ensurepip()
+        && python_has_headers();
     if present {
         return Ok(());
     }
