@@ -111,6 +111,12 @@ pub enum InputError {
     /// The prompt cannot be rendered with the chat template (SGLang answers 400 too).
     #[error("{0}")]
     Tokenize(String),
+    /// A list where SGLang takes only a string for a single prompt (`GenerateReqInput`).
+    #[error("{key} should be a string for a single request.")]
+    SingleRequestList {
+        /// The body's key.
+        key: &'static str,
+    },
     /// `X-Data-Parallel-Rank` is not an integer.
     #[error("X-Data-Parallel-Rank: not an integer")]
     RankHeader,
@@ -192,7 +198,7 @@ pub fn parse(
         stream: field::<bool>(b, "stream")?.unwrap_or(false),
         include_usage: b.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
         model: field(b, "model")?,
-        cache_salt: one::<String>(b, "cache_salt")?.filter(|s| !s.is_empty()),
+        cache_salt: cache_salt(route, b)?,
         pd,
         trace: TraceHeaders::of(headers),
     })
@@ -249,6 +255,28 @@ fn field<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<
 }
 
 /// An optional field given as a scalar or as a list of exactly one item.
+/// `cache_salt` as SGLang normalises it: a string for a single prompt, a list (of one: batches
+/// are not emulated) for a prompt given as a list; empty is none.
+fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
+    const KEY: &str = "cache_salt";
+    let listed_prompt = match route {
+        Api::Generate => {
+            b.get("text").is_some_and(Value::is_array)
+                || b.get("input_ids")
+                    .and_then(Value::as_array)
+                    .is_some_and(|ids| ids.iter().any(Value::is_array))
+        }
+        Api::Completions => {
+            b.get("prompt").and_then(Value::as_array).is_some_and(|p| p.iter().any(|x| !x.is_number()))
+        }
+        Api::ChatCompletions | Api::Responses => false,
+    };
+    if b.get(KEY).is_some_and(Value::is_array) && !listed_prompt {
+        return Err(InputError::SingleRequestList { key: KEY });
+    }
+    Ok(one::<String>(b, KEY)?.filter(|s| !s.is_empty()))
+}
+
 fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
     match body.get(key) {
         Some(Value::Array(items))
@@ -279,10 +307,18 @@ mod tests {
     #[test]
     fn the_cache_salt_is_kept_and_an_empty_one_dropped() {
         let salt = |v: Value| parse_json(Api::Generate, serde_json::json!({"text": "ab", "cache_salt": v}));
+        let batch_salt =
+            |v: Value| parse_json(Api::Generate, serde_json::json!({"text": ["ab"], "cache_salt": v}));
         assert_eq!(salt("t1".into()).unwrap().cache_salt.as_deref(), Some("t1"));
-        assert_eq!(salt(serde_json::json!(["t1"])).unwrap().cache_salt.as_deref(), Some("t1"));
         assert_eq!(salt("".into()).unwrap().cache_salt, None);
-        assert!(matches!(salt(serde_json::json!(["a", "b"])), Err(InputError::Batch { .. })));
+        let single = salt(serde_json::json!(["t1"])).unwrap_err();
+        assert_eq!(
+            single.to_string(),
+            "cache_salt should be a string for a single request.",
+            "as SGLang says"
+        );
+        assert_eq!(batch_salt(serde_json::json!(["t1"])).unwrap().cache_salt.as_deref(), Some("t1"));
+        assert!(matches!(batch_salt(serde_json::json!(["a", "b"])), Err(InputError::Batch { .. })));
         let c = parse_json(Api::ChatCompletions, serde_json::json!({"messages": [], "cache_salt": "t2"}));
         assert_eq!(c.unwrap().cache_salt.as_deref(), Some("t2"));
     }
