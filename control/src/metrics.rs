@@ -251,6 +251,7 @@ pub struct KvMetrics {
     subscribers: Gauge,
     index_blocks: Gauge,
     index_bytes: Gauge,
+    index_rehashed_blocks: Gauge,
     index_max_blocks: Gauge,
     last: std::sync::Mutex<infera_kv::index::IngestCounts>,
 }
@@ -278,6 +279,12 @@ impl KvMetrics {
         r.register("subscribers", "Rank subscribers running", m.subscribers.clone());
         r.register("index_blocks", "Blocks the prefix index holds", m.index_blocks.clone());
         r.register("index_bytes", "Approximate memory of the prefix index", m.index_bytes.clone());
+        r.register(
+            "index_rehashed_blocks",
+            "Of the index's blocks, those keyed by hashing their tokens (engine hashes no router can \
+             compute: a LoRA adapter's namespace, format dynamo), each with a digest kept",
+            m.index_rehashed_blocks.clone(),
+        );
         r.register("index_max_blocks", "The prefix index's block budget", m.index_max_blocks.clone());
         m
     }
@@ -301,6 +308,7 @@ impl KvMetrics {
         self.subscribers.set(to_i64(subscribers as u64));
         self.index_blocks.set(to_i64(stats.blocks as u64));
         self.index_bytes.set(to_i64(stats.bytes as u64));
+        self.index_rehashed_blocks.set(to_i64(stats.rehashed as u64));
         self.index_max_blocks.set(to_i64(stats.max_blocks as u64));
         let mut last = self.last.lock().expect("kv metrics poisoned by an earlier panic");
         let (now, was) = (stats.counts, *last);

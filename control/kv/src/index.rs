@@ -128,6 +128,9 @@ pub struct IndexStats {
     pub targets: usize,
     /// Bytes the index's maps take (every allocated bucket).
     pub bytes: usize,
+    /// Of `blocks`, those keyed by hashing their tokens, with a digest kept: an engine whose
+    /// hashes no router can compute (a LoRA adapter's namespace, `format: "dynamo"`).
+    pub rehashed: usize,
     /// The block budget.
     pub max_blocks: usize,
     /// What ingest did so far.
@@ -337,6 +340,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
             blocks: self.blocks,
             targets: self.targets.values().filter(|t| t.blocks() > 0).count(),
             bytes: self.targets.values().map(TargetPages::bytes).sum(),
+            rehashed: self.targets.values().map(TargetPages::namespaced).sum(),
             max_blocks: self.max_blocks,
             counts: self.counts,
         }

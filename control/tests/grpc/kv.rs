@@ -127,6 +127,7 @@ async fn prefill_picks_follow_the_kv_events_of_each_worker() {
         sample(&m, "infera_kv_replays_total{worker=\"prefill-b\",rank=\"0\"}").unwrap_or(0.0) >= 1.0
             && sample(&m, "infera_kv_subscribers") == Some(2.0)
             && sample(&m, "infera_kv_index_blocks") == Some(6.0) // a: 4, b: 2
+            && sample(&m, "infera_kv_index_rehashed_blocks") == Some(0.0) // SGLang's own hashes
             && sample(&m, "infera_kv_blocks_total{outcome=\"removed\"}") == Some(10.0)
     })
     .await;

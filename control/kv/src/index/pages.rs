@@ -300,8 +300,7 @@ impl TargetPages {
         }
     }
 
-    /// Namespaced blocks recorded, each with its digest (tests).
-    #[cfg(test)]
+    /// Namespaced blocks recorded, each with its digest.
     pub(super) fn namespaced(&self) -> usize {
         self.aliases.len()
     }

@@ -324,5 +324,7 @@ fn a_salted_chain_counts_for_its_salt_alone() {
     index.apply(3u32, &unnamed);
     assert_eq!(index.overlap(&salted_query(&p, None), 3), 2, "rehashed from the tokens, unsalted");
     assert_eq!(index.targets[&3].namespaced(), 2);
+    let stats = index.stats();
+    assert_eq!((stats.blocks, stats.rehashed), (4 + 3 + 2, 3 + 2), "the stats count what was rehashed");
     index.check();
 }
