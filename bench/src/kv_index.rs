@@ -23,7 +23,7 @@ use infera_control::kv_feed::{COMMIT_PART_BLOCKS, SharedIndex};
 use infera_control::routing::KvIndex;
 use infera_control::target::TargetKey;
 use infera_kv::event::{KvEvent, Medium};
-use infera_kv::hash::{PageHash, chain_page, page_hashes_after, salt_seed};
+use infera_kv::hash::{PageHash, chain_page, salted_page_hashes};
 
 use crate::replay::trace::{self, Format};
 
@@ -73,8 +73,7 @@ pub(crate) struct Args {
 impl Args {
     /// A prompt's page hashes, as the proxy computes them for a request of this run.
     fn page_hashes(&self, tokens: &[u32]) -> Vec<PageHash> {
-        let seed = self.cache_salt.as_deref().map(salt_seed);
-        page_hashes_after(seed.as_ref(), tokens, self.page_size)
+        salted_page_hashes(self.cache_salt.as_deref(), tokens, self.page_size)
     }
 }
 

@@ -44,7 +44,7 @@ pub struct Facts {
 
 /// A request's `cache_salt` (SGLang's `GenerateReqInput` and OpenAI requests): its pages are a
 /// namespace of their own in SGLang's radix cache, and its KV events hash them after the salt's
-/// seed (`infera_kv::hash::salt_seed`).
+/// seed (`infera_kv::hash::seed_of`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum CacheSalt {
     /// None, or empty (SGLang's `_normalize_cache_salt` drops an empty salt).

@@ -34,8 +34,7 @@ impl PromptPages {
     /// events.
     pub fn new(prompt: &[u32], page_size: u32, with_tokens: bool, cache_salt: Option<&str>) -> Self {
         let page_size = page_size.max(1);
-        let seed = cache_salt.map(hash::salt_seed);
-        let hashes = hash::page_hashes_after(seed.as_ref(), prompt, page_size as usize);
+        let hashes = hash::salted_page_hashes(cache_salt, prompt, page_size as usize);
         let tokens =
             if with_tokens { prompt[..hashes.len() * page_size as usize].to_vec() } else { Vec::new() };
         Self { hashes, tokens, page_size, cache_salt: cache_salt.map(str::to_owned) }
@@ -212,8 +211,7 @@ mod tests {
         let prompt: Vec<u32> = (0..4).collect();
         let plain = PromptPages::new(&prompt, 2, true, None);
         let salted = PromptPages::new(&prompt, 2, true, Some("tenant-a"));
-        let seed = hash::salt_seed("tenant-a");
-        assert_eq!(salted.hashes, hash::page_hashes_after(Some(&seed), &prompt, 2));
+        assert_eq!(salted.hashes, hash::salted_page_hashes(Some("tenant-a"), &prompt, 2));
         let mut c = PrefixCache::new(2, 100);
         c.insert(&plain.hashes);
         assert_eq!(c.cached_tokens(&salted.hashes), 0, "the salted prompt shares nothing with the plain one");

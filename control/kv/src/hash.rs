@@ -9,7 +9,7 @@
 //! A request with a `cache_salt` is a namespace of its own in SGLang's radix cache, and its KV
 //! events hash the chain after a seed: the first page's prior digest is
 //! `SHA256("sglang-cache-salt-v1\0" ‖ salt)` (`compute_node_event_hash_values`, 0.5.18–0.5.23;
-//! an empty salt is no salt, `GenerateReqInput._normalize_cache_salt`), see [`salt_seed`].
+//! an empty salt is no salt, `GenerateReqInput._normalize_cache_salt`), see [`seed_of`].
 //!
 //! Because every digest covers all pages before it, two prompts share the hash of page `i` exactly
 //! when they share the first `i + 1` pages: a page hash *is* a prefix. The proxy hashes prompts with
@@ -65,23 +65,30 @@ pub fn salt_seed(cache_salt: &str) -> ChainDigest {
     ChainDigest(sha.finalize().into())
 }
 
+/// The seed of a chain stored under `cache_salt`, if it has one: `None` and an empty salt are no
+/// namespace, as SGLang normalises a request's salt (`GenerateReqInput._normalize_cache_salt`).
+pub fn seed_of(cache_salt: Option<&str>) -> Option<ChainDigest> {
+    cache_salt.filter(|s| !s.is_empty()).map(salt_seed)
+}
+
 /// The page-hash sequence of a prompt: one hash per *full* page of `page_size` tokens (a partial
 /// last page is not shareable between requests, so it is left out).
 ///
 /// # Panics
 /// If `page_size` is 0.
 pub fn page_hashes(tokens: &[u32], page_size: usize) -> Vec<PageHash> {
-    page_hashes_after(None, tokens, page_size)
+    salted_page_hashes(None, tokens, page_size)
 }
 
-/// [`page_hashes`] of a chain that starts after `seed` (a [`salt_seed`]; `None`: no namespace).
+/// [`page_hashes`] of a prompt sent with `cache_salt`: the chain starts after [`seed_of`] it, as
+/// SGLang's KV events hash it.
 ///
 /// # Panics
 /// If `page_size` is 0.
-pub fn page_hashes_after(seed: Option<&ChainDigest>, tokens: &[u32], page_size: usize) -> Vec<PageHash> {
+pub fn salted_page_hashes(cache_salt: Option<&str>, tokens: &[u32], page_size: usize) -> Vec<PageHash> {
     assert!(page_size > 0, "page_size must be positive");
     let mut out = Vec::with_capacity(tokens.len() / page_size);
-    let mut prior: Option<ChainDigest> = seed.copied();
+    let mut prior = seed_of(cache_salt);
     let mut page = Vec::with_capacity(page_size);
     for chunk in tokens.chunks_exact(page_size) {
         page.clear();
@@ -130,11 +137,16 @@ mod tests {
         assert_eq!(hex(&seed), SALT_SEED);
         let d1 = chain_page(Some(&seed), &[1, 2]);
         assert_eq!(hex(&d1), SALTED_PAGE_0);
-        let salted = page_hashes_after(Some(&seed), &[1, 2, 3, 4], 2);
+        let salted = salted_page_hashes(Some("tenant-a"), &[1, 2, 3, 4], 2);
         assert_eq!(salted[0], d1.page_hash());
         assert_eq!(salted[1], chain_page(Some(&d1), &[3, 4]).page_hash());
         assert_ne!(salted, page_hashes(&[1, 2, 3, 4], 2), "a salt is a namespace of its own");
-        assert_ne!(salted, page_hashes_after(Some(&salt_seed("tenant-b")), &[1, 2, 3, 4], 2));
+        assert_ne!(salted, salted_page_hashes(Some("tenant-b"), &[1, 2, 3, 4], 2));
+        assert_eq!(
+            salted_page_hashes(Some(""), &[1, 2, 3, 4], 2),
+            page_hashes(&[1, 2, 3, 4], 2),
+            "empty is none"
+        );
     }
 
     #[test]

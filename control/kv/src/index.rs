@@ -38,7 +38,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
-use crate::hash::{PageHash, salt_seed};
+use crate::hash::{PageHash, seed_of};
 
 mod pages;
 mod search;
@@ -217,9 +217,9 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         }
                     };
                     let first_parent = prior.map(|l| l.page());
-                    // A salted chain's first page is hashed after the salt's seed (an empty
-                    // salt is none, as SGLang and the proxy take it).
-                    let seed = cache_salt.as_deref().filter(|s| !s.is_empty()).map(salt_seed);
+                    // A salted chain's first page is hashed after the salt's seed; below a parent
+                    // the chain goes on from the parent's link.
+                    let seed = if first_parent.is_none() { seed_of(cache_salt.as_deref()) } else { None };
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
                     let mut short = false;

@@ -11,7 +11,7 @@
 
 use std::process::Command;
 
-use infera_kv::hash::{page_hashes_after, salt_seed};
+use infera_kv::hash::salted_page_hashes;
 use infera_kv::testing::sglang_python;
 use serde_json::Value;
 
@@ -41,9 +41,8 @@ fn our_hashes_equal_sglangs(version: &str) {
             .iter()
             .flat_map(|n| n.as_array().unwrap().iter().map(|h| h.as_i64().unwrap()))
             .collect();
-        let seed = case["cache_salt"].as_str().map(salt_seed);
         let ours: Vec<i64> =
-            page_hashes_after(seed.as_ref(), &tokens, page_size).iter().map(|h| h.0).collect();
+            salted_page_hashes(case["cache_salt"].as_str(), &tokens, page_size).iter().map(|h| h.0).collect();
         assert_eq!(ours, theirs, "SGLang {version}: {case}");
     }
 }

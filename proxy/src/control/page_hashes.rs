@@ -22,14 +22,14 @@ impl PageHashes {
     /// tokenizer, an ambiguous prompt), with a salt per prompt, or before the target list is known.
     pub(super) fn of(kind: PickKind, facts: &Facts, model: &ModelName, targets: &TargetList) -> Self {
         let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return Self::default() };
-        let seed = match &facts.cache_salt {
+        let salt = match &facts.cache_salt {
             CacheSalt::Unsalted => None,
-            CacheSalt::Salted(salt) => Some(infera_kv::hash::salt_seed(salt)),
+            CacheSalt::Salted(salt) => Some(salt.as_str()),
             CacheSalt::PerPrompt => return Self::default(),
         };
         match targets.prefill_page_size(model).filter(|p| *p > 0) {
             Some(page_size) => {
-                let hashes = infera_kv::hash::page_hashes_after(seed.as_ref(), ids, page_size as usize);
+                let hashes = infera_kv::hash::salted_page_hashes(salt, ids, page_size as usize);
                 Self { hashes: hashes.into_iter().map(|h| h.0).collect(), page_size }
             }
             None => Self::default(),

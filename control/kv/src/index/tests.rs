@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::hash::{page_hashes, page_hashes_after, salt_seed};
+use crate::hash::{page_hashes, salted_page_hashes};
 
 const PS: u32 = 4;
 
@@ -14,8 +14,7 @@ fn engine_hashes(tokens: &[u32], salt: i64) -> Vec<i64> {
 
 /// The query (the proxy's hashes) of a prompt sent with `cache_salt`.
 fn salted_query(tokens: &[u32], cache_salt: Option<&str>) -> Vec<PageHash> {
-    let seed = cache_salt.map(salt_seed);
-    page_hashes_after(seed.as_ref(), tokens, PS as usize)
+    salted_page_hashes(cache_salt, tokens, PS as usize)
 }
 
 /// Engine hashes of a prompt stored under `cache_salt`, xor `opaque` (a namespace no router
