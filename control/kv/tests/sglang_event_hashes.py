@@ -23,13 +23,11 @@ import sysconfig
 import tempfile
 import types
 
+import sglang_wheel
+
 
 def load(build_dir):
-    root = sysconfig.get_paths()["purelib"]
-    for name, rel in (("sglang", "sglang"), ("sglang.srt", "sglang/srt"), ("sglang.srt.utils", "sglang/srt/utils")):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [os.path.join(root, rel)]  # skip only the heavy __init__.py
-        sys.modules[name] = pkg
+    root = sglang_wheel.bare_packages("sglang", "sglang.srt", "sglang.srt.utils")  # skip the heavy __init__.py
 
     class Empty(types.ModuleType):
         def __getattr__(self, _):

@@ -4,7 +4,7 @@
 Our test driver, not SGLang code. Run with the Python of a venv holding the sglang wheel
 (installed --no-deps) plus msgspec, pyzmq, pydantic and psutil. sglang/__init__.py and
 sglang/srt/utils/__init__.py import torch, so both packages are registered as bare package
-objects and kv_events.py is imported from the wheel as is.
+objects (sglang_wheel.py) and kv_events.py is imported from the wheel as is.
 
 Protocol (one JSON object per line):
   stdout, first:  {"version", "port", "replay_port", "rank", "topic"}  (ports chosen here, free)
@@ -21,22 +21,18 @@ import json
 import os
 import socket
 import sys
-import sysconfig
 import time
-import types
+
+import sglang_wheel
 
 RANK = 1
 TOPIC = "kv@sglang"
 
 
 def load_kv_events():
-    root = sysconfig.get_paths()["purelib"]
+    root = sglang_wheel.bare_packages("sglang", "sglang.srt.utils")  # skip only the heavy __init__.py
     if not os.path.exists(os.path.join(root, "sglang", "srt", "disaggregation", "kv_events.py")):
         sys.exit(f"no sglang wheel under {root}")
-    for name, rel in (("sglang", "sglang"), ("sglang.srt.utils", "sglang/srt/utils")):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [os.path.join(root, rel)]  # skip only the heavy __init__.py
-        sys.modules[name] = pkg
     from sglang.srt.disaggregation import kv_events  # SGLang's own code, unmodified
 
     return kv_events
