@@ -19,10 +19,14 @@ use infera_kv::event::KvEvent;
 use crate::routing::KvIndex;
 use crate::target::TargetKey;
 
-/// Blocks committed per hold of the write lock: ~95 ns a block of SGLang's own hashes in the maps,
-/// ~280 ns a namespaced one, so one part holds lookups off for ~6–18 µs, where a whole engine
-/// batch of ~750 blocks held them off for ~100 µs.
-pub const COMMIT_PART_BLOCKS: usize = 64;
+/// Blocks committed per hold of the write lock: ~100 ns a block of SGLang's own hashes in the maps,
+/// ~170–280 ns a namespaced one, so one part holds lookups off for ~2–4 µs, where a whole engine
+/// batch of ~750 blocks held them off for ~100 µs. Parts of 64 blocks, alternated with 16 four
+/// times (`infera-bench kv-index --requests 1500`, 10,000 lookups while another thread ingests
+/// flat out, 2026-12-04): lookup p99 2.4–11.1 µs with 64, 1.2–2.1 µs with 16. The ingest, which lets
+/// waiting lookups in between parts, still reached 9–14 M blocks/s under them (14–25 M with 64), far
+/// above what a fleet publishes.
+pub const COMMIT_PART_BLOCKS: usize = 16;
 
 /// Longest an ingest waits between two parts for the lookups that queued behind the first.
 const READERS_FIRST: Duration = Duration::from_micros(200);
