@@ -310,14 +310,14 @@ fn removals(stores: &[Store]) -> Vec<(TargetKey, KvEvent)> {
         .collect()
 }
 
-/// Runs `measure` while a second thread keeps applying `stores` to a spare target, as fast as it
-/// can or paced to `rate` blocks a second.
 /// What `measure` returned while another thread ingested, and the blocks a second it ingested.
 struct UnderIngest<T> {
     measured: T,
     blocks_per_s: f64,
 }
 
+/// Runs `measure` while a second thread keeps applying `stores` to a spare target, as fast as it
+/// can or paced to `rate` blocks a second.
 fn under_ingest<T>(
     index: &Arc<SharedIndex>,
     stores: &[Store],

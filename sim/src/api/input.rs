@@ -254,7 +254,6 @@ fn field<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<
     }
 }
 
-/// An optional field given as a scalar or as a list of exactly one item.
 /// `cache_salt` as SGLang normalises it: a string for a single prompt, a list (of one: batches
 /// are not emulated) for a prompt given as a list; empty is none.
 fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
@@ -277,6 +276,7 @@ fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
     Ok(one::<String>(b, KEY)?.filter(|s| !s.is_empty()))
 }
 
+/// An optional field given as a scalar or as a list of exactly one item.
 fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
     match body.get(key) {
         Some(Value::Array(items))
