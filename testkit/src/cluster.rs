@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use infera_proto::pb;
+use infera_proto::types::WorkerRecord;
 use infera_registry::register::Registration;
 use infera_registry::test_server::EtcdServer;
 
@@ -23,6 +24,9 @@ pub struct ClusterSpec {
     pub model: String,
     /// The workers, prefills first.
     pub sims: Vec<SimSpec>,
+    /// Workers already running, by their records (real SGLang servers a test binary shares,
+    /// [`crate::Engine::record`]), after the sims'.
+    pub running: Vec<WorkerRecord>,
     /// Control (its workers are set from the sims).
     pub control: ControlSpec,
     /// How many proxies.
@@ -52,12 +56,19 @@ pub fn two_of_each(model: &str) -> Vec<SimSpec> {
 }
 
 impl ClusterSpec {
+    /// Workers already running (see [`ClusterSpec::running`]).
+    pub fn running(mut self, records: impl IntoIterator<Item = WorkerRecord>) -> Self {
+        self.running.extend(records);
+        self
+    }
+
     /// `model` served by `sims`, a control with `--decode-input-demand on`, two proxies, a
     /// static workers file, everything in this process.
     pub fn new(model: &str, sims: Vec<SimSpec>) -> Self {
         Self {
             model: model.to_owned(),
             sims,
+            running: Vec::new(),
             control: ControlSpec::new(Workers::None).flags(["--decode-input-demand", "on"]),
             proxies: 2,
             proxy_flags: Vec::new(),
@@ -81,14 +92,15 @@ impl ClusterSpec {
             let process = self.processes && !self.sims_in_process;
             sims.push(if process { spec.spawn().await? } else { spec.start().await? });
         }
-        let records = sims.iter().map(|s| s.record.clone()).collect();
+        let records: Vec<WorkerRecord> =
+            sims.iter().map(|s| s.record.clone()).chain(self.running.iter().cloned()).collect();
         let mut control_spec = self.control;
         let mut registrations = Vec::new();
         match (&etcd, self.etcd) {
             (Some(etcd), Some(ttl)) => {
                 control_spec = control_spec.etcd(etcd.url());
-                for s in &sims {
-                    registrations.push(Registration::start(vec![etcd.url()], s.record.clone(), ttl));
+                for r in &records {
+                    registrations.push(Registration::start(vec![etcd.url()], r.clone(), ttl));
                 }
             }
             _ => control_spec.workers = Workers::Records(records),

@@ -4,6 +4,8 @@
 //! - [`eventually`]: poll a condition with a deadline and a message that names it.
 //! - [`sim`]: emulated SGLang workers from the launcher's typed SGLang arguments, with the
 //!   worker record the launcher would register.
+//! - [`engine`]: real SGLang 0.5.23 servers on this machine's CPUs (the tiny model), described
+//!   like sims and rendered by the launcher.
 //! - [`control`], [`proxy`]: `infera-control` and `infera-proxy` with the flags a test gives.
 //! - [`cluster`]: all of them together, with a static workers file or a real etcd.
 //! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
@@ -15,6 +17,7 @@
 
 pub mod cluster;
 pub mod control;
+pub mod engine;
 pub mod eventually;
 pub mod http;
 pub mod netns;
@@ -28,6 +31,7 @@ pub mod tls;
 
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};
+pub use engine::{Engine, EngineSpec};
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
 pub use infera_registry::register::Registration;
 pub use infera_registry::test_server::EtcdServer;

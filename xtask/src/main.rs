@@ -44,6 +44,7 @@ fn run() -> anyhow::Result<()> {
             for v in setup::SGLANG_VENVS {
                 cmd.env(setup::sglang_python_var(v.version), setup::sglang_python(&root, v.version));
             }
+            engine_env(&mut cmd, &root);
             status(cmd)
         }
         "demo" => {
@@ -77,6 +78,12 @@ fn run() -> anyhow::Result<()> {
             bail!("unknown task {task:?}")
         }
     }
+}
+
+/// Where the real SGLang server on CPU is (`INFERA_SGLANG_ENGINE_*`, read by the test kit).
+fn engine_env(cmd: &mut Command, root: &Path) {
+    cmd.env("INFERA_SGLANG_ENGINE_PYTHON", setup::engine::python(root));
+    cmd.env("INFERA_SGLANG_ENGINE_MODEL", setup::engine::model(root));
 }
 
 /// The workspace root (xtask lives one level below it).

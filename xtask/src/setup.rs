@@ -1,5 +1,7 @@
 //! Fresh-machine set-up, idempotent: each step is skipped when its result is already there.
 
+pub(crate) mod engine;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,6 +16,7 @@ use crate::status;
 /// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
 /// `g++`, `libssl-dev` and `python3-dev`: build SGLang's own page hash (`hash_binding.cpp`, what
 /// torch's extension loader builds in SGLang) for `control/kv/tests/sglang_hashes.rs`.
+/// `libibverbs1`: the Mooncake transfer engine links it, even when it moves KV over TCP.
 const DEBIAN_PACKAGES: &[&str] = &[
     "protobuf-compiler",
     "libprotobuf-dev",
@@ -25,6 +28,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "g++",
     "libssl-dev",
     "python3-dev",
+    "libibverbs1",
 ];
 
 /// The deploy checks' Python tools (`deploy/tests/kubernetes.rs`): the Kubernetes OpenAPI
@@ -121,7 +125,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for venv in SGLANG_VENVS {
         sglang_venv(root, venv)?;
     }
-    Ok(())
+    engine::run(root)
 }
 
 /// Whether the system python3 can make a venv with pip (Debian splits `ensurepip` out).
@@ -163,6 +167,7 @@ fn debian_packages() -> anyhow::Result<()> {
         && on_path("promtool")
         && on_path("g++")
         && Path::new("/usr/include/openssl/sha.h").exists()
+        && debian_installed("libibverbs1")
         && python_has_ensurepip()
         && python_has_headers();
     if present {
@@ -351,6 +356,14 @@ fn sglang_venv(root: &Path, spec: &SglangVenv) -> anyhow::Result<()> {
     }
     std::fs::write(&stamp, wanted)?;
     Ok(())
+}
+
+/// Whether Debian's package `name` is installed.
+fn debian_installed(name: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .output()
+        .is_ok_and(|o| o.stdout.ends_with(b"install ok installed"))
 }
 
 fn on_path(program: &str) -> bool {
