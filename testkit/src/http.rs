@@ -1,7 +1,8 @@
 //! A small HTTP/1.1 client for probes: one request, the whole body as text.
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
+pub use http::Method;
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -20,7 +21,23 @@ pub async fn request(
     url: &str,
     body: Option<&Value>,
 ) -> anyhow::Result<(StatusCode, String)> {
+    request_with(method, url, body, &[]).await
+}
+
+/// [`request`] with these headers too.
+///
+/// # Errors
+/// When the connection fails or breaks.
+pub async fn request_with(
+    method: Method,
+    url: &str,
+    body: Option<&Value>,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<(StatusCode, String)> {
     let mut req = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
     let bytes = match body {
         Some(b) => {
             req = req.header("content-type", "application/json");

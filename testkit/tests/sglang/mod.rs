@@ -53,7 +53,8 @@ pub fn here() -> PathBuf {
 }
 
 /// The answer with what differs between two calls of the same request taken out: ids,
-/// creation times, latencies, and how much of the prompt the radix cache already held.
+/// creation times, timings (SGLang's `meta_info` under `--enable-metrics`), and how much of the
+/// prompt the radix cache already held.
 pub fn comparable(v: &Value) -> Value {
     const VOLATILE: &[&str] = &[
         "id",
@@ -67,11 +68,14 @@ pub fn comparable(v: &Value) -> Value {
         "input_tokens_details",
         "response_id",
         "item_id",
+        // A Responses stream numbers its events, and how many there are depends on chunking.
+        "sequence_number",
     ];
+    const TIMING: &[&str] = &["_time", "_ts", "_latency", "_wait", "_throughput"];
     match v {
         Value::Object(map) => Value::Object(
             map.iter()
-                .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
+                .filter(|(k, _)| !VOLATILE.contains(&k.as_str()) && !TIMING.iter().any(|t| k.ends_with(t)))
                 .map(|(k, v)| (k.clone(), comparable(v)))
                 .collect(),
         ),
@@ -117,5 +121,53 @@ fn collect(v: &Value, path: &str, text: &mut String, paths: &mut std::collection
         }
         Value::Array(items) => items.iter().for_each(|i| collect(i, &format!("{path}[]"), text, paths)),
         _ => {}
+    }
+}
+
+/// Sends `body` to `url` (a streaming request), reads until the first SSE event has arrived,
+/// and hangs up: what a client that goes away mid-answer does.
+pub async fn hang_up_after_first_event(url: &str, path: &str, body: &Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let body = serde_json::to_vec(body).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(6).any(|w| w == b"data: ") {
+        let n = tokio::time::timeout(SETTLED, s.read(&mut buf)).await.expect("a first event").unwrap();
+        assert!(n > 0, "the stream ended before its first event: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(seen.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&seen));
+    drop(s);
+}
+
+/// A counter of an SGLang server's `/metrics` (`--enable-metrics`), summed over its labels.
+pub async fn sglang_counter(engine: &Engine, name: &str) -> f64 {
+    let text = infera_testkit::http::get_ok(&format!("{}/metrics", engine.url)).await.expect("/metrics");
+    infera_testkit::http::metric_sum(&text, name, "")
+}
+
+/// Where two JSON values first differ, as a path and both sides (for assertion messages).
+pub fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let (l, r) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
+                first_difference(l, r, &format!("{path}.{k}"))
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().find_map(|(i, (l, r))| first_difference(l, r, &format!("{path}[{i}]")))
+        }
+        _ if a == b => None,
+        _ => Some(format!("{path}: {a} ≠ {b}")),
     }
 }
