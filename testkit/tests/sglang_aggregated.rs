@@ -4,17 +4,19 @@
 mod sglang;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::time::Duration;
 
 use infera_proto::pb;
 use infera_proto::types::RegisteredWorker;
 use infera_testkit::control::{ControlSpec, Workers};
-use infera_testkit::{ClusterSpec, Engine, EngineSpec, ProxySpec, eventually, http};
+use infera_testkit::{Engine, EngineSpec, ProxySpec, eventually, http};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use sglang::{comparable, first_difference, engine_idle, hang_up_after_first_event, here, python, run, sglang_counter, stream_summary};
+use sglang::{
+    cluster_over, comparable, engine_idle, first_difference, hang_up_after_first_event, openai_calls, run,
+    sglang_counter, stream_summary,
+};
 
 /// The binary's servers: one worker of one rank, one of two DP ranks (plain DP: attention DP
 /// needs CUDA), each serving the tiny model under its own name.
@@ -38,28 +40,12 @@ async fn world() -> &'static World {
         .await
 }
 
-fn tokenizer_flags() -> Vec<String> {
-    let model = infera_testkit::engine::model_dir();
-    vec!["--tokenizer".to_owned(), model.join("tokenizer.json").display().to_string()]
-}
-
 #[test]
 fn the_openai_client_gets_what_sglang_answers_through_a_proxy() {
     run(async {
         let w = world().await;
-        let mut spec = ClusterSpec::new(MODEL, Vec::new()).running([w.single.record.clone()]);
-        spec.proxies = 1;
-        spec.proxy_flags = tokenizer_flags();
-        let cluster = spec.start().await.expect("cluster");
-        let (proxy, direct) = (cluster.proxies[0].url.clone(), w.single.url.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(python()).arg(here().join("openai_calls.py")).args([&proxy, &direct, MODEL]).output()
-        })
-        .await
-        .unwrap()
-        .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let answers: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let cluster = cluster_over(MODEL, [w.single.record.clone()]).await;
+        let answers = openai_calls(&cluster.proxies[0].url, Some(&w.single.url), MODEL).await;
         for (case, pair) in answers.as_object().unwrap() {
             let same = |v: &Value| match v.as_array().or_else(|| v["events"].as_array()) {
                 Some(chunks) => stream_summary(chunks),
@@ -88,14 +74,6 @@ fn the_openai_client_gets_what_sglang_answers_through_a_proxy() {
         cluster.ledger_returns_to_zero().await.unwrap();
         cluster.stop().await.unwrap();
     });
-}
-
-/// A control and one proxy over `records`.
-async fn cluster_over(model: &str, records: impl IntoIterator<Item = infera_proto::types::WorkerRecord>) -> infera_testkit::Cluster {
-    let mut spec = ClusterSpec::new(model, Vec::new()).running(records);
-    spec.proxies = 1;
-    spec.proxy_flags = tokenizer_flags();
-    spec.start().await.expect("cluster")
 }
 
 #[test]

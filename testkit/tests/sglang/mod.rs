@@ -171,3 +171,51 @@ pub fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
         _ => Some(format!("{path}: {a} ≠ {b}")),
     }
 }
+
+/// Runs `openai_calls.py` (the real OpenAI client, and raw `/generate`) against `proxy` and, when
+/// given, `direct`: `{case: {"proxy": answer, "direct": answer or null}}`.
+pub async fn openai_calls(proxy: &str, direct: Option<&str>, model: &str) -> Value {
+    let args = [proxy.to_owned(), direct.unwrap_or("-").to_owned(), model.to_owned()];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python()).arg(here().join("openai_calls.py")).args(args).output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The tiny model's tokenizer for a proxy (`--tokenizer`).
+pub fn tokenizer_flags() -> Vec<String> {
+    let model = infera_testkit::engine::model_dir();
+    vec!["--tokenizer".to_owned(), model.join("tokenizer.json").display().to_string()]
+}
+
+/// A control and one proxy (with the tiny model's tokenizer) over running workers.
+pub async fn cluster_over(
+    model: &str,
+    records: impl IntoIterator<Item = infera_proto::types::WorkerRecord>,
+) -> infera_testkit::Cluster {
+    let mut spec = infera_testkit::ClusterSpec::new(model, Vec::new()).running(records);
+    spec.proxies = 1;
+    spec.proxy_flags = tokenizer_flags();
+    spec.start().await.expect("cluster")
+}
+
+/// Sends `body` to `url` and hangs up as soon as it is written, before any answer: what a
+/// client that gives up during the prefill does.
+pub async fn hang_up_at_once(url: &str, path: &str, body: &Value) {
+    use tokio::io::AsyncWriteExt;
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let body = serde_json::to_vec(body).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    s.flush().await.unwrap();
+    drop(s);
+}

@@ -3,6 +3,7 @@ and the SGLang server behind it — and prints every answer as JSON, so the Rust
 that the proxy answers as SGLang does: `{"case": {"proxy": …, "direct": …}}`.
 
 usage: python openai_calls.py PROXY_URL DIRECT_URL MODEL
+(DIRECT_URL `-`: the proxy only, e.g. in front of a PD pair, which no single server stands for)
 """
 
 import json
@@ -119,8 +120,9 @@ def run(base, model):
 
 def main():
     proxy, direct, model = sys.argv[1:4]
-    a, b = run(proxy, model), run(direct, model)
-    print(json.dumps({name: {"proxy": a[name], "direct": b[name]} for name in a}))
+    a = run(proxy, model)
+    b = run(direct, model) if direct != "-" else {}
+    print(json.dumps({name: {"proxy": a[name], "direct": b.get(name)} for name in a}))
 
 
 if __name__ == "__main__":
