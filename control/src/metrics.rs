@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::dp_discovery::DiscoveryMetrics;
+use crate::engine_facts::discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -51,6 +51,12 @@ struct ModelLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelRoleLabels {
+    model: String,
+    role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgreementLabels {
     agreement: &'static str,
 }
@@ -72,6 +78,7 @@ pub struct ControlMetrics {
     registry_changes: Family<RegistryLabels, Counter>,
     discovery: DiscoveryMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
+    unpaired: Family<ModelRoleLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -97,6 +104,7 @@ impl ControlMetrics {
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
             prefill_phase_median: Family::default(),
+            unpaired: Family::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -130,14 +138,29 @@ impl ControlMetrics {
             m.registry_changes.clone(),
         );
         r.register(
-            "workers_awaiting_dp_size",
-            "Workers registered without dp_size whose /server_info has not given it yet (not routable)",
+            "workers_awaiting_engine_facts",
+            "Registered workers whose /server_info has not made them routable yet (not answered, or \
+             held out: its engine serves another model or role)",
             m.discovery.awaiting.clone(),
         );
         r.register(
-            "dp_size_discovery_failures",
-            "Failed /server_info attempts for a worker's dp_size, by worker and reason: unanswered, malformed, invalid",
+            "engine_facts_failures",
+            "Failed /server_info attempts, by worker and reason: unanswered, malformed, invalid, \
+             model_mismatch, role_mismatch",
             m.discovery.failures.clone(),
+        );
+        r.register(
+            "record_mismatches",
+            "Record fields a worker's engine contradicted (control routes with the engine's), by worker \
+             and field: dp_size, page_size, transfer_backend, kv_cache_dtype",
+            m.discovery.mismatches.clone(),
+        );
+        r.register(
+            "unpaired_workers",
+            "Prefill or decode workers that take no picks because they cannot pair with the model's \
+             serving prefill/decode group (KV page size, transfer backend or KV cache dtype differ), by \
+             model and role",
+            m.unpaired.clone(),
         );
         r.register(
             "decode_shadow_decisions",
@@ -152,7 +175,7 @@ impl ControlMetrics {
         m
     }
 
-    /// The DP-size discovery's metrics (registered with these).
+    /// The engine-facts discovery's metrics (registered with these).
     pub fn discovery(&self) -> DiscoveryMetrics {
         self.discovery.clone()
     }
@@ -172,6 +195,12 @@ impl ControlMetrics {
     pub fn pick(&self, kind: PickKind, mode: &'static str, outcome: &'static str, seconds: f64) {
         self.picks.get_or_create(&PickLabels { kind: kind.as_str(), mode, outcome }).inc();
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
+    }
+
+    /// `model`'s unpaired workers of `role` (prefill or decode) are `n` now.
+    pub fn unpaired(&self, model: &ModelName, role: Role, n: usize) {
+        let labels = ModelRoleLabels { model: model.to_string(), role: role.as_str() };
+        self.unpaired.get_or_create(&labels).set(to_i64(n as u64));
     }
 
     /// A shadow decode pick agreed (or not) with the cost.

@@ -100,6 +100,8 @@ async fn deploy() -> Deployment {
         bootstrap_port: None,
         dp_size: 1,
         page_size: 1,
+        transfer_backend: None,
+        kv_cache_dtype: None,
         sglang_version: None,
         kv_events: None,
         load_events: None,
