@@ -284,6 +284,22 @@ impl Control {
         rows.into_inner().targets
     }
 
+    /// Waits (bounded) until `Admin/ListTargets` lists `n` targets: control routes to a worker
+    /// only once its `/server_info` has answered.
+    ///
+    /// # Errors
+    /// When they are not listed in time.
+    pub async fn wait_targets(&self, n: usize) -> anyhow::Result<()> {
+        let what = format!("control to list {n} targets");
+        crate::eventually::poll(std::time::Duration::from_secs(30), &what, async || {
+            let mut admin = self.admin().await;
+            let rows = admin.list_targets(pb::ListTargetsRequest::default()).await.ok()?.into_inner();
+            (rows.targets.len() == n).then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Waits (bounded) until it leads: a control with `--etcd` books only once elected.
     ///
     /// # Errors
