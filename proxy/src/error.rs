@@ -304,7 +304,8 @@ mod tests {
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.json()["error"]["code"], "model_not_found");
         assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        let unpaired = ProxyError::NoCompatiblePair("model \"m\" has no prefill and decode that can pair".into());
+        let unpaired =
+            ProxyError::NoCompatiblePair("model \"m\" has no prefill and decode that can pair".into());
         assert_eq!(unpaired.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(unpaired.json()["error"]["code"], "no_compatible_pd_pair");
         assert_eq!(unpaired.json()["error"]["type"], "server_error");

@@ -56,9 +56,9 @@ struct Listed {
     drained: bool,
     /// Whether control ejected it for failing (outlier ejection).
     ejected: bool,
-    /// Whether its worker cannot pair with the model's serving prefill/decode group (control's
+    /// Why its worker cannot pair with the model's serving prefill/decode group (control's
     /// `unpaired_reason`): it takes no legs, even here.
-    unpaired: bool,
+    unpaired: Option<String>,
 }
 
 impl Listed {
@@ -71,7 +71,7 @@ impl Listed {
             rank: target.rank,
             drained: t.drained,
             ejected: t.health == "ejected",
-            unpaired: !t.unpaired_reason.is_empty(),
+            unpaired: Some(t.unpaired_reason.clone()).filter(|r| !r.is_empty()),
         })
     }
 }
@@ -121,16 +121,25 @@ impl TargetList {
         if roles.is_empty() { None } else { Some(roles.contains(&Role::Prefill)) }
     }
 
-    /// Whether `model` has prefill and decode targets of which none is paired (control refuses
-    /// its picks with `NO_COMPATIBLE_PAIR`; the fallback must too).
-    pub fn has_no_pair(&self, model: &ModelName) -> bool {
+    /// When `model` has prefill and decode targets of which none is paired (control refuses its
+    /// picks with `NO_COMPATIBLE_PAIR`; the fallback must too): each worker's reason,
+    /// `worker: reason` joined by `; `.
+    pub fn no_pair(&self, model: &ModelName) -> Option<String> {
         let pd: Vec<&Listed> = self
             .targets
             .iter()
             .filter(|t| t.worker.model == *model && matches!(t.worker.role, Role::Prefill | Role::Decode))
             .collect();
         let has = |role| pd.iter().any(|t| t.worker.role == role);
-        has(Role::Prefill) && has(Role::Decode) && pd.iter().all(|t| t.unpaired)
+        if !(has(Role::Prefill) && has(Role::Decode)) || pd.iter().any(|t| t.unpaired.is_none()) {
+            return None;
+        }
+        let mut reasons: Vec<String> = pd
+            .iter()
+            .map(|t| format!("{}: {}", t.worker.id, t.unpaired.as_deref().unwrap_or_default()))
+            .collect();
+        reasons.dedup();
+        Some(reasons.join("; "))
     }
 
     /// The model when the deployment serves exactly one.
@@ -144,7 +153,7 @@ impl TargetList {
     pub fn prefill_page_size(&self, model: &ModelName) -> Option<u32> {
         self.targets
             .iter()
-            .find(|t| !t.unpaired && t.worker.model == *model && t.worker.role == Role::Prefill)
+            .find(|t| t.unpaired.is_none() && t.worker.model == *model && t.worker.role == Role::Prefill)
             .map(|t| t.worker.page_size)
     }
 
@@ -155,7 +164,9 @@ impl TargetList {
             let open: Vec<&Listed> = self
                 .targets
                 .iter()
-                .filter(|t| !t.drained && !t.unpaired && t.worker.model == *model && t.worker.role == role)
+                .filter(|t| {
+                    !t.drained && t.unpaired.is_none() && t.worker.model == *model && t.worker.role == role
+                })
                 .collect();
             let excluded = |t: &Listed| exclude.iter().any(|x| x.worker == t.worker.id && x.rank == t.rank);
             // The best tier that is not empty: healthy and not failed here, not failed here, any.
@@ -315,20 +326,29 @@ mod tests {
         ]);
         let (m, load) = (ModelName::new("m"), LocalLoad::default());
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        assert!(!list.has_no_pair(&m));
+        assert_eq!(list.no_pair(&m), None);
         for _ in 0..8 {
             let e = load.choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
             assert_eq!(e.worker_id.as_str(), "d16");
         }
         // Not even when the paired decode failed this request.
         let failed = [Target::new(WorkerId::new("d16"), DpRank(0))];
-        assert_eq!(load.choose(&list, &m, PickKind::Decode, &failed, &mut rng).unwrap().worker_id.as_str(), "d16");
+        assert_eq!(
+            load.choose(&list, &m, PickKind::Decode, &failed, &mut rng).unwrap().worker_id.as_str(),
+            "d16"
+        );
 
         let none = TargetList::new(vec![
             unpaired(status("p", pb::Role::Prefill, "m", 0, false)),
             unpaired(status("d1", pb::Role::Decode, "m", 0, false)),
         ]);
-        assert!(none.has_no_pair(&m));
+        assert_eq!(
+            none.no_pair(&m).as_deref(),
+            Some(
+                "p: page_size 1, but the model's paired workers run page_size 16; \
+                 d1: page_size 1, but the model's paired workers run page_size 16"
+            )
+        );
         assert_eq!(none.prefill_page_size(&m), None);
         assert!(load.choose(&none, &m, PickKind::Prefill, &[], &mut rng).is_none());
     }

@@ -116,6 +116,8 @@ async fn serve(listener: TcpListener, info: Value) {
                 .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
             std::future::ready(Ok::<_, Infallible>(resp))
         });
-        tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(
+            hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service),
+        );
     }
 }

@@ -37,10 +37,10 @@ impl Fallback {
         if kind == PickKind::Prefill && pd == Some(false) {
             return Err(PickError::NoPool);
         }
-        if list.has_no_pair(model) {
+        if let Some(why) = list.no_pair(model) {
             return Err(PickError::NoCompatiblePair(format!(
                 "model \"{model}\" has no prefill and decode that can pair (KV page size, transfer backend \
-                 and KV cache dtype must agree; the last target list control gave has every one unpaired)"
+                 and KV cache dtype must agree); from the last target list control gave: {why}"
             )));
         }
         let chosen = load.choose(list, model, kind, exclude, &mut *self.rng.lock().expect("rng lock"));
