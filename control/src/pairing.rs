@@ -156,7 +156,8 @@ struct Group<'a> {
 
 /// Pairs a model's workers (`members`; roles other than prefill and decode are ignored).
 pub fn pair(members: &[Member]) -> ModelPairing {
-    let pd: Vec<&Member> = members.iter().filter(|m| matches!(m.role, Role::Prefill | Role::Decode)).collect();
+    let pd: Vec<&Member> =
+        members.iter().filter(|m| matches!(m.role, Role::Prefill | Role::Decode)).collect();
     let side = |role: Role| -> BTreeSet<&PairingKey> {
         pd.iter().filter(|m| m.role == role).map(|m| &m.key).collect()
     };
@@ -188,7 +189,9 @@ pub fn pair(members: &[Member]) -> ModelPairing {
                 None if m.role == Role::Prefill => {
                     differs(&m.key, &Vec::from_iter(decodes.iter().copied()), "the model's decodes run")
                 }
-                None => differs(&m.key, &Vec::from_iter(prefills.iter().copied()), "the model's prefills run"),
+                None => {
+                    differs(&m.key, &Vec::from_iter(prefills.iter().copied()), "the model's prefills run")
+                }
             };
             (m.id.clone(), Unpaired { role: m.role, reason })
         })

@@ -11,9 +11,9 @@ use infera_proto::types::{
 use rand::rngs::SmallRng;
 
 use crate::decisions::DecisionHub;
-use crate::engine_facts::discovery::Discovery;
 use crate::engine::metrics::EngineMetrics;
 use crate::engine::{EngineBoard, EngineFeed};
+use crate::engine_facts::discovery::Discovery;
 use crate::error::ControlError;
 use crate::fit::WeightMode;
 use crate::fit::metrics::FitMetrics;

@@ -268,7 +268,13 @@ impl View {
         }
         let key = TargetKey::from_index(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
         let drained = self.pending_drains.remove(target);
-        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained, unpaired: None });
+        self.slots.push(Slot {
+            target: target.clone(),
+            worker: record.clone(),
+            live: false,
+            drained,
+            unpaired: None,
+        });
         self.keys.insert(target.clone(), key);
         key
     }

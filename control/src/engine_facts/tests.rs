@@ -111,7 +111,8 @@ fn the_engine_wins_for_sizes_backend_and_dtype_and_disagreements_are_named() {
 
     // An engine that says nothing but its ranks leaves the record as it is.
     let sparse = parse(br#"{"dp_size": 2}"#).unwrap();
-    let kept = WorkerRecord::decode("w", "http://h:1", "glm", 2).with_page_size(64).with_transfer_backend("nixl");
+    let kept =
+        WorkerRecord::decode("w", "http://h:1", "glm", 2).with_page_size(64).with_transfer_backend("nixl");
     let Reconciled { record, mismatches } = reconcile(kept.clone().into(), &sparse).unwrap();
     assert_eq!((record, mismatches), (kept, vec![]));
 }

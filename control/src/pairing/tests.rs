@@ -115,9 +115,13 @@ fn every_differing_field_is_named_and_unknown_pairs_only_with_unknown() {
              transfer_backend nixl, kv_cache_dtype fp8_e4m3"
         )
     );
-    let unknown = PairingKey { page_size: 16, transfer_backend: Some("mooncake".into()), kv_cache_dtype: None };
+    let unknown =
+        PairingKey { page_size: 16, transfer_backend: Some("mooncake".into()), kv_cache_dtype: None };
     let p = pair(&[member("p", Role::Prefill, key(16), 1), member("d", Role::Decode, unknown.clone(), 1)]);
-    assert_eq!(reasons(&p)[0], ("d", "kv_cache_dtype unknown, but the model's prefills run kv_cache_dtype auto"));
+    assert_eq!(
+        reasons(&p)[0],
+        ("d", "kv_cache_dtype unknown, but the model's prefills run kv_cache_dtype auto")
+    );
     let both = pair(&[member("p", Role::Prefill, unknown.clone(), 1), member("d", Role::Decode, unknown, 1)]);
     assert!(both.unpaired.is_empty() && both.serving.is_some());
 }

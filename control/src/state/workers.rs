@@ -108,8 +108,10 @@ impl ControlState {
                 (_, Some(why)) if before.no_pair.as_ref() != Some(why) => {
                     tracing::error!(%model, %why, "no compatible prefill/decode pair: every pick for the model is refused (NO_COMPATIBLE_PAIR)");
                 }
-                (Some(_), None) => tracing::info!(%model, serving = ?after.serving.as_ref().map(ToString::to_string),
-                    "the model has a compatible prefill/decode pair again"),
+                (Some(_), None) => {
+                    tracing::info!(%model, serving = ?after.serving.as_ref().map(ToString::to_string),
+                    "the model has a compatible prefill/decode pair again")
+                }
                 _ => {}
             }
             if before.serving != after.serving

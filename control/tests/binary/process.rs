@@ -77,13 +77,18 @@ impl Running {
     pub(crate) fn wait_targets(&self, n: usize) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let url = self.url();
-        rt.block_on(infera_testkit::eventually(Duration::from_secs(30), &format!("{n} targets listed"), async || {
-            let Ok(mut admin) = infera_proto::pb::admin_client::AdminClient::connect(url.clone()).await else {
-                return false;
-            };
-            let rows = admin.list_targets(infera_proto::pb::ListTargetsRequest::default()).await;
-            rows.is_ok_and(|r| r.into_inner().targets.len() == n)
-        }));
+        rt.block_on(infera_testkit::eventually(
+            Duration::from_secs(30),
+            &format!("{n} targets listed"),
+            async || {
+                let Ok(mut admin) = infera_proto::pb::admin_client::AdminClient::connect(url.clone()).await
+                else {
+                    return false;
+                };
+                let rows = admin.list_targets(infera_proto::pb::ListTargetsRequest::default()).await;
+                rows.is_ok_and(|r| r.into_inner().targets.len() == n)
+            },
+        ));
     }
 
     /// SIGTERM, then the exit status (bounded wait).

@@ -116,7 +116,8 @@ async fn the_admin_token_guards_admin_on_its_own_socket() {
 async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let engines = EngineStubs::start_records([WorkerRecord::decode("decode-0", "http://stub", "m", 2)]).await.unwrap();
+    let engines =
+        EngineStubs::start_records([WorkerRecord::decode("decode-0", "http://stub", "m", 2)]).await.unwrap();
     let record = engines.worker_records().remove(0);
     let _reg = Registration::start(vec![url.clone()], record, Duration::from_secs(10));
     let flags = [

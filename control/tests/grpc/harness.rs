@@ -81,7 +81,8 @@ impl Control {
 
 /// Engine stubs for the workers of a workers file's text, and a control spec listing them.
 pub(crate) async fn stubbed(workers: &str) -> (EngineStubs, ControlSpec) {
-    let registered = infera_control::workers_file::parse(workers, std::path::Path::new("test workers")).unwrap();
+    let registered =
+        infera_control::workers_file::parse(workers, std::path::Path::new("test workers")).unwrap();
     let engines = EngineStubs::start(registered).await.unwrap();
     let spec = ControlSpec::new(Workers::Registered(engines.records.clone()));
     (engines, spec)

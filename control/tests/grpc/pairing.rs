@@ -63,8 +63,12 @@ async fn a_prefill_at_page_16_and_a_decode_at_page_1_never_serve_until_a_compati
     let mut p16 = SimSpec::prefill("prefill-16", "m").page_size(16).start().await.unwrap();
     let mut d1 = SimSpec::decode("decode-1", "m", 1).page_size(1).start().await.unwrap();
     let mut d16 = SimSpec::decode("decode-16", "m", 2).page_size(16).start().await.unwrap();
-    let mut control =
-        ControlSpec::new(Workers::None).etcd(etcd.url()).flags(["--engine-poll-ms", "0"]).start().await.unwrap();
+    let mut control = ControlSpec::new(Workers::None)
+        .etcd(etcd.url())
+        .flags(["--engine-poll-ms", "0"])
+        .start()
+        .await
+        .unwrap();
     control.wait_leading().await.unwrap();
     // The prefill's record says page size 1 (as a launcher that was not told --page-size writes
     // it): control lists the 16 its engine runs.
@@ -74,8 +78,14 @@ async fn a_prefill_at_page_16_and_a_decode_at_page_1_never_serve_until_a_compati
     let _d1 = Registration::start(vec![etcd.url()], d1.record.clone(), ttl);
     control.wait_targets(2).await.unwrap();
 
-    assert_eq!(rows(&control, "prefill-16").await, [(16, "page_size 16, but the model's decodes run page_size 1".into())]);
-    assert_eq!(rows(&control, "decode-1").await, [(1, "page_size 1, but the model's prefills run page_size 16".into())]);
+    assert_eq!(
+        rows(&control, "prefill-16").await,
+        [(16, "page_size 16, but the model's decodes run page_size 1".into())]
+    );
+    assert_eq!(
+        rows(&control, "decode-1").await,
+        [(1, "page_size 1, but the model's prefills run page_size 16".into())]
+    );
     let metrics = control.metrics().await.unwrap();
     let mismatch = r#"worker="prefill-16",field="page_size""#;
     assert_eq!(metric_sum(&metrics, "infera_router_record_mismatches_total", mismatch), 1.0);

@@ -26,7 +26,8 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     let url = etcd.url();
     let record = WorkerRecord::decode("decode-0", "http://stub", "m", 2).with_page_size(64);
     let engines = infera_testkit::EngineStubs::start_records([record]).await.unwrap();
-    let _reg = Registration::start(vec![url.clone()], engines.worker_records().remove(0), Duration::from_secs(10));
+    let _reg =
+        Registration::start(vec![url.clone()], engines.worker_records().remove(0), Duration::from_secs(10));
     let flags = ["--etcd", url.as_str(), "--decode-input-demand", "on", "--engine-poll-ms", "0"];
     let leader = Control::start_with(&flags).await;
     let follower = Control(ControlSpec::new(Workers::None).flags(flags).start().await.unwrap(), None);
