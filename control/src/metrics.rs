@@ -79,6 +79,9 @@ pub struct ControlMetrics {
     discovery: DiscoveryMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
     unpaired: Family<ModelRoleLabels, Gauge>,
+    targets: Family<ModelRoleLabels, Gauge>,
+    /// The `targets` series exported so far (set to 0 once their pool is gone).
+    targets_seen: std::sync::Mutex<std::collections::BTreeSet<(String, &'static str)>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,6 +108,8 @@ impl ControlMetrics {
             discovery: DiscoveryMetrics::default(),
             prefill_phase_median: Family::default(),
             unpaired: Family::default(),
+            targets: Family::default(),
+            targets_seen: Default::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -156,6 +161,12 @@ impl ControlMetrics {
             m.discovery.mismatches.clone(),
         );
         r.register(
+            "targets",
+            "Targets (worker DP ranks) in the view, by model and role: registered workers whose \
+             /server_info has answered, drained and unpaired ones included",
+            m.targets.clone(),
+        );
+        r.register(
             "unpaired_workers",
             "Prefill or decode workers that take no picks because they cannot pair with the model's \
              serving prefill/decode group (KV page size, transfer backend or KV cache dtype differ), by \
@@ -195,6 +206,23 @@ impl ControlMetrics {
     pub fn pick(&self, kind: PickKind, mode: &'static str, outcome: &'static str, seconds: f64) {
         self.picks.get_or_create(&PickLabels { kind: kind.as_str(), mode, outcome }).inc();
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
+    }
+
+    /// The view's targets per model and role are `counts` now (a pool not in it has none).
+    pub fn targets(&self, counts: &std::collections::HashMap<(ModelName, Role), usize>) {
+        let mut seen = self.targets_seen.lock().expect("target gauges poisoned by an earlier panic");
+        for ((model, role), n) in counts {
+            seen.insert((model.to_string(), role.as_str()));
+            let labels = ModelRoleLabels { model: model.to_string(), role: role.as_str() };
+            self.targets.get_or_create(&labels).set(to_i64(*n as u64));
+        }
+        for (model, role) in seen.iter() {
+            let live = counts.iter().any(|((m, r), _)| m.as_str() == model && r.as_str() == *role);
+            if !live {
+                let labels = ModelRoleLabels { model: model.clone(), role };
+                self.targets.get_or_create(&labels).set(0);
+            }
+        }
     }
 
     /// `model`'s unpaired workers of `role` (prefill or decode) are `n` now.

@@ -209,6 +209,11 @@ impl View {
         keys
     }
 
+    /// Live targets per model and role (unpaired and drained ones included).
+    pub fn target_counts(&self) -> HashMap<(ModelName, Role), usize> {
+        self.pools.iter().map(|((model, role), pool)| ((model.clone(), *role), pool.keys.len())).collect()
+    }
+
     /// The pools there are now (a pool that emptied is gone, and its id with it).
     pub fn pool_ids(&self) -> impl Iterator<Item = PoolId> + '_ {
         self.pools.values().map(|p| p.id)

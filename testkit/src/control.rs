@@ -284,17 +284,17 @@ impl Control {
         rows.into_inner().targets
     }
 
-    /// Waits (bounded) until `Admin/ListTargets` lists `n` targets: control routes to a worker
+    /// Waits (bounded) until control's view holds `n` targets (`infera_router_targets` summed,
+    /// read over plain HTTP whatever its gRPC's TLS or admin token): control routes to a worker
     /// only once its `/server_info` has answered.
     ///
     /// # Errors
-    /// When they are not listed in time.
+    /// When they are not in the view in time.
     pub async fn wait_targets(&self, n: usize) -> anyhow::Result<()> {
-        let what = format!("control to list {n} targets");
+        let what = format!("control to hold {n} targets");
         crate::eventually::poll(std::time::Duration::from_secs(30), &what, async || {
-            let mut admin = self.admin().await;
-            let rows = admin.list_targets(pb::ListTargetsRequest::default()).await.ok()?.into_inner();
-            (rows.targets.len() == n).then_some(())
+            let metrics = self.metrics().await.ok()?;
+            (http::metric_sum(&metrics, "infera_router_targets", "") == n as f64).then_some(())
         })
         .await?;
         Ok(())

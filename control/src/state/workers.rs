@@ -69,11 +69,12 @@ impl ControlState {
     fn upsert(&self, record: WorkerRecord) {
         tracing::info!(worker = %record.id, role = record.role.as_str(), model = %record.model,
             url = %record.url, ranks = record.dp_size, page_size = record.page_size, "worker registered");
-        let changes = {
+        let (changes, counts) = {
             let mut core = self.core();
             core.upsert_worker(record.clone());
-            core.take_pairing_changes()
+            (core.take_pairing_changes(), core.view().target_counts())
         };
+        self.metrics.targets(&counts);
         self.paired(&changes);
         // The view knows the worker's targets now, so the feed's events find their keys.
         self.follow_kv(&record);
@@ -83,11 +84,12 @@ impl ControlState {
 
     /// Takes a worker out of the view; whether it was in it.
     fn remove_from_view(&self, id: &WorkerId) -> bool {
-        let (known, changes) = {
+        let (known, changes, counts) = {
             let mut core = self.core();
             let known = core.remove_worker(id);
-            (known, core.take_pairing_changes())
+            (known, core.take_pairing_changes(), core.view().target_counts())
         };
+        self.metrics.targets(&counts);
         self.paired(&changes);
         known
     }

@@ -35,15 +35,7 @@ impl Control {
         let (engines, spec) = stubbed(workers).await;
         let targets: usize = engines.records.iter().map(|r| r.dp_size.unwrap_or(1) as usize).sum();
         let control = spec.flags(flags.iter().copied()).start().await.unwrap();
-        let token = flags.iter().position(|f| *f == "--admin-token").map(|at| flags[at + 1]);
-        let what = format!("control to list {targets} targets");
-        eventually(std::time::Duration::from_secs(30), &what, async || {
-            let req = pb::ListTargetsRequest::default();
-            let req = token.map_or_else(|| tonic::Request::new(req.clone()), |t| with_token(req.clone(), t));
-            let rows = control.admin().await.list_targets(req).await.unwrap().into_inner();
-            rows.targets.len() == targets
-        })
-        .await;
+        control.wait_targets(targets).await.unwrap();
         Self(control, Some(engines))
     }
 
