@@ -22,6 +22,10 @@ use tokio::net::TcpListener;
 use crate::engine_facts::discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
 
+mod view;
+
+pub use view::ViewMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TargetLabels {
     target: String,
@@ -51,12 +55,6 @@ struct ModelLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelRoleLabels {
-    model: String,
-    role: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgreementLabels {
     agreement: &'static str,
 }
@@ -78,10 +76,7 @@ pub struct ControlMetrics {
     registry_changes: Family<RegistryLabels, Counter>,
     discovery: DiscoveryMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
-    unpaired: Family<ModelRoleLabels, Gauge>,
-    targets: Family<ModelRoleLabels, Gauge>,
-    /// The `targets` series exported so far (set to 0 once their pool is gone).
-    targets_seen: std::sync::Mutex<std::collections::BTreeSet<(String, &'static str)>>,
+    view: ViewMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,9 +102,7 @@ impl ControlMetrics {
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
             prefill_phase_median: Family::default(),
-            unpaired: Family::default(),
-            targets: Family::default(),
-            targets_seen: Default::default(),
+            view: ViewMetrics::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -160,19 +153,7 @@ impl ControlMetrics {
              and field: dp_size, page_size, transfer_backend, kv_cache_dtype",
             m.discovery.mismatches.clone(),
         );
-        r.register(
-            "targets",
-            "Targets (worker DP ranks) in the view, by model and role: registered workers whose \
-             /server_info has answered, drained and unpaired ones included",
-            m.targets.clone(),
-        );
-        r.register(
-            "unpaired_workers",
-            "Prefill or decode workers that take no picks because they cannot pair with the model's \
-             serving prefill/decode group (KV page size, transfer backend or KV cache dtype differ), by \
-             model and role",
-            m.unpaired.clone(),
-        );
+        m.view.register(r);
         r.register(
             "decode_shadow_decisions",
             "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
@@ -208,27 +189,9 @@ impl ControlMetrics {
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
     }
 
-    /// The view's targets per model and role are `counts` now (a pool not in it has none).
-    pub fn targets(&self, counts: &std::collections::HashMap<(ModelName, Role), usize>) {
-        let mut seen = self.targets_seen.lock().expect("target gauges poisoned by an earlier panic");
-        for ((model, role), n) in counts {
-            seen.insert((model.to_string(), role.as_str()));
-            let labels = ModelRoleLabels { model: model.to_string(), role: role.as_str() };
-            self.targets.get_or_create(&labels).set(to_i64(*n as u64));
-        }
-        for (model, role) in seen.iter() {
-            let live = counts.iter().any(|((m, r), _)| m.as_str() == model && r.as_str() == *role);
-            if !live {
-                let labels = ModelRoleLabels { model: model.clone(), role };
-                self.targets.get_or_create(&labels).set(0);
-            }
-        }
-    }
-
-    /// `model`'s unpaired workers of `role` (prefill or decode) are `n` now.
-    pub fn unpaired(&self, model: &ModelName, role: Role, n: usize) {
-        let labels = ModelRoleLabels { model: model.to_string(), role: role.as_str() };
-        self.unpaired.get_or_create(&labels).set(to_i64(n as u64));
+    /// The worker view's gauges (targets, unpaired workers).
+    pub fn view(&self) -> &ViewMetrics {
+        &self.view
     }
 
     /// A shadow decode pick agreed (or not) with the cost.

@@ -74,7 +74,7 @@ impl ControlState {
             core.upsert_worker(record.clone());
             (core.take_pairing_changes(), core.view().target_counts())
         };
-        self.metrics.targets(&counts);
+        self.metrics.view().targets(&counts);
         self.paired(&changes);
         // The view knows the worker's targets now, so the feed's events find their keys.
         self.follow_kv(&record);
@@ -89,7 +89,7 @@ impl ControlState {
             let known = core.remove_worker(id);
             (known, core.take_pairing_changes(), core.view().target_counts())
         };
-        self.metrics.targets(&counts);
+        self.metrics.view().targets(&counts);
         self.paired(&changes);
         known
     }
@@ -122,7 +122,7 @@ impl ControlState {
                 tracing::warn!(%model, %from, %to, "the model's serving prefill/decode group changed");
             }
             for role in [Role::Prefill, Role::Decode] {
-                self.metrics.unpaired(model, role, after.unpaired_of(role));
+                self.metrics.view().unpaired(model, role, after.unpaired_of(role));
             }
         }
     }
