@@ -21,11 +21,12 @@ use infera_control::routing::{PickContext, RoutingCore};
 use infera_control::settings::Settings;
 use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
-use infera_proto::pb::{self, router_client::RouterClient};
+use infera_proto::pb::{self, admin_client::AdminClient, router_client::RouterClient};
 use infera_proto::types::{
     DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, ReleaseReason, RequestId,
     RequestWeight, WorkerRecord,
 };
+use infera_testkit::EngineStubs;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -164,15 +165,10 @@ struct Plain {
 }
 
 async fn round_trips(args: &ControlArgs) -> anyhow::Result<Plain> {
-    let workers = tempfile::NamedTempFile::new()?;
-    std::fs::write(
-        workers.path(),
-        format!(
-            "[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={DECODE_RANKS}\n"
-        ),
-    )?;
-    let served = serve(workers.path(), args.clients).await?;
-    let Served { routers, echoes, lease } = &served;
+    let workers =
+        format!("[[workers]]\nid='d'\nrole='decode'\nurl='http://stub'\nmodel='m'\ndp_size={DECODE_RANKS}\n");
+    let served = serve(&workers, args.clients).await?;
+    let Served { routers, echoes, lease, .. } = &served;
 
     let round = Duration::from_millis(args.round_ms);
     // Warm-up: connections, allocators, the ledger's maps.
@@ -197,15 +193,23 @@ struct Served {
     echoes: Vec<EchoClient<Channel>>,
     /// A lease opened on control for the picks.
     lease: String,
+    /// The workers' engines (they answer `/server_info` only) and the workers file naming them.
+    _engines: (EngineStubs, tempfile::NamedTempFile),
 }
 
-/// Serves control (the workers of `workers`, decode demand on, W = 1,000,000) and the echo
+/// Serves control (the workers of `workers`, a workers file's text whose URLs are replaced by
+/// engine stubs', decode demand on, W = 1,000,000) once every worker is routable, and the echo
 /// service, connects `clients` clients to each and opens a lease.
-async fn serve(workers: &std::path::Path, clients: usize) -> anyhow::Result<Served> {
+async fn serve(workers: &str, clients: usize) -> anyhow::Result<Served> {
+    let registered = infera_control::workers_file::parse(workers, std::path::Path::new("bench workers"))?;
+    let targets: usize = registered.iter().map(|r| r.dp_size.unwrap_or(1) as usize).sum();
+    let engines = EngineStubs::start(registered).await?;
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), infera_launcher::records::workers_file(&engines.records))?;
     let flags = ControlFlags::try_parse_from([
         "infera-control",
         "--workers",
-        workers.to_str().expect("utf-8 temp path"),
+        file.path().to_str().expect("utf-8 temp path"),
         "--decode-input-demand",
         "on",
         "--decode-request-weight",
@@ -241,7 +245,13 @@ async fn serve(workers: &std::path::Path, clients: usize) -> anyhow::Result<Serv
         .await?
         .into_inner()
         .lease_id;
-    Ok(Served { routers, echoes, lease })
+    let mut admin = AdminClient::new(connect(control_addr).await?);
+    infera_testkit::poll(Duration::from_secs(30), "control to route to every worker", async || {
+        let rows = admin.list_targets(pb::ListTargetsRequest::default()).await.ok()?.into_inner();
+        (rows.targets.len() == targets).then_some(())
+    })
+    .await?;
+    Ok(Served { routers, echoes, lease, _engines: (engines, file) })
 }
 
 async fn echo_round_trip(mut c: EchoClient<Channel>) -> Result<EchoClient<Channel>, tonic::Status> {

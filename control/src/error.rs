@@ -23,6 +23,16 @@ pub enum ControlError {
         /// The pick asked for.
         kind: PickKind,
     },
+    /// The model has prefill and decode workers, but none of them can pair.
+    #[error(
+        "model \"{model}\" has no prefill and decode that can pair (KV page size, transfer backend and KV cache dtype must agree): {why}; Admin/ListTargets shows each worker's unpaired_reason"
+    )]
+    NoCompatiblePair {
+        /// The model the pick was for.
+        model: ModelName,
+        /// What its prefills and decodes run.
+        why: String,
+    },
     /// Every target of the pool is drained.
     #[error("no eligible {} target for model \"{model}\": all are drained", kind.as_str())]
     NoEligibleTarget {
@@ -98,6 +108,7 @@ impl ControlError {
             Self::UnknownModel(_) => ErrorReason::UnknownModel,
             Self::NoPool { .. } => ErrorReason::NoPool,
             Self::NoEligibleTarget { .. } => ErrorReason::NoEligibleTarget,
+            Self::NoCompatiblePair { .. } => ErrorReason::NoCompatiblePair,
             Self::UnknownLease(_) => ErrorReason::UnknownLease,
             Self::UnknownReservation(_) => ErrorReason::UnknownReservation,
             Self::UnknownWorker(_) => ErrorReason::UnknownWorker,

@@ -23,8 +23,9 @@
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`leader`]: HA replicas — the election through etcd, the booking gate, the warm rebuild.
 //! - [`workers_file`]: the static registry.
-//! - [`dp_discovery`]: the `dp_size` of workers whose record leaves it out, from their
-//!   `/server_info`, before they enter the view.
+//! - [`engine_facts`]: every worker's `/server_info` (DP ranks, page size, model, role, transfer
+//!   backend, KV cache dtype), checked against its record before it enters the view.
+//! - [`pairing`]: which of a model's prefill and decode workers can exchange KV (PD pairing).
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
 //! - [`tls`]: gRPC over TLS at run time — SIGHUP reloads, the TLS to the other replicas.
 
@@ -32,15 +33,16 @@ pub mod affinity;
 pub mod capacity;
 pub mod config;
 pub mod decisions;
-pub mod dp_discovery;
 pub mod ejection;
 pub mod engine;
+pub mod engine_facts;
 pub mod error;
 pub mod fit;
 pub mod kv_feed;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;
+pub mod pairing;
 pub mod persist;
 pub mod prefill_phase;
 pub mod routing;
@@ -161,7 +163,7 @@ pub async fn run(
         ha,
         ejection,
     );
-    // Into the view now when the file gives `dp_size`, once `/server_info` has given it otherwise.
+    // Into the view once each worker's `/server_info` has answered.
     for registered in config.workers {
         state.register(registered);
     }

@@ -19,8 +19,12 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::dp_discovery::DiscoveryMetrics;
+use crate::engine_facts::discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
+
+mod view;
+
+pub use view::ViewMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TargetLabels {
@@ -72,6 +76,7 @@ pub struct ControlMetrics {
     registry_changes: Family<RegistryLabels, Counter>,
     discovery: DiscoveryMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
+    view: ViewMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -97,6 +102,7 @@ impl ControlMetrics {
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
             prefill_phase_median: Family::default(),
+            view: ViewMetrics::default(),
         };
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
@@ -130,15 +136,24 @@ impl ControlMetrics {
             m.registry_changes.clone(),
         );
         r.register(
-            "workers_awaiting_dp_size",
-            "Workers registered without dp_size whose /server_info has not given it yet (not routable)",
+            "workers_awaiting_engine_facts",
+            "Registered workers whose /server_info has not made them routable yet (not answered, or \
+             held out: its engine serves another model or role)",
             m.discovery.awaiting.clone(),
         );
         r.register(
-            "dp_size_discovery_failures",
-            "Failed /server_info attempts for a worker's dp_size, by worker and reason: unanswered, malformed, invalid",
+            "engine_facts_failures",
+            "Failed /server_info attempts, by worker and reason: unanswered, malformed, invalid, \
+             model_mismatch, role_mismatch",
             m.discovery.failures.clone(),
         );
+        r.register(
+            "record_mismatches",
+            "Record fields a worker's engine contradicted (control routes with the engine's), by worker \
+             and field: dp_size, page_size, transfer_backend, kv_cache_dtype",
+            m.discovery.mismatches.clone(),
+        );
+        m.view.register(r);
         r.register(
             "decode_shadow_decisions",
             "Shadow-mode decode picks: whether the legacy choice was also a lowest-cost one",
@@ -152,7 +167,7 @@ impl ControlMetrics {
         m
     }
 
-    /// The DP-size discovery's metrics (registered with these).
+    /// The engine-facts discovery's metrics (registered with these).
     pub fn discovery(&self) -> DiscoveryMetrics {
         self.discovery.clone()
     }
@@ -172,6 +187,11 @@ impl ControlMetrics {
     pub fn pick(&self, kind: PickKind, mode: &'static str, outcome: &'static str, seconds: f64) {
         self.picks.get_or_create(&PickLabels { kind: kind.as_str(), mode, outcome }).inc();
         self.pick_seconds.get_or_create(&KindLabels { kind: kind.as_str() }).observe(seconds);
+    }
+
+    /// The worker view's gauges (targets, unpaired workers).
+    pub fn view(&self) -> &ViewMetrics {
+        &self.view
     }
 
     /// A shadow decode pick agreed (or not) with the cost.

@@ -371,6 +371,11 @@ impl<R: Rng> RoutingCore<R> {
         self.carry_pending_ejections();
     }
 
+    /// The view's PD pairing changes since the last call ([`View::take_pairing_changes`]).
+    pub fn take_pairing_changes(&mut self) -> Vec<crate::view::PairingChange> {
+        self.view.take_pairing_changes()
+    }
+
     /// Removes a worker (a registry change); its targets stop taking picks. Returns whether it was
     /// known.
     pub fn remove_worker(&mut self, id: &WorkerId) -> bool {

@@ -11,9 +11,9 @@ use infera_proto::types::{
 use rand::rngs::SmallRng;
 
 use crate::decisions::DecisionHub;
-use crate::dp_discovery::Discovery;
 use crate::engine::metrics::EngineMetrics;
 use crate::engine::{EngineBoard, EngineFeed};
+use crate::engine_facts::discovery::Discovery;
 use crate::error::ControlError;
 use crate::fit::WeightMode;
 use crate::fit::metrics::FitMetrics;
@@ -35,8 +35,8 @@ pub use ha::{Ha, takeover};
 /// Shared state of a running control.
 #[derive(Debug)]
 pub struct ControlState {
-    /// Workers registered without `dp_size`, asked for it before they enter the view. Taken
-    /// before the core lock whenever both are held, so a registry change and a discovered size
+    /// Registered workers asked for their engine facts before they enter the view. Taken
+    /// before the core lock whenever both are held, so a registry change and a discovered worker
     /// are applied one at a time.
     discovery: Mutex<Discovery>,
     core: Mutex<RoutingCore<SmallRng>>,

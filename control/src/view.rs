@@ -1,4 +1,6 @@
-//! The worker view: which targets exist, for which model and role, and which are drained.
+//! The worker view: which targets exist, for which model and role, which are drained, and which
+//! are unpaired (their worker cannot pair with the model's serving prefill/decode group,
+//! [`crate::pairing`]).
 //!
 //! Targets are interned to dense [`TargetKey`]s so the ledger and the scoring loop index
 //! arrays instead of hashing names. A key, once given to a `(worker, rank)`, stays with it for
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
 
 use crate::error::ControlError;
+use crate::pairing::{self, Member, ModelPairing};
 use crate::scoring::{Candidate, PoolId, PoolRef};
 use crate::target::{Load, TargetKey};
 
@@ -25,6 +28,19 @@ pub struct Slot {
     pub live: bool,
     /// Takes no new picks.
     pub drained: bool,
+    /// Takes no picks because its worker is unpaired: why.
+    pub unpaired: Option<Arc<str>>,
+}
+
+/// A model's pairing changed (a worker came, went or changed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairingChange {
+    /// The model.
+    pub model: ModelName,
+    /// Its pairing before.
+    pub before: ModelPairing,
+    /// Its pairing now.
+    pub after: ModelPairing,
 }
 
 /// Candidate pool of one model and role.
@@ -47,6 +63,10 @@ pub struct View {
     next_pool: u32,
     /// Drains persisted for targets not registered yet: applied when they first appear.
     pending_drains: HashSet<Target>,
+    /// Each model's PD pairing (absent: nothing to pair).
+    pairings: HashMap<ModelName, ModelPairing>,
+    /// Pairing changes not yet taken ([`View::take_pairing_changes`]).
+    pairing_changes: Vec<PairingChange>,
 }
 
 impl View {
@@ -67,6 +87,9 @@ impl View {
         let keys: Vec<TargetKey> = record.targets().map(|t| self.intern(&t, &record)).collect();
         if let Some(old) = self.workers.insert(record.id.clone(), record.clone()) {
             self.retire(&old);
+            if old.model != record.model {
+                self.pair(&old.model);
+            }
         }
         for key in keys {
             let slot = &mut self.slots[key.index()];
@@ -74,6 +97,7 @@ impl View {
             slot.live = true;
         }
         self.rebuild_pool(&record.model, record.role);
+        self.pair(&record.model);
     }
 
     /// Removes a worker; its targets stop taking picks. Returns whether it was known.
@@ -83,7 +107,34 @@ impl View {
         };
         self.retire(&old);
         self.rebuild_pool(&old.model, old.role);
+        self.pair(&old.model);
         true
+    }
+
+    /// The pairing changes since the last call, oldest first.
+    pub fn take_pairing_changes(&mut self) -> Vec<PairingChange> {
+        std::mem::take(&mut self.pairing_changes)
+    }
+
+    /// Pairs `model`'s live workers again, marking each target unpaired or not, and notes a
+    /// change.
+    fn pair(&mut self, model: &ModelName) {
+        let members: Vec<Member> =
+            self.workers.values().filter(|w| &w.model == model).map(|w| Member::of(w)).collect();
+        let after = pairing::pair(&members);
+        for w in self.workers.values().filter(|w| &w.model == model) {
+            let reason: Option<Arc<str>> = after.unpaired.get(&w.id).map(|u| Arc::from(u.reason.as_str()));
+            for t in w.targets() {
+                self.slots[self.keys[&t].index()].unpaired.clone_from(&reason);
+            }
+        }
+        let before = self.pairings.remove(model).unwrap_or_default();
+        if before != after {
+            self.pairing_changes.push(PairingChange { model: model.clone(), before, after: after.clone() });
+        }
+        if after != ModelPairing::default() {
+            self.pairings.insert(model.clone(), after);
+        }
     }
 
     /// The live workers, by id.
@@ -158,6 +209,11 @@ impl View {
         keys
     }
 
+    /// Live targets per model and role (unpaired and drained ones included).
+    pub fn target_counts(&self) -> HashMap<(ModelName, Role), usize> {
+        self.pools.iter().map(|((model, role), pool)| ((model.clone(), *role), pool.keys.len())).collect()
+    }
+
     /// The pools there are now (a pool that emptied is gone, and its id with it).
     pub fn pool_ids(&self) -> impl Iterator<Item = PoolId> + '_ {
         self.pools.values().map(|p| p.id)
@@ -166,7 +222,8 @@ impl View {
     /// Fills `out` with the eligible candidates a pick of `kind` for `model` chooses from, in
     /// pool order, and returns which pool that is. Decode picks use the model's
     /// decode workers, or its mixed workers in an aggregated deployment; prefill picks use its
-    /// prefill workers.
+    /// prefill workers. Unpaired targets are passed by; a model with prefills and decodes but no
+    /// pair of them that can exchange KV refuses every pick.
     pub fn candidates(
         &self,
         model: &ModelName,
@@ -179,6 +236,11 @@ impl View {
             PickKind::Decode if self.has_pool(model, Role::Decode) => Role::Decode,
             PickKind::Decode => Role::Mixed,
         };
+        if role != Role::Mixed
+            && let Some(why) = self.pairings.get(model).and_then(|p| p.no_pair.as_ref())
+        {
+            return Err(ControlError::NoCompatiblePair { model: model.clone(), why: why.clone() });
+        }
         if !self.has_pool(model, role) {
             let known = [Role::Prefill, Role::Decode, Role::Mixed].iter().any(|r| self.has_pool(model, *r));
             return Err(if known {
@@ -192,7 +254,8 @@ impl View {
         let slots = &self.slots;
         out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
             let s = &slots[key.index()];
-            (s.live && !s.drained).then(|| Candidate::new(key, position, load(key), s.worker.page_size))
+            (s.live && !s.drained && s.unpaired.is_none())
+                .then(|| Candidate::new(key, position, load(key), s.worker.page_size))
         }));
         if out.is_empty() {
             return Err(ControlError::NoEligibleTarget { model: model.clone(), kind });
@@ -210,7 +273,13 @@ impl View {
         }
         let key = TargetKey::from_index(u32::try_from(self.slots.len()).expect("fewer than 2^32 targets"));
         let drained = self.pending_drains.remove(target);
-        self.slots.push(Slot { target: target.clone(), worker: record.clone(), live: false, drained });
+        self.slots.push(Slot {
+            target: target.clone(),
+            worker: record.clone(),
+            live: false,
+            drained,
+            unpaired: None,
+        });
         self.keys.insert(target.clone(), key);
         key
     }

@@ -37,6 +37,8 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         // Always given: the plan knows the ranks, so control never has to ask the worker.
         dp_size: w.args.parallel.dp_ranks(),
         page_size: server.page_size.unwrap_or(1),
+        transfer_backend: None,
+        kv_cache_dtype: None,
         sglang_version: Some(w.args.version.to_string()),
         kv_events,
         load_events: w.args.load_publish_port().map(|port| format!("tcp://{}", host_port(&host, port))),

@@ -325,6 +325,8 @@ pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertEr
         bootstrap_port: u16::try_from(m.bootstrap_port).ok().filter(|p| *p != 0),
         dp_size: m.dp_size,
         page_size: m.page_size,
+        transfer_backend: Some(m.transfer_backend.clone()).filter(|s| !s.is_empty()),
+        kv_cache_dtype: Some(m.kv_cache_dtype.clone()).filter(|s| !s.is_empty()),
         sglang_version: None,
         kv_events: None,
         load_events: None,

@@ -55,11 +55,14 @@ pub enum ErrorReason {
     NotLeader,
     /// Every candidate of the pool is at its rank's cap: retry later.
     AtCapacity,
+    /// The model has prefill and decode workers, but no prefill and decode that can pair (their
+    /// KV page size, transfer backend or KV cache dtype differ): no pick is made for it.
+    NoCompatiblePair,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -72,6 +75,7 @@ impl ErrorReason {
         Self::Unauthenticated,
         Self::NotLeader,
         Self::AtCapacity,
+        Self::NoCompatiblePair,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -90,6 +94,7 @@ impl ErrorReason {
             Self::Unauthenticated => "unauthenticated",
             Self::NotLeader => "not_leader",
             Self::AtCapacity => "at_capacity",
+            Self::NoCompatiblePair => "no_compatible_pair",
         }
     }
 
@@ -109,6 +114,7 @@ impl ErrorReason {
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::NotLeader => "NOT_LEADER",
             Self::AtCapacity => "AT_CAPACITY",
+            Self::NoCompatiblePair => "NO_COMPATIBLE_PAIR",
         }
     }
 
@@ -126,7 +132,7 @@ impl ErrorReason {
             | Self::UnknownReservation
             | Self::UnknownWorker
             | Self::UnknownTarget => Code::NotFound,
-            Self::NoPool | Self::WeightNeedsDemand => Code::FailedPrecondition,
+            Self::NoPool | Self::WeightNeedsDemand | Self::NoCompatiblePair => Code::FailedPrecondition,
             Self::NoEligibleTarget | Self::NotLeader => Code::Unavailable,
             Self::Unauthenticated => Code::Unauthenticated,
             Self::AtCapacity => Code::ResourceExhausted,

@@ -19,4 +19,4 @@ pub use modes::{
 };
 pub use pick::{MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
 pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
-pub use worker::{KvEventsSource, RegisteredWorker, Role, Sizing, WorkerRecord, load_endpoint_for_rank};
+pub use worker::{KvEventsSource, RegisteredWorker, Role, WorkerRecord, load_endpoint_for_rank};

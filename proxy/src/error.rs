@@ -112,6 +112,10 @@ pub enum ProxyError {
         /// The leg that found no target.
         leg: Leg,
     },
+    /// The model's prefill and decode workers cannot pair (KV page size, transfer backend or KV
+    /// cache dtype differ): no request can be served until a compatible one registers.
+    #[error("{0}")]
+    NoCompatiblePair(String),
     /// A leg could not be sent or its connection broke.
     #[error("{leg} worker {url}: {reason}")]
     Upstream {
@@ -171,7 +175,10 @@ impl ProxyError {
             | Self::NoRoute { .. }
             | Self::Unauthorized
             | Self::RateLimited { .. } => ErrorSource::Downstream,
-            Self::UnknownModel(_) | Self::NoTarget { .. } | Self::Overloaded { .. } => ErrorSource::Internal,
+            Self::UnknownModel(_)
+            | Self::NoTarget { .. }
+            | Self::NoCompatiblePair(_)
+            | Self::Overloaded { .. } => ErrorSource::Internal,
             Self::Upstream { .. } | Self::UpstreamStatus { .. } | Self::Timeout(_) => ErrorSource::Upstream,
         }
     }
@@ -211,7 +218,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
-            Self::NoTarget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NoTarget { .. } | Self::NoCompatiblePair(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream { failure: LegFailure::Timeout, .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamStatus { status, .. } if status.is_client_error() => *status,
@@ -230,6 +237,7 @@ impl ProxyError {
             Self::NoRoute { .. } => ("invalid_request_error", "not_found"),
             Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),
             Self::NoTarget { .. } => ("server_error", "no_healthy_target"),
+            Self::NoCompatiblePair(_) => ("server_error", "no_compatible_pd_pair"),
             Self::Upstream { .. } | Self::UpstreamStatus { .. } => ("server_error", "upstream_error"),
             Self::Timeout(_) => ("server_error", "timeout"),
             Self::Overloaded { .. } => ("server_error", "overloaded"),
@@ -296,6 +304,12 @@ mod tests {
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.json()["error"]["code"], "model_not_found");
         assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let unpaired =
+            ProxyError::NoCompatiblePair("model \"m\" has no prefill and decode that can pair".into());
+        assert_eq!(unpaired.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unpaired.json()["error"]["code"], "no_compatible_pd_pair");
+        assert_eq!(unpaired.json()["error"]["type"], "server_error");
+        assert!(!unpaired.retryable());
         let up = ProxyError::UpstreamStatus {
             leg: Leg::Decode,
             url: "u".into(),

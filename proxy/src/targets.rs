@@ -56,6 +56,9 @@ struct Listed {
     drained: bool,
     /// Whether control ejected it for failing (outlier ejection).
     ejected: bool,
+    /// Why its worker cannot pair with the model's serving prefill/decode group (control's
+    /// `unpaired_reason`): it takes no legs, even here.
+    unpaired: Option<String>,
 }
 
 impl Listed {
@@ -63,7 +66,13 @@ impl Listed {
         let missing = |field| ConvertError { field, problem: Problem::Missing };
         let target = convert::target(t.target.as_ref().ok_or_else(|| missing("target"))?)?;
         let worker = convert::worker_endpoint(t.worker.as_ref().ok_or_else(|| missing("worker"))?)?;
-        Ok(Self { worker, rank: target.rank, drained: t.drained, ejected: t.health == "ejected" })
+        Ok(Self {
+            worker,
+            rank: target.rank,
+            drained: t.drained,
+            ejected: t.health == "ejected",
+            unpaired: Some(t.unpaired_reason.clone()).filter(|r| !r.is_empty()),
+        })
     }
 }
 
@@ -112,26 +121,52 @@ impl TargetList {
         if roles.is_empty() { None } else { Some(roles.contains(&Role::Prefill)) }
     }
 
+    /// When `model` has prefill and decode targets of which none is paired (control refuses its
+    /// picks with `NO_COMPATIBLE_PAIR`; the fallback must too): each worker's reason,
+    /// `worker: reason` joined by `; `.
+    pub fn no_pair(&self, model: &ModelName) -> Option<String> {
+        let pd: Vec<&Listed> = self
+            .targets
+            .iter()
+            .filter(|t| t.worker.model == *model && matches!(t.worker.role, Role::Prefill | Role::Decode))
+            .collect();
+        let has = |role| pd.iter().any(|t| t.worker.role == role);
+        if !(has(Role::Prefill) && has(Role::Decode)) || pd.iter().any(|t| t.unpaired.is_none()) {
+            return None;
+        }
+        let mut reasons: Vec<String> = pd
+            .iter()
+            .map(|t| format!("{}: {}", t.worker.id, t.unpaired.as_deref().unwrap_or_default()))
+            .collect();
+        reasons.dedup();
+        Some(reasons.join("; "))
+    }
+
     /// The model when the deployment serves exactly one.
     pub fn only_model(&self) -> Option<ModelName> {
         let models = self.models();
         (models.len() == 1).then(|| models[0].clone())
     }
 
-    /// The KV page size of `model`'s prefill workers (the first listed; a model's prefills share
-    /// one), which the prompt's page hashes are computed with.
+    /// The KV page size of `model`'s paired prefill workers (the first listed; they share one),
+    /// which the prompt's page hashes are computed with.
     pub fn prefill_page_size(&self, model: &ModelName) -> Option<u32> {
-        self.workers().find(|w| w.model == *model && w.role == Role::Prefill).map(|w| w.page_size)
+        self.targets
+            .iter()
+            .find(|t| t.unpaired.is_none() && t.worker.model == *model && t.worker.role == Role::Prefill)
+            .map(|t| t.worker.page_size)
     }
 
-    /// Eligible endpoints of a pool: not drained, and neither ejected by control nor in
-    /// `exclude` (the request failed there) — unless that leaves none.
+    /// Eligible endpoints of a pool: paired and not drained, and neither ejected by control nor
+    /// in `exclude` (the request failed there) — unless that leaves none.
     fn pool(&self, model: &ModelName, kind: PickKind, exclude: &[Target]) -> Vec<Endpoint> {
         let with_role = |role: Role| -> Vec<Endpoint> {
             let open: Vec<&Listed> = self
                 .targets
                 .iter()
-                .filter(|t| !t.drained && t.worker.model == *model && t.worker.role == role)
+                .filter(|t| {
+                    !t.drained && t.unpaired.is_none() && t.worker.model == *model && t.worker.role == role
+                })
                 .collect();
             let excluded = |t: &Listed| exclude.iter().any(|x| x.worker == t.worker.id && x.rank == t.rank);
             // The best tier that is not empty: healthy and not failed here, not failed here, any.
@@ -218,6 +253,8 @@ mod tests {
                 bootstrap_port: if role == pb::Role::Prefill { 8998 } else { 0 },
                 dp_size: 2,
                 page_size: 1,
+                transfer_backend: "mooncake".into(),
+                kv_cache_dtype: "auto".into(),
             }),
             drained,
             booked_input_tokens: 0,
@@ -228,6 +265,7 @@ mod tests {
             health: "healthy".into(),
             consecutive_failures: 0,
             ejected_for_ms: 0,
+            unpaired_reason: String::new(),
         }
     }
 
@@ -273,5 +311,45 @@ mod tests {
         // Rank 1 failed this request: the ejected rank 0 is all that is left, so it is used.
         let failed = [Target::new(WorkerId::new("d"), DpRank(1))];
         assert_eq!(load.choose(&list, &m, PickKind::Decode, &failed, &mut rng).unwrap().rank, DpRank(0));
+    }
+
+    #[test]
+    fn the_fallback_never_picks_an_unpaired_target() {
+        let unpaired = |s: pb::TargetStatus| pb::TargetStatus {
+            unpaired_reason: "page_size 1, but the model's paired workers run page_size 16".into(),
+            ..s
+        };
+        let list = TargetList::new(vec![
+            status("p", pb::Role::Prefill, "m", 0, false),
+            status("d16", pb::Role::Decode, "m", 0, false),
+            unpaired(status("d1", pb::Role::Decode, "m", 0, false)),
+        ]);
+        let (m, load) = (ModelName::new("m"), LocalLoad::default());
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        assert_eq!(list.no_pair(&m), None);
+        for _ in 0..8 {
+            let e = load.choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
+            assert_eq!(e.worker_id.as_str(), "d16");
+        }
+        // Not even when the paired decode failed this request.
+        let failed = [Target::new(WorkerId::new("d16"), DpRank(0))];
+        assert_eq!(
+            load.choose(&list, &m, PickKind::Decode, &failed, &mut rng).unwrap().worker_id.as_str(),
+            "d16"
+        );
+
+        let none = TargetList::new(vec![
+            unpaired(status("p", pb::Role::Prefill, "m", 0, false)),
+            unpaired(status("d1", pb::Role::Decode, "m", 0, false)),
+        ]);
+        assert_eq!(
+            none.no_pair(&m).as_deref(),
+            Some(
+                "p: page_size 1, but the model's paired workers run page_size 16; \
+                 d1: page_size 1, but the model's paired workers run page_size 16"
+            )
+        );
+        assert_eq!(none.prefill_page_size(&m), None);
+        assert!(load.choose(&none, &m, PickKind::Prefill, &[], &mut rng).is_none());
     }
 }

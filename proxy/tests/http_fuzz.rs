@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use infera_proto::types::{Api, ModelName, Role, WorkerId, WorkerRecord};
+use infera_proto::types::{Api, WorkerRecord};
 use infera_proxy::facts::derive;
 use infera_testkit::{Control, ControlSpec, Ledger, Proxy, ProxySpec, Workers, eventually};
 use proptest::prelude::*;
@@ -50,7 +50,13 @@ fn runner(cases: u32, name: &'static str) -> TestRunner {
 async fn answer(scripts: Scripts, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let script = if req.method() == Method::POST { scripts.lock().unwrap().get(&id).cloned() } else { None };
+    let server_info = req.method() == Method::GET && req.uri().path() == "/server_info";
     let _ = req.into_body().collect().await;
+    // Control reads every worker's `/server_info` before routing to it: SGLang's shape for w0.
+    if server_info {
+        let info = infera_testkit::engine_stub::server_info(&record().into());
+        return Ok(Response::new(Full::from(info.to_string()).boxed()));
+    }
     // Control's `/v1/loads` poll, `/abort_request` and unscripted requests.
     let Some(s) = script else {
         return Ok(Response::new(Full::from(r#"{"loads":[{"dp_rank":0}]}"#).boxed()));
@@ -92,24 +98,18 @@ async fn deploy() -> Deployment {
             );
         }
     });
-    let record = WorkerRecord {
-        id: WorkerId::new("w0"),
-        role: Role::Mixed,
-        url: worker_url.clone(),
-        model: ModelName::new("m"),
-        bootstrap_port: None,
-        dp_size: 1,
-        page_size: 1,
-        sglang_version: None,
-        kv_events: None,
-        load_events: None,
-        labels: Default::default(),
-    };
+    let record = WorkerRecord { url: worker_url.clone(), ..record() };
     let control = ControlSpec::new(Workers::Records(vec![record])).start().await.unwrap();
+    control.wait_targets(1).await.unwrap();
     let proxy = ProxySpec::new(control.url()).flag("--max-body-bytes", LIMIT).start().await.unwrap();
     proxy.wait_ready("m").await.unwrap();
     let client = Client::builder(TokioExecutor::new()).build_http();
     Deployment { scripts, worker_url, control, proxy, client }
+}
+
+/// The scripted worker's record (`deploy` sets the URL it listens at).
+fn record() -> WorkerRecord {
+    WorkerRecord::mixed("w0", "http://127.0.0.1:1", "m", 1)
 }
 
 impl Deployment {

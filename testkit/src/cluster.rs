@@ -106,6 +106,10 @@ impl ClusterSpec {
             _ => control_spec.workers = Workers::Records(records),
         }
         let control = if self.processes { control_spec.spawn().await? } else { control_spec.start().await? };
+        // Every worker routable before a proxy takes its first list: a PD model must not look
+        // aggregated because its prefill's /server_info answered later than its decode's.
+        let targets = sims.iter().map(|s| s.record.dp_size as usize).sum();
+        control.wait_targets(targets).await?;
         let mut proxies = Vec::new();
         for _ in 0..self.proxies {
             let spec = ProxySpec::new(control.url()).flags(self.proxy_flags.iter().cloned());

@@ -284,6 +284,22 @@ impl Control {
         rows.into_inner().targets
     }
 
+    /// Waits (bounded) until control's view holds `n` targets (`infera_router_targets` summed,
+    /// read over plain HTTP whatever its gRPC's TLS or admin token): control routes to a worker
+    /// only once its `/server_info` has answered.
+    ///
+    /// # Errors
+    /// When they are not in the view in time.
+    pub async fn wait_targets(&self, n: usize) -> anyhow::Result<()> {
+        let what = format!("control to hold {n} targets");
+        crate::eventually::poll(std::time::Duration::from_secs(30), &what, async || {
+            let metrics = self.metrics().await.ok()?;
+            (http::metric_sum(&metrics, "infera_router_targets", "") == n as f64).then_some(())
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Waits (bounded) until it leads: a control with `--etcd` books only once elected.
     ///
     /// # Errors

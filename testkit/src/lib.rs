@@ -10,6 +10,7 @@
 //! - [`cluster`]: all of them together, with a static workers file or a real etcd.
 //! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
 //!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
+//! - [`engine_stub`]: engines that answer only `/server_info`, for records no request reaches.
 //! - [`http`]: a small probe client and a metric reader.
 //! - [`tls`]: a CA made at run time that issues server and client certificates.
 //! - [`replicas`]: several controls electing a leader through etcd (HA), optionally each in a
@@ -18,6 +19,7 @@
 pub mod cluster;
 pub mod control;
 pub mod engine;
+pub mod engine_stub;
 pub mod eventually;
 pub mod http;
 pub mod netns;
@@ -32,6 +34,7 @@ pub mod tls;
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};
 pub use engine::{Engine, EngineSpec};
+pub use engine_stub::EngineStubs;
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
 pub use infera_registry::register::Registration;
 pub use infera_registry::test_server::EtcdServer;

@@ -6,11 +6,15 @@ use std::time::Duration;
 
 use infera_proto::pb;
 use infera_proto::types::WorkerRecord;
-use infera_testkit::{ControlSpec, SimSpec, Workers, eventually, poll};
+use infera_testkit::{ControlSpec, EngineStubs, SimSpec, Workers, eventually, poll};
 
-fn control() -> ControlSpec {
-    let record = WorkerRecord::decode("d", "http://127.0.0.1:9", "m", 2);
-    ControlSpec::new(Workers::Records(vec![record])).flags(["--engine-poll-ms", "0"])
+/// Control over one decode worker whose engine is a stub (it answers `/server_info`); keep the
+/// stubs as long as control runs.
+async fn control() -> (EngineStubs, ControlSpec) {
+    let record = WorkerRecord::decode("d", "http://stub", "m", 2);
+    let engines = EngineStubs::start_records([record]).await.unwrap();
+    let spec = ControlSpec::new(Workers::Records(engines.worker_records())).flags(["--engine-poll-ms", "0"]);
+    (engines, spec)
 }
 
 async fn open_lease(control: &infera_testkit::Control) -> String {
@@ -20,7 +24,8 @@ async fn open_lease(control: &infera_testkit::Control) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_control_comes_back_on_its_address_as_a_new_instance() {
-    let mut control = control().spawn().await.unwrap();
+    let (_engines, spec) = control().await;
+    let mut control = spec.spawn().await.unwrap();
     let (addr, metrics) = (control.addr, control.metrics_addr);
     let first = open_lease(&control).await;
     let pid = control.node.process().unwrap().pid().unwrap();
@@ -37,7 +42,8 @@ async fn a_killed_control_comes_back_on_its_address_as_a_new_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_control_answers_nothing_until_it_is_resumed() {
-    let mut control = control().spawn().await.unwrap();
+    let (_engines, spec) = control().await;
+    let mut control = spec.spawn().await.unwrap();
     open_lease(&control).await;
     let process = control.node.process().unwrap();
     process.pause().unwrap();

@@ -77,18 +77,19 @@ pub(super) async fn round_trips(args: &ControlArgs) -> anyhow::Result<Rates> {
         config.replay_endpoint = Some("tcp://127.0.0.1:0".into());
         let p = Publisher::bind(config).await?;
         workers += &format!(
-            "[[workers]]\nid='p{i}'\nrole='prefill'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size=1\npage_size={PAGE}\n\
+            "[[workers]]\nid='p{i}'\nrole='prefill'\nurl='http://stub'\nmodel='m'\ndp_size=1\npage_size={PAGE}\n\
              kv_events={{ endpoint='tcp://127.0.0.1:{}', replay_endpoint='tcp://127.0.0.1:{}' }}\n",
             p.port(),
             p.replay_port().expect("a replay socket was asked for")
         );
         publishers.push(p);
     }
-    workers +=
-        &format!("[[workers]]\nid='d'\nrole='decode'\nurl='http://127.0.0.1:1'\nmodel='m'\ndp_size={}\n", 8);
-    let file = tempfile::NamedTempFile::new()?;
-    std::fs::write(file.path(), workers)?;
-    let Served { routers, echoes, lease } = serve(file.path(), args.clients).await?;
+    // The decode runs the prefills' page size: a decode at another could not pair with them.
+    workers += &format!(
+        "[[workers]]\nid='d'\nrole='decode'\nurl='http://stub'\nmodel='m'\ndp_size={}\npage_size={PAGE}\n",
+        8
+    );
+    let Served { routers, echoes, lease, _engines } = serve(&workers, args.clients).await?;
 
     // Fill the index: background prompts first, then each prefill's conversation; once control
     // credits prefill i with all 2,000 pages of its conversation, its events are all in.

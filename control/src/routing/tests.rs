@@ -312,6 +312,7 @@ proptest! {
 mod auto_weight;
 mod headroom;
 mod kv;
+mod pairing;
 mod prefilling_age;
 mod redeclare;
 

@@ -102,6 +102,7 @@ pub(super) fn target_status(
         health: health.state.to_owned(),
         consecutive_failures: health.failures,
         ejected_for_ms: u64::try_from(health.ejected_for.as_millis()).unwrap_or(u64::MAX),
+        unpaired_reason: slot.unpaired.as_deref().unwrap_or_default().to_owned(),
     }
 }
 

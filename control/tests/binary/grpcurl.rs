@@ -42,10 +42,11 @@ fn ok_json(addr: &str, args: &[&str]) -> Value {
 
 #[test]
 fn operators_inspect_and_change_control_with_grpcurl() {
-    let workers = workers_file(WORKERS);
-    let mut cmd = command(&workers);
+    let workers = stubbed_workers();
+    let mut cmd = command(&workers.file);
     cmd.args(["--decode-input-demand", "shadow"]);
     let control = Running::spawn(cmd);
+    control.wait_targets(5);
     let addr = control.grpc.to_string();
 
     let (ok, list, err) = grpcurl(&addr, &["list"]);

@@ -52,10 +52,11 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
         format!("http://{addr}")
     });
 
-    let workers = workers_file(WORKERS);
-    let mut cmd = command(&workers);
+    let workers = stubbed_workers();
+    let mut cmd = command(&workers.file);
     cmd.args(["--otlp-endpoint", &endpoint]);
     let mut control = Running::spawn(cmd);
+    control.wait_targets(5);
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     // A pick of a PickMany carries its own request's trace.

@@ -8,6 +8,24 @@ use std::time::Duration;
 pub(crate) const WORKERS: &str = "[[workers]]\nid = 'p'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\ndp_size = 1\n\
      [[workers]]\nid = 'd'\nrole = 'decode'\nurl = 'http://127.0.0.1:30001'\nmodel = 'm'\ndp_size = 4\n";
 
+/// [`WORKERS`] with each worker's URL an engine stub's (control routes to a worker only once its
+/// `/server_info` has answered), kept as long as the value, with the runtime serving the stubs.
+pub(crate) struct StubbedWorkers {
+    /// The workers file.
+    pub(crate) file: tempfile::NamedTempFile,
+    _engines: infera_testkit::EngineStubs,
+    _rt: tokio::runtime::Runtime,
+}
+
+/// [`StubbedWorkers`] of [`WORKERS`].
+pub(crate) fn stubbed_workers() -> StubbedWorkers {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let registered = infera_control::workers_file::parse(WORKERS, std::path::Path::new("WORKERS")).unwrap();
+    let engines = rt.block_on(infera_testkit::EngineStubs::start(registered)).unwrap();
+    let file = workers_file(&infera_launcher::records::workers_file(&engines.records));
+    StubbedWorkers { file, _engines: engines, _rt: rt }
+}
+
 /// A workers file that lives as long as the value.
 pub(crate) fn workers_file(text: &str) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
@@ -53,6 +71,24 @@ impl Running {
 
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.grpc)
+    }
+
+    /// Waits (bounded) until `Admin/ListTargets` lists `n` targets.
+    pub(crate) fn wait_targets(&self, n: usize) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let url = self.url();
+        rt.block_on(infera_testkit::eventually(
+            Duration::from_secs(30),
+            &format!("{n} targets listed"),
+            async || {
+                let Ok(mut admin) = infera_proto::pb::admin_client::AdminClient::connect(url.clone()).await
+                else {
+                    return false;
+                };
+                let rows = admin.list_targets(infera_proto::pb::ListTargetsRequest::default()).await;
+                rows.is_ok_and(|r| r.into_inner().targets.len() == n)
+            },
+        ));
     }
 
     /// SIGTERM, then the exit status (bounded wait).

@@ -113,6 +113,6 @@ async fn reservations_are_listed_with_their_holder_and_filters() {
         .into_inner();
     assert_eq!(decode_only.targets.len(), 2);
     assert_eq!(decode_only.targets.iter().map(|t| t.booked_input_tokens).sum::<u64>(), 24);
-    assert_eq!(decode_only.targets[0].worker.as_ref().unwrap().url, "http://127.0.0.1:30001");
+    assert_eq!(decode_only.targets[0].worker.as_ref().unwrap().url, control.url_of("d"));
     control.stop().await;
 }

@@ -11,7 +11,7 @@ use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
 use infera_registry::test_server::EtcdServer;
 use infera_testkit::tls::TestCa;
-use infera_testkit::{ControlSpec, Workers};
+use infera_testkit::{ControlSpec, EngineStubs, Workers};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -116,7 +116,9 @@ async fn the_admin_token_guards_admin_on_its_own_socket() {
 async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let record = WorkerRecord::decode("decode-0", "http://127.0.0.1:30001", "m", 2);
+    let engines =
+        EngineStubs::start_records([WorkerRecord::decode("decode-0", "http://stub", "m", 2)]).await.unwrap();
+    let record = engines.worker_records().remove(0);
     let _reg = Registration::start(vec![url.clone()], record, Duration::from_secs(10));
     let flags = [
         "--etcd",
@@ -129,7 +131,7 @@ async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
         "127.0.0.1:0",
     ];
     let leader = Control::start_with(&flags).await;
-    let follower = Control(ControlSpec::new(Workers::None).flags(flags).start().await.unwrap());
+    let follower = Control(ControlSpec::new(Workers::None).flags(flags).start().await.unwrap(), None);
 
     // The leader key names both of the leader's sockets; its --listen has no Admin, so a
     // follower that forwarded to `url` would get UNIMPLEMENTED.
@@ -172,7 +174,8 @@ async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_prints_its_admin_socket_and_keeps_it_on_restart() {
-    let spec = ControlSpec::new(Workers::Toml(pd_workers(1))).flags(["--admin-listen", "127.0.0.1:0"]);
+    let (_engines, spec) = stubbed(&pd_workers(1)).await;
+    let spec = spec.flags(["--admin-listen", "127.0.0.1:0"]);
     let mut control = spec.spawn().await.unwrap();
     let admin_addr = control.admin_addr.expect("admin= in the listening line");
     assert_ne!(admin_addr, control.addr);

@@ -1,10 +1,13 @@
 //! An in-process control on loopback port 0 (the workspace's test kit), driven over real gRPC.
+//! Control routes to a worker only once its `/server_info` has answered, so the workers of a
+//! workers file are stood in for by the kit's engine stubs ([`EngineStubs`]).
 
 use infera_proto::pb;
 pub(crate) use infera_testkit::eventually;
-use infera_testkit::{ControlSpec, Workers};
+use infera_testkit::{ControlSpec, EngineStubs, Workers};
 
-/// One decode worker `d` with `ranks` DP ranks for model `m`, and one prefill `p` with 2.
+/// One decode worker `d` with `ranks` DP ranks for model `m`, one prefill `p` with 2, and a mixed
+/// `x` with 2 for model `agg` (their URLs are replaced by engine stubs' when started here).
 pub(crate) fn pd_workers(ranks: u32) -> String {
     format!(
         "[[workers]]\nid = 'p'\nrole = 'prefill'\nurl = 'http://127.0.0.1:30000'\nmodel = 'm'\ndp_size = 2\n\
@@ -13,8 +16,8 @@ pub(crate) fn pd_workers(ranks: u32) -> String {
     )
 }
 
-/// A running control, started with the workspace's test kit.
-pub(crate) struct Control(pub(crate) infera_testkit::Control);
+/// A running control, started with the workspace's test kit, and the engine stubs of its workers.
+pub(crate) struct Control(pub(crate) infera_testkit::Control, pub(crate) Option<EngineStubs>);
 
 impl std::ops::Deref for Control {
     type Target = infera_testkit::Control;
@@ -25,11 +28,20 @@ impl std::ops::Deref for Control {
 }
 
 impl Control {
-    /// Starts control on `workers` (a workers file's text) with extra flags, exactly as the
-    /// binary would parse them (plus `--seed 7`).
+    /// Starts control on `workers` (a workers file's text, each worker's URL replaced by an
+    /// engine stub's that describes it) with extra flags, exactly as the binary would parse them
+    /// (plus `--seed 7`), and waits until every worker is routable.
     pub(crate) async fn start(workers: &str, flags: &[&str]) -> Self {
-        let spec = ControlSpec::new(Workers::Toml(workers.to_owned())).flags(flags.iter().copied());
-        Self(spec.start().await.unwrap())
+        let (engines, spec) = stubbed(workers).await;
+        let targets: usize = engines.records.iter().map(|r| r.dp_size.unwrap_or(1) as usize).sum();
+        let control = spec.flags(flags.iter().copied()).start().await.unwrap();
+        control.wait_targets(targets).await.unwrap();
+        Self(control, Some(engines))
+    }
+
+    /// The URL of worker `id`'s engine stub.
+    pub(crate) fn url_of(&self, id: &str) -> &str {
+        self.1.as_ref().expect("started on stubbed workers").url(id)
     }
 
     /// Starts control without a workers file, with exactly these flags (plus `--seed 7`).
@@ -39,7 +51,7 @@ impl Control {
         if flags.contains(&"--etcd") {
             control.wait_leading().await.unwrap();
         }
-        Self(control)
+        Self(control, None)
     }
 
     /// Opens a lease with `ttl_ms` (0 = default) and returns its id.
@@ -57,6 +69,15 @@ impl Control {
     pub(crate) async fn stop(mut self) {
         self.0.stop().await.unwrap();
     }
+}
+
+/// Engine stubs for the workers of a workers file's text, and a control spec listing them.
+pub(crate) async fn stubbed(workers: &str) -> (EngineStubs, ControlSpec) {
+    let registered =
+        infera_control::workers_file::parse(workers, std::path::Path::new("test workers")).unwrap();
+    let engines = EngineStubs::start(registered).await.unwrap();
+    let spec = ControlSpec::new(Workers::Registered(engines.records.clone()));
+    (engines, spec)
 }
 
 /// `msg` with the admin token `token` (`authorization: Bearer …`).

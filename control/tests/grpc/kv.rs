@@ -197,13 +197,15 @@ async fn a_worker_that_leaves_takes_its_index_with_it() {
     let etcd = infera_registry::test_server::EtcdServer::start();
     let url = etcd.url();
     let p = publisher().await;
-    let record = WorkerRecord::new("prefill-a", Role::Prefill, "http://127.0.0.1:30000", "m")
+    let record = WorkerRecord::new("prefill-a", Role::Prefill, "http://stub", "m")
         .with_page_size(PS as u32)
         .with_kv_events(KvEventsSource {
             endpoint: format!("tcp://127.0.0.1:{}", p.port()),
             replay_endpoint: Some(format!("tcp://127.0.0.1:{}", p.replay_port().unwrap())),
             topic: String::new(),
         });
+    let engines = infera_testkit::EngineStubs::start_records([record]).await.unwrap();
+    let record = engines.worker_records().remove(0);
     let control = Control::start_with(&["--etcd", &url]).await;
     let reg = infera_registry::Registration::start(vec![url.clone()], record, Duration::from_secs(2));
     eventually(Duration::from_secs(10), "prefill-a registered", || async {

@@ -8,10 +8,16 @@ use infera_registry::Registration;
 use infera_registry::test_server::EtcdServer;
 use tonic::Code;
 
+use infera_testkit::EngineStubs;
+
 use crate::harness::*;
 
-fn decode(id: &str, ranks: u32) -> WorkerRecord {
-    WorkerRecord::decode(id, "http://127.0.0.1:30001", "m", ranks).with_page_size(64)
+/// A decode worker of model `m` at page size 64, and the engine stub its record's URL names.
+async fn decode(id: &str, ranks: u32) -> (EngineStubs, WorkerRecord) {
+    let record = WorkerRecord::decode(id, "http://stub", "m", ranks).with_page_size(64);
+    let engines = EngineStubs::start_records([record]).await.unwrap();
+    let record = engines.worker_records().remove(0);
+    (engines, record)
 }
 
 async fn decode_targets(control: &Control) -> usize {
@@ -29,7 +35,8 @@ async fn workers_registered_in_etcd_are_picked_until_their_lease_ends() {
     let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "nothing registered yet");
 
-    let reg = Registration::start(vec![url.clone()], decode("decode-0", 4), Duration::from_secs(2));
+    let (_engines, record) = decode("decode-0", 4).await;
+    let reg = Registration::start(vec![url.clone()], record, Duration::from_secs(2));
     eventually(Duration::from_secs(10), "decode-0's 4 ranks are targets", || async {
         decode_targets(&control).await == 4
     })
@@ -109,7 +116,8 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
     let first = Control::start_with(&["--etcd", &url]).await;
-    let reg = Registration::start(vec![url.clone()], decode("decode-0", 2), Duration::from_secs(2));
+    let (_engines, record) = decode("decode-0", 2).await;
+    let reg = Registration::start(vec![url.clone()], record, Duration::from_secs(2));
     eventually(Duration::from_secs(10), "decode-0 registered", || async {
         decode_targets(&first).await == 2
     })

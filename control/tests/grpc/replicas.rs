@@ -24,11 +24,13 @@ fn not_leader(status: &tonic::Status) -> Option<String> {
 async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a_redeclare() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    let record = WorkerRecord::decode("decode-0", "http://127.0.0.1:30001", "m", 2).with_page_size(64);
-    let _reg = Registration::start(vec![url.clone()], record, Duration::from_secs(10));
+    let record = WorkerRecord::decode("decode-0", "http://stub", "m", 2).with_page_size(64);
+    let engines = infera_testkit::EngineStubs::start_records([record]).await.unwrap();
+    let _reg =
+        Registration::start(vec![url.clone()], engines.worker_records().remove(0), Duration::from_secs(10));
     let flags = ["--etcd", url.as_str(), "--decode-input-demand", "on", "--engine-poll-ms", "0"];
     let leader = Control::start_with(&flags).await;
-    let follower = Control(ControlSpec::new(Workers::None).flags(flags).start().await.unwrap());
+    let follower = Control(ControlSpec::new(Workers::None).flags(flags).start().await.unwrap(), None);
 
     // The follower books nothing and says who does.
     let mut f_router = follower.router().await;
@@ -69,6 +71,7 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
 
     // The leader books one decode leg for proxy-a, then stops (revoking its term at once).
     let lease = leader.lease(0).await;
+    leader.wait_targets(2).await.unwrap();
     let picked = leader.router().await.pick_decode(pick(&lease, "m", 700)).await.unwrap().into_inner();
     // The leader keeps the proxies it has leases with in etcd: the next one waits for them.
     let book = "/infera/v1/control/proxies/test-proxy";

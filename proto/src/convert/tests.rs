@@ -85,6 +85,8 @@ fn pick_answers_are_checked() {
         bootstrap_port: 0,
         dp_size: 2,
         page_size: 16,
+        transfer_backend: "nixl".into(),
+        kv_cache_dtype: String::new(),
     };
     let answer = pb::PickResponse {
         reservation_id: "r-00000001-7".into(),
@@ -97,6 +99,9 @@ fn pick_answers_are_checked() {
     assert_eq!(p.reservation, ReservationId { epoch: 1, seq: 7 });
     assert_eq!(p.target.to_string(), "d/1");
     assert_eq!((p.worker.role, p.worker.bootstrap_port), (Role::Decode, None));
+    assert_eq!(p.worker.transfer_backend.as_deref(), Some("nixl"));
+    assert_eq!(p.worker.kv_cache_dtype, None, "empty: the engine did not say (or an older control)");
+    assert_eq!(pb::WorkerEndpoint::from(&p.worker), worker, "back to the wire as it came");
     assert_eq!(picked(&pb::PickResponse { target: None, ..answer.clone() }).unwrap_err().field, "target");
     let unspecified = pb::WorkerEndpoint { role: 0, ..worker };
     let bad = pb::PickResponse { worker: Some(unspecified), ..answer };

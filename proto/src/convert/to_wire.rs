@@ -116,6 +116,8 @@ impl From<&WorkerRecord> for pb::WorkerEndpoint {
             bootstrap_port: w.bootstrap_port.map_or(0, u32::from),
             dp_size: w.dp_size,
             page_size: w.page_size,
+            transfer_backend: w.transfer_backend.clone().unwrap_or_default(),
+            kv_cache_dtype: w.kv_cache_dtype.clone().unwrap_or_default(),
         }
     }
 }

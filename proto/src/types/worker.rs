@@ -56,13 +56,24 @@ pub struct WorkerRecord<Ranks = u32> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_port: Option<u16>,
     /// DP ranks behind the one HTTP port (1 without DP): SGLang's `dp_size × attn_dp_size`. Required
-    /// in a [`WorkerRecord`]; in a [`RegisteredWorker`] `None` (left out) means "ask the worker",
-    /// while a value given is authoritative.
+    /// in a [`WorkerRecord`]; in a [`RegisteredWorker`] it may be left out (`None`). Control routes
+    /// with the count the worker's `GET /server_info` reports either way; a value given that
+    /// disagrees is reported as a record mismatch.
     #[serde(skip_serializing_if = "ranks_unknown")]
     pub dp_size: Ranks,
-    /// KV page size in tokens.
+    /// KV page size in tokens. Control routes with the engine's (its `/server_info`), whatever
+    /// the registry says.
     #[serde(default = "one")]
     pub page_size: u32,
+    /// How the worker moves KV between prefill and decode (SGLang's
+    /// `--disaggregation-transfer-backend`: `mooncake`, `nixl`, …); `None` when unknown. Control
+    /// takes the engine's from its `/server_info`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_backend: Option<String>,
+    /// The KV cache's data type (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, …); `None` when
+    /// unknown. Control takes the engine's from its `/server_info`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<String>,
     /// The SGLang version the worker runs, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang_version: Option<String>,
@@ -81,8 +92,8 @@ pub struct WorkerRecord<Ranks = u32> {
     pub labels: BTreeMap<String, String>,
 }
 
-/// A worker record as a registry holds it: `dp_size` may be left out (`None`), and control then
-/// asks the worker before routing to it.
+/// A worker record as a registry holds it: `dp_size` may be left out (`None`). Control asks every
+/// worker's `/server_info` before routing to it.
 pub type RegisteredWorker = WorkerRecord<Option<u32>>;
 
 fn ranks_unknown<R: Copy + Into<Option<u32>>>(ranks: &R) -> bool {
@@ -189,6 +200,8 @@ impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
             bootstrap_port: self.bootstrap_port,
             dp_size,
             page_size: self.page_size,
+            transfer_backend: self.transfer_backend,
+            kv_cache_dtype: self.kv_cache_dtype,
             sglang_version: self.sglang_version,
             kv_events: self.kv_events,
             load_events: self.load_events,
@@ -197,24 +210,7 @@ impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
     }
 }
 
-/// A registered worker, by whether its record gives its ranks.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Sizing {
-    /// The record gives `dp_size`: the worker to route to, as it is.
-    Given(WorkerRecord),
-    /// The record leaves it out: to be asked of the worker's `/server_info`.
-    Ask(RegisteredWorker),
-}
-
 impl RegisteredWorker {
-    /// Whether the record gives its ranks, and the worker with them when it does.
-    pub fn sizing(self) -> Sizing {
-        match self.dp_size {
-            Some(n) => Sizing::Given(self.with_ranks(n)),
-            None => Sizing::Ask(self),
-        }
-    }
-
     /// The worker to route to, with the `dp_size` ranks its `/server_info` reported.
     pub fn with_discovered_ranks(self, dp_size: u32) -> WorkerRecord {
         self.with_ranks(dp_size)
@@ -286,14 +282,12 @@ mod tests {
         assert_eq!(left_out.dp_size, None);
         assert_eq!(left_out.check(), Ok(()));
         assert!(!serde_json::to_string(&left_out).unwrap().contains("dp_size"), "still left out");
-        let Sizing::Ask(left_out) = left_out.sizing() else { panic!("nothing to go by") };
         assert_eq!(left_out.with_discovered_ranks(8).targets().count(), 8);
 
         let given: RegisteredWorker =
             serde_json::from_str(r#"{"id":"d","role":"decode","url":"http://h:1","model":"m","dp_size":4}"#)
                 .unwrap();
-        let Sizing::Given(given) = given.sizing() else { panic!("the record gives it") };
-        assert_eq!(given.dp_size, 4, "a given size is kept");
+        assert_eq!(given.dp_size, Some(4), "a given size is read");
         let zero: RegisteredWorker =
             serde_json::from_str(r#"{"id":"d","role":"decode","url":"http://h:1","model":"m","dp_size":0}"#)
                 .unwrap();

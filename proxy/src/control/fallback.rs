@@ -37,6 +37,12 @@ impl Fallback {
         if kind == PickKind::Prefill && pd == Some(false) {
             return Err(PickError::NoPool);
         }
+        if let Some(why) = list.no_pair(model) {
+            return Err(PickError::NoCompatiblePair(format!(
+                "model \"{model}\" has no prefill and decode that can pair (KV page size, transfer backend \
+                 and KV cache dtype must agree); from the last target list control gave: {why}"
+            )));
+        }
         let chosen = load.choose(list, model, kind, exclude, &mut *self.rng.lock().expect("rng lock"));
         chosen.ok_or(PickError::NoTarget)
     }

@@ -84,6 +84,8 @@ pub enum PickError {
     Invalid(String),
     /// Every rank of the pool is at its cap in control: the request waits and picks again.
     AtCapacity,
+    /// The model's prefills and decodes cannot pair (control's `NO_COMPATIBLE_PAIR`): why.
+    NoCompatiblePair(String),
 }
 
 impl PickError {
@@ -95,6 +97,7 @@ impl PickError {
             Self::Invalid(_) => {
                 ProxyError::BadRequest("the request exceeds what control accepts (input tokens)")
             }
+            Self::NoCompatiblePair(why) => ProxyError::NoCompatiblePair(why),
             Self::AtCapacity => ProxyError::Overloaded {
                 why: crate::error::Overload::AtCapacity,
                 retry_after: std::time::Duration::from_secs(1),

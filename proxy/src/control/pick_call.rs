@@ -110,6 +110,9 @@ impl ControlLink {
                     Some(ErrorReason::NoPool) => return Err(PickError::NoPool),
                     Some(ErrorReason::NoEligibleTarget) => return Err(PickError::NoTarget),
                     Some(ErrorReason::AtCapacity) => return Err(PickError::AtCapacity),
+                    Some(ErrorReason::NoCompatiblePair) => {
+                        return Err(PickError::NoCompatiblePair(status.message().to_owned()));
+                    }
                     Some(ErrorReason::InvalidArgument) => {
                         return Err(PickError::Invalid(status.message().to_owned()));
                     }

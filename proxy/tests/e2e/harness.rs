@@ -133,14 +133,18 @@ impl Cluster {
     }
 }
 
-/// An in-process control over `workers` with extra flags.
+/// An in-process control over `workers` with extra flags, once every worker is routable (their
+/// `/server_info` answered).
 pub(crate) async fn start_control(
     workers: Vec<infera_proto::types::WorkerRecord>,
     flags: &[&str],
 ) -> infera_testkit::Control {
+    let targets = workers.iter().map(|w| w.dp_size as usize).sum();
     let mut spec = ControlSpec::new(Workers::Records(workers)).flags(flags.iter().copied());
     spec.seed = Some(3);
-    spec.start().await.unwrap()
+    let control = spec.start().await.unwrap();
+    control.wait_targets(targets).await.unwrap();
+    control
 }
 
 /// An in-process proxy against control at `control` with extra flags.

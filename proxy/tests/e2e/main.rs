@@ -14,6 +14,7 @@ mod kv;
 mod ledger;
 mod load;
 mod openai;
+mod pairing;
 mod pd;
 mod rebuild;
 mod slow_control;

@@ -17,6 +17,8 @@ impl WorkerRecord {
             bootstrap_port: None,
             dp_size: 1,
             page_size: 1,
+            transfer_backend: None,
+            kv_cache_dtype: None,
             sglang_version: None,
             kv_events: None,
             load_events: None,
@@ -54,6 +56,18 @@ impl WorkerRecord {
     /// With this KV page size.
     pub fn with_page_size(mut self, page_size: u32) -> Self {
         self.page_size = page_size;
+        self
+    }
+
+    /// Moving KV with this transfer backend (`mooncake`, `nixl`, …).
+    pub fn with_transfer_backend(mut self, backend: impl Into<String>) -> Self {
+        self.transfer_backend = Some(backend.into());
+        self
+    }
+
+    /// With this KV cache data type (`auto`, `fp8_e4m3`, …).
+    pub fn with_kv_cache_dtype(mut self, dtype: impl Into<String>) -> Self {
+        self.kv_cache_dtype = Some(dtype.into());
         self
     }
 

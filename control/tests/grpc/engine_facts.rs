@@ -1,6 +1,7 @@
-//! `dp_size` left out of a worker's record: control asks the worker's `/server_info` (a real
-//! sim's) before routing to it; a given `dp_size` is kept; a late answer makes the worker
-//! routable then; a malformed one keeps only that worker out.
+//! Engine facts: control reads every worker's `/server_info` (a real sim's) before routing to it;
+//! the engine's ranks and page size win over the record's (the disagreement counted); a late
+//! answer makes the worker routable then; a malformed one, or an engine serving another model or
+//! role, keeps only that worker out.
 
 use std::time::Duration;
 
@@ -27,11 +28,16 @@ async fn ranks(control: &Control, worker: &str) -> (Vec<u32>, usize) {
 
 async fn failures(control: &Control, worker: &str, reason: &str) -> f64 {
     let labels = format!("worker=\"{worker}\",reason=\"{reason}\"");
-    metric_sum(&control.metrics().await.unwrap(), "infera_router_dp_size_discovery_failures_total", &labels)
+    metric_sum(&control.metrics().await.unwrap(), "infera_router_engine_facts_failures_total", &labels)
+}
+
+async fn mismatches(control: &Control, worker: &str, field: &str) -> f64 {
+    let labels = format!("worker=\"{worker}\",field=\"{field}\"");
+    metric_sum(&control.metrics().await.unwrap(), "infera_router_record_mismatches_total", &labels)
 }
 
 async fn awaiting(control: &Control) -> f64 {
-    metric_sum(&control.metrics().await.unwrap(), "infera_router_workers_awaiting_dp_size", "")
+    metric_sum(&control.metrics().await.unwrap(), "infera_router_workers_awaiting_engine_facts", "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,14 +64,57 @@ async fn a_workers_file_entry_without_dp_size_gets_the_eight_ranks_the_sim_repor
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_given_dp_size_is_kept_whatever_the_worker_reports() {
-    let mut sim = SimSpec::decode("decode-0", "m", 8).start().await.unwrap();
-    let record = sim.record.clone().with_dp_size(2);
+async fn the_engines_ranks_and_page_size_win_over_the_records_and_the_disagreement_is_counted() {
+    let mut sim = SimSpec::decode("decode-0", "m", 8).page_size(16).start().await.unwrap();
+    let record = sim.record.clone().with_dp_size(2).with_page_size(1);
     let mut control = ControlSpec::new(Workers::Records(vec![record])).start().await.unwrap();
-    assert_eq!(ranks(&control, "decode-0").await.0, [0, 1], "routable at once: nothing to ask");
+    let want: Vec<u32> = (0..8).collect();
+    eventually(WAIT, "decode-0's 8 ranks, as its engine runs them", async || {
+        ranks(&control, "decode-0").await.0 == want
+    })
+    .await;
+    let rows = control.targets().await;
+    assert!(rows.iter().all(|r| r.worker.as_ref().unwrap().page_size == 16), "the engine's page size");
+    assert_eq!(rows[0].worker.as_ref().unwrap().transfer_backend, "mooncake");
+    assert_eq!(mismatches(&control, "decode-0", "dp_size").await, 1.0, "counted once");
+    assert_eq!(mismatches(&control, "decode-0", "page_size").await, 1.0);
     assert_eq!(awaiting(&control).await, 0.0);
     control.stop().await.unwrap();
     sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_serving_another_model_or_role_holds_its_worker_out() {
+    let mut good = SimSpec::decode("decode-0", "m", 2).start().await.unwrap();
+    let mut other_model = SimSpec::decode("decode-1", "other", 2).start().await.unwrap();
+    let mut other_role = SimSpec::decode("decode-2", "m", 2).start().await.unwrap();
+    let mut wrong_model = other_model.record.clone();
+    wrong_model.model = infera_proto::types::ModelName::new("m");
+    let mut wrong_role = other_role.record.clone();
+    wrong_role.role = infera_proto::types::Role::Prefill;
+    let workers = vec![good.record.clone(), wrong_model, wrong_role];
+    let mut control = ControlSpec::new(Workers::Records(workers)).start().await.unwrap();
+
+    eventually(WAIT, "decode-0 routable and both mismatches counted", async || {
+        ranks(&control, "decode-0").await.0 == [0, 1]
+            && failures(&control, "decode-1", "model_mismatch").await >= 1.0
+            && failures(&control, "decode-2", "role_mismatch").await >= 1.0
+    })
+    .await;
+    for held_out in ["decode-1", "decode-2"] {
+        assert_eq!(ranks(&control, held_out).await.0, Vec::<u32>::new(), "{held_out} is not a target");
+    }
+    assert_eq!(awaiting(&control).await, 2.0, "both are still asked (an engine may be fixed)");
+    let lease = pb::OpenLeaseRequest { holder: "test".into(), ttl_ms: 0 };
+    let lease = control.router().await.open_lease(lease).await.unwrap().into_inner().lease_id;
+    for _ in 0..4 {
+        let picked = control.router().await.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+        assert_eq!(picked.worker.unwrap().worker_id, "decode-0");
+    }
+    control.stop().await.unwrap();
+    for sim in [&mut good, &mut other_model, &mut other_role] {
+        sim.stop().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,19 +179,22 @@ async fn etcd_records_with_and_without_dp_size() {
         ranks(&control, "decode-0").await.0.len() == 8
     })
     .await;
-    // Given (another id, the same sim): kept.
+    // Given wrong (another id, the same sim): the engine's 8.
     let given: WorkerRecord =
         WorkerRecord { id: WorkerId::new("decode-1"), ..sim.record.clone() }.with_dp_size(3);
     let kept = Registration::start(vec![etcd.url()], given, Duration::from_secs(2));
-    eventually(WAIT, "decode-1's 3 given ranks", async || ranks(&control, "decode-1").await.0 == [0, 1, 2])
-        .await;
+    eventually(WAIT, "decode-1's 8 ranks, not the 3 its record says", async || {
+        ranks(&control, "decode-1").await.0.len() == 8
+    })
+    .await;
+    assert_eq!(mismatches(&control, "decode-1", "dp_size").await, 1.0);
     assert_eq!(ranks(&control, "decode-0").await.0.len(), 8);
 
     // A worker that leaves while it is being asked is asked no more.
     let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let record = SimSpec::decode("decode-2", "m", 1).record_at(silent.local_addr().unwrap().port());
     let waiting = Registration::start(vec![etcd.url()], record.without_dp_size(), Duration::from_secs(2));
-    eventually(WAIT, "decode-2 awaits its size", async || awaiting(&control).await == 1.0).await;
+    eventually(WAIT, "decode-2 awaits its facts", async || awaiting(&control).await == 1.0).await;
     waiting.stop().await;
     eventually(WAIT, "decode-2 no longer awaited", async || awaiting(&control).await == 0.0).await;
 
