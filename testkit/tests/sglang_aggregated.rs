@@ -45,7 +45,7 @@ fn the_openai_client_gets_what_sglang_answers_through_a_proxy() {
     run(async {
         let w = world().await;
         let cluster = cluster_over(MODEL, [w.single.record.clone()]).await;
-        let answers = openai_calls(&cluster.proxies[0].url, Some(&w.single.url), MODEL).await;
+        let answers = openai_calls(&cluster.proxies[0].url, Some(&w.single.url), MODEL, &[]).await;
         for (case, pair) in answers.as_object().unwrap() {
             let same = |v: &Value| match v.as_array().or_else(|| v["events"].as_array()) {
                 Some(chunks) => stream_summary(chunks),
@@ -67,7 +67,10 @@ fn the_openai_client_gets_what_sglang_answers_through_a_proxy() {
         assert!(proxied("completion_logprobs")["choices"][0]["logprobs"]["tokens"].is_array());
         let stopped = &proxied("chat_stop")["choices"][0];
         assert!(stopped["finish_reason"] == "stop" || stopped["finish_reason"] == "length", "{stopped}");
-        assert!(!stopped["message"]["content"].as_str().unwrap_or("a").contains(['a', 'e', 'o']), "{stopped}");
+        assert!(
+            !stopped["message"]["content"].as_str().unwrap_or("a").contains(['a', 'e', 'o']),
+            "{stopped}"
+        );
         assert_eq!(proxied("responses")["object"], "response");
         assert_eq!(proxied("generate")["meta_info"]["completion_tokens"], 8);
         engine_idle(&w.single).await;
@@ -112,13 +115,16 @@ fn control_reads_the_engines_and_the_drift_returns_to_zero() {
         for (status, body) in futures_util::future::join_all(calls).await {
             assert!(status.is_success(), "{status} {body}");
         }
-        let targets = eventually(sglang::SETTLED, "an engine reading of every rank, with no drift", async || {
-            let targets = cluster.control.targets().await;
-            let settled = targets.len() == 3
-                && targets.iter().all(|t| t.engine.is_some() && t.drift_requests == 0 && t.held_requests == 0);
-            settled.then_some(targets)
-        })
-        .await;
+        let targets =
+            eventually(sglang::SETTLED, "an engine reading of every rank, with no drift", async || {
+                let targets = cluster.control.targets().await;
+                let settled = targets.len() == 3
+                    && targets
+                        .iter()
+                        .all(|t| t.engine.is_some() && t.drift_requests == 0 && t.held_requests == 0);
+                settled.then_some(targets)
+            })
+            .await;
         for t in &targets {
             let engine = t.engine.as_ref().unwrap();
             assert_eq!(engine.max_total_tokens, infera_testkit::engine::DEFAULT_MAX_TOTAL_TOKENS, "{t:?}");
@@ -138,7 +144,8 @@ fn dp_size_is_read_from_the_real_server_info() {
         let mut control = ControlSpec::new(Workers::Registered(vec![record])).start().await.expect("control");
         let ranks = eventually(sglang::SETTLED, "control to list dp-0's ranks", async || {
             let targets = control.targets().await;
-            let ranks: BTreeSet<u32> = targets.iter().filter_map(|t| t.target.as_ref()).map(|t| t.dp_rank).collect();
+            let ranks: BTreeSet<u32> =
+                targets.iter().filter_map(|t| t.target.as_ref()).map(|t| t.dp_rank).collect();
             (!ranks.is_empty()).then_some(ranks)
         })
         .await;
@@ -169,7 +176,9 @@ fn decode_picks_spread_over_the_dp_ranks_and_the_engine_honours_them() {
                     {"max_new_tokens": 48, "ignore_eos": true, "temperature": 0}});
                 let headers = [("x-request-id", id.as_str())];
                 let (status, text) =
-                    http::request_with(http::Method::POST, &format!("{url}/generate"), Some(&body), &headers).await.unwrap();
+                    http::request_with(http::Method::POST, &format!("{url}/generate"), Some(&body), &headers)
+                        .await
+                        .unwrap();
                 assert!(status.is_success(), "{status} {text}");
                 let answer: Value = serde_json::from_str(&text).unwrap();
                 (id, answer["meta_info"]["dp_rank"].as_u64().expect("SGLang names the rank that served it"))
@@ -178,7 +187,11 @@ fn decode_picks_spread_over_the_dp_ranks_and_the_engine_honours_them() {
         let served: BTreeMap<String, u64> = futures_util::future::join_all(calls).await.into_iter().collect();
         let mut picked = BTreeMap::new();
         while picked.len() < served.len() {
-            let event = tokio::time::timeout(Duration::from_secs(10), decisions.message()).await.unwrap().unwrap().unwrap();
+            let event = tokio::time::timeout(Duration::from_secs(10), decisions.message())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
             picked.insert(event.request_id, u64::from(event.chosen.unwrap().dp_rank));
         }
         assert_eq!(picked, served, "each request ran on the rank control picked");
@@ -196,8 +209,11 @@ fn the_load_socket_feeds_control_without_polling() {
         let w = world().await;
         let records = [w.single.record.clone()];
         assert!(records[0].load_events.is_some(), "mixed-0 publishes its load");
-        let mut control =
-            ControlSpec::new(Workers::Records(records.to_vec())).flags(["--engine-poll-ms", "0"]).start().await.unwrap();
+        let mut control = ControlSpec::new(Workers::Records(records.to_vec()))
+            .flags(["--engine-poll-ms", "0"])
+            .start()
+            .await
+            .unwrap();
         let proxy = ProxySpec::new(control.url()).start().await.unwrap();
         proxy.wait_ready(MODEL).await.unwrap();
         let body = json!({"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 8});

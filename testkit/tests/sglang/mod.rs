@@ -164,18 +164,21 @@ pub fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
                 first_difference(l, r, &format!("{path}.{k}"))
             })
         }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            x.iter().zip(y).enumerate().find_map(|(i, (l, r))| first_difference(l, r, &format!("{path}[{i}]")))
-        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (l, r))| first_difference(l, r, &format!("{path}[{i}]"))),
         _ if a == b => None,
         _ => Some(format!("{path}: {a} ≠ {b}")),
     }
 }
 
 /// Runs `openai_calls.py` (the real OpenAI client, and raw `/generate`) against `proxy` and, when
-/// given, `direct`: `{case: {"proxy": answer, "direct": answer or null}}`.
-pub async fn openai_calls(proxy: &str, direct: Option<&str>, model: &str) -> Value {
-    let args = [proxy.to_owned(), direct.unwrap_or("-").to_owned(), model.to_owned()];
+/// given, `direct`, but for the cases in `skip`: `{case: {"proxy": answer, "direct": answer or null}}`.
+pub async fn openai_calls(proxy: &str, direct: Option<&str>, model: &str, skip: &[&str]) -> Value {
+    let mut args = vec![proxy.to_owned(), direct.unwrap_or("-").to_owned(), model.to_owned()];
+    args.extend(skip.iter().map(|s| (*s).to_owned()));
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python()).arg(here().join("openai_calls.py")).args(args).output()
     })
@@ -203,19 +206,19 @@ pub async fn cluster_over(
     spec.start().await.expect("cluster")
 }
 
-/// Sends `body` to `url` and hangs up as soon as it is written, before any answer: what a
-/// client that gives up during the prefill does.
-pub async fn hang_up_at_once(url: &str, path: &str, body: &Value) {
+/// Sends `body` to `url` with `x-request-id: id` and returns the connection without reading
+/// from it: dropping it is a client that gives up before any answer.
+pub async fn send_and_hold(url: &str, path: &str, id: &str, body: &Value) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt;
     let addr = url.trim_start_matches("http://");
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let body = serde_json::to_vec(body).unwrap();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nx-request-id: {id}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
     s.write_all(&body).await.unwrap();
     s.flush().await.unwrap();
-    drop(s);
+    s
 }

@@ -30,7 +30,10 @@ fn a_conversations_next_turn_goes_to_the_prefill_that_holds_its_beginning() {
         let mut decisions = control
             .admin()
             .await
-            .watch_decisions(pb::WatchDecisionsRequest { kind: pb::PickKind::Prefill as i32, ..Default::default() })
+            .watch_decisions(pb::WatchDecisionsRequest {
+                kind: pb::PickKind::Prefill as i32,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
@@ -38,7 +41,10 @@ fn a_conversations_next_turn_goes_to_the_prefill_that_holds_its_beginning() {
         let mut first_turn = BTreeMap::new();
         for (n, topic) in ["the sea", "the fox"].into_iter().enumerate() {
             let messages = json!([{"role": "system", "content": SYSTEM}, {"role": "user", "content": format!("Tell me about {topic} ({n}).")}]);
-            let (status, text) = http::post_json(&url, &json!({"model": MODEL, "messages": messages, "max_tokens": 4})).await.unwrap();
+            let (status, text) =
+                http::post_json(&url, &json!({"model": MODEL, "messages": messages, "max_tokens": 4}))
+                    .await
+                    .unwrap();
             assert!(status.is_success(), "{status} {text}");
             let event = next(&mut decisions).await;
             first_turn.insert(topic, event.chosen.clone().unwrap());
@@ -55,13 +61,22 @@ fn a_conversations_next_turn_goes_to_the_prefill_that_holds_its_beginning() {
                 {"role": "assistant", "content": "Waves fold into foam."},
                 {"role": "user", "content": "And more?"},
             ]);
-            let (status, text) = http::post_json(&url, &json!({"model": MODEL, "messages": messages, "max_tokens": 4})).await.unwrap();
+            let (status, text) =
+                http::post_json(&url, &json!({"model": MODEL, "messages": messages, "max_tokens": 4}))
+                    .await
+                    .unwrap();
             assert!(status.is_success(), "{status} {text}");
             let event = next(&mut decisions).await;
             let chosen = event.chosen.clone().unwrap();
-            assert_eq!(chosen, first_turn[topic], "{topic}: the next turn went where its beginning is cached");
+            assert_eq!(
+                chosen, first_turn[topic],
+                "{topic}: the next turn went where its beginning is cached"
+            );
             let terms = event.candidates.iter().find(|c| c.target.as_ref() == Some(&chosen)).unwrap();
-            assert!(terms.overlap_pages > 0 && terms.cached_tokens >= 16, "{topic}: credited its cached pages: {terms:?}");
+            assert!(
+                terms.overlap_pages > 0 && terms.cached_tokens >= 16,
+                "{topic}: credited its cached pages: {terms:?}"
+            );
         }
         w.all_idle().await;
         cluster.ledger_returns_to_zero().await.unwrap();

@@ -29,7 +29,8 @@ fn a_prefill_and_a_decode_of_different_page_sizes_are_never_paired() {
         spec.proxy_flags = tokenizer_flags();
         let cluster = spec.start().await.expect("cluster");
         let url = format!("{}/v1/chat/completions", cluster.proxies[0].url);
-        let body = json!({"model": MISMATCHED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+        let body =
+            json!({"model": MISMATCHED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
         for _ in 0..3 {
             let (status, text) = http::post_json(&url, &body).await.unwrap();
             assert_eq!(status.as_u16(), 503, "{text}");
@@ -38,7 +39,8 @@ fn a_prefill_and_a_decode_of_different_page_sizes_are_never_paired() {
         }
         let targets = cluster.control.targets().await;
         let page = |worker: &str| {
-            let t = targets.iter().find(|t| t.worker.as_ref().is_some_and(|w| w.worker_id == worker)).unwrap();
+            let t =
+                targets.iter().find(|t| t.worker.as_ref().is_some_and(|w| w.worker_id == worker)).unwrap();
             t.worker.as_ref().unwrap().page_size
         };
         assert_eq!(page("prefill-16"), 16, "the engine's page size, not the record's");
