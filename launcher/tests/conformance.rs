@@ -21,6 +21,7 @@ const FILES: &[&str] = &[
     "examples/sglang_2p1d_glm5.2/1p1d_decode4.toml",
     "examples/sglang_mix_glm5.2/deployment.toml",
     "examples/sim_1p1d/deployment.toml",
+    "examples/sglang_cpu_1p1d/deployment.toml",
     "launcher/tests/fixtures/kitchen_sink.toml",
 ];
 

@@ -77,12 +77,18 @@ pub(crate) struct Launch {
 
 impl Launch {
     pub(crate) fn start(file: &Path, extra: &[&str]) -> Self {
+        Self::start_with(file, Duration::from_secs(30), extra)
+    }
+
+    /// [`Launch::start`] giving each worker `health` to answer `/health`.
+    pub(crate) fn start_with(file: &Path, health: Duration, extra: &[&str]) -> Self {
+        let health_ms = health.as_millis().to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_infera-launch"))
             .arg("up")
             .arg(file)
             .arg("--bin-dir")
             .arg(bin_dir())
-            .args(["--health-timeout-ms", "30000", "--stop-timeout-ms", "5000"])
+            .args(["--health-timeout-ms", &health_ms, "--stop-timeout-ms", "5000"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -124,7 +130,12 @@ impl Launch {
 
     /// Reads stdout until a line starting with `prefix` (collecting child pids on the way).
     pub(crate) fn until(&mut self, prefix: &str) -> Option<String> {
-        let end = Instant::now() + DEADLINE;
+        self.until_within(prefix, DEADLINE)
+    }
+
+    /// [`Launch::until`] with a deadline of its own.
+    pub(crate) fn until_within(&mut self, prefix: &str, deadline: Duration) -> Option<String> {
+        let end = Instant::now() + deadline;
         while let Ok(line) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
             if let Some((name, pid)) =
                 line.strip_prefix("infera-launch started ").and_then(|r| r.split_once(" pid="))
