@@ -17,6 +17,9 @@
 //! - `proxy`: client → proxy → sim against client → sim in the same run; proxy memory per
 //!   in-flight stream.
 //! - `replay`: a Mooncake or agentic trace against an OpenAI-compatible URL; tok/s, TTFT, ITL.
+//! - `sglang-soak`: mixed PD and aggregated requests through two proxies to real SGLang servers
+//!   on CPU, with clients that hang up: errors, what is left booked, and infera's added latency
+//!   over the same requests sent straight to the workers.
 //! - `study decode-weight`: the seeds' decode request-weight study on fresh emulated 1P1D
 //!   deployments, one per arm.
 //! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
@@ -31,6 +34,7 @@ mod kv_index;
 mod kv_study;
 mod proxy;
 mod replay;
+mod sglang_soak;
 mod study;
 mod tokenize;
 
@@ -61,6 +65,8 @@ enum Cmd {
     Proxy(proxy::ProxyArgs),
     /// Replay: a request trace against an OpenAI-compatible base URL (open or closed loop).
     Replay(replay::ReplayArgs),
+    /// SGLang soak: PD + aggregated through two proxies to real SGLang on CPU; errors, ledger, added latency.
+    SglangSoak(sglang_soak::SoakArgs),
     /// Study: the decode request weight W vs token-only demand and the legacy policies.
     Study(study::StudyArgs),
     /// Tokenize: render + encode + page hashes per request, whole vs session-cached, vs JSON parsing.
@@ -77,6 +83,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::KvStudy(args) => kv_study::run(args),
         Cmd::Proxy(args) => proxy::run(args),
         Cmd::Replay(args) => replay::run(args),
+        Cmd::SglangSoak(args) => sglang_soak::run(args),
         Cmd::Study(args) => study::run(args),
         Cmd::Tokenize(args) => tokenize::run(args),
     }

@@ -67,6 +67,7 @@ fn run() -> anyhow::Result<()> {
             for bench in benches {
                 let mut cmd = Command::new(root.join("target/release/infera-bench"));
                 cmd.arg(bench).args(flags).env("INFERA_BIN_DIR", root.join("target/release"));
+                engine_env(&mut cmd, &root);
                 status(cmd)?;
             }
             Ok(())
