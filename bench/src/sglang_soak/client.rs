@@ -56,7 +56,7 @@ pub(crate) fn client() -> HttpClient {
 pub(crate) async fn send(http: &HttpClient, route: &Route, d: &Drawn, timeout: Duration) -> End {
     let run = async {
         match route {
-            Route::Proxy(url) => one(http, &format!("{url}{}", d.api.path()), d.body(), &d.id()).await,
+            Route::Proxy(url) => one(http, &format!("{url}{}", d.api.path()), d.body('p'), &d.id()).await,
             Route::Worker(url) => one(http, &format!("{url}{}", d.api.path()), direct_body(d), &d.id()).await,
             Route::Pair { prefill, host, bootstrap_port, decode } => {
                 let mut body = direct_body(d);
@@ -82,7 +82,7 @@ pub(crate) async fn send(http: &HttpClient, route: &Route, d: &Drawn, timeout: D
 
 /// What goes to a worker directly: SGLang's `/generate` takes no `model`.
 fn direct_body(d: &Drawn) -> Value {
-    let mut body = d.body();
+    let mut body = d.body('d');
     if d.api == super::requests::Api::Generate
         && let Some(map) = body.as_object_mut()
     {

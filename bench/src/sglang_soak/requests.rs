@@ -105,9 +105,11 @@ impl Drawn {
         format!("soak-{}", self.index)
     }
 
-    /// Its prompt: `words` words, starting with its index so that no two share a first page.
-    pub(crate) fn prompt(&self) -> String {
-        let mut text = format!("{} ", self.index);
+    /// Its prompt: `words` words, starting with its index and `route` (a letter per route the
+    /// same request is sent on), so that no two prompts share a first page: neither copy of a
+    /// request finds the other's prefix in a radix cache.
+    pub(crate) fn prompt(&self, route: char) -> String {
+        let mut text = format!("{route}{} ", self.index);
         for i in 0..self.words {
             text.push_str(WORDS[(i * 7 + self.index) % WORDS.len()]);
             text.push(' ');
@@ -115,15 +117,17 @@ impl Drawn {
         text
     }
 
-    /// Its JSON body.
-    pub(crate) fn body(&self) -> Value {
+    /// Its JSON body on `route` (see [`Drawn::prompt`]).
+    pub(crate) fn body(&self, route: char) -> Value {
         let (model, stream, n) = (self.model(), self.stream, self.max_tokens);
         match self.api {
-            Api::Chat => json!({"model": model, "messages": [{"role": "user", "content": self.prompt()}],
-                "max_tokens": n, "ignore_eos": true, "temperature": 0, "stream": stream}),
-            Api::Completions => json!({"model": model, "prompt": self.prompt(), "max_tokens": n,
+            Api::Chat => {
+                json!({"model": model, "messages": [{"role": "user", "content": self.prompt(route)}],
+                "max_tokens": n, "ignore_eos": true, "temperature": 0, "stream": stream})
+            }
+            Api::Completions => json!({"model": model, "prompt": self.prompt(route), "max_tokens": n,
                 "ignore_eos": true, "temperature": 0, "stream": stream}),
-            Api::Generate => json!({"model": model, "text": self.prompt(), "stream": stream,
+            Api::Generate => json!({"model": model, "text": self.prompt(route), "stream": stream,
                 "sampling_params": {"max_new_tokens": n, "ignore_eos": true, "temperature": 0}}),
         }
     }
@@ -172,11 +176,12 @@ mod tests {
             max_tokens: 9,
             cancel_after: None,
         };
-        let body = d.body();
+        let body = d.body('p');
         assert_eq!(body["model"], AGG_MODEL);
+        assert_ne!(d.body('d')["text"], body["text"], "each route its own prompt");
         assert_eq!(body["sampling_params"]["max_new_tokens"], 9);
         assert_eq!(body["sampling_params"]["ignore_eos"], true);
-        assert_eq!(d.prompt().split_whitespace().count(), 5);
+        assert_eq!(d.prompt('p').split_whitespace().count(), 5);
         assert_eq!(d.id(), "soak-3");
     }
 }
