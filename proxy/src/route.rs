@@ -45,6 +45,12 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
         return Ok(Route { model, prefill: None, decode });
     }
+    if list.is_pd(&model) == Some(true) && parallel_samples(facts) > 1 {
+        return Err(ProxyError::BadRequest(
+            "n > 1 is not served by a prefill/decode deployment: SGLang's decode never answers it \
+             (send n requests instead)",
+        ));
+    }
     let (prefill, decode) = tokio::join!(
         link.pick(PickKind::Prefill, facts, &model, &exclude.prefill),
         link.pick(PickKind::Decode, facts, &model, &exclude.decode)
@@ -61,5 +67,41 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
             Err(e.into_proxy_error(&model, Leg::Prefill))
         }
         (Err(e), Err(_)) => Err(e.into_proxy_error(&model, Leg::Prefill)),
+    }
+}
+
+/// How many samples the request asks of each prompt: `n` (OpenAI APIs) or
+/// `sampling_params.n` (SGLang's `/generate`). SGLang answers n > 1 by first sending a request
+/// with `max_new_tokens = 0` to cache the prompt (`TokenizerManager._handle_batch_request`,
+/// `sglang/srt/managers/tokenizer_manager.py`), on the bootstrap room of the first sample: through
+/// a PD pair (0.5.23) the decode then waits for ever, whatever rooms the router gives.
+fn parallel_samples(facts: &Facts) -> u64 {
+    let n = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_u64).unwrap_or(1);
+    n(facts.body.get("n")).max(n(facts.body.get("sampling_params").and_then(|s| s.get("n"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_read_from_n_and_from_sampling_params() {
+        let facts = |body: serde_json::Value| {
+            let body = body.to_string();
+            crate::facts::derive(
+                infera_proto::types::Api::Completions,
+                &http::HeaderMap::new(),
+                body.as_bytes(),
+            )
+            .unwrap()
+        };
+        let prompt = |extra: serde_json::Value| {
+            let mut body = serde_json::json!({"model": "m", "prompt": "x"});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            facts(body)
+        };
+        assert_eq!(parallel_samples(&prompt(serde_json::json!({}))), 1);
+        assert_eq!(parallel_samples(&prompt(serde_json::json!({"n": 3}))), 3);
+        assert_eq!(parallel_samples(&prompt(serde_json::json!({"sampling_params": {"n": 2}}))), 2);
     }
 }

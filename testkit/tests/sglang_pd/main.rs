@@ -9,8 +9,8 @@ mod hang_up;
 mod kv_aware;
 mod pairing;
 
-use infera_testkit::{Engine, EngineSpec};
-use serde_json::Value;
+use infera_testkit::{Engine, EngineSpec, http};
+use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use sglang::{cluster_over, engine_idle, openai_calls, run, sglang_counter};
@@ -72,8 +72,15 @@ fn every_api_goes_through_both_legs_and_streams_the_decode() {
         let generated_before = sglang_counter(&w.decode, "sglang:generation_tokens_total").await;
         // n > 1 is left out: SGLang 0.5.23 itself never answers it through a PD pair (its
         // tokenizer manager first sends a max_new_tokens = 0 request to cache the shared prefix,
-        // on the same bootstrap room as the first sample, and the decode waits for ever).
+        // on the same bootstrap room as the first sample, and the decode waits for ever). The
+        // proxy refuses it at once instead.
         let answers = openai_calls(&cluster.proxies[0].url, None, MODEL, &["chat_n2"]).await;
+        let n2 =
+            json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "n": 2});
+        let (status, text) =
+            http::post_json(&format!("{}/v1/chat/completions", cluster.proxies[0].url), &n2).await.unwrap();
+        assert_eq!(status.as_u16(), 400, "{text}");
+        assert!(text.contains("n > 1"), "{text}");
         for (case, pair) in answers.as_object().unwrap() {
             let answer = &pair["proxy"];
             assert!(answer.get("error").and_then(Value::as_str).is_none(), "{case}: {answer}");
