@@ -99,17 +99,11 @@ pub(super) fn server_info(app: &App) -> Value {
     info
 }
 
-/// `max_total_num_tokens`: `--max-total-tokens` when given. Without it a PD decode has no KV
-/// limit here (it admits every request at once), so it reports 0 — SGLang's "unknown"
-/// (`LoadStat` in `managers/scheduler_components/load_publisher.py`, 0.5.23) — rather than a
-/// capacity a router would act on and the emulator would not enforce; a prefill or aggregated
-/// worker reports its prefix cache's size.
+/// `max_total_num_tokens`: each DP rank's KV pool as [`crate::kv_pool`] sized it — from the
+/// model, the device memory and `--mem-fraction-static`, capped by `--max-total-tokens` — on
+/// every role, as SGLang always knows its pool.
 pub(crate) fn reported_kv_capacity(c: &SimConfig) -> u64 {
-    match (c.kv.capacity, c.mode) {
-        (Some(capacity), _) => capacity,
-        (None, DisaggregationMode::Decode) => 0,
-        (None, _) => c.params.prefix_cache_tokens,
-    }
+    c.pool.max_total_num_tokens
 }
 
 fn capacity(app: &App) -> u64 {
@@ -205,7 +199,8 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
             e.insert("total_prefill_busy_us".into(), json!(0));
             e.insert("decode_moments".into(), s.decode_moments.map_or(Value::Null, |m| json!(m)));
             if has("memory") {
-                let memory = json!({"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": capacity});
+                let memory = json!({"weight_gb": round3(c.pool.weight_gib), "kv_cache_gb": round3(c.pool.kv_cache_gib),
+                    "graph_gb": 0.0, "token_capacity": capacity});
                 e.insert("memory".into(), memory);
             }
             if has("spec") && c.speculative.algorithm.is_some() {
@@ -237,6 +232,11 @@ pub(super) fn loads(app: &App, query: &str) -> Response<Body> {
         "loads": loads,
     });
     server::json(StatusCode::OK, &body)
+}
+
+/// SGLang rounds its memory figures to 3 decimals.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 fn bad_request(message: String) -> Response<Body> {
