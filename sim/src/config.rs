@@ -43,6 +43,9 @@ pub struct SimArgs {
     /// The command line after the program name, as given (`launch_command`).
     #[arg(skip)]
     launch: Vec<String>,
+    /// The dropped SGLang flags as tokens (flag, then values).
+    #[arg(skip)]
+    inert_tokens: Vec<Vec<String>>,
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -272,8 +275,8 @@ pub struct SimConfig {
     pub max_total_tokens_flag: Option<u64>,
     /// The pool as a budget, with `--num-reserved-decode-tokens` (enforced on a decode only).
     pub kv: KvBudget,
-    /// SGLang flags the sim does not model, as given (`--flag value…`), for `/server_info`.
-    pub inert_flags: Vec<String>,
+    /// SGLang flags the sim does not model, as tokens (`--flag`, values…), for `/server_info`.
+    pub inert_flags: Vec<Vec<String>>,
     /// The command line after the program name (`launch_command`).
     pub launch_command: String,
     /// `--kv-events-config` as given.
@@ -371,6 +374,7 @@ impl SimArgs {
         let mut args = Self::from_arg_matches(&matches)?;
         args.launch = launch;
         args.ignored = stripped.inert;
+        args.inert_tokens = stripped.inert_tokens;
         let why = |f: String| format!("{f} ({} has no such flag)", sglang.source);
         args.rejected = stripped.rejected.into_iter().map(why).collect();
         Ok(args)

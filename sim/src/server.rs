@@ -40,6 +40,18 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     with_type(status, "text/plain; charset=utf-8", body.into())
 }
 
+/// A response of `content_type`.
+pub fn typed(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    with_type(status, content_type, body.into())
+}
+
+/// A response with a body and no `content-type` (Starlette's plain `Response`).
+pub fn untyped(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed_unsync());
+    *r.status_mut() = status;
+    r
+}
+
 /// An empty response.
 pub fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::new()).map_err(|never| match never {}).boxed_unsync());

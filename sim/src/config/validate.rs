@@ -119,7 +119,7 @@ impl TryFrom<SimArgs> for SimConfig {
             max_total_tokens_flag: a.memory.max_total_tokens,
             pool,
             kv,
-            inert_flags: a.ignored,
+            inert_flags: a.inert_tokens,
             launch_command: a.launch.join(" "),
             kv_events_config: server.kv_events_config,
             kv_events,
