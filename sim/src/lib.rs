@@ -44,6 +44,7 @@ pub mod rooms;
 pub mod scheduler;
 pub mod server;
 pub mod sglang_flags;
+pub mod stop;
 pub mod timing;
 pub mod tokens;
 
