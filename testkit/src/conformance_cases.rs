@@ -15,7 +15,7 @@ mod send;
 
 use serde_json::{Value, json};
 
-pub use intended::{INTENDED, RANGES, spec};
+pub use intended::{CASE_INTENDED, INTENDED, RANGES, STREAM_INTENDED, spec, spec_for};
 pub use send::{Answer, send, send_pd};
 
 /// The model the cases name (`--served-model-name`).

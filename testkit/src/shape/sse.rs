@@ -32,11 +32,20 @@ pub fn parse_sse(body: &str) -> Vec<Value> {
     events
 }
 
-/// `value` with every leaf replaced by its [`JsonType`] name and every array by its first
-/// element's skeleton: two values have equal skeletons when they have the same shape.
+/// `value` with every leaf replaced by its [`JsonType`] name, every array by its first
+/// element's skeleton, and every object whose values are all numbers of one type by `{"*":
+/// type}` (a map keyed by data, such as completions' `top_logprobs` keyed by token text): two
+/// values have equal skeletons when they have the same shape.
 pub fn skeleton(value: &Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), skeleton(v))).collect()),
+        Value::Object(map) => {
+            let types: Vec<JsonType> = map.values().map(JsonType::of).collect();
+            let numeric = types.first().is_some_and(|t| matches!(t, JsonType::Integer | JsonType::Float));
+            if numeric && types.iter().all(|t| *t == types[0]) {
+                return json!({ "*": types[0].name() });
+            }
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), skeleton(v))).collect())
+        }
         Value::Array(items) => Value::Array(items.first().map(skeleton).into_iter().collect()),
         leaf => json!(JsonType::of(leaf).name()),
     }
@@ -91,5 +100,8 @@ mod tests {
         assert_eq!(collapsed.len(), 4);
         assert_eq!(collapsed[1], events[1]);
         assert_eq!(skeleton(&json!({"a": [1.5, 2], "b": null})), json!({"a": ["float"], "b": "null"}));
+        // Maps keyed by data (token texts) have one skeleton whatever their keys.
+        assert_eq!(skeleton(&json!({" the": -1.5, "of": -2.0})), skeleton(&json!({"x": -0.5})));
+        assert_ne!(skeleton(&json!({"a": 1, "b": 1.5})), skeleton(&json!({"a": 1})));
     }
 }
