@@ -33,7 +33,9 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[serde(default, deny_unknown_fields)]
 pub struct ModelParams {
     /// Context length when `--context-length` is not given and the model path holds no
-    /// `config.json`: GLM-5's `max_position_embeddings`, 202,752.
+    /// `config.json`: 1,048,576. An assumption: the seeds served AgentX traces with prompts up
+    /// to 894 k tokens on the kit's GLM-5.2 (GLM-5 itself has 202,752), and 2²⁰ is the GLM
+    /// line's 1 M window (transformers' `Glm5NextConfig.max_position_embeddings`).
     pub context_length: u32,
     /// Layers whose KV the worker holds: 78.
     pub layers: u32,
@@ -58,7 +60,7 @@ pub struct ModelParams {
 impl Default for ModelParams {
     fn default() -> Self {
         Self {
-            context_length: 202_752,
+            context_length: 1 << 20,
             layers: 78,
             kv_bytes_per_token_layer: 1152,
             indexer_bytes_per_token_layer: 132,

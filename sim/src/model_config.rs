@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn no_config_means_the_default_model() {
         let f = ModelFacts::of("/nonexistent/GLM-5.2", &ModelParams::default());
-        assert_eq!(f.context_length, 202_752);
+        assert_eq!(f.context_length, 1 << 20);
         assert_eq!(f.architectures, ["GlmMoeDsaForCausalLM"]);
     }
 }

@@ -145,7 +145,7 @@ fn the_pool_follows_the_memory_flags_and_the_model_directory() {
     let c =
         SimConfig::try_from(SimArgs::parse_lenient(["infera-sim", "--model-path", path]).unwrap()).unwrap();
     assert_eq!((c.context_length, c.pool.max_req_input_len), (4096, 4090));
-    assert_eq!(base.context_length, 202_752);
+    assert_eq!(base.context_length, 1 << 20);
 }
 
 #[test]

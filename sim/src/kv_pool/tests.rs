@@ -15,7 +15,7 @@ fn kit_decode() -> PoolInputs {
         max_total_tokens: None,
         page_size: 64,
         speculative: true,
-        context_length: 202_752,
+        context_length: 1 << 20,
     }
 }
 
@@ -31,9 +31,9 @@ fn glm_5_2_on_an_mi355x_holds_about_two_million_tokens_per_decode_rank() {
     assert_eq!(pool.max_total_num_tokens, 2_023_744);
     assert_eq!(pool.max_total_num_tokens % 64, 0);
     assert!((pool.kv_cache_gib - 191.18).abs() < 0.01, "{}", pool.kv_cache_gib);
-    // 2,023,680 / 202,752 × 512 = 5110 → clamped to 4096.
-    assert_eq!(pool.max_running_requests, 4096);
-    assert_eq!(pool.max_req_input_len, 202_751 - 5);
+    // 2,023,744 / 1,048,576 × 512 = 988 → raised to 2048.
+    assert_eq!(pool.max_running_requests, 2048);
+    assert_eq!(pool.max_req_input_len, (1 << 20) - 1 - 5);
     // The decode study's steady load, 1.6 M tokens on a rank:
     let usage = 1.6e6 / pool.max_total_num_tokens as f64;
     assert!((0.78..0.80).contains(&usage), "{usage}");

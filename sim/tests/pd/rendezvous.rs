@@ -132,7 +132,10 @@ async fn pd_roles_need_bootstrap_fields() {
         let (status, body) = sim.post("/generate", json!({"text": "x"})).await;
         assert_eq!(status, 400);
         let message = body["error"]["message"].as_str().unwrap();
-        assert!(message.starts_with("Invalid request: Disaggregated request received without bootstrap room id."), "{body}");
+        assert!(
+            message.starts_with("Invalid request: Disaggregated request received without bootstrap room id."),
+            "{body}"
+        );
     }
     prefill.stop().await;
     decode.stop().await;
