@@ -156,34 +156,28 @@ pub fn parse(
     let Value::Object(_) = &value else { return Err(InputError::NotObject) };
     let b = &value;
     let prompt = match route {
-        Api::Generate => {
-            let prompt = match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
-                (Some(text), _) => tokens::tokenize(&text),
-                (None, Some(ids)) => ids,
-                (None, None) => {
-                    return Err(InputError::NoPrompt(
-                        "Either text, input_ids or input_embeds should be provided.",
-                    ));
-                }
-            };
-            prompt
-        }
+        Api::Generate => match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
+            (Some(text), _) => tokens::tokenize(&text),
+            (None, Some(ids)) => ids,
+            (None, None) => {
+                return Err(InputError::NoPrompt(
+                    "Either text, input_ids or input_embeds should be provided.",
+                ));
+            }
+        },
         Api::ChatCompletions => {
             let messages =
                 field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
             tokens::tokenize(&render_messages(&messages))
         }
-        Api::Completions => {
-            let prompt = match b.get("prompt") {
-                Some(Value::String(s)) => tokens::tokenize(s),
-                Some(_) => match one::<String>(b, "prompt") {
-                    Ok(Some(s)) => tokens::tokenize(&s),
-                    _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
-                },
-                None => return Err(InputError::NoPrompt("prompt is required")),
-            };
-            prompt
-        }
+        Api::Completions => match b.get("prompt") {
+            Some(Value::String(s)) => tokens::tokenize(s),
+            Some(_) => match one::<String>(b, "prompt") {
+                Ok(Some(s)) => tokens::tokenize(&s),
+                _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
+            },
+            None => return Err(InputError::NoPrompt("prompt is required")),
+        },
         Api::Responses => {
             let mut text =
                 field::<String>(b, "instructions")?.map(|s| format!("system: {s}\n")).unwrap_or_default();

@@ -23,14 +23,33 @@ struct Query {
     prometheus: bool,
 }
 
-/// SGLang's answer to a query parameter FastAPI cannot parse: 400 with its validation envelope.
-fn invalid(message: String) -> Response<Body> {
-    let body =
-        json!({"object": "error", "message": message, "type": "Bad Request", "param": null, "code": 400});
-    server::json(StatusCode::BAD_REQUEST, &body)
+/// A query SGLang refuses.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// A `dp_rank` that is not an integer (the value given).
+    Rank(String),
+    /// An unknown `include` section.
+    Section,
 }
 
-fn parse(query: &str) -> Result<Query, Response<Body>> {
+impl Refused {
+    /// SGLang's answer: FastAPI's validation envelope for the rank; a bare 500 for a section,
+    /// which 0.5.23 fails inside its scheduler.
+    fn response(&self) -> Response<Body> {
+        match self {
+            Refused::Rank(value) => {
+                let message = format!(
+                    "1 validation error:\n  {{'type': 'int_parsing', 'loc': ('query', 'dp_rank'), 'msg': 'Input should be a valid integer, unable to parse string as an integer', 'input': '{value}'}}"
+                );
+                let body = json!({"object": "error", "message": message, "type": "Bad Request", "param": null, "code": 400});
+                server::json(StatusCode::BAD_REQUEST, &body)
+            }
+            Refused::Section => server::text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+        }
+    }
+}
+
+fn parse(query: &str) -> Result<Query, Refused> {
     let mut q = Query { include: vec!["all".to_owned()], only_rank: None, prometheus: false };
     for (key, value) in query.split('&').filter_map(|kv| kv.split_once('=')) {
         match key {
@@ -44,19 +63,14 @@ fn parse(query: &str) -> Result<Query, Response<Body>> {
             }
             "dp_rank" => match value.parse::<usize>() {
                 Ok(r) => q.only_rank = Some(r),
-                Err(_) => {
-                    return Err(invalid(format!(
-                        "1 validation error:\n  {{'type': 'int_parsing', 'loc': ('query', 'dp_rank'), 'msg': 'Input should be a valid integer, unable to parse string as an integer', 'input': '{value}'}}"
-                    )));
-                }
+                Err(_) => return Err(Refused::Rank(value.to_owned())),
             },
             "format" => q.prometheus = value == "prometheus",
             _ => {}
         }
     }
     if q.include.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
-        // SGLang 0.5.23 fails this inside the scheduler and answers a bare 500.
-        return Err(server::text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"));
+        return Err(Refused::Section);
     }
     Ok(q)
 }
@@ -65,7 +79,7 @@ fn parse(query: &str) -> Result<Query, Response<Body>> {
 pub(in crate::api) fn loads(app: &App, query: &str) -> Response<Body> {
     let q = match parse(query) {
         Ok(q) => q,
-        Err(response) => return response,
+        Err(refused) => return refused.response(),
     };
     // The scheduler's time of the snapshot (frozen while it hangs), as SGLang stamps it.
     let now = app.engine.snapshot_time().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
@@ -262,9 +276,10 @@ mod tests {
     #[test]
     fn bad_queries_answer_as_sglang_does() {
         let nan = parse("dp_rank=x").err().unwrap();
-        assert_eq!(nan.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(nan, Refused::Rank("x".into()));
+        assert_eq!(nan.response().status(), StatusCode::BAD_REQUEST);
         let bogus = parse("include=core,bogus").err().unwrap();
-        assert_eq!(bogus.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(bogus.response().status(), StatusCode::INTERNAL_SERVER_ERROR);
         let q = parse("include=core, memory&dp_rank=1&format=prometheus").ok().unwrap();
         assert_eq!((q.only_rank, q.prometheus), (Some(1), true));
     }
