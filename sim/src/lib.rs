@@ -14,7 +14,9 @@
 //!   the [`engine`] paces it; [`error`] maps failures to SGLang's error shapes.
 //! - The pure core: [`scheduler`] (prefill queues per rank, lockstep decode steps) over
 //!   [`timing`] (the formulas), [`params`] (their values), [`prefix_cache`] and [`tokens`];
-//!   [`clock`] maps model time to wall time (`--sim-speedup`).
+//!   [`clock`] maps model time to wall time (`--sim-speedup`); [`kv_pool`] sizes each rank's KV
+//!   pool as SGLang does, from [`model_config`] (the model directory's `config.json`) and the
+//!   `[model]` / `[device]` parameters; [`stop`] ends a request at a stop string.
 //! - [`kv_events`]: `--kv-events-config` — each rank publishes its prefix-cache changes as
 //!   SGLang KV events over ZMQ.
 //! - [`load_events`]: `--load-publish-endpoint` — each rank publishes its load as SGLang's
