@@ -46,6 +46,8 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/abort_request") => admin::abort_request(&app, req).await,
         (&Method::GET, "/sim/requests") => admin::requests(&app),
         (&Method::GET | &Method::POST, "/sim/faults") => admin::faults(&app, req).await,
+        // SGLang also takes `PUT /generate`.
+        (&Method::PUT, "/generate") => data::handle(app, Api::Generate, req).await,
         (&Method::POST, _) if Api::from_path(&path).is_some() => match Api::from_path(&path) {
             Some(route) => data::handle(app, route, req).await,
             None => not_found(),

@@ -67,7 +67,7 @@ where
     use futures_util::StreamExt;
     let body = StreamBody::new(events.map(|chunk| chunk.map(Frame::data)));
     let mut r = Response::new(BodyExt::boxed_unsync(body));
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
     r
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Events, Next, Sim, data_of};
+use crate::harness::{self, Events, Next, Sim, data_of};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn generate_streams_cumulative_text_and_ends_with_done() {
@@ -11,7 +11,7 @@ async fn generate_streams_cumulative_text_and_ends_with_done() {
     let body = json!({"text": "hello world", "sampling_params": {"max_new_tokens": 8}, "stream": true});
     let mut events = Events::open(sim.http, "/generate", body).await;
     assert_eq!(events.status, 200);
-    assert_eq!(events.content_type, "text/event-stream");
+    assert_eq!(events.content_type, "text/event-stream; charset=utf-8", "as SGLang sends it");
     let (all, end) = events.rest().await;
     assert_eq!(end, Next::End);
     assert_eq!(all.last().map(String::as_str), Some("data: [DONE]"));
@@ -272,5 +272,14 @@ async fn lengths_models_and_methods_answer_as_sglang_does() {
     let (status, body) = sim.post("/server_info", json!({})).await;
     assert_eq!((status.as_u16(), &body["detail"]), (405, &json!("Method Not Allowed")));
     assert_eq!(sim.get("/nope").await.0, 404);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn generate_also_takes_put() {
+    let sim = Sim::start(&["--sim-speedup", "100"]).await;
+    let (status, body) = harness::put(sim.http, "/generate", json!({"text": "abcd"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["meta_info"]["completion_tokens"], 16);
     sim.stop().await;
 }
