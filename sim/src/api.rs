@@ -37,17 +37,48 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             server::json(StatusCode::OK, &info::model_info(&app))
         }
         (&Method::GET, "/v1/models") => server::json(StatusCode::OK, &info::models(&app)),
+        (&Method::GET, p) if p.starts_with("/v1/models/") => {
+            let (status, body) = info::model(&app, &p["/v1/models/".len()..]);
+            server::json(status, &body)
+        }
         (&Method::GET, "/v1/loads") => info::loads(&app, req.uri().query().unwrap_or("")),
         (&Method::GET | &Method::POST, "/flush_cache") => admin::flush_cache(&app),
         (&Method::POST, "/abort_request") => admin::abort_request(&app, req).await,
         (&Method::GET, "/sim/requests") => admin::requests(&app),
         (&Method::GET | &Method::POST, "/sim/faults") => admin::faults(&app, req).await,
-        (&Method::POST, _) => match Api::from_path(&path) {
+        // SGLang also takes `PUT /generate`.
+        (&Method::PUT, "/generate") => data::handle(app, Api::Generate, req).await,
+        (&Method::POST, _) if Api::from_path(&path).is_some() => match Api::from_path(&path) {
             Some(route) => data::handle(app, route, req).await,
             None => not_found(),
         },
+        // A known path with another method: Starlette's 405.
+        (_, p) if known_path(p) => server::json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &serde_json::json!({ "detail": "Method Not Allowed" }),
+        ),
         _ => not_found(),
     }
+}
+
+/// Paths the SGLang API serves (with some method).
+fn known_path(path: &str) -> bool {
+    const PATHS: [&str; 13] = [
+        "/health",
+        "/health_generate",
+        "/ready",
+        "/server_info",
+        "/get_server_info",
+        "/model_info",
+        "/get_model_info",
+        "/v1/models",
+        "/v1/loads",
+        "/flush_cache",
+        "/abort_request",
+        "/sim/requests",
+        "/sim/faults",
+    ];
+    PATHS.contains(&path) || Api::from_path(path).is_some()
 }
 
 fn not_found() -> Response<Body> {

@@ -63,6 +63,7 @@ impl App {
             config.page_size,
             config.queue_order,
         )
+        // The pool is enforced where the scheduler models SGLang's budget: on a PD decode.
         .with_kv_budget(match config.mode {
             DisaggregationMode::Decode => config.kv,
             _ => KvBudget { capacity: None, ..config.kv },

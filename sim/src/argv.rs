@@ -16,6 +16,8 @@ pub struct Stripped {
     pub kept: Vec<OsString>,
     /// SGLang flags the emulator does not model, with their values.
     pub inert: Vec<String>,
+    /// The same flags as tokens: the flag (`--x` or `--x=v`) then its values.
+    pub inert_tokens: Vec<Vec<String>>,
     /// Flags SGLang would reject, with the value that seemed to go with them.
     pub rejected: Vec<String>,
 }
@@ -67,6 +69,7 @@ pub fn strip_unknown(command: &clap::Command, sglang: &SglangFlags, argv: Vec<Os
         }
         let arity = sglang.arity(name);
         let mut shown = text.clone();
+        let mut taken = vec![text.clone()];
         if !inline_value {
             let values = match arity {
                 Some(Arity::None) => 0,
@@ -80,10 +83,14 @@ pub fn strip_unknown(command: &clap::Command, sglang: &SglangFlags, argv: Vec<Os
                 let Some(value) = tokens.next_if(|t| must || !is_flag(t)) else { break };
                 shown.push(' ');
                 shown.push_str(&value.to_string_lossy());
+                taken.push(value.to_string_lossy().into_owned());
             }
         }
         match arity {
-            Some(_) => out.inert.push(shown),
+            Some(_) => {
+                out.inert.push(shown);
+                out.inert_tokens.push(taken);
+            }
             None => out.rejected.push(shown),
         }
     }

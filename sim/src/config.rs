@@ -40,6 +40,12 @@ pub struct SimArgs {
     /// Flags SGLang would reject, dropped before parsing (each with why).
     #[arg(skip)]
     rejected: Vec<String>,
+    /// The command line after the program name, as given (`launch_command`).
+    #[arg(skip)]
+    launch: Vec<String>,
+    /// The dropped SGLang flags as tokens (flag, then values).
+    #[arg(skip)]
+    inert_tokens: Vec<Vec<String>>,
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -84,7 +90,7 @@ struct ServerArgs {
     /// Accepted; the emulator always serves its load endpoints.
     #[arg(long, env = "INFERA_SIM_ENABLE_METRICS")]
     enable_metrics: bool,
-    /// Context length reported by `/v1/models` (`max_model_len`).
+    /// Context length (default: the model directory's `config.json`, else the default model's).
     #[arg(long, env = "INFERA_SIM_CONTEXT_LENGTH")]
     context_length: Option<u32>,
 }
@@ -142,7 +148,8 @@ struct SchedulingArgs {
     /// Reported back.
     #[arg(long, env = "INFERA_SIM_CUDA_GRAPH_MAX_BS_DECODE")]
     cuda_graph_max_bs_decode: Option<u32>,
-    /// Reported back (`max_running_requests`).
+    /// Requests the worker runs at most (per DP rank: split over attention-DP ranks; default
+    /// from the KV pool, as SGLang resolves it). Reported only.
     #[arg(long, env = "INFERA_SIM_MAX_RUNNING_REQUESTS")]
     max_running_requests: Option<u32>,
 }
@@ -252,12 +259,26 @@ pub struct SimConfig {
     pub speculative: Speculative,
     /// `--cuda-graph-max-bs-decode`.
     pub cuda_graph_max_bs_decode: Option<u32>,
-    /// `--max-running-requests` (1024 when unset).
+    /// Requests one DP rank runs at most (`--max-running-requests`, resolved as SGLang does).
     pub max_running_requests: u32,
-    /// `--context-length` (131072 when unset).
+    /// `--max-running-requests` as given.
+    pub max_running_requests_flag: Option<u32>,
+    /// The context length: `--context-length`, else the model's.
     pub context_length: u32,
-    /// `--max-total-tokens` and `--num-reserved-decode-tokens` (enforced on a decode only).
+    /// `--context-length` as given.
+    pub context_length_flag: Option<u32>,
+    /// What the model directory's `config.json` says (or the default model).
+    pub model: crate::model_config::ModelFacts,
+    /// Each DP rank's KV pool, sized as SGLang sizes it.
+    pub pool: crate::kv_pool::KvPool,
+    /// `--max-total-tokens` as given.
+    pub max_total_tokens_flag: Option<u64>,
+    /// The pool as a budget, with `--num-reserved-decode-tokens` (enforced on a decode only).
     pub kv: KvBudget,
+    /// SGLang flags the sim does not model, as tokens (`--flag`, values…), for `/server_info`.
+    pub inert_flags: Vec<Vec<String>>,
+    /// The command line after the program name (`launch_command`).
+    pub launch_command: String,
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
     /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
@@ -324,6 +345,9 @@ pub enum ConfigError {
     /// `--sim-server-info-override` is not a JSON object.
     #[error("--sim-server-info-override must be a JSON object: {0}")]
     ServerInfoOverride(#[source] serde_json::Error),
+    /// The KV pool cannot be sized (SGLang would not start).
+    #[error(transparent)]
+    Pool(#[from] crate::kv_pool::PoolError),
     /// A size that must be ≥ 1.
     #[error("--{flag} must be at least 1 (got {value})")]
     Size {
@@ -344,10 +368,13 @@ impl SimArgs {
         let mut command = Self::command();
         let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
         let sglang = SglangFlags::for_version(&crate::argv::emulated_version(&argv));
+        let launch: Vec<String> = argv.iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
         let stripped = crate::argv::strip_unknown(&command, &sglang, argv);
         let matches = command.try_get_matches_from_mut(stripped.kept)?;
         let mut args = Self::from_arg_matches(&matches)?;
+        args.launch = launch;
         args.ignored = stripped.inert;
+        args.inert_tokens = stripped.inert_tokens;
         let why = |f: String| format!("{f} ({} has no such flag)", sglang.source);
         args.rejected = stripped.rejected.into_iter().map(why).collect();
         Ok(args)

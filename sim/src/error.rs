@@ -24,11 +24,11 @@ pub enum ApiError {
     /// The room is taken.
     #[error(transparent)]
     Room(#[from] RoomInUse),
-    /// A PD role without bootstrap fields.
-    #[error("disaggregation mode {mode} needs bootstrap_host and bootstrap_room in the request")]
+    /// A PD role without bootstrap fields (SGLang's words).
+    #[error("Invalid request: Disaggregated request received without bootstrap room id. req.rid='{rid}'")]
     MissingBootstrap {
-        /// The engine's `--disaggregation-mode` (`prefill` or `decode`).
-        mode: &'static str,
+        /// The request's id.
+        rid: String,
     },
     /// `--sim-fail-next` / `POST /sim/faults`.
     #[error("Internal server error: injected failure (infera-sim fail_next)")]
@@ -73,6 +73,11 @@ impl ApiError {
     /// The error as a whole response for `route`.
     pub fn response(&self, route: Api) -> Response<Body> {
         let status = self.status();
+        if let ApiError::Input(e) = self
+            && e.is_validation(route)
+        {
+            return server::json(status, &validation(route, &e.to_string()));
+        }
         let body = if route.is_openai() {
             openai(status, &self.to_string())
         } else {
@@ -93,6 +98,20 @@ impl ApiError {
                 "message": self.to_string(), "type": kind, "code": status.as_u16(), "retryable": false,
             }})
         }
+    }
+}
+
+/// SGLang's answer to a request FastAPI could not validate (`validation_exception_handler` in
+/// python/sglang/srt/entrypoints/http_server.py): `ErrorResponse` with the type `Bad Request`,
+/// nested under `error` on `/v1/responses`.
+pub fn validation(route: Api, message: &str) -> Value {
+    let error =
+        json!({ "object": "error", "message": message, "type": "Bad Request", "param": null, "code": 400 });
+    match route {
+        Api::Responses => {
+            json!({ "error": { "message": message, "type": "Bad Request", "param": null, "code": 400 } })
+        }
+        _ => error,
     }
 }
 

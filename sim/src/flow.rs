@@ -26,6 +26,7 @@ use crate::ranks::{self, RankRequest};
 use crate::request_log::{Entry, Outcome, Seq};
 use crate::rooms::{KvInfo, RoomClaim};
 use crate::scheduler::{Admission, Work};
+use crate::stop::StopScanner;
 
 /// `bootstrap_host` of SGLang's health-check generations: no peer, no transfer.
 pub const FAKE_BOOTSTRAP_HOST: &str = "2.2.2.2";
@@ -40,19 +41,30 @@ pub enum FlowEvent {
         /// Cached prompt tokens.
         cached: u32,
     },
-    /// The end: finished (`aborted == false`) or aborted.
+    /// The end, and why.
     Done {
         /// Tokens in total.
         tokens: u32,
         /// Cached prompt tokens.
         cached: u32,
-        /// Aborted rather than finished.
-        aborted: bool,
+        /// How it ended.
+        finish: Finish,
     },
     /// Failed after admission.
     Failed(ApiError),
     /// The die fault: close the connection abruptly.
     Died,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// All tokens generated (`length`).
+    Length,
+    /// Aborted before all tokens were generated (`abort`).
+    Abort,
+    /// A stop string matched (`stop`, with the string).
+    Stop(String),
 }
 
 /// An admitted request, as its handler sees it.
@@ -129,7 +141,7 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
             room,
             expect_rank: pd.disagg_prefill_dp_rank.and_then(|r| u32::try_from(r).ok()),
         }),
-        _ => return Err(ApiError::MissingBootstrap { mode: mode.as_str() }),
+        _ => return Err(ApiError::MissingBootstrap { rid: rid.to_owned() }),
     };
     let claim = match (&peer, mode) {
         (Some(peer), DisaggregationMode::Prefill) => Some(app.rooms.claim(peer.room)?),
@@ -184,6 +196,7 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
         deadline: started + app.config.bootstrap_timeout,
         sent: 0,
         cached: 0,
+        stop: StopScanner::new(&req.sampling.stop, app.seed, crate::tokens::hash_str(rid)),
     })
 }
 
@@ -213,6 +226,8 @@ struct Job {
     deadline: Instant,
     sent: u32,
     cached: u32,
+    /// The request's stop strings, scanned over its output.
+    stop: Option<StopScanner>,
 }
 
 async fn drive(mut job: Job, tx: mpsc::Sender<FlowEvent>, seq: Seq, started: Instant) {
@@ -289,12 +304,19 @@ impl Job {
             match p.end {
                 Some(End::Finished) => {
                     self.sent = p.tokens;
-                    let done = FlowEvent::Done { tokens: p.tokens, cached: self.cached, aborted: false };
+                    if let Some(outcome) = self.stopped(tx, p.tokens).await? {
+                        return Ok(outcome);
+                    }
+                    let done =
+                        FlowEvent::Done { tokens: p.tokens, cached: self.cached, finish: Finish::Length };
                     send(tx, done).await?;
                     return Ok(Outcome::Ok);
                 }
                 Some(End::Aborted) => return self.aborted(tx).await,
                 None if p.tokens > self.sent => {
+                    if let Some(outcome) = self.stopped(tx, p.tokens).await? {
+                        return Ok(outcome);
+                    }
                     self.sent = p.tokens;
                     send(tx, FlowEvent::Tokens { tokens: p.tokens, cached: self.cached }).await?;
                 }
@@ -348,7 +370,8 @@ impl Job {
             }
             Ok(()) => {
                 self.sent = p.tokens;
-                send(tx, FlowEvent::Done { tokens: p.tokens, cached: self.cached, aborted: false }).await?;
+                send(tx, FlowEvent::Done { tokens: p.tokens, cached: self.cached, finish: Finish::Length })
+                    .await?;
                 Ok(Outcome::Ok)
             }
             Err(e) => self.fail(tx, e).await,
@@ -356,8 +379,20 @@ impl Job {
     }
 
     async fn aborted(&mut self, tx: &mpsc::Sender<FlowEvent>) -> Result<Outcome, Gone> {
-        send(tx, FlowEvent::Done { tokens: self.sent, cached: self.cached, aborted: true }).await?;
+        send(tx, FlowEvent::Done { tokens: self.sent, cached: self.cached, finish: Finish::Abort }).await?;
         Ok(Outcome::Aborted)
+    }
+
+    /// Ends the request if its output up to `tokens` contains a stop string: it leaves the
+    /// engine and finishes with `stop` at the token that completed the match.
+    async fn stopped(&mut self, tx: &mpsc::Sender<FlowEvent>, tokens: u32) -> Result<Option<Outcome>, Gone> {
+        let Some(hit) = self.stop.as_mut().and_then(|s| s.advance(tokens)) else { return Ok(None) };
+        self.ticket.finish();
+        self.sent = hit.tokens;
+        let done =
+            FlowEvent::Done { tokens: hit.tokens, cached: self.cached, finish: Finish::Stop(hit.matched) };
+        send(tx, done).await?;
+        Ok(Some(Outcome::Ok))
     }
 
     async fn fail(&mut self, tx: &mpsc::Sender<FlowEvent>, e: ApiError) -> Result<Outcome, Gone> {

@@ -14,7 +14,9 @@
 //!   the [`engine`] paces it; [`error`] maps failures to SGLang's error shapes.
 //! - The pure core: [`scheduler`] (prefill queues per rank, lockstep decode steps) over
 //!   [`timing`] (the formulas), [`params`] (their values), [`prefix_cache`] and [`tokens`];
-//!   [`clock`] maps model time to wall time (`--sim-speedup`).
+//!   [`clock`] maps model time to wall time (`--sim-speedup`); [`kv_pool`] sizes each rank's KV
+//!   pool as SGLang does, from [`model_config`] (the model directory's `config.json`) and the
+//!   `[model]` / `[device]` parameters; [`stop`] ends a request at a stop string.
 //! - [`kv_events`]: `--kv-events-config` — each rank publishes its prefix-cache changes as
 //!   SGLang KV events over ZMQ.
 //! - [`load_events`]: `--load-publish-endpoint` — each rank publishes its load as SGLang's
@@ -32,7 +34,9 @@ pub mod error;
 pub mod faults;
 pub mod flow;
 pub mod kv_events;
+pub mod kv_pool;
 pub mod load_events;
+pub mod model_config;
 pub mod params;
 pub mod prefix_cache;
 pub mod pull;
@@ -42,6 +46,7 @@ pub mod rooms;
 pub mod scheduler;
 pub mod server;
 pub mod sglang_flags;
+pub mod stop;
 pub mod timing;
 pub mod tokens;
 

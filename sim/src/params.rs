@@ -10,10 +10,13 @@
 //! by ~2 ms, so the curve here is convex with a knee at 8 requests.
 //!
 //! Prefill and KV-transfer defaults are plausible estimates, not measurements: see each field.
+//! The `[model]` and `[device]` tables size every worker's KV pool ([`crate::kv_pool`]).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::kv_pool::{DeviceParams, ModelParams};
 
 /// Every modeled duration's parameters. Durations are model milliseconds (before `--sim-speedup`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -48,6 +51,10 @@ pub struct TimingParams {
     pub kv_bytes_per_token: f64,
     /// KV transfer bandwidth, bytes per second. Estimate: 25 GB/s effective over RDMA rails.
     pub kv_bandwidth_bytes_per_s: f64,
+    /// The served model as the KV pool sizes it (TOML table `[model]`): GLM-5.2 by default.
+    pub model: ModelParams,
+    /// The device one DP rank runs on (TOML table `[device]`): an MI355X by default.
+    pub device: DeviceParams,
 }
 
 impl Default for TimingParams {
@@ -65,6 +72,8 @@ impl Default for TimingParams {
             prefix_cache_tokens: 1 << 20,
             kv_bytes_per_token: 70_272.0,
             kv_bandwidth_bytes_per_s: 25e9,
+            model: ModelParams::default(),
+            device: DeviceParams::default(),
         }
     }
 }
@@ -119,6 +128,7 @@ impl TimingParams {
             ("mtp_acceptance", self.mtp_acceptance),
             ("context_tokens_per_request", self.context_tokens_per_request),
             ("kv_bandwidth_bytes_per_s", self.kv_bandwidth_bytes_per_s),
+            ("device.memory_gib", self.device.memory_gib),
         ];
         for (field, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -134,10 +144,21 @@ impl TimingParams {
             ("prefill_ms_per_token", self.prefill_ms_per_token),
             ("prefill_ms_per_token2", self.prefill_ms_per_token2),
             ("kv_bytes_per_token", self.kv_bytes_per_token),
+            ("model.weights_gib_per_gpu", self.model.weights_gib_per_gpu),
         ];
         for (field, value) in non_negative {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(ParamsError::Range { field, rule: "finite and >= 0", value });
+            }
+        }
+        let sizes = [
+            ("model.context_length", self.model.context_length),
+            ("model.layers", self.model.layers),
+            ("model.kv_bytes_per_token_layer", self.model.kv_bytes_per_token_layer),
+        ];
+        for (field, value) in sizes {
+            if value == 0 {
+                return Err(ParamsError::Range { field, rule: ">= 1", value: 0.0 });
             }
         }
         if self.mtp_acceptance < 1.0 {
@@ -163,6 +184,21 @@ mod tests {
         assert_eq!(p.mtp_acceptance, 1.0);
         assert_eq!(p.prefill_ms_per_token, 0.2);
         assert_eq!(p.step_base_ms, TimingParams::default().step_base_ms);
+    }
+
+    #[test]
+    fn the_model_and_device_tables_override_the_pool_inputs() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "[device]\nmemory_gib = 192.0\n[model]\nweights_gib_per_gpu = 40.0\n")
+            .unwrap();
+        let p = TimingParams::load(file.path()).unwrap();
+        assert_eq!((p.device.memory_gib, p.model.weights_gib_per_gpu), (192.0, 40.0));
+        assert_eq!(p.model.layers, 78);
+        assert_eq!(p.device.name, "AMD Instinct MI355X");
+        std::fs::write(file.path(), "[model]\nlayers = 0\n").unwrap();
+        assert!(matches!(TimingParams::load(file.path()), Err(ParamsError::Range { .. })));
+        std::fs::write(file.path(), "[device]\nhbm = 1\n").unwrap();
+        assert!(matches!(TimingParams::load(file.path()), Err(ParamsError::Parse { .. })));
     }
 
     #[test]

@@ -40,6 +40,18 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     with_type(status, "text/plain; charset=utf-8", body.into())
 }
 
+/// A response of `content_type`.
+pub fn typed(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    with_type(status, content_type, body.into())
+}
+
+/// A response with a body and no `content-type` (Starlette's plain `Response`).
+pub fn untyped(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|never| match never {}).boxed_unsync());
+    *r.status_mut() = status;
+    r
+}
+
 /// An empty response.
 pub fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::new()).map_err(|never| match never {}).boxed_unsync());
@@ -55,7 +67,7 @@ where
     use futures_util::StreamExt;
     let body = StreamBody::new(events.map(|chunk| chunk.map(Frame::data)));
     let mut r = Response::new(BodyExt::boxed_unsync(body));
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     r.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
     r
 }

@@ -13,10 +13,14 @@
 //! - [`engine_stub`]: engines that answer only `/server_info`, for records no request reaches.
 //! - [`http`]: a small probe client and a metric reader.
 //! - [`tls`]: a CA made at run time that issues server and client certificates.
+//! - [`shape`]: compares two JSON values by shape (names, types, presence, ranges) with an
+//!   allow-list of intended differences; [`conformance_cases`]: the requests the sim is held to
+//!   SGLang with, and the differences it may keep.
 //! - [`replicas`]: several controls electing a leader through etcd (HA), optionally each in a
 //!   network namespace of its own ([`netns`]) so that links can be cut.
 
 pub mod cluster;
+pub mod conformance_cases;
 pub mod control;
 pub mod engine;
 pub mod engine_stub;
@@ -28,6 +32,7 @@ pub mod process;
 pub mod proxy;
 pub mod replicas;
 pub mod server;
+pub mod shape;
 pub mod sim;
 pub mod tls;
 

@@ -17,7 +17,8 @@ const BODY_LIMIT: usize = 1 << 20;
 pub(super) fn flush_cache(app: &App) -> Response<Body> {
     app.engine.flush_cache();
     tracing::info!("prefix cache flushed");
-    server::text(
+    // SGLang answers with a plain Starlette `Response`: no content-type.
+    server::untyped(
         StatusCode::OK,
         "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
     )

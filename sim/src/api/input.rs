@@ -9,6 +9,10 @@ use serde_json::Value;
 
 use crate::tokens;
 
+mod sampling;
+
+pub use sampling::{LogprobRequest, Sampling};
+
 /// Tokens generated when a request does not say.
 pub const DEFAULT_MAX_TOKENS: u32 = 16;
 
@@ -21,6 +25,8 @@ pub struct GenRequest {
     pub prompt: Vec<u32>,
     /// Tokens to generate.
     pub max_new_tokens: u32,
+    /// The sampling parameters SGLang checks, `n`, stop strings and logprob requests.
+    pub sampling: Sampling,
     /// SSE or one JSON body.
     pub stream: bool,
     /// `stream_options.include_usage`.
@@ -48,6 +54,19 @@ pub struct TraceHeaders {
     pub x_request_id: Option<String>,
     /// Whether it carried `Authorization` (SGLang's `--api-key`; the value is not kept).
     pub authorization: bool,
+}
+
+impl InputError {
+    /// Whether SGLang refuses this before reading the request (FastAPI's request validation:
+    /// unparsable JSON, a missing required field, a field of the wrong type), which it answers
+    /// with its validation envelope rather than the route's error shape.
+    pub fn is_validation(&self, route: Api) -> bool {
+        match self {
+            InputError::Json(_) | InputError::NotObject | InputError::Field { .. } => true,
+            InputError::NoPrompt(_) => route != Api::Generate,
+            _ => false,
+        }
+    }
 }
 
 impl TraceHeaders {
@@ -108,6 +127,10 @@ pub enum InputError {
     /// No prompt.
     #[error("{0}")]
     NoPrompt(&'static str),
+    /// A request SGLang refuses after reading it (a sampling parameter out of range, a prompt
+    /// longer than the context); the message is SGLang's.
+    #[error("{0}")]
+    Invalid(String),
     /// The prompt cannot be rendered with the chat template (SGLang answers 400 too).
     #[error("{0}")]
     Tokenize(String),
@@ -132,35 +155,29 @@ pub fn parse(
     let value: Value = serde_json::from_slice(body).map_err(InputError::Json)?;
     let Value::Object(_) = &value else { return Err(InputError::NotObject) };
     let b = &value;
-    let (prompt, max_new_tokens) = match route {
-        Api::Generate => {
-            let prompt = match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
-                (Some(text), _) => tokens::tokenize(&text),
-                (None, Some(ids)) => ids,
-                (None, None) => {
-                    return Err(InputError::NoPrompt("Either text or input_ids should be provided."));
-                }
-            };
-            let sampling = b.get("sampling_params").unwrap_or(&Value::Null);
-            (prompt, field::<u32>(sampling, "max_new_tokens")?)
-        }
+    let prompt = match route {
+        Api::Generate => match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
+            (Some(text), _) => tokens::tokenize(&text),
+            (None, Some(ids)) => ids,
+            (None, None) => {
+                return Err(InputError::NoPrompt(
+                    "Either text, input_ids or input_embeds should be provided.",
+                ));
+            }
+        },
         Api::ChatCompletions => {
             let messages =
                 field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
-            let max = field::<u32>(b, "max_completion_tokens")?.or(field::<u32>(b, "max_tokens")?);
-            (tokens::tokenize(&render_messages(&messages)), max)
+            tokens::tokenize(&render_messages(&messages))
         }
-        Api::Completions => {
-            let prompt = match b.get("prompt") {
-                Some(Value::String(s)) => tokens::tokenize(s),
-                Some(_) => match one::<String>(b, "prompt") {
-                    Ok(Some(s)) => tokens::tokenize(&s),
-                    _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
-                },
-                None => return Err(InputError::NoPrompt("prompt is required")),
-            };
-            (prompt, field::<u32>(b, "max_tokens")?)
-        }
+        Api::Completions => match b.get("prompt") {
+            Some(Value::String(s)) => tokens::tokenize(s),
+            Some(_) => match one::<String>(b, "prompt") {
+                Ok(Some(s)) => tokens::tokenize(&s),
+                _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
+            },
+            None => return Err(InputError::NoPrompt("prompt is required")),
+        },
         Api::Responses => {
             let mut text =
                 field::<String>(b, "instructions")?.map(|s| format!("system: {s}\n")).unwrap_or_default();
@@ -169,9 +186,10 @@ pub fn parse(
                 Some(Value::Array(items)) => text.push_str(&render_messages(items)),
                 _ => return Err(InputError::NoPrompt("input is required")),
             }
-            (tokens::tokenize(&text), field::<u32>(b, "max_output_tokens")?)
+            tokens::tokenize(&text)
         }
     };
+    let sampling = Sampling::of(route, b);
     let mut pd = PdFields {
         bootstrap_host: one(b, "bootstrap_host")?,
         bootstrap_port: one(b, "bootstrap_port")?,
@@ -194,7 +212,8 @@ pub fn parse(
         // SGLang's ResponsesRequest names its id `request_id`.
         rid: if route == Api::Responses { field(b, "request_id")? } else { None }.or(one(b, "rid")?),
         prompt,
-        max_new_tokens: max_new_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        max_new_tokens: sampling.max_new_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m.max(0.0) as u32),
+        sampling,
         stream: field::<bool>(b, "stream")?.unwrap_or(false),
         include_usage: b.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
         model: field(b, "model")?,

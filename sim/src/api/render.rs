@@ -8,6 +8,7 @@
 mod chat;
 mod completions;
 mod generate;
+mod logprobs;
 mod responses;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,18 +17,13 @@ use bytes::Bytes;
 use infera_proto::types::Api;
 use serde_json::{Value, json};
 
+pub use crate::flow::Finish;
+
+use super::input::LogprobRequest;
 use crate::error::ApiError;
 use crate::flow::Run;
+use crate::stop;
 use crate::tokens;
-
-/// How the request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// All tokens generated (`length`).
-    Length,
-    /// Aborted before all tokens were generated (`finish_reason` `abort`).
-    Abort,
-}
 
 /// One render step: the new text, the whole text, and the end if this is the last step.
 #[derive(Debug)]
@@ -38,12 +34,31 @@ pub struct Step<'a> {
     pub ids: &'a [u32],
     /// Text so far.
     pub text: &'a str,
+    /// Tokens before this step.
+    pub prev: u32,
     /// Tokens so far.
     pub tokens: u32,
     /// Cached prompt tokens.
     pub cached: u32,
     /// Set on the last step.
-    pub finish: Option<Finish>,
+    pub finish: Option<&'a Finish>,
+}
+
+/// What a request asked of its rendering, beyond its tokens.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `--enable-cache-report`: usage carries `prompt_tokens_details.cached_tokens`.
+    pub cache_report: bool,
+    /// Logprobs asked for.
+    pub logprobs: Option<LogprobRequest>,
+    /// DP ranks of the worker (`meta_info.dp_rank` is null with one).
+    pub ranks: u32,
+    /// The request body (`/v1/responses` echoes its settings).
+    pub body: Value,
+    /// This completion's index among the request's `n` (OpenAI `choices[].index`).
+    pub index: u32,
 }
 
 /// A route's rendering state for one request.
@@ -55,7 +70,7 @@ pub struct Render {
     pub rid: String,
     /// `model`.
     pub model: String,
-    /// `created` (Unix seconds).
+    /// `created` (Unix seconds, when the request arrived).
     pub created: u64,
     /// Prompt tokens.
     pub prompt_tokens: u32,
@@ -63,10 +78,8 @@ pub struct Render {
     pub rank: u32,
     /// PD prefill leg (`finish_reason.length` is 0).
     pub prefill_leg: bool,
-    /// `stream_options.include_usage`.
-    pub include_usage: bool,
-    /// `--enable-cache-report`: usage carries `prompt_tokens_details.cached_tokens`.
-    pub cache_report: bool,
+    /// The request's options.
+    pub options: RenderOptions,
     started: tokio::time::Instant,
     seed: u64,
     rid_hash: u64,
@@ -74,11 +87,20 @@ pub struct Render {
     text: String,
     /// Whether nothing was streamed yet (chat's role chunk goes first).
     pub first: bool,
+    /// The next `/v1/responses` event's `sequence_number`.
+    sequence: u64,
 }
 
 impl Render {
     /// Rendering for `run` on `route`.
-    pub fn new(route: Api, run: &Run, model: String, include_usage: bool, seed: u64, created: u64) -> Self {
+    pub fn new(
+        route: Api,
+        run: &Run,
+        model: String,
+        options: RenderOptions,
+        seed: u64,
+        created: u64,
+    ) -> Self {
         Self {
             route,
             rid_hash: tokens::hash_str(&run.rid),
@@ -88,46 +110,59 @@ impl Render {
             prompt_tokens: run.prompt_tokens,
             rank: run.rank,
             prefill_leg: run.prefill_leg,
-            include_usage,
-            cache_report: false,
+            options,
             started: run.started,
             seed,
             ids: Vec::new(),
             text: String::new(),
             first: true,
+            sequence: 0,
         }
     }
 
     /// SSE bytes for more tokens.
     pub fn tokens(&mut self, tokens: u32, cached: u32) -> Bytes {
-        let events = self.step(tokens, cached, None, |r, s| match r.route {
-            Api::Generate => vec![generate::event(r, s)],
-            Api::ChatCompletions => chat::chunks(r, s),
-            Api::Completions => completions::chunks(r, s),
-            Api::Responses => responses::events(r, s),
-        });
+        let events = self.events(tokens, cached, None);
         self.first = false;
-        sse(&events, false)
+        self.sse(&events, false)
     }
 
-    /// SSE bytes for the end, then `[DONE]`.
-    pub fn done(&mut self, tokens: u32, cached: u32, finish: Finish) -> Bytes {
-        let events = self.step(tokens, cached, Some(finish), |r, s| match r.route {
+    /// SSE bytes for the end, then `[DONE]` (none after `/v1/responses`' last event).
+    pub fn done(&mut self, tokens: u32, cached: u32, finish: &Finish) -> Bytes {
+        let events = self.events(tokens, cached, Some(finish));
+        self.sse(&events, self.route != Api::Responses)
+    }
+
+    fn events(
+        &mut self,
+        tokens: u32,
+        cached: u32,
+        finish: Option<&Finish>,
+    ) -> Vec<(Option<&'static str>, Value)> {
+        let mut events = self.step(tokens, cached, finish, |r, s| match r.route {
             Api::Generate => vec![generate::event(r, s)],
             Api::ChatCompletions => chat::chunks(r, s),
             Api::Completions => completions::chunks(r, s),
             Api::Responses => responses::events(r, s),
         });
-        sse(&events, true)
+        if self.route == Api::Responses {
+            for (_, data) in &mut events {
+                if let Some(seq) = data.get_mut("sequence_number") {
+                    *seq = json!(self.sequence);
+                    self.sequence += 1;
+                }
+            }
+        }
+        events
     }
 
     /// SSE bytes for an error after the stream started, then `[DONE]`.
     pub fn failed(&self, e: &ApiError) -> Bytes {
-        sse(&[(None, e.stream_event(self.route))], true)
+        self.sse(&[(None, e.stream_event(self.route))], true)
     }
 
     /// The whole (non-stream) body.
-    pub fn whole(&mut self, tokens: u32, cached: u32, finish: Finish) -> Value {
+    pub fn whole(&mut self, tokens: u32, cached: u32, finish: &Finish) -> Value {
         self.step(tokens, cached, Some(finish), |r, s| match r.route {
             Api::Generate => generate::event(r, s).1,
             Api::ChatCompletions => chat::body(r, s),
@@ -140,11 +175,12 @@ impl Render {
         &mut self,
         tokens: u32,
         cached: u32,
-        finish: Option<Finish>,
+        finish: Option<&Finish>,
         f: impl FnOnce(&Self, &Step<'_>) -> T,
     ) -> T {
+        let prev = self.ids.len() as u32;
         let before = self.text.len();
-        for i in self.ids.len() as u32..tokens {
+        for i in prev..tokens {
             let (id, word) = tokens::output_token(self.seed, self.rid_hash, i);
             if i > 0 {
                 self.text.push(' ');
@@ -152,8 +188,13 @@ impl Render {
             self.ids.push(id);
             self.text.push_str(word);
         }
-        let text = std::mem::take(&mut self.text);
-        let step = Step { delta: &text[before..], ids: &self.ids, text: &text, tokens, cached, finish };
+        // SGLang trims the text before a matched stop string.
+        let mut text = std::mem::take(&mut self.text);
+        if let Some(Finish::Stop(s)) = finish {
+            text = stop::trim_at(&text, s);
+        }
+        let from = before.min(text.len());
+        let step = Step { delta: &text[from..], ids: &self.ids, text: &text, prev, tokens, cached, finish };
         let out = f(self, &step);
         self.text = text;
         out
@@ -164,10 +205,18 @@ impl Render {
         self.started.elapsed().as_secs_f64()
     }
 
+    /// Logprob positions `s.prev..s.tokens` (or all so far when `all`), if asked for.
+    fn positions(&self, s: &Step<'_>, all: bool) -> Option<Vec<logprobs::Position>> {
+        let top = self.options.logprobs?.top;
+        let from = if all { 0 } else { s.prev };
+        Some(logprobs::positions(self.seed, self.rid_hash, from, s.tokens, top))
+    }
+
     /// OpenAI `usage`; with `--enable-cache-report`, the cached prompt tokens as SGLang reports
     /// them.
     pub fn usage(&self, tokens: u32, cached: u32) -> Value {
-        let details = if self.cache_report { json!({ "cached_tokens": cached }) } else { Value::Null };
+        let details =
+            if self.options.cache_report { json!({ "cached_tokens": cached }) } else { Value::Null };
         json!({
             "prompt_tokens": self.prompt_tokens,
             "total_tokens": self.prompt_tokens + tokens,
@@ -177,6 +226,31 @@ impl Render {
             "completion_tokens_details": null,
         })
     }
+
+    /// OpenAI `metadata` of a whole body: the weight version the tokens came from
+    /// (`build_endpoint_weight_version_metadata`, python/sglang/srt/utils/weight_versions.py).
+    pub fn metadata(tokens: u32) -> Value {
+        json!({ "weight_version": "default", "weight_versions": [{ "version": "default", "start": 0, "end": tokens }] })
+    }
+
+    /// `(event name, data)` pairs as SSE; `[DONE]` last when `done`.
+    fn sse(&self, events: &[(Option<&'static str>, Value)], done: bool) -> Bytes {
+        let mut out = String::new();
+        for (name, data) in events {
+            if let Some(name) = name {
+                out.push_str("event: ");
+                out.push_str(name);
+                out.push('\n');
+            }
+            out.push_str("data: ");
+            out.push_str(&data.to_string());
+            out.push_str("\n\n");
+        }
+        if done {
+            out.push_str("data: [DONE]\n\n");
+        }
+        Bytes::from(out)
+    }
 }
 
 /// Seconds since the Unix epoch, as a float (`response_sent_to_client_ts`).
@@ -184,21 +258,7 @@ pub fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// `(event name, data)` pairs as SSE; `[DONE]` last when `done`.
-fn sse(events: &[(Option<&'static str>, Value)], done: bool) -> Bytes {
-    let mut out = String::new();
-    for (name, data) in events {
-        if let Some(name) = name {
-            out.push_str("event: ");
-            out.push_str(name);
-            out.push('\n');
-        }
-        out.push_str("data: ");
-        out.push_str(&data.to_string());
-        out.push_str("\n\n");
-    }
-    if done {
-        out.push_str("data: [DONE]\n\n");
-    }
-    Bytes::from(out)
+/// Unix seconds now (OpenAI `created` is the request's arrival).
+pub fn unix_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -99,9 +99,14 @@ fn the_seed_and_speedup_flags_have_short_aliases() {
 }
 
 #[test]
-fn the_kv_capacity_is_a_decode_flag() {
+fn every_worker_has_a_finite_kv_pool_that_max_total_tokens_caps() {
     let unset = config(&[]).unwrap();
-    assert_eq!(unset.kv, KvBudget { capacity: None, reserved_decode_tokens: 512 });
+    // The default model and device (GLM-5.2 on an MI355X), page size 1, no speculation.
+    assert_eq!(
+        unset.kv,
+        KvBudget { capacity: Some(unset.pool.max_total_num_tokens), reserved_decode_tokens: 512 }
+    );
+    assert!((1_900_000..2_200_000).contains(&unset.pool.max_total_num_tokens), "{:?}", unset.pool);
     let decode = [
         "--disaggregation-mode",
         "decode",
@@ -112,10 +117,35 @@ fn the_kv_capacity_is_a_decode_flag() {
     ];
     let decode = config(&decode).unwrap();
     assert_eq!(decode.kv, KvBudget { capacity: Some(9000), reserved_decode_tokens: 8 });
-    assert!(decode.warnings.is_empty(), "{:?}", decode.warnings);
-    let mixed = config(&["--max-total-tokens", "9000"]).unwrap();
+    // SGLang warns that a 9,000-token pool cannot hold one full-context request.
+    assert_eq!(decode.warnings.len(), 1, "{:?}", decode.warnings);
+    assert!(decode.warnings[0].contains("fewer than --context-length"), "{:?}", decode.warnings);
+    let mixed = config(&["--max-total-tokens", "9000", "--context-length", "4096"]).unwrap();
     assert_eq!(mixed.kv.capacity, Some(9000), "reported");
     assert!(mixed.warnings.iter().any(|w| w.contains("--max-total-tokens")), "{:?}", mixed.warnings);
+    let huge = config(&["--disaggregation-mode", "decode", "--max-total-tokens", "99000000"]).unwrap();
+    assert_eq!(huge.kv.capacity, Some(huge.pool.profiled_tokens), "never above what the memory holds");
+    assert!(huge.warnings.iter().any(|w| w.contains("profiled value")), "{:?}", huge.warnings);
+}
+
+#[test]
+fn the_pool_follows_the_memory_flags_and_the_model_directory() {
+    let base = config(&["--disaggregation-mode", "decode"]).unwrap();
+    let less = config(&["--disaggregation-mode", "decode", "--mem-fraction-static", "0.8"]).unwrap();
+    assert_eq!(less.pool.mem_fraction_static, 0.8);
+    assert!(less.pool.max_total_num_tokens < base.pool.max_total_num_tokens);
+    assert!(matches!(config(&["--mem-fraction-static", "0.1"]), Err(ConfigError::Pool(_))));
+    // EAGLE keeps the NextN layer's KV too: fewer tokens in the same memory.
+    let eagle = config(&["--disaggregation-mode", "decode", "--speculative-algorithm", "EAGLE"]).unwrap();
+    assert!(eagle.pool.cell_bytes > base.pool.cell_bytes);
+    // A model directory's config.json sets the context length (and `max_req_input_len`).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), r#"{"max_position_embeddings": 4096}"#).unwrap();
+    let path = dir.path().to_str().unwrap();
+    let c =
+        SimConfig::try_from(SimArgs::parse_lenient(["infera-sim", "--model-path", path]).unwrap()).unwrap();
+    assert_eq!((c.context_length, c.pool.max_req_input_len), (4096, 4090));
+    assert_eq!(base.context_length, 1 << 20);
 }
 
 #[test]
@@ -136,12 +166,13 @@ fn the_load_socket_needs_kv_events_like_sglang() {
 }
 
 #[test]
-fn an_unbounded_decode_reports_no_kv_capacity() {
+fn a_decode_without_max_total_tokens_reports_its_pool() {
     use crate::api::info::reported_kv_capacity;
     let decode = config(&["--disaggregation-mode", "decode"]).unwrap();
-    assert_eq!(reported_kv_capacity(&decode), 0, "no limit is enforced, so none is claimed");
+    assert_eq!(reported_kv_capacity(&decode), decode.pool.max_total_num_tokens);
+    assert!(reported_kv_capacity(&decode) > 0);
     let bounded = config(&["--disaggregation-mode", "decode", "--max-total-tokens", "9000"]).unwrap();
     assert_eq!(reported_kv_capacity(&bounded), 9000);
     let prefill = config(&["--disaggregation-mode", "prefill"]).unwrap();
-    assert_eq!(reported_kv_capacity(&prefill), prefill.params.prefix_cache_tokens);
+    assert_eq!(reported_kv_capacity(&prefill), prefill.pool.max_total_num_tokens);
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::{ConfigError, DisaggregationMode, RankChoice, ServerArgs, SimArgs, SimConfig, Speculative};
 use crate::faults::Faults;
 use crate::kv_events::KvEventsConfig;
+use crate::kv_pool::{self, HeuristicFlags, PoolInputs};
 use crate::load_events::LoadEndpoint;
+use crate::model_config::ModelFacts;
 use crate::params::TimingParams;
 use crate::scheduler::QueueOrder;
 
@@ -17,8 +19,7 @@ impl TryFrom<SimArgs> for SimConfig {
         let mut warnings: Vec<String> =
             a.rejected.iter().map(|f| format!("ignoring unknown flag {f}")).collect();
         let (server, parallel, scheduling, sim) = (a.server, a.parallel, a.scheduling, a.sim);
-        let kv = a.memory.budget();
-        if kv.capacity.is_some() && server.disaggregation_mode != DisaggregationMode::Decode {
+        if a.memory.max_total_tokens.is_some() && server.disaggregation_mode != DisaggregationMode::Decode {
             warnings.push("--max-total-tokens is enforced on a PD decode only (reported here)".into());
         }
         if !(sim.sim_speedup.is_finite() && sim.sim_speedup > 0.0) {
@@ -63,6 +64,30 @@ impl TryFrom<SimArgs> for SimConfig {
             LoadEndpoint::parse(raw, kv_events.as_ref(), &sim.sim_sglang_version, &mut warnings)?;
         let chunk_tokens = u32::try_from(scheduling.chunked_prefill_size).ok().filter(|&c| c > 0);
         let tokenizer = load_tokenizer(&server)?;
+        let ranks = parallel.attn_dp_size.unwrap_or(parallel.dp_size);
+        let attention_dp = parallel.attn_dp_size.is_some() || parallel.enable_dp_attention;
+        let model = ModelFacts::of(&server.model_path, &params.model);
+        let context_length = server.context_length.unwrap_or(model.context_length);
+        let speculative = scheduling.speculative_algorithm.as_deref().is_some_and(adds_draft_kv);
+        let inputs = PoolInputs {
+            heuristic: HeuristicFlags {
+                mode,
+                tp_size: parallel.tp_size,
+                attn_dp_size: if attention_dp { ranks } else { 1 },
+                max_running_requests: scheduling.max_running_requests,
+                speculative_num_draft_tokens: scheduling.speculative_num_draft_tokens,
+                chunked_prefill_size: scheduling.chunked_prefill_size,
+                cuda_graph_max_bs_decode: scheduling.cuda_graph_max_bs_decode,
+            },
+            mem_fraction_static: a.memory.mem_fraction_static,
+            max_total_tokens: a.memory.max_total_tokens,
+            page_size: parallel.page_size,
+            speculative,
+            context_length,
+        };
+        let (pool, pool_warnings) = kv_pool::size(&params.model, &params.device, &inputs)?;
+        warnings.extend(pool_warnings);
+        let kv = a.memory.budget(pool.max_total_num_tokens);
         Ok(Self {
             served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
             host: server.host,
@@ -70,8 +95,8 @@ impl TryFrom<SimArgs> for SimConfig {
             model_path: server.model_path,
             mode,
             bootstrap_port: server.disaggregation_bootstrap_port,
-            ranks: parallel.attn_dp_size.unwrap_or(parallel.dp_size),
-            attention_dp: parallel.attn_dp_size.is_some() || parallel.enable_dp_attention,
+            ranks,
+            attention_dp,
             tp_size: parallel.tp_size,
             page_size: parallel.page_size,
             chunk_tokens: chunk_tokens.unwrap_or(u32::MAX),
@@ -86,9 +111,16 @@ impl TryFrom<SimArgs> for SimConfig {
                 num_draft_tokens: scheduling.speculative_num_draft_tokens,
             },
             cuda_graph_max_bs_decode: scheduling.cuda_graph_max_bs_decode,
-            max_running_requests: scheduling.max_running_requests.unwrap_or(1024),
-            context_length: server.context_length.unwrap_or(131_072),
+            max_running_requests: pool.max_running_requests,
+            max_running_requests_flag: scheduling.max_running_requests,
+            context_length,
+            context_length_flag: server.context_length,
+            model,
+            max_total_tokens_flag: a.memory.max_total_tokens,
+            pool,
             kv,
+            inert_flags: a.inert_tokens,
+            launch_command: a.launch.join(" "),
             kv_events_config: server.kv_events_config,
             kv_events,
             load_events,
@@ -114,6 +146,13 @@ impl TryFrom<SimArgs> for SimConfig {
             warnings,
         })
     }
+}
+
+/// Whether a `--speculative-algorithm` keeps a draft model's KV next to the target's in the
+/// pool (SGLang 0.5.23 `DefaultPoolConfigurator`: `is_eagle()` — EAGLE, EAGLE3, NEXTN, MTP — or
+/// `is_standalone()`).
+fn adds_draft_kv(algorithm: &str) -> bool {
+    matches!(algorithm.to_ascii_uppercase().as_str(), "EAGLE" | "EAGLE3" | "NEXTN" | "MTP" | "STANDALONE")
 }
 
 /// The tokenizer of `--tokenizer-path`, else of a model path that is a directory with a

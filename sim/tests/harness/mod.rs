@@ -122,6 +122,15 @@ pub async fn post(addr: SocketAddr, path: &str, body: Value) -> Result<(StatusCo
     Ok((status, body))
 }
 
+/// `PUT path` with a JSON body: the status and the body.
+pub async fn put(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, Bytes) {
+    let mut req = json_request(path, &body, &[]);
+    *req.method_mut() = hyper::Method::PUT;
+    let (response, _conn) = try_send(addr, req).await.unwrap();
+    let status = response.status();
+    (status, response.into_body().collect().await.unwrap().to_bytes())
+}
+
 pub fn json_request(path: &str, body: &Value, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
     let mut req = Request::post(path).header("host", "sim").header("content-type", "application/json");
     for (k, v) in headers {

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Events, Next, Sim, data_of};
+use crate::harness::{self, Events, Next, Sim, data_of};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn generate_streams_cumulative_text_and_ends_with_done() {
@@ -11,7 +11,7 @@ async fn generate_streams_cumulative_text_and_ends_with_done() {
     let body = json!({"text": "hello world", "sampling_params": {"max_new_tokens": 8}, "stream": true});
     let mut events = Events::open(sim.http, "/generate", body).await;
     assert_eq!(events.status, 200);
-    assert_eq!(events.content_type, "text/event-stream");
+    assert_eq!(events.content_type, "text/event-stream; charset=utf-8", "as SGLang sends it");
     let (all, end) = events.rest().await;
     assert_eq!(end, Next::End);
     assert_eq!(all.last().map(String::as_str), Some("data: [DONE]"));
@@ -142,7 +142,10 @@ async fn responses_whole_and_streamed() {
     let (status, body) = sim.post("/v1/responses", json!({"input": "hello", "max_output_tokens": 3})).await;
     assert_eq!(status, 200);
     assert_eq!(body["object"], "response");
-    assert_eq!(body["status"], "completed");
+    // It ran to max_output_tokens: SGLang says incomplete.
+    assert_eq!(body["status"], "incomplete");
+    assert_eq!(body["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(body["max_output_tokens"], 3);
     assert_eq!(body["output"][0]["content"][0]["type"], "output_text");
     assert_eq!(body["output"][0]["content"][0]["text"].as_str().unwrap().split(' ').count(), 3);
     assert_eq!(body["usage"]["output_tokens"], 3);
@@ -150,10 +153,21 @@ async fn responses_whole_and_streamed() {
     let mut events = Events::open(sim.http, "/v1/responses", json!({"input": input, "stream": true})).await;
     let (all, end) = events.rest().await;
     assert_eq!(end, Next::End);
-    assert!(all[0].starts_with("event: response.created\n"), "{:?}", all[0]);
-    assert!(all.iter().any(|e| e.starts_with("event: response.output_text.delta\n")));
-    assert!(all[all.len() - 2].starts_with("event: response.completed\n"));
-    assert_eq!(all.last().map(String::as_str), Some("data: [DONE]"));
+    let names: Vec<&str> = all.iter().filter_map(|e| e.lines().next()?.strip_prefix("event: ")).collect();
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", names.len() - 8));
+    expected.extend(["response.output_text.done", "response.content_part.done", "response.output_item.done"]);
+    expected.push("response.completed");
+    assert_eq!(names, expected);
+    // Every event is numbered, and no [DONE] follows them (SGLang's Responses stream).
+    let numbers: Vec<u64> =
+        all.iter().map(|e| data_of(e).unwrap()["sequence_number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (0..all.len() as u64).collect::<Vec<_>>());
     sim.stop().await;
 }
 
@@ -162,17 +176,110 @@ async fn bad_bodies_get_each_routes_error_shape() {
     let sim = Sim::start(&[]).await;
     let (status, body) = sim.post("/generate", json!({"sampling_params": {}})).await;
     assert_eq!(status, 400);
-    assert!(body["error"]["message"].as_str().unwrap().contains("text or input_ids"), "{body}");
-    for path in ["/v1/chat/completions", "/v1/completions", "/v1/responses"] {
-        let (status, body) = sim.post(path, json!({"max_tokens": "many"})).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("text, input_ids or input_embeds"), "{body}");
+    // A body FastAPI cannot validate: SGLang's validation envelope, nested on /v1/responses.
+    for path in ["/v1/chat/completions", "/v1/completions"] {
+        let (status, body) = sim.post(path, json!({"max_tokens": 4})).await;
         assert_eq!(status, 400, "{path}");
         assert_eq!(body["object"], "error");
-        assert_eq!(body["type"], "BadRequestError");
+        assert_eq!(body["type"], "Bad Request");
         assert_eq!(body["code"], 400);
         assert!(body["param"].is_null());
     }
+    let (status, body) = sim.post("/v1/responses", json!({})).await;
+    assert_eq!((status.as_u16(), &body["error"]["type"]), (400, &json!("Bad Request")));
+    // A parameter SGLang refuses after reading the body: the route's own error shape.
+    let (status, body) = sim.post("/v1/chat/completions", json!({"messages": [], "temperature": -1})).await;
+    assert_eq!((status.as_u16(), &body["type"]), (400, &json!("BadRequestError")));
+    assert_eq!(body["message"], "temperature must be a non-negative finite number, got -1.0.");
+    let (status, body) = sim.post("/generate", json!({"text": "x", "sampling_params": {"top_p": 0}})).await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]["message"]),
+        (400, &json!("top_p must be in (0, 1], got 0."))
+    );
     let (status, body) = sim.post("/generate", json!({"text": ["a", "b"]})).await;
     assert_eq!(status, 400);
     assert!(body["error"]["message"].as_str().unwrap().contains("batched"));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_strings_n_and_logprobs_follow_sglang() {
+    let sim = Sim::start(&["--sim-speedup", "100"]).await;
+    // The sim's words are English; "e" ends a request within its first few.
+    let stop = json!({"text": "abcd", "sampling_params": {"max_new_tokens": 32, "stop": ["e"]}});
+    let (_, body) = sim.post("/generate", stop).await;
+    assert_eq!(body["meta_info"]["finish_reason"], json!({"type": "stop", "matched": "e"}));
+    let tokens = body["meta_info"]["completion_tokens"].as_u64().unwrap();
+    assert!(tokens < 32 && body["output_ids"].as_array().unwrap().len() as u64 == tokens, "{body}");
+    assert!(!body["text"].as_str().unwrap().contains('e'), "the text stops before the match: {body}");
+    let chat =
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 32, "stop": "e", "n": 2});
+    let (_, body) = sim.post("/v1/chat/completions", chat).await;
+    let choices = body["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(
+            (c["index"].as_u64(), &c["finish_reason"], &c["matched_stop"]),
+            (Some(i as u64), &json!("stop"), &json!("e"))
+        );
+    }
+    let (prompt, completion) = (
+        body["usage"]["prompt_tokens"].as_u64().unwrap(),
+        body["usage"]["completion_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        body["usage"]["total_tokens"].as_u64().unwrap(),
+        prompt + completion,
+        "the prompt counted once"
+    );
+    let (_, many) = sim
+        .post("/generate", json!({"text": "abcd", "sampling_params": {"max_new_tokens": 2, "n": 3}}))
+        .await;
+    let ids: Vec<&str> =
+        many.as_array().unwrap().iter().map(|b| b["meta_info"]["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] != ids[1] && ids[1] != ids[2], "{ids:?}");
+    let lp = json!({"text": "abcd", "sampling_params": {"max_new_tokens": 3}, "return_logprob": true, "top_logprobs_num": 2});
+    let (_, body) = sim.post("/generate", lp).await;
+    let meta = &body["meta_info"];
+    assert_eq!(meta["output_token_logprobs_length"], 3);
+    assert_eq!(meta["output_token_logprobs"][0][1], body["output_ids"][0]);
+    assert_eq!(meta["output_top_logprobs"][2].as_array().unwrap().len(), 2);
+    assert_eq!((&meta["input_token_logprobs"], &meta["dp_rank"]), (&json!([]), &Value::Null));
+    assert_eq!(meta["weight_versions"], json!([{"version": "default", "start": 0, "end": 3}]));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lengths_models_and_methods_answer_as_sglang_does() {
+    let sim = Sim::start(&["--context-length", "64"]).await;
+    let (status, body) = sim.post("/generate", json!({"text": "x".repeat(400)})).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"]["message"],
+        "The input (100 tokens) is longer than the model's context length (64 tokens)."
+    );
+    let (status, body) = sim.post("/v1/completions", json!({"prompt": "abcd", "max_tokens": 100})).await;
+    assert_eq!((status.as_u16(), &body["type"]), (400, &json!("BadRequestError")));
+    assert!(body["message"].as_str().unwrap().contains("a total of 101 tokens"), "{body}");
+    let (status, card) = sim.get("/v1/models/m").await;
+    assert_eq!((status.as_u16(), &card["id"], &card["max_model_len"]), (200, &json!("m"), &json!(64)));
+    let (status, missing) = sim.get("/v1/models/other").await;
+    assert_eq!((status.as_u16(), &missing["error"]["code"]), (404, &json!("model_not_found")));
+    let (status, _) = sim.get("/generate").await;
+    assert_eq!(status, 405);
+    let (status, body) = sim.post("/server_info", json!({})).await;
+    assert_eq!((status.as_u16(), &body["detail"]), (405, &json!("Method Not Allowed")));
+    assert_eq!(sim.get("/nope").await.0, 404);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn generate_also_takes_put() {
+    let sim = Sim::start(&["--sim-speedup", "100"]).await;
+    let (status, body) = harness::put(sim.http, "/generate", json!({"text": "abcd"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["meta_info"]["completion_tokens"], 16);
     sim.stop().await;
 }

@@ -131,7 +131,11 @@ async fn pd_roles_need_bootstrap_fields() {
     for sim in [&prefill, &decode] {
         let (status, body) = sim.post("/generate", json!({"text": "x"})).await;
         assert_eq!(status, 400);
-        assert!(body["error"]["message"].as_str().unwrap().contains("bootstrap_room"), "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Invalid request: Disaggregated request received without bootstrap room id."),
+            "{body}"
+        );
     }
     prefill.stop().await;
     decode.stop().await;

@@ -1,35 +1,60 @@
-//! `POST /generate`: `{"text", "output_ids", "meta_info"}`, cumulative text by default; the last
-//! event carries `finish_reason`, `e2e_latency` and `response_sent_to_client_ts`.
+//! `POST /generate`: `{"text", "output_ids", "meta_info"}`, cumulative text by default, in the
+//! key order of SGLang 0.5.23's `meta_info` (python/sglang/srt/managers/tokenizer_manager.py):
+//! logprob lists when asked for; on the last event `weight_versions` and `e2e_latency`;
+//! `response_sent_to_client_ts` on the first event sent (the whole body, or a stream's first).
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Finish, Render, Step, unix_now};
+use super::{Finish, Render, Step, logprobs, unix_now};
 
-/// The event (or whole body) for a step.
-pub(super) fn event(r: &Render, s: &Step<'_>) -> (Option<&'static str>, Value) {
-    let finish_reason = match s.finish {
+/// `meta_info.finish_reason`.
+fn finish_reason(r: &Render, s: &Step<'_>) -> Value {
+    match s.finish {
         None => Value::Null,
         Some(Finish::Length) => {
             json!({ "type": "length", "length": if r.prefill_leg { 0 } else { s.tokens } })
         }
+        Some(Finish::Stop(matched)) => json!({ "type": "stop", "matched": matched }),
         Some(Finish::Abort) => json!({
             "type": "abort", "message": "Abort request", "status_code": 200, "err_type": null,
         }),
-    };
-    let mut meta = json!({
-        "id": r.rid,
-        "finish_reason": finish_reason,
-        "prompt_tokens": r.prompt_tokens,
-        "weight_version": "default",
-        "num_retractions": 0,
-        "reasoning_tokens": 0,
-        "completion_tokens": s.tokens,
-        "cached_tokens": s.cached,
-        "dp_rank": r.rank,
-    });
+    }
+}
+
+/// The event (or whole body) for a step.
+pub(super) fn event(r: &Render, s: &Step<'_>) -> (Option<&'static str>, Value) {
+    let mut meta = Map::new();
+    meta.insert("id".into(), json!(r.rid));
+    meta.insert("finish_reason".into(), finish_reason(r, s));
+    meta.insert("prompt_tokens".into(), json!(r.prompt_tokens));
+    meta.insert("weight_version".into(), json!("default"));
+    meta.insert("num_retractions".into(), json!(0));
+    if let Some(positions) = r.positions(s, true) {
+        let (tokens, tops) = logprobs::generate(&positions);
+        // Prompt logprobs only from `logprob_start_len`, which defaults to none.
+        meta.insert("input_token_logprobs".into(), json!([]));
+        meta.insert("output_token_logprobs".into(), tokens);
+        meta.insert("output_token_logprobs_length".into(), json!(positions.len()));
+        meta.insert("input_top_logprobs".into(), json!([]));
+        meta.insert("output_top_logprobs".into(), tops);
+    }
+    meta.insert("reasoning_tokens".into(), json!(0));
+    meta.insert("completion_tokens".into(), json!(s.tokens));
+    meta.insert("cached_tokens".into(), json!(s.cached));
     if s.finish.is_some() {
-        meta["e2e_latency"] = json!(r.e2e_latency());
-        meta["response_sent_to_client_ts"] = json!(unix_now());
+        let spans = json!([{ "version": "default", "start": 0, "end": s.tokens }]);
+        meta.insert("weight_versions".into(), spans);
+    }
+    // `get_cached_tokens_details`: none without a cache hit.
+    let details = if s.cached > 0 { json!({ "device": s.cached, "host": 0 }) } else { Value::Null };
+    meta.insert("cached_tokens_details".into(), details);
+    // The scheduler reports a rank only when there are several (`dp_ranks`).
+    meta.insert("dp_rank".into(), if r.options.ranks > 1 { json!(r.rank) } else { Value::Null });
+    if s.finish.is_some() {
+        meta.insert("e2e_latency".into(), json!(r.e2e_latency()));
+    }
+    if r.first {
+        meta.insert("response_sent_to_client_ts".into(), json!(unix_now()));
     }
     (None, json!({ "text": s.text, "output_ids": s.ids, "meta_info": meta }))
 }
