@@ -80,6 +80,9 @@ pub fn cpu_env() -> BTreeMap<String, String> {
     ])
 }
 
+/// The model name `SimSpec::new` is given before its arguments are replaced by the engine's.
+const MODEL_PLACEHOLDER: &str = "tiny";
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("testkit is in the workspace").to_owned()
 }
@@ -193,6 +196,25 @@ impl EngineSpec {
         self
     }
 
+    /// Its arguments with the CPU path's flags and `--max-total-tokens` (ports still 0).
+    pub fn cpu_args(&self) -> SglangArgs {
+        let mut args = self.args.clone();
+        args.extra.extend(CPU_FLAGS.iter().map(|f| (*f).to_owned()));
+        args.extra.extend(["--max-total-tokens".to_owned(), self.max_total_tokens.to_string()]);
+        if self.role == Role::Decode {
+            args.extra.extend(CPU_DECODE_FLAGS.iter().map(|f| (*f).to_owned()));
+        }
+        args
+    }
+
+    /// An `infera-sim` started with exactly this worker's SGLang flags (the sim takes SGLang's
+    /// command line, and reports the flags it does not model in `/server_info`).
+    pub fn sim(&self) -> crate::SimSpec {
+        let mut sim = crate::SimSpec::new(&self.name, self.role, MODEL_PLACEHOLDER);
+        sim.args = self.cpu_args();
+        sim
+    }
+
     /// Its plan with the CPU flags and environment, on free ports: what the launcher would run.
     ///
     /// # Errors
@@ -214,11 +236,7 @@ impl EngineSpec {
                 l.port = loads;
             }
         }
-        args.extra.extend(CPU_FLAGS.iter().map(|f| (*f).to_owned()));
-        args.extra.extend(["--max-total-tokens".to_owned(), self.max_total_tokens.to_string()]);
-        if self.role == Role::Decode {
-            args.extra.extend(CPU_DECODE_FLAGS.iter().map(|f| (*f).to_owned()));
-        }
+        args.extra = self.cpu_args().extra;
         let python = python().display().to_string();
         let mut env = cpu_env();
         if ranks > 1 {
