@@ -77,6 +77,8 @@ async fn auto_uses_the_fallback_then_the_w_fitted_from_the_engines_moments() {
     ];
     let mut control =
         ControlSpec::new(Workers::Records(vec![sim.record.clone()])).flags(flags).start().await.unwrap();
+    // Control routes to the sim once it has read its /server_info.
+    control.wait_targets(8).await.unwrap();
     let c = config(&control).await;
     assert!(c.decode_request_weight_auto);
     assert_eq!(c.decode_request_weight, 500_000.0, "in auto the number is the fallback");

@@ -101,8 +101,30 @@ pub fn stream_summary(chunks: &[Value]) -> Value {
             types.push(t.to_owned());
         }
     }
-    let last = chunks.iter().rev().find(|c| c.is_object()).map(comparable).unwrap_or(Value::Null);
+    let last = chunks.iter().rev().find(|c| c.is_object()).map(|c| without_deltas(&comparable(c), ""));
+    let last = last.unwrap_or(Value::Null);
     serde_json::json!({ "text": text, "paths": paths, "types": types, "last": last })
+}
+
+/// Whether the member `key` under `path` is a piece of the streamed text.
+fn is_delta(path: &str, key: &str) -> bool {
+    matches!(key, "content" | "delta") || (key == "text" && path.ends_with("[]"))
+}
+
+/// `v` with its text pieces taken out (they are compared joined).
+fn without_deltas(v: &Value, path: &str) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, v)| !(is_delta(path, k) && v.is_string()))
+                .map(|(k, v)| (k.clone(), without_deltas(v, &format!("{path}.{k}"))))
+                .collect(),
+        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|i| without_deltas(i, &format!("{path}[]"))).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 fn collect(v: &Value, path: &str, text: &mut String, paths: &mut std::collections::BTreeSet<String>) {
