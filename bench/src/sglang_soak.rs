@@ -238,7 +238,7 @@ async fn pair_of(
     if d.cancel_after.is_some() {
         return (send(http, proxied, d, TIMEOUT).await, None);
     }
-    if d.index % 2 == 0 {
+    if d.index.is_multiple_of(2) {
         let through = send(http, proxied, d, TIMEOUT).await;
         (through, Some(send(http, direct, d, TIMEOUT).await))
     } else {
