@@ -331,14 +331,7 @@ fn sglang_venv(root: &Path, spec: &SglangVenv) -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("xtask: creating {} (SGLang {} without torch, for its argparse)", venv.display(), spec.version);
-    let mut mk = Command::new("python3");
-    mk.args(["-m", "venv", "--clear"]).arg(&venv);
-    status(mk)?;
-    let pip = || {
-        let mut pip = Command::new(venv.join("bin/pip"));
-        pip.args(["install", "-q", "--disable-pip-version-check"]);
-        pip
-    };
+    let pip = fresh_venv(&venv)?;
     // The light packages first: installed after them, the `--no-deps` ones are not checked
     // against the (deliberately) missing torch and CUDA stack.
     let mut light = pip();
@@ -364,6 +357,19 @@ fn debian_installed(name: &str) -> bool {
         .args(["-W", "-f=${Status}", name])
         .output()
         .is_ok_and(|o| o.stdout.ends_with(b"install ok installed"))
+}
+
+/// Makes `venv` anew from `python3`; returns a maker of quiet `pip install` commands in it.
+pub(crate) fn fresh_venv(venv: &Path) -> anyhow::Result<impl Fn() -> Command + use<>> {
+    let mut mk = Command::new("python3");
+    mk.args(["-m", "venv", "--clear"]).arg(venv);
+    status(mk)?;
+    let pip = venv.join("bin/pip");
+    Ok(move || {
+        let mut cmd = Command::new(&pip);
+        cmd.args(["install", "-q", "--disable-pip-version-check"]);
+        cmd
+    })
 }
 
 fn on_path(program: &str) -> bool {

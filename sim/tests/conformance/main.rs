@@ -23,20 +23,13 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 /// The real workers' flags besides their role (SGLang on CPU; the sim drops what it does not
-/// model and reports it in `/server_info`).
+/// model and reports it in `/server_info`): the kit's CPU flags, and these.
 const COMMON: &[&str] = &[
     "--served-model-name",
     "tiny",
     "--host",
     "127.0.0.1",
-    "--device",
-    "cpu",
-    "--attention-backend",
-    "torch_native",
-    "--sampling-backend",
-    "pytorch",
     "--disable-overlap-schedule",
-    "--sleep-on-idle",
     "--max-total-tokens",
     "20000",
 ];
@@ -136,6 +129,7 @@ async fn record_sglang_answers() {
 async fn start(model: &Path, role: &[&str]) -> (Server, String, Option<u16>) {
     let mut argv = vec!["infera-sim", "--model-path", model.to_str().unwrap(), "--sim-seed", "7"];
     argv.extend_from_slice(COMMON);
+    argv.extend_from_slice(infera_testkit::engine::CPU_FLAGS);
     argv.extend_from_slice(role);
     let config = SimConfig::from_argv(argv).unwrap();
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -60,14 +60,7 @@ fn packages(root: &Path) -> anyhow::Result<()> {
         bail!("the SGLang {VERSION} server needs Python 3.11 as python3 (found {version:?})");
     }
     eprintln!("xtask: creating {} (SGLang {VERSION}'s server on CPU; about 6.5 GB)", venv.display());
-    let mut mk = Command::new("python3");
-    mk.args(["-m", "venv", "--clear"]).arg(&venv);
-    status(mk)?;
-    let pip = || {
-        let mut pip = Command::new(venv.join("bin/pip"));
-        pip.args(["install", "-q", "--disable-pip-version-check"]);
-        pip
-    };
+    let pip = super::fresh_venv(&venv)?;
     let mut deps = pip();
     deps.arg("-r").arg(&requirements);
     status(deps)?;
