@@ -13,7 +13,17 @@
 //! tokens_per_second = 20000   # optional: prompt tokens per second, with a burst of one second
 //! ```
 //!
-//! or plain text, one key per line (`#` comments), each named `key-<first 8 hex of its hash>`.
+//! or, only when its first line says so, plain text, one key per line (`#` comments), each
+//! named `key-<first 8 hex of its hash>`:
+//!
+//! ```text
+//! # infera-api-keys: plain
+//! sk-9d41c2…
+//! ```
+//!
+//! Anything else is an error (fail closed): a TOML file with one typo is refused, never read as
+//! a list of keys whose lines are its own text. A file that others may read is loaded with a
+//! warning, which names what a reader gets (the keys themselves, or their hashes).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -137,19 +147,47 @@ fn hex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// Why a file that lists no key is refused.
+const NO_KEY: &str = "lists no key (every request would be refused)";
+
+/// The first line that makes a key file one key per line.
+pub const PLAIN_HEADER: &str = "# infera-api-keys: plain";
+
+/// A key file's format, as its text declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyFormat {
+    /// TOML `[[keys]]` entries with SHA-256 hashes (the file holds no secret).
+    Hashed,
+    /// One key per line, after [`PLAIN_HEADER`] (the file holds the keys themselves).
+    Plain,
+}
+
+impl KeyFormat {
+    /// The format `text` declares: plain only when its first line is [`PLAIN_HEADER`].
+    pub fn of(text: &str) -> Self {
+        let first = text.lines().next().unwrap_or_default().trim();
+        if first == PLAIN_HEADER { Self::Plain } else { Self::Hashed }
+    }
+}
+
 impl KeySet {
-    /// Parses a key file's text (TOML `[[keys]]`, or one key per line).
+    /// Parses a key file's text: TOML `[[keys]]`, or one key per line after [`PLAIN_HEADER`].
     ///
     /// # Errors
-    /// A precise problem naming the entry.
+    /// A precise problem naming the entry, or the TOML error (with its line) of a file that is
+    /// not valid TOML: a broken file is never read as something else.
     pub fn parse(text: &str, now: Instant) -> Result<Self, String> {
         let mut keys = HashMap::new();
-        // TOML with `[[keys]]`; anything that is not TOML is one key per line.
-        let table = toml::from_str::<toml::Table>(text).ok();
-        if table.as_ref().is_some_and(|t| !t.is_empty() && !t.contains_key("keys")) {
-            return Err("TOML without [[keys]] entries".to_owned());
-        }
-        if table.is_some_and(|t| t.contains_key("keys")) {
+        if KeyFormat::of(text) == KeyFormat::Hashed {
+            let table = toml::from_str::<toml::Table>(text).map_err(|e| {
+                format!("not a valid key file: {e} (a file of one key per line starts with `{PLAIN_HEADER}`)")
+            })?;
+            if table.is_empty() {
+                return Err(NO_KEY.to_owned());
+            }
+            if !table.contains_key("keys") {
+                return Err("TOML without [[keys]] entries".to_owned());
+            }
             let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
             for (i, e) in file.keys.into_iter().enumerate() {
                 let hash = hex32(&e.sha256).ok_or_else(|| format!("keys[{i}].sha256: not 64 hex digits"))?;
@@ -168,27 +206,34 @@ impl KeySet {
                 }
             }
         } else {
-            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            for line in text.lines().skip(1).map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
                 let hash = sha256(line);
                 let name = format!("key-{:02x}{:02x}{:02x}{:02x}", hash[0], hash[1], hash[2], hash[3]);
                 keys.insert(hash, Key { name: name.into(), limit: None });
             }
         }
         if keys.is_empty() {
-            return Err("lists no key (every request would be refused)".to_owned());
+            return Err(NO_KEY.to_owned());
         }
         Ok(Self { keys })
     }
 
-    /// Reads and parses `path`.
+    /// Reads and parses `path`, warning when others may read it.
     ///
     /// # Errors
     /// When it cannot be read or parsed.
     pub fn load(path: &Path) -> Result<Self, KeysError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| KeysError::Read { path: path.into(), source })?;
-        Self::parse(&text, Instant::now())
-            .map_err(|problem| KeysError::Invalid { path: path.into(), problem })
+        let set = Self::parse(&text, Instant::now())
+            .map_err(|problem| KeysError::Invalid { path: path.into(), problem })?;
+        let mode = std::fs::metadata(path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
+        if let Ok(mode) = mode
+            && let Some(exposed) = exposure(KeyFormat::of(&text), mode)
+        {
+            tracing::warn!(path = %path.display(), mode = format!("{:o}", mode & 0o777), "--api-keys: {exposed}");
+        }
+        Ok(set)
     }
 
     /// The key an `Authorization` header names, if the file lists it.
@@ -225,6 +270,21 @@ impl KeySet {
     /// Whether it holds none (never, once loaded).
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+}
+
+/// What a file of `format` with permission bits `mode` gives away to others, if anything: a
+/// plain file readable by its group or by anyone hands out the keys; a hashed one readable by
+/// anyone hands out hashes to guess weak keys against.
+fn exposure(format: KeyFormat, mode: u32) -> Option<&'static str> {
+    match format {
+        KeyFormat::Plain if mode & 0o044 != 0 => {
+            Some("the file holds the API keys themselves and others may read it (chmod 600)")
+        }
+        KeyFormat::Hashed if mode & 0o004 != 0 => Some(
+            "anyone on the host may read the keys' hashes, enough to test guesses offline (chmod 640 or 600)",
+        ),
+        _ => None,
     }
 }
 
@@ -288,7 +348,7 @@ mod tests {
         {
             assert_eq!(set.check(bad, 1, t0), Err(Refusal::Unauthorized), "{bad:?}");
         }
-        let plain = KeySet::parse("# ops\nk1\n\n  k2  \n", t0).unwrap();
+        let plain = KeySet::parse(&format!("{PLAIN_HEADER}\n# ops\nk1\n\n  k2  \n"), t0).unwrap();
         assert_eq!(plain.len(), 2);
         assert!(plain.check(Some(b"Bearer k2"), 1, t0).unwrap().starts_with("key-"));
     }
@@ -312,6 +372,25 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_toml_file_lets_no_line_of_it_in() {
+        let t0 = Instant::now();
+        let broken = "[[keys]]\nname = \"alice\nsha256 = \"ab\"\n";
+        assert!(KeySet::parse(broken, t0).is_err());
+        // Declared plain, the same lines would be keys: only the header makes them so.
+        let declared = KeySet::parse(&format!("{PLAIN_HEADER}\n{broken}"), t0).unwrap();
+        assert!(declared.identify(Some(b"Bearer [[keys]]")).is_ok());
+    }
+
+    #[test]
+    fn others_reading_the_file_is_a_warning_by_what_they_get() {
+        assert!(exposure(KeyFormat::Plain, 0o600).is_none());
+        assert!(exposure(KeyFormat::Plain, 0o640).unwrap().contains("keys themselves"));
+        assert!(exposure(KeyFormat::Plain, 0o604).is_some());
+        assert!(exposure(KeyFormat::Hashed, 0o640).is_none());
+        assert!(exposure(KeyFormat::Hashed, 0o644).unwrap().contains("hashes"));
+    }
+
+    #[test]
     fn bad_files_say_which_entry_is_wrong() {
         let t0 = Instant::now();
         let cases = [
@@ -321,7 +400,11 @@ mod tests {
             (&*(toml_of("a", "k", None) + &toml_of("b", "k", None)), "keys[1]: the same key twice"),
             ("[[keys]]\nname = \"a\"\nsha256 = \"x\"\nextra = 1\n", "unknown field"),
             ("# nothing\n", "lists no key"),
+            (&*format!("{PLAIN_HEADER}\n# nothing\n"), "lists no key"),
             ("[server]\nport = 1\n", "without [[keys]]"),
+            // A TOML file with one quote missing is an error, never one key per line.
+            ("[[keys]]\nname = \"alice\nsha256 = \"00\"\n", "not a valid key file"),
+            ("sk-one\nsk-two\n", "not a valid key file"),
         ];
         for (text, needle) in cases {
             let e = KeySet::parse(text, t0).unwrap_err();

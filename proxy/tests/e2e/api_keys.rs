@@ -84,6 +84,18 @@ async fn keys_are_required_rate_limited_named_not_forwarded_and_reloaded_on_sigh
     })
     .await;
     assert_eq!(call(&url, Some("gamma-secret")).await.0, StatusCode::OK, "a broken file keeps the keys");
+    // One quote missing: not TOML, and not a list of keys either (its lines never become keys).
+    std::fs::write(file.path(), "[[keys]]\nname = \"alice\nsha256 = \"00\"\n").unwrap();
+    proxy.node.process().unwrap().hangup().unwrap();
+    eventually(Duration::from_secs(10), "the unparsable file's reload to be refused", async || {
+        let metrics = proxy.metrics().await.ok()?;
+        metrics.contains("infera_proxy_api_key_reloads_total{outcome=\"error\"} 2").then_some(())
+    })
+    .await;
+    for line in ["[[keys]]", "name = \"alice", "sha256 = \"00\""] {
+        assert_eq!(call(&url, Some(line)).await.0, StatusCode::UNAUTHORIZED, "{line} is not a key");
+    }
+    assert_eq!(call(&url, Some("gamma-secret")).await.0, StatusCode::OK);
 
     let metrics = proxy.metrics().await.unwrap();
     assert!(
