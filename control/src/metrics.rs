@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, Plain, serve_http};
+use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use infera_proto::types::{ModelName, PickKind, ReleaseReason, Role};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -370,7 +370,8 @@ pub async fn serve(
         let (registry, readiness) = (registry.clone(), readiness.clone());
         async move { respond(&req, &registry, &readiness) }
     };
-    serve_http(listener, Plain, handler, shutdown, Drain::For(SCRAPE_DRAIN)).await;
+    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    serve_http(listener, Plain, handler, shutdown, Drain::For(SCRAPE_DRAIN), listening).await;
 }
 
 fn respond(req: &Request<Incoming>, registry: &Registry, readiness: &Readiness) -> Response<Full<Bytes>> {

@@ -4,10 +4,12 @@
 //! or behind TLS (feature `tls`). The proxy's API, the sim's API and
 //! bootstrap ports and control's `/metrics` all run on it.
 
+pub mod limits;
 #[cfg(feature = "tls")]
 pub mod tls;
 mod version;
 
+pub use limits::{ConnLimits, Gate, GateCounts};
 pub use version::Speaks;
 
 use std::convert::Infallible;
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -107,17 +109,37 @@ impl Handshake for std::sync::Arc<tls::ServerTls> {
     }
 }
 
+/// A listener's limits and its open-connection cap (whose counters the caller may export).
+#[derive(Clone, Debug)]
+pub struct Listening {
+    /// The limits every connection is held to.
+    pub limits: ConnLimits,
+    /// The cap on open connections, and its counters.
+    pub gate: std::sync::Arc<Gate>,
+}
+
+impl Listening {
+    /// `limits`, with a gate of `limits.max_connections`.
+    pub fn new(limits: ConnLimits) -> Self {
+        Self { limits, gate: Gate::new(limits.max_connections) }
+    }
+}
+
 /// Serves `handler` on `listener` until `stop` resolves, then stops accepting and drains open
 /// connections as `drain` says. Each connection's `handshake` runs on its own task; a failed one
 /// is logged at debug and costs the loop nothing. A connection whose HTTP version is known
-/// ([`Handshake::speaks`]) is served as that version, any other by hyper-util's detection. Accept
-/// errors (e.g. too many open files) are logged and the loop goes on.
+/// ([`Handshake::speaks`]) is served as that version, any other by hyper-util's detection.
+/// `listening` bounds what connections cost ([`ConnLimits`]): the handshake and first bytes
+/// and each HTTP/1 request head within `header_read`, at most `max_connections` open (one past
+/// it is closed at once), HTTP/2 streams and header sizes capped, dead HTTP/2 peers found by
+/// pings; a failed accept (e.g. too many open files) is retried after a growing wait.
 pub async fn serve_http<S, H, F, B>(
     listener: TcpListener,
     handshake: S,
     handler: H,
     stop: impl Future<Output = ()>,
     drain: Drain,
+    listening: Listening,
 ) where
     S: Handshake,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -127,23 +149,22 @@ pub async fn serve_http<S, H, F, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = GracefulShutdown::new();
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    let http1 = hyper::server::conn::http1::Builder::new();
-    let http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    let Listening { limits, gate } = listening;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    limit_http1(&mut http1, &limits);
+    limit_http2(&mut http2, &limits);
+    limit_http1(&mut builder.http1(), &limits);
+    limit_http2(&mut builder.http2(), &limits);
     // Set at the stop: a connection that has sent nothing yet is closed then, as hyper-util's
     // detection would close it.
     let (closing, _) = watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
-        let (stream, peer) = tokio::select! {
+        let (stream, peer, place) = tokio::select! {
             _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
+            accepted = limits::accept(&listener, &gate) => accepted,
         };
         // Small requests and streamed chunks: never wait for Nagle.
         let _ = stream.set_nodelay(true);
@@ -161,16 +182,28 @@ pub async fn serve_http<S, H, F, B>(
         let (builder, http1, http2, handshake) =
             (builder.clone(), http1.clone(), http2.clone(), handshake.clone());
         let mut closing = closing.subscribe();
+        let header_read = limits.header_read;
         tokio::spawn(async move {
-            let io = match handshake.handshake(stream).await {
-                Ok(io) => io,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "handshake failed");
-                    return;
-                }
+            let _place = place;
+            // The handshake and the first bytes within the header deadline: a connection that
+            // never speaks is closed then, not held.
+            let opened = async {
+                let io = handshake.handshake(stream).await?;
+                let speaks = S::speaks(&io).await;
+                Ok::<_, std::io::Error>((io, speaks))
             };
-            let speaks = tokio::select! {
-                speaks = S::speaks(&io) => speaks,
+            let (io, speaks) = tokio::select! {
+                opened = tokio::time::timeout(header_read, opened) => match opened {
+                    Ok(Ok(opened)) => opened,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, ?header_read, "closed: nothing sent within the header deadline");
+                        return;
+                    }
+                },
                 _ = closing.wait_for(|closing| *closing) => return,
             };
             let io = TokioIo::new(io);
@@ -200,105 +233,64 @@ pub async fn serve_http<S, H, F, B>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use http_body_util::{BodyExt, Empty, Full};
-    use hyper::body::Bytes;
-    use hyper_util::client::legacy::Client;
-    use tokio::sync::Notify;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn a_stopped_server_refuses_new_connections_and_finishes_what_it_serves() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (fire, fired) = tokio::sync::oneshot::channel::<()>();
-        let stop = Stop::on(async move {
-            let _ = fired.await;
-        });
-        // `/slow` says when it has arrived, then answers only once let go.
-        let (arrived, let_go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let handler = {
-            let (arrived, let_go) = (arrived.clone(), let_go.clone());
-            move |req: Request<Incoming>| {
-                let (arrived, let_go) = (arrived.clone(), let_go.clone());
-                async move {
-                    if req.uri().path() == "/slow" {
-                        arrived.notify_one();
-                        let_go.notified().await;
-                    }
-                    Response::new(Full::new(Bytes::from(req.uri().path().to_owned())))
-                }
-            }
-        };
-        let server = tokio::spawn(serve_http(listener, Plain, handler, stop.wait(), Drain::Unbounded));
-        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let get = |path: &str| client.get(format!("http://{addr}{path}").parse().unwrap());
-        let body = get("/fast").await.unwrap().into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(body, "/fast");
-        let slow = tokio::spawn(get("/slow"));
-        arrived.notified().await;
-        fire.send(()).unwrap();
-        stop.wait().await;
-        let_go.notify_one();
-        let answered = slow.await.unwrap().unwrap().into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(answered, "/slow", "an open request finishes after the stop");
-        server.await.unwrap();
-        assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
-        // A late clone of the signal sees the stop too.
-        stop.clone().wait().await;
-    }
-
-    #[tokio::test]
-    async fn both_http_versions_are_served_and_a_silent_connection_does_not_hold_up_the_stop() {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (fire, fired) = tokio::sync::oneshot::channel::<()>();
-        let handler = |req: Request<Incoming>| async move {
-            Response::new(Full::new(Bytes::from(format!("{:?}", req.version()))))
-        };
-        let stop = async move {
-            let _ = fired.await;
-        };
-        let server = tokio::spawn(serve_http(listener, Plain, handler, stop, Drain::Unbounded));
-        let http1 = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let http2 = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
-        let url: hyper::Uri = format!("http://{addr}/").parse().unwrap();
-        for (client, version) in [(&http1, "HTTP/1.1"), (&http2, "HTTP/2.0")] {
-            let resp = client.get(url.clone()).await.unwrap();
-            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), version);
-        }
-
-        // HTTP/2's preface in two writes: whether the peek saw a part of it (hyper-util then
-        // reads the rest) or all of it, the server answers with its SETTINGS frame.
-        let mut split = TcpStream::connect(addr).await.unwrap();
-        split.set_nodelay(true).unwrap();
-        split.write_all(&version::H2_PREFACE[..10]).await.unwrap();
-        tokio::task::yield_now().await;
-        split.write_all(&version::H2_PREFACE[10..]).await.unwrap();
-        // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
-        split.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-        let mut head = [0u8; 9];
-        split.read_exact(&mut head).await.unwrap();
-        assert_eq!(head[3], 4, "the server's first frame is SETTINGS: {head:?}");
-        // (It could not answer the PING of HTTP/2's graceful close.)
-        drop(split);
-
-        // A connection that never sends a byte is closed at the stop. The listener accepts in
-        // order: once a connection made after it is answered, it has been accepted.
-        let mut silent = TcpStream::connect(addr).await.unwrap();
-        let fresh = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        assert!(fresh.get(url).await.unwrap().status().is_success());
-        fire.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(10), server)
-            .await
-            .expect("the stop is not held up by a silent connection")
-            .unwrap();
-        assert_eq!(silent.read(&mut [0u8; 1]).await.unwrap(), 0, "closed without an answer");
-    }
+/// HTTP/1: a deadline for every request head, and its size.
+fn limit_http1<B: Http1Knobs>(b: &mut B, limits: &ConnLimits) {
+    b.knobs(limits);
 }
+
+/// HTTP/2: streams per connection, header list size, keep-alive pings, and the bounds on reset
+/// streams that answer "rapid reset" floods.
+fn limit_http2<B: Http2Knobs>(b: &mut B, limits: &ConnLimits) {
+    b.knobs(limits);
+}
+
+/// The HTTP/1 settings of hyper's builder and of hyper-util's auto builder alike.
+trait Http1Knobs {
+    fn knobs(&mut self, limits: &ConnLimits);
+}
+
+/// The HTTP/2 settings of hyper's builder and of hyper-util's auto builder alike.
+trait Http2Knobs {
+    fn knobs(&mut self, limits: &ConnLimits);
+}
+
+/// Reset streams a client may leave for the server to accept, and the server's own resets, before
+/// the connection is closed (hyper's defaults, stated).
+const MAX_RESET_STREAMS: usize = 20;
+const MAX_LOCAL_RESETS: usize = 1024;
+
+macro_rules! http1_knobs {
+    ($t:ty) => {
+        impl Http1Knobs for $t {
+            fn knobs(&mut self, limits: &ConnLimits) {
+                self.timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read)
+                    .max_buf_size((limits.max_header_bytes as usize).max(8192));
+            }
+        }
+    };
+}
+
+macro_rules! http2_knobs {
+    ($t:ty) => {
+        impl Http2Knobs for $t {
+            fn knobs(&mut self, limits: &ConnLimits) {
+                self.timer(TokioTimer::new())
+                    .max_concurrent_streams(limits.h2_max_concurrent_streams)
+                    .max_header_list_size(limits.max_header_bytes)
+                    .keep_alive_interval(limits.h2_keep_alive)
+                    .keep_alive_timeout(limits.h2_keep_alive)
+                    .max_pending_accept_reset_streams(MAX_RESET_STREAMS)
+                    .max_local_error_reset_streams(MAX_LOCAL_RESETS);
+            }
+        }
+    };
+}
+
+http1_knobs!(hyper::server::conn::http1::Builder);
+http1_knobs!(hyper_util::server::conn::auto::Http1Builder<'_, TokioExecutor>);
+http2_knobs!(hyper::server::conn::http2::Builder<TokioExecutor>);
+http2_knobs!(hyper_util::server::conn::auto::Http2Builder<'_, TokioExecutor>);
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,10 @@ use clap::{Args as ClapArgs, Parser};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use infera_tokenize::{ChatTemplateSource, EncoderChoice, LoadError, Tokenizer};
 
+mod connections;
 mod tls;
+
+pub use connections::Connections;
 
 pub use tls::TlsConfig;
 
@@ -25,6 +28,8 @@ pub struct Args {
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
+    connections: connections::ConnectionArgs,
+    #[command(flatten)]
     clients: ClientArgs,
     #[command(flatten)]
     tokenizer: TokenizerArgs,
@@ -37,7 +42,8 @@ pub struct Args {
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Listen")]
 struct ListenArgs {
-    /// HTTP address (OpenAI + SGLang APIs, /health, /metrics). Port 0 picks a free port.
+    /// HTTP address (OpenAI + SGLang APIs, /health, and /metrics unless --metrics-listen).
+    /// Port 0 picks a free port.
     #[arg(long, env = "INFERA_PROXY_LISTEN", default_value = "127.0.0.1:8000")]
     listen: SocketAddr,
     /// This proxy's name in control's lease table; default `infera-proxy@<listen address>` (the
@@ -190,6 +196,8 @@ pub struct Config {
     pub targets_refresh: Duration,
     /// Body limit.
     pub max_body_bytes: usize,
+    /// The listener's connection limits, the body deadline, the metrics address.
+    pub connections: Connections,
     /// Timeout to the answer's head.
     pub request_timeout: Duration,
     /// The in-flight limit and its queue.
@@ -270,6 +278,7 @@ impl TryFrom<Args> for Config {
             lease_ttl: Duration::from_millis(a.control.lease_ttl_ms),
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
             max_body_bytes: a.limits.max_body_bytes,
+            connections: a.connections.into(),
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
             admission: crate::admission::Limits {
                 max_inflight: a.limits.max_inflight,

@@ -87,6 +87,9 @@ pub enum ProxyError {
         /// `--max-body-bytes`.
         limit: usize,
     },
+    /// The body did not arrive within `--body-read-timeout-ms` of the head.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(Duration),
     /// Body not JSON.
     #[error("request body is not valid JSON: {0}")]
     BadJson(#[source] serde_json::Error),
@@ -170,6 +173,7 @@ impl ProxyError {
     pub fn source_side(&self) -> ErrorSource {
         match self {
             Self::BodyTooLarge { .. }
+            | Self::BodyTimeout(_)
             | Self::BadJson(_)
             | Self::BadRequest(_)
             | Self::NoRoute { .. }
@@ -216,6 +220,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::NoTarget { .. } | Self::NoCompatiblePair(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -233,6 +238,7 @@ impl ProxyError {
     fn kind(&self) -> (&'static str, &'static str) {
         match self {
             Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            Self::BodyTimeout(_) => ("invalid_request_error", "request_timeout"),
             Self::BadJson(_) | Self::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             Self::NoRoute { .. } => ("invalid_request_error", "not_found"),
             Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 pub use config::{Args, Config, ConfigError};
 use infera_proto::serve::Stop;
-use tokio::net::TcpListener;
+pub use server::Listeners;
 
 use crate::control::ControlLink;
 use crate::metrics::ProxyMetrics;
@@ -109,15 +109,18 @@ impl Reloadable {
     }
 }
 
-/// Runs the proxy on `listener` until `shutdown` resolves; then stops accepting, lets open
+/// Runs the proxy on `listeners` until `shutdown` resolves; then stops accepting, lets open
 /// requests finish, and closes its lease with control.
 pub async fn run(
-    listener: TcpListener,
+    listeners: Listeners,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let Listeners { api: listener, metrics: metrics_listener } = listeners;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(ProxyMetrics::register(&mut registry));
+    let listening = infera_proto::serve::Listening::new(config.connections.limits);
+    let connections = metrics::ConnectionMetrics::register(&mut registry, listening.gate.clone());
     let name = config.name.clone().unwrap_or_else(|| default_name(listener.local_addr().ok()));
     let link = ControlLink::new(&config, name, metrics.clone());
     let stop = Stop::on(shutdown);
@@ -132,8 +135,13 @@ pub async fn run(
     };
     reloadable.on_sighup()?;
     let admission = admission::Admission::new(config.admission);
-    let ctx = Arc::new(Ctx { up, registry, config, admission });
-    server::serve(ctx, listener, stop.wait()).await;
+    let ctx = Arc::new(Ctx { up, registry, config, admission, connections });
+    let metrics_server =
+        metrics_listener.map(|l| tokio::spawn(server::serve_metrics(ctx.clone(), l, stop.wait())));
+    server::serve(ctx, listener, listening, stop.wait()).await;
+    if let Some(m) = metrics_server {
+        let _ = m.await;
+    }
     link.close().await;
     Ok(())
 }

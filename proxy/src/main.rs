@@ -19,9 +19,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot bind --listen {}", config.listen))?;
     let addr = listener.local_addr()?;
-    // One line on stdout that scripts and tests wait for (the port may have been 0).
+    let metrics = match config.connections.metrics_listen {
+        Some(at) => {
+            Some(TcpListener::bind(at).await.with_context(|| format!("cannot bind --metrics-listen {at}"))?)
+        }
+        None => None,
+    };
+    // One line on stdout that scripts and tests wait for (the ports may have been 0).
     let tls = if config.tls.listener.is_some() { " tls=on" } else { "" };
-    println!("infera-proxy listening http={addr}{tls}");
+    let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok()).map(|a| format!(" metrics={a}"));
+    println!("infera-proxy listening http={addr}{}{tls}", metrics_addr.unwrap_or_default());
     tracing::info!(%addr, control = ?config.control.iter().map(ToString::to_string).collect::<Vec<_>>(), "infera-proxy started");
     if let Some(tokenizer) = &config.tokenizer {
         match tokenizer.encoder() {
@@ -34,7 +41,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             EncoderKind::Reference(reason) => tracing::warn!(%reason, "tokenizer: encoding with tokenizers"),
         }
     }
-    let result = infera_proxy::run(listener, config, telemetry::stop_signal()).await;
+    let listeners = infera_proxy::Listeners { api: listener, metrics };
+    let result = infera_proxy::run(listeners, config, telemetry::stop_signal()).await;
     telemetry.shutdown().await;
     result
 }

@@ -1,5 +1,9 @@
 //! Prometheus metrics of the proxy, registered once and passed down.
 
+mod connections;
+
+pub use connections::ConnectionMetrics;
+
 use infera_proto::types::{PickKind, ReleaseReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, Plain, serve_http};
+use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use infera_proto::types::Api;
 use prometheus_client::registry::Registry;
 use serde_json::json;
@@ -38,18 +38,57 @@ pub struct Ctx {
     pub config: Config,
     /// The in-flight limit and its queue.
     pub admission: Admission,
+    /// The client listener's connection gauges.
+    pub connections: crate::metrics::ConnectionMetrics,
 }
 
-/// Serves `listener` until `stop` resolves, then lets open connections finish (streams end
-/// on their own: the drain is unbounded), on the accept loop every infera server shares
-/// (behind TLS with `--tls-cert`).
-pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener, stop: impl std::future::Future<Output = ()>) {
+/// Where the proxy serves: the API, and `/metrics` apart (`--metrics-listen`) or not.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The API (and `/health`; `/metrics` too without `metrics`).
+    pub api: TcpListener,
+    /// `/metrics` alone, plain HTTP.
+    pub metrics: Option<TcpListener>,
+}
+
+/// Serves the API on `api` until `stop` resolves, then lets open connections finish (streams end
+/// on their own: the drain is unbounded), on the accept loop every infera server shares (behind
+/// TLS with `--tls-cert`), held to the configured connection limits through `listening`.
+pub async fn serve(
+    ctx: Arc<Ctx>,
+    api: TcpListener,
+    listening: Listening,
+    stop: impl std::future::Future<Output = ()>,
+) {
     let tls = ctx.config.tls.listener.clone();
     let handler = move |req| handle(ctx.clone(), req);
     match tls {
-        Some(tls) => serve_http(listener, tls, handler, stop, Drain::Unbounded).await,
-        None => serve_http(listener, Plain, handler, stop, Drain::Unbounded).await,
+        Some(tls) => serve_http(api, tls, handler, stop, Drain::Unbounded, listening).await,
+        None => serve_http(api, Plain, handler, stop, Drain::Unbounded, listening).await,
     }
+}
+
+/// Serves `/metrics` alone on `listener` (`--metrics-listen`) until `stop`.
+pub async fn serve_metrics(
+    ctx: Arc<Ctx>,
+    listener: TcpListener,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let handler = move |req: Request<Incoming>| {
+        let ctx = ctx.clone();
+        async move {
+            match (req.method(), req.uri().path()) {
+                (&Method::GET, "/metrics") => metrics(&ctx),
+                (method, path) => {
+                    let e = ProxyError::NoRoute { method: method.clone(), path: path.to_owned() };
+                    e.into_response(&facts::new_request_id())
+                }
+            }
+        }
+    };
+    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    serve_http(listener, Plain, handler, stop, Drain::For(std::time::Duration::from_secs(5)), listening)
+        .await;
 }
 
 async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
@@ -66,7 +105,9 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         }
         (&Method::GET, "/health" | "/liveness") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readiness") => return readiness(&ctx),
-        (&Method::GET, "/metrics") => return metrics(&ctx),
+        (&Method::GET, "/metrics") if ctx.config.connections.metrics_listen.is_none() => {
+            return metrics(&ctx);
+        }
         (method, path) => {
             let e = ProxyError::NoRoute { method: method.clone(), path: path.to_owned() };
             return e.into_response(&facts::new_request_id());
@@ -133,9 +174,15 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
     };
     let deadline = admitted.deadline;
     started.admitted = Some(admitted);
-    let bytes = match read_body(body, ctx.config.max_body_bytes, &parts.headers).await {
-        Ok(b) => b,
-        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+    let read = read_body(body, ctx.config.max_body_bytes, &parts.headers);
+    let body_read = ctx.config.connections.body_read_timeout;
+    let bytes = match tokio::time::timeout(body_read, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+        Err(_) => {
+            return ProxyError::BodyTimeout(body_read)
+                .into_response(&header_id.unwrap_or_else(facts::new_request_id));
+        }
     };
     let facts = match facts::derive(api, &parts.headers, &bytes) {
         Ok(f) => f,
@@ -247,6 +294,7 @@ fn readiness(ctx: &Ctx) -> Response<Body> {
 
 fn metrics(ctx: &Ctx) -> Response<Body> {
     ctx.up.metrics.lease_held(ctx.up.link.lease().is_some());
+    ctx.connections.refresh();
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &ctx.registry) {
         Ok(()) => {

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use infera_proto::serve::{Drain, Plain, serve_http};
+use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use tokio::net::TcpListener;
 
 /// Every response body: whole, or a stream that may fail (failing closes the connection).
@@ -27,7 +27,9 @@ where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    serve_http(listener, Plain, handler, stop, Drain::For(DRAIN)).await;
+    // SGLang serves with uvicorn; the emulator holds its connections to the same kind of limits.
+    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    serve_http(listener, Plain, handler, stop, Drain::For(DRAIN), listening).await;
 }
 
 /// A JSON response.

@@ -79,7 +79,8 @@ impl ProxySpec {
         let mut argv = vec!["infera-proxy".to_owned()];
         argv.extend(self.argv());
         let config = infera_proxy::Config::try_from(infera_proxy::Args::try_parse_from(argv)?)?;
-        let server = Server::spawn("infera-proxy", move |stop| infera_proxy::run(listener, config, stop));
+        let listeners = infera_proxy::Listeners { api: listener, metrics: None };
+        let server = Server::spawn("infera-proxy", move |stop| infera_proxy::run(listeners, config, stop));
         Ok(Proxy { url, node: Node::InProcess(server) })
     }
 
