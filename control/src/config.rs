@@ -11,11 +11,13 @@ use infera_proto::types::{
 
 use crate::fit::WeightMode;
 
+mod grpc;
 mod limits;
 mod listen;
 mod tls;
 mod weight;
 
+pub use grpc::GrpcLimits;
 pub use listen::ListenError;
 pub use tls::ControlTls;
 
@@ -30,6 +32,8 @@ use weight::WeightArg;
 #[derive(Parser, Debug)]
 #[command(name = "infera-control", version, about, long_about = None)]
 pub struct Args {
+    #[command(flatten)]
+    grpc_limits: grpc::GrpcLimitArgs,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
@@ -181,6 +185,8 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// `/metrics` address.
     pub metrics_listen: SocketAddr,
+    /// What a connection to the gRPC sockets may cost.
+    pub grpc_limits: GrpcLimits,
     /// The workers of the static file (empty with etcd); `dp_size` may be left out.
     pub workers: Vec<RegisteredWorker>,
     /// etcd endpoints; empty = the static file is the registry.
@@ -275,6 +281,7 @@ impl TryFrom<Args> for Config {
             listen: a.listen.listen,
             admin_listen: a.listen.admin_listen,
             metrics_listen: a.listen.metrics_listen,
+            grpc_limits: a.grpc_limits.into(),
             workers: match &a.registry.workers {
                 Some(path) => workers_file::load(path)?,
                 None => Vec::new(),

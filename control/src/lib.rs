@@ -59,11 +59,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use infera_proto::serve::Stop;
 use rand::{SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::{Args, Config, ConfigError};
 
@@ -204,10 +202,11 @@ pub async fn run(
     };
     let metrics = tokio::spawn(metrics::serve(listeners.metrics, Arc::new(registry), readiness, stopped()));
     let server_tls = config.tls.as_ref().map(|tls| tls.server.clone());
-    let grpc = serve_grpc(listeners.grpc, routes.grpc, server_tls.clone(), stopped());
+    let limits = config.grpc_limits;
+    let grpc = serve_grpc(listeners.grpc, routes.grpc, server_tls.clone(), limits, stopped());
     match (listeners.admin, routes.admin) {
         (Some(listener), Some(admin)) => {
-            tokio::try_join!(grpc, serve_grpc(listener, admin, server_tls, stopped()))?;
+            tokio::try_join!(grpc, serve_grpc(listener, admin, server_tls, limits, stopped()))?;
         }
         _ => grpc.await?,
     }
@@ -219,29 +218,30 @@ pub async fn run(
 }
 
 /// Serves `routes` on `listener` until `stop`, over TLS with `tls` (`--tls-cert`, the same on
-/// every gRPC socket).
+/// every gRPC socket), each connection held to `limits` (`--grpc-*`): a cap on open
+/// connections, a deadline to speak, HTTP/2 streams per connection, keep-alive pings that find
+/// vanished peers.
 async fn serve_grpc(
     listener: TcpListener,
     routes: tonic::service::Routes,
     tls: Option<Arc<infera_proto::serve::tls::ServerTls>>,
+    limits: config::GrpcLimits,
     stop: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let server = tonic::transport::Server::builder().add_routes(routes);
+    use infera_proto::serve::{Listening, grpc};
+    let conn = limits.conn;
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(conn.h2_max_concurrent_streams)
+        .http2_keepalive_interval(Some(conn.h2_keep_alive))
+        .http2_keepalive_timeout(Some(conn.h2_keep_alive))
+        .http2_max_header_list_size(conn.max_header_bytes)
+        .add_routes(routes);
+    let listening = Listening::new(conn);
     match tls {
         Some(tls) => {
-            let incoming = infera_proto::serve::tls::incoming(listener, tls);
-            server.serve_with_incoming_shutdown(incoming, stop).await
+            server.serve_with_incoming_shutdown(grpc::incoming(listener, tls, listening), stop).await
         }
-        None => {
-            let incoming = TcpListenerStream::new(listener).map(|conn| {
-                if let Ok(stream) = &conn {
-                    // Picks are small unary calls: never wait for Nagle.
-                    let _ = stream.set_nodelay(true);
-                }
-                conn
-            });
-            server.serve_with_incoming_shutdown(incoming, stop).await
-        }
+        None => server.serve_with_incoming_shutdown(grpc::plain(listener, listening), stop).await,
     }
 }
 

@@ -4,6 +4,8 @@
 //! or behind TLS (feature `tls`). The proxy's API, the sim's API and
 //! bootstrap ports and control's `/metrics` all run on it.
 
+#[cfg(feature = "tls")]
+pub mod grpc;
 pub mod limits;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -212,43 +212,6 @@ impl ServerTls {
     }
 }
 
-/// The TLS connections of `listener` for a server that takes a stream of connections (tonic's
-/// `serve_with_incoming`): one task accepts, each handshake runs on its own task, and finished
-/// handshakes come out in the order they finish. Failed handshakes are logged at debug and
-/// dropped. The listener closes when the stream is dropped.
-pub fn incoming(
-    listener: tokio::net::TcpListener,
-    tls: Arc<ServerTls>,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = tx.closed() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                },
-            };
-            // Small unary calls: never wait for Nagle.
-            let _ = tcp.set_nodelay(true);
-            let (tx, tls) = (tx.clone(), tls.clone());
-            tokio::spawn(async move {
-                match tls.accept(tcp).await {
-                    Ok(stream) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                }
-            });
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
 /// A client certificate and its key (PEM files), for mutual TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentityFiles {
