@@ -176,8 +176,15 @@ pub async fn run(
         None => None,
     };
     let admin_apart = listeners.admin.is_some();
-    let routes =
-        service::routes(state.clone(), config.admin_token, peers, stop.receiver(), admin_apart).await?;
+    let routes = service::routes(
+        state.clone(),
+        config.admin_token,
+        peers,
+        stop.receiver(),
+        admin_apart,
+        config.grpc_limits.max_message_bytes,
+    )
+    .await?;
     if !etcd.is_empty() {
         state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse

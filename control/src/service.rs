@@ -39,19 +39,22 @@ const REFLECTION: [&str; 2] =
 /// what that socket serves.
 /// `stop` fires at shutdown; open `WatchDecisions` streams end then, so a graceful shutdown
 /// does not wait on an operator's grpcurl. `peers`: the TLS a follower forwards Admin calls to
-/// an `https://` leader with.
+/// an `https://` leader with. `max_message_bytes`: the largest message either service decodes.
 pub async fn routes(
     state: Arc<ControlState>,
     admin_token: Option<String>,
     peers: Option<Arc<crate::tls::PeerTls>>,
     stop: tokio::sync::watch::Receiver<()>,
     admin_apart: bool,
+    max_message_bytes: usize,
 ) -> Result<Served, tonic_reflection::server::Error> {
     let admin = InterceptedService::new(
-        AdminServer::new(admin::AdminService::new(state.clone(), stop, peers)),
+        AdminServer::new(admin::AdminService::new(state.clone(), stop, peers))
+            .max_decoding_message_size(max_message_bytes),
         AdminAuth::new(admin_token),
     );
-    let router = RouterServer::new(router::RouterService::new(state));
+    let router =
+        RouterServer::new(router::RouterService::new(state)).max_decoding_message_size(max_message_bytes);
     const ROUTER: &str = <RouterServer<router::RouterService> as NamedService>::NAME;
     const ADMIN: &str = <AdminServer<admin::AdminService> as NamedService>::NAME;
     if !admin_apart {
