@@ -100,6 +100,12 @@ struct LimitArgs {
     /// Largest request body accepted (413 above).
     #[arg(long, env = "INFERA_PROXY_MAX_BODY_BYTES", default_value_t = 32 << 20)]
     max_body_bytes: usize,
+    /// Most JSON values a request body may parse into (each scalar, array, object and object
+    /// key; 413 above): what bounds the memory of the parsed request, ≈ 50 bytes a value. A
+    /// 128 k-token `input_ids` array is 128 k values.
+    #[arg(long, env = "INFERA_PROXY_MAX_BODY_VALUES", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u64).range(1_000..=1 << 30))]
+    max_body_values: u64,
     /// Most generation requests in flight through this proxy; above it requests wait in a
     /// queue. 0 = no limit.
     #[arg(long, env = "INFERA_PROXY_MAX_INFLIGHT", default_value_t = 0)]
@@ -196,6 +202,8 @@ pub struct Config {
     pub targets_refresh: Duration,
     /// Body limit.
     pub max_body_bytes: usize,
+    /// How many JSON values a body may hold.
+    pub max_body_values: usize,
     /// The listener's connection limits, the body deadline, the metrics address.
     pub connections: Connections,
     /// Timeout to the answer's head.
@@ -278,6 +286,7 @@ impl TryFrom<Args> for Config {
             lease_ttl: Duration::from_millis(a.control.lease_ttl_ms),
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
             max_body_bytes: a.limits.max_body_bytes,
+            max_body_values: usize::try_from(a.limits.max_body_values).unwrap_or(usize::MAX),
             connections: a.connections.into(),
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
             admission: crate::admission::Limits {

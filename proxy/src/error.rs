@@ -87,6 +87,22 @@ pub enum ProxyError {
         /// `--max-body-bytes`.
         limit: usize,
     },
+    /// A body that parses into more JSON values than `--max-body-values` allows.
+    #[error("request body holds {values} JSON values, more than the limit of {limit}")]
+    BodyTooComplex {
+        /// The values it holds.
+        values: usize,
+        /// `--max-body-values`.
+        limit: usize,
+    },
+    /// An id, a name or a session key over the length limit.
+    #[error("{what} is longer than {limit} bytes")]
+    TooLong {
+        /// Which: `x-request-id`, `x-session-id`, `model`, `rid`, `user`, …
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
     /// The body did not arrive within `--body-read-timeout-ms` of the head.
     #[error("the request body did not arrive within {0:?}")]
     BodyTimeout(Duration),
@@ -173,6 +189,8 @@ impl ProxyError {
     pub fn source_side(&self) -> ErrorSource {
         match self {
             Self::BodyTooLarge { .. }
+            | Self::BodyTooComplex { .. }
+            | Self::TooLong { .. }
             | Self::BodyTimeout(_)
             | Self::BadJson(_)
             | Self::BadRequest(_)
@@ -219,7 +237,8 @@ impl ProxyError {
     /// The HTTP status for the client.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::BodyTooComplex { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLong { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
@@ -237,7 +256,10 @@ impl ProxyError {
 
     fn kind(&self) -> (&'static str, &'static str) {
         match self {
-            Self::BodyTooLarge { .. } => ("invalid_request_error", "request_too_large"),
+            Self::BodyTooLarge { .. } | Self::BodyTooComplex { .. } => {
+                ("invalid_request_error", "request_too_large")
+            }
+            Self::TooLong { .. } => ("invalid_request_error", "invalid_request"),
             Self::BodyTimeout(_) => ("invalid_request_error", "request_timeout"),
             Self::BadJson(_) | Self::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             Self::NoRoute { .. } => ("invalid_request_error", "not_found"),

@@ -75,6 +75,12 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     let Value::Object(mut body) = value else {
         return Err(ProxyError::BadRequest("request body must be a JSON object"));
     };
+    crate::bounds::check_body_ids(&body)?;
+    for name in ["x-request-id", "x-session-id"] {
+        if let Some(v) = headers.get(name) {
+            crate::bounds::check_len(name, &String::from_utf8_lossy(v.as_bytes()))?;
+        }
+    }
     let model = match api {
         // SGLang's /generate has no model field; a client may name one for routing.
         Api::Generate => body.remove("model"),

@@ -44,15 +44,54 @@ pub struct Dispatched {
     pub rid: RequestId,
 }
 
-/// The bodies of both legs.
+/// The bodies of both legs, each the client's JSON with the keys the leg sets on top.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LegBodies {
     /// Prefill body (PD only).
-    pub prefill: Option<Map<String, Value>>,
+    pub prefill: Option<LegBody>,
     /// Decode body.
-    pub decode: Map<String, Value>,
+    pub decode: LegBody,
     /// The id both legs carry to the engines (`None`: a batch, whose items SGLang names).
     pub rid: Option<RequestId>,
+}
+
+/// One leg's body: the keys it sets over the client's body. The client's JSON tree is parsed
+/// once and shared; each leg's bytes are written from it and these keys, never from a copy of
+/// the tree (a 32 MiB prompt is not held three times).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LegBody {
+    /// The keys this leg sets (a key the client sent too takes its place in the client's order).
+    pub over: Map<String, Value>,
+}
+
+impl LegBody {
+    /// The bytes sent: the client's members in their order, those `over` sets replaced, then
+    /// `over`'s other keys.
+    pub fn to_bytes(&self, base: &Map<String, Value>) -> Bytes {
+        let merged = Merged { base, over: &self.over };
+        Bytes::from(serde_json::to_vec(&merged).expect("a JSON map serialises"))
+    }
+}
+
+/// A JSON object written as `base` with `over` on top, without building it.
+struct Merged<'a> {
+    base: &'a Map<String, Value>,
+    over: &'a Map<String, Value>,
+}
+
+impl serde::Serialize for Merged<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let added = self.over.iter().filter(|(k, _)| !self.base.contains_key(*k));
+        let mut map = s.serialize_map(Some(self.base.len() + added.clone().count()))?;
+        for (k, v) in self.base {
+            map.serialize_entry(k, self.over.get(k).unwrap_or(v))?;
+        }
+        for (k, v) in added {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 /// The key SGLang takes a request's id under.
@@ -84,17 +123,17 @@ pub fn leg_bodies(
     decode: &Endpoint,
     room: u64,
 ) -> LegBodies {
-    let mut base = facts.body.clone();
+    let mut base = Map::new();
     // The id becomes SGLang's request id, so /abort_request can name it.
     let rid = engine_rid(facts, attempt);
     if let Some(rid) = &rid {
         base.insert(rid_key(facts.api).into(), json!(rid.as_str()));
     }
-    let with_rank = |mut body: Map<String, Value>, e: &Endpoint| {
+    let with_rank = |mut over: Map<String, Value>, e: &Endpoint| {
         if e.dp_size > 1 {
-            body.insert("routed_dp_rank".into(), json!(e.rank.0));
+            over.insert("routed_dp_rank".into(), json!(e.rank.0));
         }
-        body
+        LegBody { over }
     };
     let Some(p) = prefill else {
         return LegBodies { prefill: None, decode: with_rank(base, decode), rid };
@@ -108,7 +147,7 @@ pub fn leg_bodies(
     let prefill_body = with_rank(base.clone(), p);
     let mut decode_body = with_rank(base, decode);
     if p.dp_size > 1 {
-        decode_body.insert("disagg_prefill_dp_rank".into(), json!(p.rank.0));
+        decode_body.over.insert("disagg_prefill_dp_rank".into(), json!(p.rank.0));
     }
     LegBodies { prefill: Some(prefill_body), decode: decode_body, rid }
 }
@@ -146,10 +185,10 @@ pub async fn dispatch(
     let bodies =
         leg_bodies(facts, attempt, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
     let rid = bodies.rid.clone().unwrap_or_else(|| facts.request_id.clone());
-    let decode_req = leg_request(&decode.endpoint, facts.api, headers, &bodies.decode);
+    let decode_req = leg_request(&decode.endpoint, facts.api, headers, bodies.decode.to_bytes(&facts.body));
     let mut prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
-            let req = leg_request(&pick.endpoint, facts.api, headers, &body);
+            let req = leg_request(&pick.endpoint, facts.api, headers, body.to_bytes(&facts.body));
             Some(PrefillLeg::spawn(up.clone(), pick, req, rid.clone()))
         }
         _ => None,
@@ -209,9 +248,8 @@ fn leg_request(
     endpoint: &Endpoint,
     api: Api,
     client_headers: &http::HeaderMap,
-    body: &Map<String, Value>,
+    bytes: Bytes,
 ) -> Request<Full<Bytes>> {
-    let bytes = Bytes::from(serde_json::to_vec(body).expect("a JSON map serialises"));
     let mut req = Request::post(format!("{}{}", endpoint.url, api.path()))
         .body(Full::new(bytes))
         .expect("a valid request");
@@ -252,6 +290,19 @@ mod tests {
     use super::*;
     use crate::facts::derive;
 
+    /// What a leg sends, read back.
+    fn sent(leg: &LegBody, facts: &Facts) -> Map<String, Value> {
+        serde_json::from_slice(&leg.to_bytes(&facts.body)).unwrap()
+    }
+
+    #[test]
+    fn a_key_the_client_sent_is_replaced_in_its_place_and_new_ones_follow() {
+        let base: Map<String, Value> = serde_json::from_str(r#"{"a":1,"rid":"mine","b":2}"#).unwrap();
+        let over: Map<String, Value> = serde_json::from_str(r#"{"rid":"r-1","room":7}"#).unwrap();
+        let bytes = LegBody { over }.to_bytes(&base);
+        assert_eq!(&bytes[..], br#"{"a":1,"rid":"r-1","b":2,"room":7}"#);
+    }
+
     fn endpoint(worker: &str, port: Option<u16>, dp_size: u32, rank: u32) -> Endpoint {
         Endpoint {
             worker_id: WorkerId::new(worker),
@@ -273,7 +324,7 @@ mod tests {
         .unwrap();
         let (prefill, decode) = (endpoint("p", Some(8998), 4, 2), endpoint("d", None, 8, 5));
         let b = leg_bodies(&facts, 0, Some(&prefill), &decode, 1_000_001);
-        let (p, d) = (b.prefill.unwrap(), b.decode);
+        let (p, d) = (sent(&b.prefill.unwrap(), &facts), sent(&b.decode, &facts));
         assert_eq!(p["bootstrap_room"], d["bootstrap_room"]);
         let room = p["bootstrap_room"].as_u64().unwrap();
         assert_eq!(room % 4, 2, "room % prefill ranks is the prefill rank");
@@ -287,7 +338,7 @@ mod tests {
         let retry = leg_bodies(&facts, 2, Some(&prefill), &decode, 1_000_001);
         let retry_rid = format!("{}-retry2", facts.request_id.as_str());
         assert_eq!(
-            (retry.decode["rid"].as_str(), retry.rid.as_ref().map(RequestId::as_str)),
+            (sent(&retry.decode, &facts)["rid"].as_str(), retry.rid.as_ref().map(RequestId::as_str)),
             (Some(&*retry_rid), Some(&*retry_rid))
         );
         // The client's keys come first, in their order.
@@ -305,7 +356,12 @@ mod tests {
         let facts = derive(Api::Generate, &client, br#"{"text":"x"}"#).unwrap();
         let bodies = leg_bodies(&facts, 0, None, &endpoint("d", None, 1, 0), 7);
         // No OpenTelemetry layer is installed here: the proxy has no span context of its own.
-        let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &client, &bodies.decode);
+        let req = leg_request(
+            &endpoint("d", None, 1, 0),
+            Api::Generate,
+            &client,
+            bodies.decode.to_bytes(&facts.body),
+        );
         let h = req.headers();
         assert_eq!(
             (h["traceparent"].to_str().unwrap(), h["tracestate"].to_str().unwrap()),
@@ -313,7 +369,8 @@ mod tests {
         );
         assert_eq!(h["x-request-id"], "r-7");
         assert!(h.get("cookie").is_none(), "only the listed headers are forwarded");
-        let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &HeaderMap::new(), &bodies.decode);
+        let bytes = bodies.decode.to_bytes(&facts.body);
+        let req = leg_request(&endpoint("d", None, 1, 0), Api::Generate, &HeaderMap::new(), bytes);
         assert!(req.headers().get("traceparent").is_none(), "no trace context is made up");
     }
 
@@ -323,9 +380,11 @@ mod tests {
             derive(Api::Completions, &HeaderMap::new(), br#"{"model":"m","prompt":"x","n":2}"#).unwrap();
         let b = leg_bodies(&facts, 0, None, &endpoint("x", None, 1, 0), 7);
         assert!(b.prefill.is_none());
-        assert!(b.decode.get("bootstrap_room").is_none());
-        assert!(b.decode.get("routed_dp_rank").is_none(), "one rank: nothing to pin");
-        assert!(b.decode.get("rid").is_none(), "batches keep SGLang's own rids");
+        let d = sent(&b.decode, &facts);
+        assert!(d.get("bootstrap_room").is_none());
+        assert!(d.get("routed_dp_rank").is_none(), "one rank: nothing to pin");
+        assert!(d.get("rid").is_none(), "batches keep SGLang's own rids");
+        assert_eq!(d, facts.body, "nothing set: the client's body as it came");
         assert!(new_room() < (1 << 63));
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod admission;
 pub mod body;
+pub mod bounds;
 pub mod config;
 pub mod control;
 pub mod error;

@@ -184,6 +184,9 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
                 .into_response(&header_id.unwrap_or_else(facts::new_request_id));
         }
     };
+    if let Err(e) = crate::bounds::check_values(&bytes, ctx.config.max_body_values) {
+        return e.into_response(&header_id.unwrap_or_else(facts::new_request_id));
+    }
     let facts = match facts::derive(api, &parts.headers, &bytes) {
         Ok(f) => f,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
