@@ -390,6 +390,7 @@ pub(crate) fn core_settings(weight: RequestWeight) -> Settings {
         overlap_credit: infera_control::settings::OverlapCredit::new(1.0).expect("valid credit"),
         session_slack_tokens: 0,
         session_ttl: Duration::from_secs(600),
+        session_max: 1_000_000,
         lease_ttl: Duration::from_secs(300),
         prefilling_weight: Default::default(),
         prefilling_age_decay: Default::default(),

@@ -1,33 +1,72 @@
 //! Session affinity for prefill: a multi-turn session goes back to the prefill target that
-//! holds its prefix. Entries expire after the session TTL of inactivity.
+//! holds its prefix. Entries expire after the session TTL of inactivity, and the map holds at
+//! most `--session-max` sessions: at the cap, the session used least recently is forgotten
+//! (`infera_router_sessions_evicted_total`), so a flood of session keys costs a bounded amount.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use infera_proto::types::SessionKey;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use crate::target::TargetKey;
 
-/// Session → last prefill target.
+/// A remembered session: its target, when it was last used, and its place in the use order.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    target: TargetKey,
+    at: Instant,
+    seq: u64,
+}
+
+/// Session → last prefill target, at most a cap of them.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    map: HashMap<SessionKey, (TargetKey, Instant)>,
+    map: HashMap<SessionKey, Entry>,
+    /// The sessions by last use (oldest first): the order of `Entry::seq`.
+    order: BTreeMap<u64, SessionKey>,
+    next_seq: u64,
+    evicted: u64,
 }
 
 impl Sessions {
     /// The session's target if it was used within `ttl`.
     pub fn get(&self, session: &SessionKey, now: Instant, ttl: Duration) -> Option<TargetKey> {
-        self.map.get(session).filter(|(_, at)| now.duration_since(*at) < ttl).map(|(k, _)| *k)
+        self.map.get(session).filter(|e| now.duration_since(e.at) < ttl).map(|e| e.target)
     }
 
-    /// Records the session's target.
-    pub fn remember(&mut self, session: SessionKey, target: TargetKey, now: Instant) {
-        self.map.insert(session, (target, now));
+    /// Records the session's target; a new session past `max` makes room by forgetting the one
+    /// used least recently.
+    pub fn remember(&mut self, session: SessionKey, target: TargetKey, now: Instant, max: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(old) = self.map.get(&session) {
+            self.order.remove(&old.seq);
+        } else {
+            while self.map.len() >= max.max(1) {
+                let Some((_, oldest)) = self.order.pop_first() else { break };
+                self.map.remove(&oldest);
+                self.evicted += 1;
+            }
+        }
+        self.order.insert(seq, session.clone());
+        self.map.insert(session, Entry { target, at: now, seq });
     }
 
     /// Drops the sessions idle for `ttl` or longer.
     pub fn sweep(&mut self, now: Instant, ttl: Duration) {
-        self.map.retain(|_, (_, at)| now.duration_since(*at) < ttl);
+        let Self { map, order, .. } = self;
+        map.retain(|_, e| {
+            let keep = now.duration_since(e.at) < ttl;
+            if !keep {
+                order.remove(&e.seq);
+            }
+            keep
+        });
     }
 
     /// Number of sessions remembered.
@@ -38,5 +77,84 @@ impl Sessions {
     /// Whether none is remembered.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// Sessions forgotten at the cap since start.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+}
+
+/// `infera_router_sessions` (remembered now) and `infera_router_sessions_evicted_total`.
+#[derive(Clone, Debug, Default)]
+pub struct SessionMetrics {
+    sessions: Gauge,
+    evicted: Counter,
+    /// The evictions already counted (the counter moves by the difference).
+    counted: Arc<AtomicU64>,
+}
+
+impl SessionMetrics {
+    /// Registers both in `r` (control's `infera_router` registry).
+    pub fn register(&self, r: &mut Registry) {
+        r.register("sessions", "Sessions remembered for prefill affinity", self.sessions.clone());
+        r.register(
+            "sessions_evicted",
+            "Sessions forgotten at --session-max, the least recently used first",
+            self.evicted.clone(),
+        );
+    }
+
+    /// Sets them from `sessions` (on the gauges' timer).
+    pub fn export(&self, sessions: &Sessions) {
+        self.sessions.set(i64::try_from(sessions.len()).unwrap_or(i64::MAX));
+        let before = self.counted.swap(sessions.evicted(), Ordering::Relaxed);
+        self.evicted.inc_by(sessions.evicted().saturating_sub(before));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: usize) -> SessionKey {
+        SessionKey::new(format!("s-{n}"))
+    }
+
+    fn target(n: u32) -> TargetKey {
+        TargetKey::from_index(n)
+    }
+
+    #[test]
+    fn at_the_cap_the_session_used_least_recently_goes() {
+        let (t0, ttl) = (Instant::now(), Duration::from_secs(60));
+        let mut s = Sessions::default();
+        for n in 0..3 {
+            s.remember(key(n), target(0), t0, 3);
+        }
+        // s-0 is used again: s-1 is now the oldest.
+        s.remember(key(0), target(1), t0, 3);
+        s.remember(key(3), target(2), t0, 3);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.evicted(), 1);
+        assert_eq!(s.get(&key(1), t0, ttl), None, "the least recently used one went");
+        assert_eq!(s.get(&key(0), t0, ttl), Some(target(1)));
+        assert_eq!(s.get(&key(3), t0, ttl), Some(target(2)));
+        // A flood of new keys never holds more than the cap.
+        for n in 10..10_000 {
+            s.remember(key(n), target(0), t0, 3);
+        }
+        assert_eq!((s.len(), s.order.len()), (3, 3));
+    }
+
+    #[test]
+    fn a_sweep_keeps_the_order_in_step() {
+        let t0 = Instant::now();
+        let mut s = Sessions::default();
+        s.remember(key(0), target(0), t0, 10);
+        s.remember(key(1), target(0), t0 + Duration::from_secs(5), 10);
+        s.sweep(t0 + Duration::from_secs(6), Duration::from_secs(3));
+        assert_eq!((s.len(), s.order.len()), (1, 1));
+        assert!(s.get(&key(1), t0 + Duration::from_secs(6), Duration::from_secs(3)).is_some());
     }
 }

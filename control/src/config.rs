@@ -148,6 +148,11 @@ struct PrefillArgs {
     #[arg(long, env = "INFERA_SESSION_TTL_MS", default_value_t = 600_000,
           value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     session_ttl_ms: u64,
+    /// Most sessions remembered for prefill affinity (each key ≤ 256 bytes); at the cap the
+    /// session used least recently is forgotten (`infera_router_sessions_evicted_total`).
+    #[arg(long, env = "INFERA_SESSION_MAX", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    session_max: u64,
     /// Most KV blocks the prefix index records over all targets (about 47 bytes each, 128 for an
     /// engine that namespaces its hashes); past it new blocks are not recorded, which can only
     /// under-state an overlap.
@@ -270,6 +275,7 @@ impl TryFrom<Args> for Config {
             overlap_credit: a.prefill.prefill_overlap_credit,
             session_slack_tokens: a.prefill.prefill_session_slack_tokens,
             session_ttl: Duration::from_millis(a.prefill.session_ttl_ms),
+            session_max: usize::try_from(a.prefill.session_max).unwrap_or(usize::MAX),
             lease_ttl: Duration::from_millis(a.leases.lease_ttl_ms),
             prefilling_weight: a.decode.decode_prefilling_weight,
             prefilling_age_decay: a.decode.decode_prefilling_age_decay,

@@ -75,6 +75,8 @@ pub struct ControlMetrics {
     shadow: Family<AgreementLabels, Counter>,
     registry_changes: Family<RegistryLabels, Counter>,
     discovery: DiscoveryMetrics,
+    /// Session affinity's map.
+    pub sessions: crate::affinity::SessionMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
     view: ViewMetrics,
 }
@@ -101,6 +103,7 @@ impl ControlMetrics {
             shadow: Family::default(),
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
+            sessions: Default::default(),
             prefill_phase_median: Family::default(),
             view: ViewMetrics::default(),
         };
@@ -121,6 +124,7 @@ impl ControlMetrics {
             m.prefill_tokens.clone(),
         );
         r.register("picks", "Picks by kind, demand mode and outcome", m.picks.clone());
+        m.sessions.register(r);
         r.register("pick_duration_seconds", "Time to pick and book, inside control", m.pick_seconds.clone());
         r.register("releases", "Reservations ended, by kind and reason", m.releases.clone());
         r.register(

@@ -274,6 +274,7 @@ mod tests {
             overlap_credit: crate::settings::OverlapCredit::new(1.0).unwrap(),
             session_slack_tokens: 0,
             session_ttl: Duration::from_secs(1),
+            session_max: 1_000_000,
             lease_ttl: Duration::from_secs(1),
             prefilling_weight: Default::default(),
             prefilling_age_decay: Default::default(),

@@ -185,7 +185,7 @@ impl<R: Rng> RoutingCore<R> {
         let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
         self.breakers.picked(chosen.key, now);
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
-            self.sessions.remember(session.clone(), chosen.key, now);
+            self.sessions.remember(session.clone(), chosen.key, now, self.settings.session_max);
         }
         let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, weight, wall));
         let slot = self.view.slot(chosen.key);

@@ -23,6 +23,8 @@ pub struct Settings {
     pub session_slack_tokens: u64,
     /// Idle time after which a session forgets its prefill target.
     pub session_ttl: Duration,
+    /// Most sessions remembered; at the cap the one used least recently is forgotten.
+    pub session_max: usize,
     /// Lease TTL when the proxy asks for none.
     pub lease_ttl: Duration,
     /// How much a held decode request still in prefill counts, relative to one already past

@@ -15,9 +15,9 @@ use std::time::Duration;
 use crate::pb;
 use crate::types::{
     CreditError, DeclaredLeg, DecodeInputDemand, DpRank, IdParseError, LeaseId, LegFailure,
-    MAX_DECLARED_LEGS, MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName, OverlapCredit,
-    PickKind, PickRequest, Picked, ReleaseReason, RequestId, RequestWeight, ReservationId, Role, SessionKey,
-    Target, WeightError, WorkerId, WorkerRecord,
+    MAX_DECLARED_LEGS, MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName,
+    OverlapCredit, PickKind, PickRequest, Picked, ReleaseReason, RequestId, RequestWeight, ReservationId,
+    Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -72,7 +72,15 @@ fn err(field: &'static str, problem: impl Into<Problem>) -> ConvertError {
 }
 
 fn non_empty(field: &'static str, s: String) -> Result<String, ConvertError> {
-    if s.trim().is_empty() { Err(err(field, Problem::Empty)) } else { Ok(s) }
+    if s.trim().is_empty() { Err(err(field, Problem::Empty)) } else { bounded(field, s) }
+}
+
+/// `s`, unless it is longer than [`MAX_ID_BYTES`].
+fn bounded(field: &'static str, s: String) -> Result<String, ConvertError> {
+    if s.len() > MAX_ID_BYTES {
+        return Err(err(field, Problem::TooLarge { value: s.len() as u64, max: MAX_ID_BYTES as u64 }));
+    }
+    Ok(s)
 }
 
 /// Parses a lease id.
@@ -131,7 +139,10 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
         request_id: RequestId::new(non_empty("request_id", m.request_id)?),
         model: ModelName::new(non_empty("model", m.model)?),
         input_tokens: m.input_tokens,
-        session: (!m.session_key.is_empty()).then(|| SessionKey::new(m.session_key)),
+        session: match m.session_key {
+            key if key.is_empty() => None,
+            key => Some(SessionKey::new(bounded("session_key", key)?)),
+        },
         page_size: if page_hashes.is_empty() { 0 } else { m.page_size },
         page_hashes,
     })

@@ -17,6 +17,8 @@ pub use modes::{
     CreditError, DecodeInputDemand, DecodePolicy, LegFailure, OverlapCredit, PickKind, PrefillPolicy,
     ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,
 };
-pub use pick::{MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
+pub use pick::{
+    MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked,
+};
 pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
 pub use worker::{KvEventsSource, RegisteredWorker, Role, WorkerRecord, load_endpoint_for_rank};

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 use crate::error::ProxyError;
 
 /// The longest request id (`x-request-id`, a body's `rid` or `request_id`), model name and
-/// session key (`x-session-id`, `user`, `prompt_cache_key`), in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+/// session key (`x-session-id`, `user`, `prompt_cache_key`), in bytes: control's own bound.
+pub use infera_proto::types::MAX_ID_BYTES;
 
 /// Nesting deeper than this makes [`values_in`] give up (`usize::MAX`): the JSON parser refuses
 /// far less deep documents anyway (serde_json's recursion limit is 128).

@@ -10,6 +10,11 @@ use crate::scoring::{Choice, Scored};
 use crate::target::TargetKey;
 
 impl<R> RoutingCore<R> {
+    /// The sessions remembered for prefill affinity.
+    pub fn sessions(&self) -> &crate::affinity::Sessions {
+        &self.sessions
+    }
+
     pub(super) fn terms(
         &self,
         scored: &Scored,

@@ -24,6 +24,7 @@ fn settings(mode: DecodeInputDemand, w: f64, policy: DecodePolicy) -> Settings {
         overlap_credit: crate::settings::OverlapCredit::new(1.0).unwrap(),
         session_slack_tokens: 1_000,
         session_ttl: Duration::from_secs(60),
+        session_max: 1_000_000,
         lease_ttl: Duration::from_secs(10),
         prefilling_weight: Default::default(),
         prefilling_age_decay: Default::default(),

@@ -29,6 +29,7 @@ impl ControlState {
             })
             .collect();
         self.engine_metrics.export(&gauge_rows, Instant::now());
+        self.metrics.sessions.export(self.core().sessions());
     }
 
     /// Publishes every live target's load (zero at start), so each target has its gauge

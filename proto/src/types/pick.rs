@@ -3,6 +3,10 @@
 
 use super::{LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerRecord};
 
+/// The longest request id, model name or session key a pick (or a proxy's request) carries, in
+/// bytes: each is kept in control's state (a session key is a key of its session map).
+pub const MAX_ID_BYTES: usize = 256;
+
 /// The largest input-token count a pick accepts (2^28, about 268 M): far beyond any model's
 /// context, small enough that no sum in the ledger can overflow or lose precision.
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 28;
