@@ -328,6 +328,11 @@ pub fn target(m: &pb::Target) -> Result<Target, ConvertError> {
 /// record without the registry's extras (version, KV-event sockets, labels). A bootstrap port
 /// of 0 or above 65535 means none; a `dp_size` of 0 is kept for the caller to judge.
 pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertError> {
+    crate::types::check_worker_url(&m.url).map_err(|why| err("worker.url", Problem::NotAllowed(why)))?;
+    if m.dp_size > crate::types::MAX_DP_RANKS {
+        let max = u64::from(crate::types::MAX_DP_RANKS);
+        return Err(err("worker.dp_size", Problem::TooLarge { value: u64::from(m.dp_size), max }));
+    }
     Ok(WorkerRecord {
         id: worker_id("worker.worker_id", m.worker_id.clone())?,
         role: role("worker.role", m.role)?,

@@ -149,6 +149,42 @@ fn offset_port(endpoint: &str, rank: u32) -> Result<String, &'static str> {
     Ok(format!("tcp://{host}:{port}"))
 }
 
+/// The most DP ranks a worker may have: far above any real deployment, small enough that every
+/// per-rank structure of a worker stays small (a record or an engine that reports more is
+/// refused with a reason, never routed to).
+pub const MAX_DP_RANKS: u32 = 1_024;
+
+/// Whether `url` is a worker base URL every request can be built on: `http://` or `https://`,
+/// a host, an optional numeric port, an optional path, and only the characters a URI allows
+/// (no space, no control character). The error names the problem.
+pub fn check_worker_url(url: &str) -> Result<(), &'static str> {
+    const BAD: &str = "url must be an absolute http:// or https:// URL with a host";
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/[]@!$&'()*+,;=%".contains(c);
+    if url.len() > 2_048 || !url.chars().all(allowed) {
+        return Err("url must hold only URI characters (no space or control character), at most 2,048");
+    }
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or(BAD)?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').ok_or(BAD)?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err(BAD);
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Err("url's port must be a number from 0 to 65535");
+    }
+    Ok(())
+}
+
 impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
     /// Checks the values every registry (static file, etcd) must hold to; the error names the
     /// problem. Duplicate ids are the registry's own check. While the ranks are not known, the
@@ -164,20 +200,17 @@ impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
         if dp_size == Some(0) {
             return Err("dp_size must be at least 1");
         }
+        if dp_size.is_some_and(|n| n > MAX_DP_RANKS) {
+            return Err("dp_size must be at most 1,024");
+        }
+        if self.id.as_str().len() > super::MAX_ID_BYTES || self.model.as_str().len() > super::MAX_ID_BYTES {
+            return Err("id and model must be at most 256 bytes");
+        }
         let last_rank = dp_size.map_or(0, |n| n - 1);
         if self.page_size == 0 {
             return Err("page_size must be at least 1");
         }
-        let rest = self.url.strip_prefix("http://").or_else(|| self.url.strip_prefix("https://"));
-        let host = rest.and_then(|r| r.split(['/', '?', '#']).next()).map(|authority| {
-            authority.strip_prefix('[').map_or_else(
-                || authority.split(':').next().unwrap_or(""),
-                |v6| v6.split(']').next().unwrap_or(""),
-            )
-        });
-        if host.is_none_or(str::is_empty) {
-            return Err("url must be an absolute http:// or https:// URL with a host");
-        }
+        check_worker_url(&self.url)?;
         if self.role != Role::Prefill && self.bootstrap_port.is_some() {
             return Err("bootstrap_port is for prefill workers only");
         }
@@ -314,10 +347,29 @@ mod tests {
         for ok in ["http://10.0.0.1:30000", "https://node-7", "http://[::1]:8000/"] {
             assert_eq!(record(ok, Role::Decode, None).check(), Ok(()), "{ok}");
         }
-        for bad in ["10.0.0.1:30000", "http://", "http://:80", "ftp://h"] {
-            assert!(record(bad, Role::Decode, None).check().is_err(), "{bad}");
+        for bad in [
+            "10.0.0.1:30000",
+            "http://",
+            "http://:80",
+            "ftp://h",
+            // Pass a prefix check, yet no request can be built on them.
+            "http://h:30000/ x",
+            "http://h:30000\n",
+            "http://h:99999",
+            "http://h:port",
+            "http://[::1",
+        ] {
+            assert!(record(bad, Role::Decode, None).check().is_err(), "{bad:?}");
+            assert!(check_worker_url(bad).is_err(), "{bad:?}");
+        }
+        for ok in ["http://10.0.0.1:30000", "https://user@node-7:443/prefix", "http://[fe80::1]:8000"] {
+            let built = format!("{ok}/v1/loads").parse::<http::Uri>();
+            assert!(check_worker_url(ok).is_ok() && built.is_ok(), "{ok}");
         }
         assert!(record("http://h:1", Role::Decode, Some(8998)).check().is_err());
+        let mut wide = record("http://h:1", Role::Decode, None);
+        wide.dp_size = MAX_DP_RANKS + 1;
+        assert_eq!(wide.check(), Err("dp_size must be at most 1,024"));
         assert!(record("http://h:1", Role::Prefill, Some(8998)).check().is_ok());
     }
 }
