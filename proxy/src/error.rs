@@ -274,10 +274,22 @@ impl ProxyError {
         }
     }
 
-    /// The OpenAI-style error object.
+    /// The OpenAI-style error object. Its message names no worker address: the client learns
+    /// which leg failed and how, the logs (this error's `Display`) where.
     pub fn json(&self) -> serde_json::Value {
         let (ty, code) = self.kind();
-        json!({"error": {"message": self.to_string(), "type": ty, "param": null, "code": code}})
+        json!({"error": {"message": self.client_message(), "type": ty, "param": null, "code": code}})
+    }
+
+    /// The message a client is shown: the `Display` text without internal URLs.
+    pub fn client_message(&self) -> String {
+        match self {
+            Self::Upstream { leg, reason, .. } => format!("{leg} worker: {reason}"),
+            Self::UpstreamStatus { leg, status, body, .. } => {
+                format!("{leg} worker answered {status}: {body}")
+            }
+            other => other.to_string(),
+        }
     }
 
     /// The error as the client sees it before any byte of an answer was sent.
@@ -331,6 +343,15 @@ mod tests {
         let e = ProxyError::UnknownModel(ModelName::new("x"));
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert_eq!(e.json()["error"]["code"], "model_not_found");
+        let upstream = ProxyError::UpstreamStatus {
+            leg: Leg::Decode,
+            url: "http://10.1.2.3:30000".into(),
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            body: "boom".into(),
+        };
+        let shown = upstream.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert_eq!(shown, "decode worker answered 500 Internal Server Error: boom");
+        assert!(upstream.to_string().contains("10.1.2.3"), "the log keeps the address");
         assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let unpaired =
             ProxyError::NoCompatiblePair("model \"m\" has no prefill and decode that can pair".into());

@@ -38,6 +38,9 @@ pub struct Facts {
     pub cache_salt: CacheSalt,
     /// Whether the answer is an SSE stream.
     pub stream: bool,
+    /// The caller's tenant (its API key's, [`crate::keys::Caller::tenant`]): a request's own
+    /// `rid` is scoped to it on the engines. `None` without `--api-keys` (one tenant).
+    pub tenant: Option<Arc<str>>,
     /// The request body.
     pub body: Map<String, Value>,
 }
@@ -112,7 +115,18 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     let session = session.map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
     let cache_salt = CacheSalt::of(&body)?;
-    Ok(Facts { api, request_id, model, input_tokens, token_ids: None, session, cache_salt, stream, body })
+    Ok(Facts {
+        api,
+        request_id,
+        model,
+        input_tokens,
+        token_ids: None,
+        session,
+        cache_salt,
+        stream,
+        tenant: None,
+        body,
+    })
 }
 
 /// The client's `x-request-id`, when it is one the proxy keeps (visible ASCII, 1–256 bytes).

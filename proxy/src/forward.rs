@@ -100,7 +100,9 @@ fn rid_key(api: Api) -> &'static str {
 }
 
 /// The id the engines know attempt `attempt` (0: the first) of a request by: the client's own
-/// `rid` if it set one, else the request id; a retry's is suffixed `-retry{n}`. One id per
+/// `rid` if it set one, else the request id (a client's `x-request-id`, or the proxy's own); with
+/// API keys scoped to the caller's tenant, `{tenant}/{id}`, so that one tenant's id cannot name,
+/// collide with or abort another's on a shared engine; a retry's is suffixed `-retry{n}`. One id per
 /// attempt: an abort meant for an earlier attempt (sent by id, maybe still on its way) must not
 /// end the retry on the same worker, and SGLang refuses an id it still holds
 /// (python/sglang/srt/managers/tokenizer_manager.py, "Duplicate request ID detected").
@@ -110,8 +112,12 @@ pub fn engine_rid(facts: &Facts, attempt: u32) -> Option<RequestId> {
         return None;
     }
     let own = facts.body.get(rid_key(facts.api)).and_then(Value::as_str);
-    let base = own.unwrap_or(facts.request_id.as_str());
-    Some(RequestId::new(if attempt == 0 { base.to_owned() } else { format!("{base}-retry{attempt}") }))
+    let id = own.unwrap_or(facts.request_id.as_str());
+    let base = match &facts.tenant {
+        Some(tenant) => format!("{tenant}/{id}"),
+        None => id.to_owned(),
+    };
+    Some(RequestId::new(if attempt == 0 { base } else { format!("{base}-retry{attempt}") }))
 }
 
 /// Builds the leg bodies of attempt `attempt` for a decode endpoint and, in PD, a prefill
@@ -343,6 +349,18 @@ mod tests {
         );
         // The client's keys come first, in their order.
         assert_eq!(d.keys().take(3).collect::<Vec<_>>(), ["model", "messages", "stream"]);
+    }
+
+    #[test]
+    fn a_clients_own_rid_is_scoped_to_its_tenant() {
+        let body = br#"{"model":"m","prompt":"x","rid":"mine"}"#;
+        let mut facts = derive(Api::Completions, &HeaderMap::new(), body).unwrap();
+        assert_eq!(engine_rid(&facts, 0).unwrap().as_str(), "mine", "one tenant: as sent");
+        facts.tenant = Some("key-0a1b2c3d".into());
+        assert_eq!(engine_rid(&facts, 0).unwrap().as_str(), "key-0a1b2c3d/mine");
+        assert_eq!(engine_rid(&facts, 1).unwrap().as_str(), "key-0a1b2c3d/mine-retry1");
+        let d = sent(&leg_bodies(&facts, 0, None, &endpoint("d", None, 1, 0), 7).decode, &facts);
+        assert_eq!(d["rid"], "key-0a1b2c3d/mine", "the leg carries the scoped id");
     }
 
     #[test]

@@ -125,6 +125,15 @@ pub struct Caller {
     hash: [u8; 32],
 }
 
+impl Caller {
+    /// The tenant its requests' own ids are scoped to on the engines: `key-` and the first 8 hex
+    /// digits of the key's hash (never the key; the same for every request of the key).
+    pub fn tenant(&self) -> Arc<str> {
+        let h = &self.hash;
+        format!("key-{:02x}{:02x}{:02x}{:02x}", h[0], h[1], h[2], h[3]).into()
+    }
+}
+
 /// The keys in force, by the SHA-256 of their text.
 #[derive(Debug, Default)]
 pub struct KeySet {

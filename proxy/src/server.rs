@@ -188,7 +188,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         return e.into_response(&header_id.unwrap_or_else(facts::new_request_id));
     }
     let facts = match facts::derive(api, &parts.headers, &bytes) {
-        Ok(f) => f,
+        Ok(f) => facts::Facts { tenant: caller.as_ref().map(keys::Caller::tenant), ..f },
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
     let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
