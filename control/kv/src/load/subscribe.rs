@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use zeromq::{Socket as _, SocketOptions, SocketRecv as _, SubSocket, ZmqError};
 
+use crate::frame_guard::{FrameGuard, MAX_FRAME_BYTES};
+
 use super::{LOAD_TOPIC, LoadStat, decode_load_stat};
 use crate::subscribe::frames;
 
@@ -32,7 +34,7 @@ pub struct LoadMessage {
 pub async fn follow_load(endpoint: String, mut on_message: impl FnMut(LoadMessage)) {
     let mut failing = false;
     loop {
-        let mut socket = connect(&endpoint).await;
+        let (mut socket, _guard) = connect(&endpoint).await;
         loop {
             match socket.recv().await {
                 Ok(message) => {
@@ -63,8 +65,9 @@ pub async fn follow_load(endpoint: String, mut on_message: impl FnMut(LoadMessag
     }
 }
 
-/// A SUB socket connected to `endpoint`, retrying with backoff until the publisher is up.
-async fn connect(endpoint: &str) -> SubSocket {
+/// A SUB socket connected to `endpoint` through a frame guard (kept as long as the socket),
+/// retrying with backoff until the publisher is up.
+async fn connect(endpoint: &str) -> (SubSocket, Option<FrameGuard>) {
     let mut delay = BACKOFF_INITIAL;
     loop {
         let mut options = SocketOptions::default();
@@ -72,10 +75,12 @@ async fn connect(endpoint: &str) -> SubSocket {
         let mut socket = SubSocket::with_options(options);
         let attempt = async {
             socket.subscribe(LOAD_TOPIC).await?;
-            socket.connect(endpoint).await
+            let guard = crate::frame_guard::guard(endpoint, MAX_FRAME_BYTES, CONNECT_TIMEOUT).await?;
+            socket.connect(guard.as_ref().map_or(endpoint, FrameGuard::endpoint)).await?;
+            Ok::<_, ZmqError>(guard)
         };
         match attempt.await {
-            Ok(()) => return socket,
+            Ok(guard) => return (socket, guard),
             Err(e) => {
                 tracing::debug!(endpoint, error = %e, retry_in = ?delay, "load publisher not reachable yet")
             }

@@ -23,7 +23,11 @@ pub(super) async fn fetch(
         let mut options = SocketOptions::default();
         options.connect_timeout(timeout);
         let mut dealer = DealerSocket::with_options(options);
-        dealer.connect(endpoint).await.map_err(|e| ReplayFailure::Connect(e.to_string()))?;
+        let guard = crate::frame_guard::guard(endpoint, crate::frame_guard::MAX_FRAME_BYTES, timeout)
+            .await
+            .map_err(|e| ReplayFailure::Connect(e.to_string()))?;
+        let target = guard.as_ref().map_or(endpoint, crate::frame_guard::FrameGuard::endpoint);
+        dealer.connect(target).await.map_err(|e| ReplayFailure::Connect(e.to_string()))?;
         let request = vec![Bytes::new(), Bytes::copy_from_slice(&start.to_be_bytes())];
         let request = ZmqMessage::try_from(request).map_err(|e| ReplayFailure::Connect(e.to_string()))?;
         dealer.send(request).await.map_err(|e| ReplayFailure::Connect(e.to_string()))?;

@@ -18,6 +18,8 @@ use futures_util::stream::BoxStream;
 use tokio::sync::{mpsc, oneshot};
 use zeromq::{Socket as _, SocketEvent, SocketOptions, SocketRecv as _, SubSocket, ZmqError};
 
+use crate::frame_guard::{FrameGuard, MAX_FRAME_BYTES};
+
 use super::sequencer::{self, Arrival, Sequencer};
 use super::stats::SubscriberStats;
 use super::{EventKind, ReplayFailure, ResetReason, SubscriberConfig, SubscriberEvent, replay};
@@ -28,7 +30,8 @@ use crate::wire::decode_batch;
 struct Stopped;
 
 /// A connected SUB socket and its monitor (connection events).
-type Connected = (SubSocket, BoxStream<'static, SocketEvent>);
+/// A connected socket, its monitor, and the relay that bounds its frames (kept as long as it).
+type Connected = (SubSocket, BoxStream<'static, SocketEvent>, Option<FrameGuard>);
 
 /// One rank's follower.
 pub(super) struct Follower {
@@ -71,7 +74,7 @@ impl Follower {
 
     async fn follow(&mut self) -> Result<(), Stopped> {
         loop {
-            let (mut socket, mut monitor) = self.connect().await?;
+            let (mut socket, mut monitor, _guard) = self.connect().await?;
             if self.seq.next().is_none() {
                 self.catch_up().await?;
             }
@@ -110,20 +113,23 @@ impl Follower {
             options.connect_timeout(self.config.connect_timeout);
             let mut socket = SubSocket::with_options(options);
             let monitor = socket.monitor().boxed();
+            let (endpoint, timeout) = (&self.config.endpoint, self.config.connect_timeout);
             let attempt = async {
                 socket.subscribe(&self.config.topic).await?;
-                socket.connect(&self.config.endpoint).await
+                let guard = crate::frame_guard::guard(endpoint, MAX_FRAME_BYTES, timeout).await?;
+                socket.connect(guard.as_ref().map_or(endpoint.as_str(), FrameGuard::endpoint)).await?;
+                Ok::<_, ZmqError>(guard)
             };
             let result = tokio::select! {
                 _ = &mut self.stop => return Err(Stopped),
                 result = attempt => result,
             };
             match result {
-                Ok(()) => {
+                Ok(guard) => {
                     SubscriberStats::add(&self.stats.connects, 1);
                     tracing::debug!(worker = %self.config.worker, rank = self.config.rank,
                         endpoint = %self.config.endpoint, "KV-event subscriber connected");
-                    return Ok((socket, monitor));
+                    return Ok((socket, monitor, guard));
                 }
                 Err(e) => {
                     SubscriberStats::add(&self.stats.connect_failures, 1);
