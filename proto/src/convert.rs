@@ -328,16 +328,20 @@ pub fn target(m: &pb::Target) -> Result<Target, ConvertError> {
 /// record without the registry's extras (version, KV-event sockets, labels). A bootstrap port
 /// of 0 or above 65535 means none; a `dp_size` of 0 is kept for the caller to judge.
 pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertError> {
-    crate::types::check_worker_url(&m.url).map_err(|why| err("worker.url", Problem::NotAllowed(why)))?;
+    let id = worker_id("worker.worker_id", m.worker_id.clone())?;
+    let role = role("worker.role", m.role)?;
+    let url = non_empty("worker.url", m.url.clone())?;
+    crate::types::check_worker_url(&url).map_err(|why| err("worker.url", Problem::NotAllowed(why)))?;
+    let model = ModelName::new(non_empty("worker.model", m.model.clone())?);
     if m.dp_size > crate::types::MAX_DP_RANKS {
         let max = u64::from(crate::types::MAX_DP_RANKS);
         return Err(err("worker.dp_size", Problem::TooLarge { value: u64::from(m.dp_size), max }));
     }
     Ok(WorkerRecord {
-        id: worker_id("worker.worker_id", m.worker_id.clone())?,
-        role: role("worker.role", m.role)?,
-        url: non_empty("worker.url", m.url.clone())?,
-        model: ModelName::new(non_empty("worker.model", m.model.clone())?),
+        id,
+        role,
+        url,
+        model,
         bootstrap_port: u16::try_from(m.bootstrap_port).ok().filter(|p| *p != 0),
         dp_size: m.dp_size,
         page_size: m.page_size,

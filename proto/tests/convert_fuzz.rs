@@ -192,7 +192,9 @@ fn leg_expected(m: &pb::DeclaredLeg) -> Expected {
 
 fn endpoint() -> impl Strategy<Value = pb::WorkerEndpoint> {
     let port = prop_oneof![Just(0u32), 1u32..=65_535, Just(65_536u32), any::<u32>()];
-    (text(), enum_value(), text(), text(), port, any::<u32>(), any::<u32>()).prop_map(|f| {
+    let url = prop_oneof![text(), "https?://[a-z0-9.-]{1,12}(:[0-9]{1,5})?(/[a-z]{0,4})?"];
+    let dp_size = prop_oneof![0u32..=1_024, any::<u32>()];
+    (text(), enum_value(), text(), url, port, dp_size, any::<u32>()).prop_map(|f| {
         let mut m = pb::WorkerEndpoint::default();
         (m.worker_id, m.role, m.model, m.url, m.bootstrap_port, m.dp_size, m.page_size) = f;
         m
@@ -204,8 +206,23 @@ fn endpoint_expected(m: &pb::WorkerEndpoint) -> Expected {
         blank(&m.worker_id).then_some(("worker.worker_id", Want::Empty)),
         enum_problem(m.role, 1..=3).map(|w| ("worker.role", w)),
         blank(&m.url).then_some(("worker.url", Want::Empty)),
+        (!url_ok(&m.url)).then_some(("worker.url", Want::NotAllowed)),
         blank(&m.model).then_some(("worker.model", Want::Empty)),
+        (m.dp_size > 1_024).then_some(("worker.dp_size", Want::TooLarge(u64::from(m.dp_size)))),
     ])
+}
+
+/// `http(s)://host[:port][/path]` with a plain host and a port that fits 16 bits: the URLs the
+/// generator builds on purpose, read independently of the parser (other text is refused).
+fn url_ok(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = authority.split_once(':').map_or((authority, None), |(h, p)| (h, Some(p)));
+    let host_ok = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    let path_ok = rest[authority.len()..].bytes().all(|b| b == b'/' || b.is_ascii_lowercase());
+    host_ok && path_ok && port.is_none_or(|p| p.parse::<u16>().is_ok())
 }
 
 proptest! {

@@ -88,6 +88,15 @@ pub fn check_len(what: &'static str, value: &str) -> Result<(), ProxyError> {
     Ok(())
 }
 
+/// Refuses a header value (a request id, a session key) longer than [`MAX_ID_BYTES`] bytes as
+/// sent, whatever its encoding.
+pub fn check_header(what: &'static str, value: &http::HeaderValue) -> Result<(), ProxyError> {
+    if value.as_bytes().len() > MAX_ID_BYTES {
+        return Err(ProxyError::TooLong { what, limit: MAX_ID_BYTES });
+    }
+    Ok(())
+}
+
 /// The ids, names and keys a body carries, each checked by [`check_len`].
 pub fn check_body_ids(body: &Map<String, Value>) -> Result<(), ProxyError> {
     for (key, what) in [

@@ -81,7 +81,7 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     crate::bounds::check_body_ids(&body)?;
     for name in ["x-request-id", "x-session-id"] {
         if let Some(v) = headers.get(name) {
-            crate::bounds::check_len(name, &String::from_utf8_lossy(v.as_bytes()))?;
+            crate::bounds::check_header(name, v)?;
         }
     }
     let model = match api {

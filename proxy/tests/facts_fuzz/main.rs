@@ -127,6 +127,15 @@ proptest! {
             }
         }
         let body = json!({"model": "m", "prompt": "p", "user": user, "prompt_cache_key": key}).to_string();
+        let too_long = ["x-request-id", "x-session-id"]
+            .into_iter()
+            .find(|name| headers.get(*name).is_some_and(|v| v.as_bytes().len() > 256));
+        if let Some(name) = too_long {
+            let result = derive(Api::Completions, &headers, body.as_bytes());
+            let refused = matches!(&result, Err(ProxyError::TooLong { what, limit: 256 }) if *what == name);
+            prop_assert!(refused, "{:?} for a {} over 256 bytes", result, name);
+            return Ok(());
+        }
         let f = check(Api::Completions, &headers, body.as_bytes())?.expect("a valid body");
         let header = |name: &str| {
             let v = headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
