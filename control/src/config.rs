@@ -16,6 +16,7 @@ mod limits;
 mod listen;
 mod tls;
 mod weight;
+mod workers_tls;
 
 pub use grpc::GrpcLimits;
 pub use listen::ListenError;
@@ -56,6 +57,8 @@ pub struct Args {
     admin: AdminArgs,
     #[command(flatten)]
     tls: tls::TlsArgs,
+    #[command(flatten)]
+    worker_tls: workers_tls::WorkerTlsArgs,
     #[command(flatten)]
     telemetry: TelemetryArgs,
 }
@@ -208,6 +211,8 @@ pub struct Config {
     pub kv_index_max_blocks: usize,
     /// gRPC over TLS (`--tls-cert`).
     pub tls: Option<ControlTls>,
+    /// How `https://` workers are read (`--worker-ca`).
+    pub worker_tls: Option<infera_proto::serve::worker_client::WorkerTlsFiles>,
     /// Admin bearer token.
     pub admin_token: Option<String>,
     /// The URL to advertise (`None`: from the bound address).
@@ -257,6 +262,9 @@ pub enum ConfigError {
     /// A TLS file cannot be used.
     #[error("--tls-cert/--tls-key/--tls-client-ca/--tls-peer-ca: {0}")]
     Tls(#[from] infera_proto::serve::tls::TlsError),
+    /// A worker TLS file cannot be used.
+    #[error("--worker-ca/--worker-cert/--worker-key: {0}")]
+    WorkerTls(infera_proto::serve::tls::TlsError),
 }
 
 impl TryFrom<Args> for Config {
@@ -300,6 +308,13 @@ impl TryFrom<Args> for Config {
             fit_half_life: Duration::from_millis(a.decode.decode_weight_fit_half_life_ms),
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
             tls: a.tls.into_config()?,
+            worker_tls: {
+                let files = a.worker_tls.files();
+                if let Some(f) = &files {
+                    infera_proto::serve::worker_client::worker_tls(f).map_err(ConfigError::WorkerTls)?;
+                }
+                files
+            },
             admin_token: a.admin.admin_token.filter(|t| !t.is_empty()),
             advertise_url: a.replicas.advertise_url.filter(|u| !u.is_empty()),
             admin_advertise_url,

@@ -171,14 +171,25 @@ pub struct EngineFeed {
     fits: Arc<crate::fit::WeightFits>,
     /// `None`: `/v1/loads` is not polled.
     interval: Option<Duration>,
+    /// How workers are reached (`https://` over TLS).
+    connector: infera_proto::serve::worker_client::WorkerConnector,
     pollers: Mutex<HashMap<WorkerId, Vec<JoinHandle<()>>>>,
 }
 
 impl EngineFeed {
     /// A feed polling every `interval` (`None`: nothing is polled, nothing is fitted; load
     /// sockets are still followed), each answer also read by `fits`.
-    pub fn new(interval: Option<Duration>, fits: Arc<crate::fit::WeightFits>) -> Self {
-        Self { board: Arc::default(), fits, interval, pollers: Mutex::default() }
+    pub fn new(
+        interval: Option<Duration>,
+        fits: Arc<crate::fit::WeightFits>,
+        connector: infera_proto::serve::worker_client::WorkerConnector,
+    ) -> Self {
+        Self { board: Arc::default(), fits, interval, connector, pollers: Mutex::default() }
+    }
+
+    /// How workers are reached (their `/server_info` too).
+    pub fn connector(&self) -> &infera_proto::serve::worker_client::WorkerConnector {
+        &self.connector
     }
 
     /// How often the engines are polled (`None`: never).
@@ -202,7 +213,8 @@ impl EngineFeed {
         let mut tasks = subscribe::spawn(record, &self.board);
         if let Some(interval) = self.interval {
             let (board, fits) = (self.board.clone(), self.fits.clone());
-            tasks.push(tokio::spawn(poll::run(record.clone(), interval, board, fits)));
+            let connector = self.connector.clone();
+            tasks.push(tokio::spawn(poll::run(record.clone(), interval, board, fits, connector)));
         }
         let old = self.pollers.lock().expect("pollers lock").insert(record.id.clone(), tasks);
         old.into_iter().flatten().for_each(|task| task.abort());

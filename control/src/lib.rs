@@ -79,6 +79,8 @@ const KV_METRICS_INTERVAL: Duration = Duration::from_secs(1);
 const WEIGHT_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 /// How often idle sessions are forgotten.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// How long connecting to a worker's HTTP server may take (its `/server_info`, `/v1/loads`).
+const WORKER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The sockets control serves on, bound by the caller (tests bind port 0 and keep them).
 #[derive(Debug)]
@@ -140,8 +142,11 @@ pub async fn run(
     let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
     let feed = Arc::new(feed);
     let fits = Arc::new(fit::WeightFits::new(config.fit_half_life));
+    // The files were read and checked with the configuration.
+    let worker_connector =
+        infera_proto::serve::worker_client::WorkerConnector::new(Some(WORKER_CONNECT_TIMEOUT), config.worker_tls.as_ref())?;
     let engine = (
-        engine::EngineFeed::new(config.engine_poll, fits),
+        engine::EngineFeed::new(config.engine_poll, fits, worker_connector),
         engine::metrics::EngineMetrics::register(&mut registry),
         fit::metrics::FitMetrics::register(&mut registry),
     );

@@ -70,7 +70,7 @@ impl ControlState {
         ejection_metrics: crate::ejection::metrics::EjectionMetrics,
     ) -> Arc<Self> {
         Arc::new(Self {
-            discovery: Mutex::new(Discovery::new(metrics.discovery())),
+            discovery: Mutex::new(Discovery::new(metrics.discovery(), engine.0.connector().clone())),
             core: Mutex::new(core),
             kv_feed,
             engine: engine.0,

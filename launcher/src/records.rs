@@ -28,10 +28,12 @@ pub fn worker_record(w: &WorkerPlan) -> WorkerRecord {
         replay_endpoint: Some(format!("tcp://{}", host_port(&host, k.replay_port))),
         topic: k.topic.clone(),
     });
+    // SGLang serves HTTPS when given a certificate (`--ssl-certfile`, passed in `extra_args`).
+    let scheme = if w.args.extra.iter().any(|a| a == "--ssl-certfile") { "https" } else { "http" };
     WorkerRecord {
         id: WorkerId::new(w.name.as_str()),
         role: w.role,
-        url: format!("http://{}", host_port(&host, server.port)),
+        url: format!("{scheme}://{}", host_port(&host, server.port)),
         model: ModelName::new(model.as_str()),
         bootstrap_port,
         // Always given: the plan knows the ranks, so control never has to ask the worker.

@@ -9,6 +9,8 @@ pub mod grpc;
 pub mod limits;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "tls")]
+pub mod worker_client;
 mod version;
 
 pub use limits::{ConnLimits, Gate, GateCounts};

@@ -12,6 +12,7 @@ use infera_tokenize::{ChatTemplateSource, EncoderChoice, LoadError, Tokenizer};
 
 mod connections;
 mod tls;
+mod workers;
 
 pub use connections::Connections;
 
@@ -29,6 +30,8 @@ pub struct Args {
     limits: LimitArgs,
     #[command(flatten)]
     connections: connections::ConnectionArgs,
+    #[command(flatten)]
+    worker_tls: workers::WorkerTlsArgs,
     #[command(flatten)]
     clients: ClientArgs,
     #[command(flatten)]
@@ -224,6 +227,8 @@ pub struct Config {
     pub stream_idle_timeout: Option<Duration>,
     /// Worker connect timeout.
     pub connect_timeout: Duration,
+    /// How `https://` workers are reached (`--worker-ca`).
+    pub worker_tls: Option<infera_proto::serve::worker_client::WorkerTlsFiles>,
     /// HTTPS on the listener and to control.
     pub tls: TlsConfig,
     /// The tokenizer, loaded once at start (`--tokenizer`).
@@ -277,6 +282,12 @@ impl TryFrom<Args> for Config {
             });
         }
         let https = control.iter().any(|u| u.scheme_str() == Some("https"));
+        let worker_tls = a.worker_tls.files();
+        if let Some(files) = &worker_tls {
+            // Read now, so that a bad file stops the proxy (exit 64) with its name.
+            infera_proto::serve::worker_client::worker_tls(files)
+                .map_err(|source| ConfigError::Tls { flags: "--worker-ca/--worker-cert/--worker-key", source })?;
+        }
         let tls = a.tls.into_config(https)?;
         Ok(Self {
             listen: a.listen.listen,
@@ -303,6 +314,7 @@ impl TryFrom<Args> for Config {
             stream_idle_timeout: (a.limits.stream_idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(a.limits.stream_idle_timeout_ms)),
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
+            worker_tls,
             tls,
             tokenizer: a.tokenizer.load()?,
             telemetry: a.telemetry.into_config("infera-proxy")?,

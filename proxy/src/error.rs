@@ -217,10 +217,18 @@ impl ProxyError {
         }
     }
 
-    /// A leg that could not be sent or whose connection broke (hyper's error `e`).
+    /// A leg that could not be sent or whose connection broke (hyper's error `e`, with its
+    /// causes: "client error (Connect)" alone says nothing).
     pub fn upstream(leg: Leg, url: &str, e: &hyper_util::client::legacy::Error) -> Self {
         let failure = if e.is_connect() { LegFailure::Connect } else { LegFailure::StreamCut };
-        Self::Upstream { leg, url: url.to_owned(), reason: e.to_string(), failure }
+        let mut reason = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            reason.push_str(": ");
+            reason.push_str(&c.to_string());
+            cause = c.source();
+        }
+        Self::Upstream { leg, url: url.to_owned(), reason, failure }
     }
 
     /// Whether a new pick could succeed where this attempt failed (nothing reached the client).

@@ -127,7 +127,7 @@ pub async fn run(
     let stop = Stop::on(shutdown);
     link.spawn(stop.receiver());
     let up =
-        Upstreams { client: upstream::worker_client(config.connect_timeout), link: link.clone(), metrics };
+        Upstreams { client: upstream::worker_client(config.connect_timeout, config.worker_tls.as_ref())?, link: link.clone(), metrics };
     let reloadable = Reloadable {
         keys: config.api_keys.clone(),
         tls: config.tls.clone(),

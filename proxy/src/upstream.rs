@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, header};
 use http_body_util::Full;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::client::legacy::Client;
+use infera_proto::serve::tls::TlsError;
+use infera_proto::serve::worker_client::{WorkerConnector, WorkerTlsFiles};
 use hyper_util::rt::TokioExecutor;
 use infera_proto::types::RequestId;
 use serde_json::json;
@@ -16,14 +18,16 @@ use crate::control::ControlLink;
 use crate::metrics::ProxyMetrics;
 
 /// The HTTP client to the workers.
-pub type WorkerClient = Client<HttpConnector, Full<Bytes>>;
+pub type WorkerClient = Client<WorkerConnector, Full<Bytes>>;
 
-/// A client with `connect_timeout`, no Nagle delay and pooled keep-alive connections.
-pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector)
+/// A client with `connect_timeout`, no Nagle delay and pooled keep-alive connections; `https://`
+/// workers over TLS with `tls` (`--worker-ca`), never in plain text.
+///
+/// # Errors
+/// When a TLS file cannot be read or used.
+pub fn worker_client(connect_timeout: Duration, tls: Option<&WorkerTlsFiles>) -> Result<WorkerClient, TlsError> {
+    let connector = WorkerConnector::new(Some(connect_timeout), tls)?;
+    Ok(Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector))
 }
 
 /// What dispatching needs.

@@ -3,6 +3,7 @@
 //! also an `INFERA_SIM_*` environment variable.
 
 mod memory;
+mod ssl;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -32,6 +33,8 @@ pub struct SimArgs {
     scheduling: SchedulingArgs,
     #[command(flatten)]
     memory: memory::MemoryArgs,
+    #[command(flatten)]
+    ssl: ssl::SslArgs,
     #[command(flatten)]
     sim: SimOnlyArgs,
     /// SGLang flags this emulator does not model, dropped before parsing.
@@ -281,6 +284,8 @@ pub struct SimConfig {
     pub launch_command: String,
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
+    /// HTTPS on the API (`--ssl-certfile`, `--ssl-keyfile`, `--ssl-ca-certs`).
+    pub ssl: Option<infera_proto::serve::tls::ServerFiles>,
     /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
     pub tokenizer: Option<std::sync::Arc<infera_tokenize::Tokenizer>>,
     /// `--enable-cache-report`.

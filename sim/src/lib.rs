@@ -50,6 +50,7 @@ pub mod stop;
 pub mod timing;
 pub mod tokens;
 
+use infera_proto::serve::tls::{Alpn, ServerTls};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -115,7 +116,7 @@ pub async fn run(
     });
     let bootstrap = listeners.bootstrap.map(|listener| {
         let app = app.clone();
-        tokio::spawn(server::serve(listener, move |req| bootstrap::handle(app.clone(), req), stopped()))
+        tokio::spawn(server::serve(listener, None, move |req| bootstrap::handle(app.clone(), req), stopped()))
     });
     let api_stop = {
         let (app, stopped) = (app.clone(), stopped());
@@ -127,7 +128,11 @@ pub async fn run(
         }
     };
     let api_app = app.clone();
-    server::serve(listeners.http, move |req| api::handle(api_app.clone(), req), api_stop).await;
+    let tls = match app.config.ssl.clone() {
+        Some(files) => Some(std::sync::Arc::new(ServerTls::load(files, Alpn::Http)?)),
+        None => None,
+    };
+    server::serve(listeners.http, tls, move |req| api::handle(api_app.clone(), req), api_stop).await;
     if let Some(bootstrap) = bootstrap {
         bootstrap.await?;
     }

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
+use infera_proto::serve::tls::ServerTls;
 use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use tokio::net::TcpListener;
 
@@ -21,15 +22,23 @@ pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `handler` on `listener` until `stop` resolves, then drains open connections (at most
-/// [`DRAIN`]), on the accept loop every infera server shares.
-pub async fn serve<H, F>(listener: TcpListener, handler: H, stop: impl Future<Output = ()>)
-where
+/// [`DRAIN`]), on the accept loop every infera server shares; over TLS with `tls` (SGLang's
+/// `--ssl-certfile`).
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    tls: Option<std::sync::Arc<ServerTls>>,
+    handler: H,
+    stop: impl Future<Output = ()>,
+) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     // SGLang serves with uvicorn; the emulator holds its connections to the same kind of limits.
     let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
-    serve_http(listener, Plain, handler, stop, Drain::For(DRAIN), listening).await;
+    match tls {
+        Some(tls) => serve_http(listener, tls, handler, stop, Drain::For(DRAIN), listening).await,
+        None => serve_http(listener, Plain, handler, stop, Drain::For(DRAIN), listening).await,
+    }
 }
 
 /// A JSON response.

@@ -327,7 +327,8 @@ impl Sim {
         params: Option<tempfile::NamedTempFile>,
     ) -> anyhow::Result<Self> {
         let mut record = worker_record(&plan);
-        let url = format!("http://{http}");
+        // `https://` for a sim given SGLang's `--ssl-certfile` (the record's own scheme).
+        let url = record.url.clone();
         if plan.args.kv_events.is_some() {
             // Port 0 was asked for: the sockets the sim bound are in its `/server_info`.
             let info = http::get_json(&format!("{url}/server_info")).await?;

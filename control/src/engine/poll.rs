@@ -38,8 +38,9 @@ pub(super) async fn run(
     interval: Duration,
     board: Arc<EngineBoard>,
     fits: Arc<WeightFits>,
+    connector: infera_proto::serve::worker_client::WorkerConnector,
 ) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let url = format!("{}/v1/loads?include=core,disagg", record.url.trim_end_matches('/'));
     let Ok(uri) = url.parse::<http::Uri>() else {
         tracing::warn!(worker = %record.id, url, "not polling engine loads: the worker URL does not parse");
@@ -84,7 +85,7 @@ pub(super) async fn run(
 }
 
 async fn fetch(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
+    client: &Client<infera_proto::serve::worker_client::WorkerConnector, Empty<Bytes>>,
     uri: http::Uri,
     timeout: Duration,
 ) -> Result<Vec<loads::RankAnswer>, PollError> {

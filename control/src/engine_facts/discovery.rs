@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use infera_proto::serve::worker_client::WorkerConnector;
 use hyper_util::rt::TokioExecutor;
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
 
@@ -148,14 +148,14 @@ struct Pending {
 pub struct Discovery {
     pending: HashMap<WorkerId, Pending>,
     next_generation: u64,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<WorkerConnector, Empty<Bytes>>,
     metrics: DiscoveryMetrics,
 }
 
 impl Discovery {
-    /// No worker asked yet.
-    pub fn new(metrics: DiscoveryMetrics) -> Self {
-        let client = Client::builder(TokioExecutor::new()).build_http();
+    /// No worker asked yet; workers reached with `connector` (`https://` over TLS).
+    pub fn new(metrics: DiscoveryMetrics, connector: WorkerConnector) -> Self {
+        let client = Client::builder(TokioExecutor::new()).build(connector);
         Self { pending: HashMap::new(), next_generation: 0, client, metrics }
     }
 
@@ -207,7 +207,7 @@ impl Drop for Discovery {
 
 /// What one worker's task holds.
 struct Asker {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<WorkerConnector, Empty<Bytes>>,
     metrics: DiscoveryMetrics,
 }
 

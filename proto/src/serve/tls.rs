@@ -107,7 +107,7 @@ pub struct ServerTls {
     config: RwLock<Arc<ServerConfig>>,
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), source })
 }
 
@@ -116,7 +116,7 @@ fn detail(e: impl std::fmt::Display) -> String {
 }
 
 /// Every certificate of `pem`, the text of `path` (at least one).
-fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(super) fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::NoCertificate { path: path.to_owned(), detail: detail(e) })?;
@@ -127,7 +127,7 @@ fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
 }
 
 /// The private key in `pem`, the text of `path`.
-fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub(super) fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
         let detail = match e {
             rustls::pki_types::pem::Error::NoItemsFound => String::new(),
@@ -138,7 +138,7 @@ fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsErr
 }
 
 /// The CA certificates in `pem`, the text of `path`.
-fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+pub(super) fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certificates(path, pem)? {
         roots.add(cert).map_err(|e| TlsError::Ca { path: path.to_owned(), reason: e.to_string() })?;
@@ -146,7 +146,7 @@ fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(super) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 

@@ -21,3 +21,4 @@ mod slow_control;
 mod timeout;
 mod tls;
 mod trace;
+mod worker_tls;

@@ -122,6 +122,7 @@ impl TryFrom<SimArgs> for SimConfig {
             inert_flags: a.inert_tokens,
             launch_command: a.launch.join(" "),
             kv_events_config: server.kv_events_config,
+            ssl: a.ssl.files(),
             kv_events,
             load_events,
             tokenizer,
