@@ -50,7 +50,10 @@ fn control_unit_and_env_start_a_valid_control() {
         std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
     let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.etcd, vec![env["INFERA_CONTROL_ETCD"].clone()]);
+    assert_eq!(
+        config.etcd.as_ref().map(|e| e.endpoints().to_vec()),
+        Some(vec![env["INFERA_CONTROL_ETCD"].clone()])
+    );
     assert_eq!(config.settings.overlap_credit.get().to_string(), env["INFERA_PREFILL_OVERLAP_CREDIT"]);
     assert!(config.admin_token.is_none(), "no token ships: each site makes its own");
 }
@@ -67,7 +70,7 @@ fn an_ha_replica_unit_and_its_two_env_files_start_a_valid_control() {
         std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
     let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!config.etcd.is_empty(), "replicas elect through etcd");
+    assert!(config.etcd.is_some(), "replicas elect through etcd");
     assert_eq!(config.advertise_url.as_deref(), Some(own["INFERA_CONTROL_ADVERTISE_URL"].as_str()));
     assert_eq!(config.leader_ttl.as_secs().to_string(), env["INFERA_CONTROL_LEADER_LEASE_TTL_SECS"]);
 }

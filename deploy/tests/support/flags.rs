@@ -133,7 +133,7 @@ pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
             let argv = argv(&start, &infera_control::Args::command())?;
             let args = infera_control::Args::try_parse_from(&argv).map_err(|e| format!("{argv:?}: {e}"))?;
             let config = infera_control::Config::try_from(args).map_err(|e| format!("{argv:?}: {e}"))?;
-            if config.etcd.is_empty() {
+            if config.etcd.is_none() {
                 return Err("replicas elect a leader through etcd".into());
             }
         }
