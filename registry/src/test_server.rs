@@ -58,6 +58,17 @@ fn data_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temp dir")
 }
 
+/// What a test etcd is started with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Setup {
+    /// Plain HTTP, no auth.
+    Plain,
+    /// TLS with client certificates required, auth off.
+    TlsOnly,
+    /// TLS with client certificates required, auth on with infera's roles.
+    Auth,
+}
+
 /// Starts tried before a test gives up on etcd.
 const START_ATTEMPTS: u32 = 4;
 
@@ -69,7 +80,7 @@ impl EtcdServer {
 
     /// Starts etcd listening for clients on `host` (an address of this machine).
     pub fn start_on(host: std::net::IpAddr) -> Self {
-        Self::start_with(host, false)
+        Self::start_with(host, Setup::Plain)
     }
 
     /// Starts etcd as deployments run it: TLS only on the client port, a client certificate
@@ -81,12 +92,19 @@ impl EtcdServer {
 
     /// [`EtcdServer::start_secure`] listening for clients on `host`.
     pub fn start_secure_on(host: std::net::IpAddr) -> Self {
-        Self::start_with(host, true)
+        Self::start_with(host, Setup::Auth)
     }
 
-    fn start_with(host: std::net::IpAddr, secured: bool) -> Self {
+    /// TLS with client certificates required, but auth not on yet and no user or role: what an
+    /// operator's script ([`crate::roles::script`]) starts from. [`EtcdServer::etcdctl_env`]
+    /// is root's etcdctl.
+    pub fn start_tls_only() -> Self {
+        Self::start_with(std::net::Ipv4Addr::LOCALHOST.into(), Setup::TlsOnly)
+    }
+
+    fn start_with(host: std::net::IpAddr, setup: Setup) -> Self {
         let dir = data_dir();
-        let secure = secured.then(|| secure::Secure::new(&dir.path().join("tls"), host));
+        let secure = (setup != Setup::Plain).then(|| secure::Secure::new(&dir.path().join("tls"), host));
         let mut server = Self {
             child: None,
             dir,
@@ -111,7 +129,7 @@ impl EtcdServer {
         if !started {
             server.resume();
         }
-        if let Some(secure) = &server.secure {
+        if let (Some(secure), Setup::Auth) = (&server.secure, setup) {
             secure.set_up_auth(&server.url());
         }
         server
@@ -157,6 +175,26 @@ impl EtcdServer {
     /// The password file of `user` (secured etcd only): tests rewrite it to rotate.
     pub fn password_file(&self, user: &str) -> PathBuf {
         self.secured().password_file(user)
+    }
+
+    /// etcdctl's environment for root on a secured etcd: `ETCDCTL_API`, `ETCDCTL_ENDPOINTS`,
+    /// `ETCDCTL_CACERT`, `ETCDCTL_CERT`, `ETCDCTL_KEY`.
+    pub fn etcdctl_env(&self) -> Vec<(&'static str, String)> {
+        let root = self.security_as(ROOT, Auth::Certificate);
+        let path = |p: Option<PathBuf>| p.expect("a secured etcd").display().to_string();
+        vec![
+            ("ETCDCTL_API", "3".to_owned()),
+            ("ETCDCTL_ENDPOINTS", self.url()),
+            ("ETCDCTL_CACERT", path(root.ca)),
+            ("ETCDCTL_CERT", path(root.cert)),
+            ("ETCDCTL_KEY", path(root.key)),
+        ]
+    }
+
+    /// The directory of the users' password files, one per user named as it (secured etcd
+    /// only).
+    pub fn password_dir(&self) -> PathBuf {
+        self.secured().password_file(ROOT).parent().expect("the passwords' directory").to_owned()
     }
 
     /// The data and certificates directory.

@@ -17,7 +17,9 @@ const HEAD: &str = r#"#!/bin/sh
 # (ETCDCTL="kubectl exec … -- etcdctl" runs another etcdctl). Each user authenticates with the
 # common name of its client certificate (etcd --client-cert-auth): infera-control,
 # infera-launch, root. With PASSWORD_DIR set, each user gets the password in
-# $PASSWORD_DIR/<user> instead (read from stdin, never on a command line).
+# $PASSWORD_DIR/<user> instead (read from stdin, never on a command line), and a run again sets
+# it anew (a rotation). The first run decides: etcd keeps a user made without a password
+# password-less (`etcdctl user delete` it to move it to a password).
 set -eu
 etcdctl=${ETCDCTL:-etcdctl}
 
