@@ -1,7 +1,9 @@
 //! Clients that must not write to a secured test etcd, and the check that they do not: each
 //! tries to put infera's keys (a worker record, a setting, the leader key, the proxies' book)
 //! and must be refused, leaving every key under `/infera/` as it was. The tests of the etcd
-//! security use it, and so can an attack suite: [`EtcdServer::assert_intruders_write_nothing`].
+//! security use it, and so can an attack suite: [`EtcdServer::assert_intruders_write_nothing`]
+//! on a quiet etcd, [`EtcdServer::intrude`] on a live deployment, [`EtcdServer::write_as`] for
+//! one attempt.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -63,6 +65,9 @@ impl Intruder {
         all.into_iter().filter(|k| !allowed(k)).collect()
     }
 }
+
+/// What the intruders try to write.
+const INTRUDED: &str = "written-by-an-intruder";
 
 /// One write etcd refused.
 #[derive(Debug)]
@@ -153,14 +158,14 @@ impl EtcdServer {
             .collect()
     }
 
-    /// Asserts that writes without the right credentials fail: every [`Intruder`] tries each of
-    /// infera's keys (all at once) and is refused, and the keys under `/infera/` are unchanged.
-    /// Returns the refusals, for a caller that checks the reasons.
-    pub async fn assert_intruders_write_nothing(&self) -> Vec<Refusal> {
-        let before = self.infera_keys().await;
+    /// Every [`Intruder`] tries each of infera's keys (all at once); panics if one is written,
+    /// or if any key under `/infera/` holds what they wrote afterwards. Safe on a live
+    /// deployment, whose parts keep writing meanwhile. Returns the refusals, for a caller that
+    /// checks the reasons.
+    pub async fn intrude(&self) -> Vec<Refusal> {
         let attempts = Intruder::ALL.iter().flat_map(|i| i.targets().into_iter().map(move |k| (*i, k)));
         let results = futures_util::future::join_all(attempts.map(|(intruder, key)| async move {
-            let result = self.write_as(intruder, &key, "written-by-an-intruder").await;
+            let result = self.write_as(intruder, &key, INTRUDED).await;
             (intruder, key, result)
         }))
         .await;
@@ -171,6 +176,25 @@ impl EtcdServer {
                 Err(error) => refusals.push(Refusal { intruder, key, error }),
             }
         }
+        let written: Vec<String> = self
+            .infera_keys()
+            .await
+            .into_iter()
+            .filter(|(_, (v, _))| v == INTRUDED)
+            .map(|(k, _)| k)
+            .collect();
+        assert!(written.is_empty(), "the intruders wrote {written:?}");
+        refusals
+    }
+
+    /// Asserts that writes without the right credentials fail and change nothing: [`intrude`]
+    /// on an etcd nothing else writes to, and every key under `/infera/` is as it was (value and
+    /// revision).
+    ///
+    /// [`intrude`]: EtcdServer::intrude
+    pub async fn assert_intruders_write_nothing(&self) -> Vec<Refusal> {
+        let before = self.infera_keys().await;
+        let refusals = self.intrude().await;
         assert_eq!(self.infera_keys().await, before, "the intruders changed infera's keys");
         refusals
     }
