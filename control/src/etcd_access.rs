@@ -13,14 +13,14 @@ const WAIT: Duration = Duration::from_secs(3);
 
 /// Why control does not start.
 #[derive(Debug, thiserror::Error)]
-#[error("etcd at {endpoints} refused control{who}: {source}")]
+#[error("etcd at {endpoints} refused control{who}: {cause}")]
 pub struct EtcdRefused {
     /// The endpoints.
     endpoints: String,
     /// ` (user NAME)` when it authenticates with a password.
     who: String,
-    /// What etcd said.
-    source: RegistryError,
+    /// What etcd said (in the message: no source to repeat it).
+    cause: RegistryError,
 }
 
 /// Reads one key name of the workers' prefix (what control needs first): `Err` when etcd
@@ -37,7 +37,7 @@ pub async fn check(etcd: &EtcdConfig) -> Result<(), EtcdRefused> {
         Ok(Err(source)) if source.is_refusal() => Err(EtcdRefused {
             endpoints: etcd.endpoints().join(","),
             who: etcd.user().map(|u| format!(" (user {u})")).unwrap_or_default(),
-            source,
+            cause: source,
         }),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "etcd does not answer at start; following it once it does");

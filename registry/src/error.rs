@@ -7,9 +7,10 @@ use crate::client::EtcdConfigError;
 /// What talking to etcd can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    /// etcd itself (connect, RPC, stream), with the cause classified.
+    /// etcd itself (connect, RPC, stream), with the cause classified. Its message holds the
+    /// client error's own chain, so it names no source (a chain printed whole would repeat it).
     #[error("etcd {}: {}", EtcdFailure::of(.0).describe(), detail(.0))]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(etcd_client::Error),
     /// The part's etcd TLS or credential files (read again on every connection).
     #[error("etcd: {0}")]
     Config(#[from] EtcdConfigError),
@@ -22,6 +23,12 @@ pub enum RegistryError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl From<etcd_client::Error> for RegistryError {
+    fn from(e: etcd_client::Error) -> Self {
+        Self::Etcd(e)
+    }
 }
 
 impl RegistryError {
