@@ -25,6 +25,7 @@ pub use tls::ControlTls;
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
+use infera_registry::{EtcdConfig, EtcdConfigError};
 use limits::{CapacityArgs, EjectionArgs, ReplicaArgs};
 use listen::ListenArgs;
 use weight::WeightArg;
@@ -39,6 +40,8 @@ pub struct Args {
     listen: ListenArgs,
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    etcd: EtcdArgs,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -75,6 +78,13 @@ struct RegistryArgs {
     #[arg(long, env = "INFERA_CONTROL_ETCD", value_delimiter = ',')]
     etcd: Vec<String>,
 }
+
+infera_registry::etcd_security_args!(
+    /// How control reaches a secured etcd (manual/operations/etcd.md): TLS, its client
+    /// certificate, its etcd user.
+    #[command(next_help_heading = "Registry: a secured etcd")]
+    struct EtcdArgs, "INFERA_CONTROL_ETCD"
+);
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Engine readings")]
@@ -197,8 +207,8 @@ pub struct Config {
     pub grpc_limits: GrpcLimits,
     /// The workers of the static file (empty with etcd); `dp_size` may be left out.
     pub workers: Vec<RegisteredWorker>,
-    /// etcd endpoints; empty = the static file is the registry.
-    pub etcd: Vec<String>,
+    /// etcd: endpoints, TLS and credentials; `None` = the static file is the registry.
+    pub etcd: Option<EtcdConfig>,
     /// How often workers' `/v1/loads` is read; `None`: never.
     pub engine_poll: Option<Duration>,
     /// Routing settings at start (with W fitted, `weight` is the fallback).
@@ -235,7 +245,7 @@ impl Config {
     /// Whether no worker can ever be picked: the registry is the static file (no etcd, from which
     /// workers would arrive later) and that file lists none.
     pub fn has_no_workers(&self) -> bool {
-        self.etcd.is_empty() && self.workers.is_empty()
+        self.etcd.is_none() && self.workers.is_empty()
     }
 }
 
@@ -265,6 +275,9 @@ pub enum ConfigError {
     /// A worker TLS file cannot be used.
     #[error("--worker-ca/--worker-cert/--worker-key: {0}")]
     WorkerTls(infera_proto::serve::tls::TlsError),
+    /// The etcd settings do not go together, or a file of theirs cannot be used.
+    #[error("etcd: {0}")]
+    Etcd(#[from] EtcdConfigError),
 }
 
 impl TryFrom<Args> for Config {
@@ -300,7 +313,7 @@ impl TryFrom<Args> for Config {
                 Some(path) => workers_file::load(path)?,
                 None => Vec::new(),
             },
-            etcd: a.registry.etcd,
+            etcd: etcd(a.registry.etcd, a.etcd)?,
             engine_poll: (a.engine.engine_poll_ms > 0)
                 .then(|| Duration::from_millis(a.engine.engine_poll_ms)),
             settings,
@@ -325,6 +338,17 @@ impl TryFrom<Args> for Config {
             telemetry: a.telemetry.into_config("infera-control")?,
         })
     }
+}
+
+/// The etcd settings, checked, their files read once (`None` without endpoints).
+fn etcd(endpoints: Vec<String>, args: EtcdArgs) -> Result<Option<EtcdConfig>, EtcdConfigError> {
+    let endpoints: Vec<String> = endpoints.into_iter().filter(|e| !e.trim().is_empty()).collect();
+    let config = EtcdConfig::new(endpoints, args.security())?;
+    if config.endpoints().is_empty() {
+        return Ok(None);
+    }
+    config.check_files()?;
+    Ok(Some(config))
 }
 
 #[cfg(test)]

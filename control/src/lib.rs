@@ -37,6 +37,7 @@ pub mod ejection;
 pub mod engine;
 pub mod engine_facts;
 pub mod error;
+pub mod etcd_access;
 pub mod fit;
 pub mod kv_feed;
 pub mod leader;
@@ -113,7 +114,7 @@ pub async fn run(
         None => None,
     };
     // Standalone: ids of a random epoch. Replicas: the term of each election (none yet).
-    let (leadership, epoch) = if etcd.is_empty() {
+    let (leadership, epoch) = if etcd.is_none() {
         let epoch: u32 = rand::random();
         (leader::Leadership::standalone(url.clone(), epoch, std::time::Instant::now()), epoch)
     } else {
@@ -122,11 +123,13 @@ pub async fn run(
     let leadership = Arc::new(leadership.serving_admin_at(admin_url.clone()));
     let flags = persist::Persisted { settings: config.settings, weight_mode: config.weight_mode };
     // (Persisted ejections are the leader's: they are carried on at takeover, not here.)
-    let (persist::Persisted { settings, weight_mode }, drains) = if etcd.is_empty() {
-        (flags.clone(), Vec::new())
-    } else {
-        let loaded = persist::load(&etcd, flags.clone()).await;
-        (loaded.persisted, loaded.drains)
+    let (persist::Persisted { settings, weight_mode }, drains) = match &etcd {
+        None => (flags.clone(), Vec::new()),
+        Some(etcd) => {
+            etcd_access::check(etcd).await?;
+            let loaded = persist::load(etcd, flags.clone()).await;
+            (loaded.persisted, loaded.drains)
+        }
     };
     // The static workers are registered below, as registry changes are: the drains of their
     // targets apply when they appear.
@@ -137,7 +140,7 @@ pub async fn run(
     core.set_ejection(config.ejection);
     core.set_capacity(config.capacity);
     let mut registry = prometheus_client::registry::Registry::default();
-    let persist_to = (!etcd.is_empty()).then(|| etcd.clone());
+    let persist_to = etcd.clone();
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);
     let (feed, kv_events) = kv_feed::KvFeed::new(kv, metrics::KvMetrics::register(&mut registry));
     let feed = Arc::new(feed);
@@ -190,13 +193,12 @@ pub async fn run(
         config.grpc_limits.max_message_bytes,
     )
     .await?;
-    if !etcd.is_empty() {
+    if let Some(etcd) = etcd {
         state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse
         // picks it could serve.
         let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
-        let election =
-            leader::election::ElectionConfig { endpoints: etcd, url, admin_url, ttl: config.leader_ttl };
+        let election = leader::election::ElectionConfig { etcd, url, admin_url, ttl: config.leader_ttl };
         let (takeover, stop) = (state::takeover(&state), stop.receiver());
         tokio::spawn(async move {
             if synced.await.is_ok() {
@@ -262,13 +264,13 @@ async fn serve_grpc(
 /// snapshot is in the view.
 fn follow_registry(
     state: Arc<ControlState>,
-    endpoints: Vec<String>,
+    etcd: infera_registry::EtcdConfig,
     stop: tokio::sync::watch::Receiver<()>,
 ) -> tokio::sync::oneshot::Receiver<()> {
     let (tx, mut changes) = tokio::sync::mpsc::channel(256);
     let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
     let (applied_tx, applied_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(infera_registry::watch_workers(endpoints, tx, Some(synced_tx), stop));
+    tokio::spawn(infera_registry::watch_workers(etcd, tx, Some(synced_tx), stop));
     tokio::spawn(async move {
         // The watch says "synced" after sending the snapshot's changes; they are applied once
         // every change queued before that signal is.

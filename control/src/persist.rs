@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::ValueEnum;
 use infera_proto::types::{DecodeInputDemand, DpRank, OverlapCredit, RequestWeight, Target, WorkerId};
 
+use infera_registry::EtcdConfig;
+
 use crate::ejection::CarriedEjection;
 use crate::fit::WeightMode;
 use crate::settings::Settings;
@@ -47,11 +49,18 @@ pub struct Loaded {
     pub ejections: Vec<CarriedEjection>,
 }
 
+impl Loaded {
+    /// The flags alone: nothing persisted, no drains, no ejections.
+    pub fn flags(persisted: Persisted) -> Self {
+        Self { persisted, drains: Vec::new(), ejections: Vec::new() }
+    }
+}
+
 /// What control starts with: the settings (flags overridden by etcd), the persisted drains and
 /// ejections.
-pub async fn load(endpoints: &[String], flags: Persisted) -> Loaded {
-    let none = |persisted| Loaded { persisted, drains: Vec::new(), ejections: Vec::new() };
-    match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(endpoints)).await {
+pub async fn load(etcd: &EtcdConfig, flags: Persisted) -> Loaded {
+    let none = Loaded::flags;
+    match tokio::time::timeout(Duration::from_secs(3), infera_registry::config::load(etcd)).await {
         Ok(Ok(persisted)) => Loaded {
             drains: persisted.get(DRAINED).map(|v| parse_drains(v)).unwrap_or_default(),
             ejections: persisted.get(EJECTED).map(|v| parse_ejections(v)).unwrap_or_default(),
@@ -85,7 +94,7 @@ pub type SettingsSaver = Saver<Persisted>;
 impl<T: Send + Sync + 'static> Saver<T> {
     /// Starts the writer task; `render` turns a value into the keys it is stored under.
     fn start_with(
-        endpoints: Vec<String>,
+        etcd: EtcdConfig,
         what: &'static str,
         render: fn(&T) -> Vec<(&'static str, String)>,
     ) -> Self {
@@ -93,7 +102,7 @@ impl<T: Send + Sync + 'static> Saver<T> {
         tokio::spawn(async move {
             while rx.changed().await.is_ok() {
                 let Some(values) = rx.borrow_and_update().as_ref().map(render) else { continue };
-                if let Err(e) = infera_registry::config::store(&endpoints, &values).await {
+                if let Err(e) = infera_registry::config::store(&etcd, &values).await {
                     tracing::warn!(error = %e, what, "cannot persist in etcd; the change holds until control restarts");
                 }
             }
@@ -110,8 +119,8 @@ impl<T: Send + Sync + 'static> Saver<T> {
 
 impl DrainSaver {
     /// Starts the drains' writer.
-    pub fn start(endpoints: Vec<String>) -> Self {
-        Self::start_with(endpoints, "drains", |drained| {
+    pub fn start(etcd: EtcdConfig) -> Self {
+        Self::start_with(etcd, "drains", |drained| {
             vec![(DRAINED, drained.iter().map(|t| format!("{t}\n")).collect())]
         })
     }
@@ -119,8 +128,8 @@ impl DrainSaver {
 
 impl EjectionSaver {
     /// Starts the ejections' writer.
-    pub fn start(endpoints: Vec<String>) -> Self {
-        Self::start_with(endpoints, "ejections", |ejected| vec![(EJECTED, render_ejections(ejected))])
+    pub fn start(etcd: EtcdConfig) -> Self {
+        Self::start_with(etcd, "ejections", |ejected| vec![(EJECTED, render_ejections(ejected))])
     }
 }
 
@@ -152,8 +161,8 @@ fn parse_ejections(value: &str) -> Vec<CarriedEjection> {
 
 impl SettingsSaver {
     /// Starts the writer of W, the mode and the credit (one transaction per write).
-    pub fn start(endpoints: Vec<String>) -> Self {
-        Self::start_with(endpoints, "the routing settings", render)
+    pub fn start(etcd: EtcdConfig) -> Self {
+        Self::start_with(etcd, "the routing settings", render)
     }
 }
 

@@ -65,7 +65,7 @@ impl ControlState {
         kv_feed: Arc<KvFeed>,
         engine: (EngineFeed, EngineMetrics, FitMetrics),
         metrics: ControlMetrics,
-        persist_to: Option<Vec<String>>,
+        persist_to: Option<infera_registry::EtcdConfig>,
         ha: Ha,
         ejection_metrics: crate::ejection::metrics::EjectionMetrics,
     ) -> Arc<Self> {

@@ -41,18 +41,62 @@ fn as_flags(cmd: &clap::Command, env: &BTreeMap<String, String>) -> Vec<String> 
     infera_deploy::as_flags(cmd, env).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The unit's `Environment=` lines, `%d` (its credentials) being `credentials`.
+fn unit_environment(unit: &str, credentials: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(deploy(unit)).unwrap();
+    let d = credentials.display().to_string();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("Environment="))
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{unit}: not KEY=VALUE: {kv}"));
+            (k.to_owned(), v.replace("%d", &d))
+        })
+        .collect()
+}
+
+/// etcd's CA and a client certificate for `user`, as files named `ca`, `cert`, `key` in `dir`
+/// (what the units' LoadCredential lines and launch.env point at).
+fn etcd_credentials(dir: &Path, user: &str, [ca, cert, key]: [&str; 3]) {
+    let test_ca = infera_testkit::tls::TestCa::new("etcd");
+    let issued = test_ca.issue(user, &[]);
+    for (from, to) in [(test_ca.ca(), ca), (issued.cert, cert), (issued.key, key)] {
+        std::fs::copy(&from, dir.join(to)).unwrap();
+    }
+}
+
+/// Control's etcd settings from `unit` with its credentials written to a temporary directory.
+fn control_etcd_env(unit: &str) -> (BTreeMap<String, String>, tempfile::TempDir) {
+    let credentials = tempfile::tempdir().unwrap();
+    etcd_credentials(credentials.path(), "infera-control", ["etcd-ca.pem", "etcd-cert.pem", "etcd-key.pem"]);
+    (unit_environment(unit, credentials.path()), credentials)
+}
+
+/// The control settings are over TLS with a client certificate, to `https://` endpoints.
+fn assert_secured_etcd(config: &infera_control::Config) {
+    let etcd = config.etcd.as_ref().expect("control follows etcd");
+    assert!(etcd.endpoints().iter().all(|e| e.starts_with("https://")), "{:?}", etcd.endpoints());
+    let security = etcd.security();
+    assert!(security.ca.is_some() && security.cert.is_some() && security.key.is_some(), "{security:?}");
+}
+
 #[test]
 fn control_unit_and_env_start_a_valid_control() {
     let (name, words) = exec_start("infera-control.service", "");
     assert_eq!(name, "infera-control");
-    let env = env_file("control.env");
+    // systemd: variables of EnvironmentFile= win over the unit's Environment=.
+    let (mut env, _credentials) = control_etcd_env("infera-control.service");
+    env.extend(env_file("control.env"));
     let argv: Vec<String> =
         std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
     let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.etcd, vec![env["INFERA_CONTROL_ETCD"].clone()]);
+    assert_eq!(
+        config.etcd.as_ref().map(|e| e.endpoints().to_vec()),
+        Some(vec![env["INFERA_CONTROL_ETCD"].clone()])
+    );
     assert_eq!(config.settings.overlap_credit.get().to_string(), env["INFERA_PREFILL_OVERLAP_CREDIT"]);
     assert!(config.admin_token.is_none(), "no token ships: each site makes its own");
+    assert_secured_etcd(&config);
 }
 
 #[test]
@@ -60,16 +104,18 @@ fn an_ha_replica_unit_and_its_two_env_files_start_a_valid_control() {
     let (name, words) = exec_start("infera-control@.service", "a");
     assert_eq!(name, "infera-control");
     // The replica's own file is read after the shared one: its values win.
-    let mut env = env_file("control.env");
+    let (mut env, _credentials) = control_etcd_env("infera-control@.service");
+    env.extend(env_file("control.env"));
     let own = env_file("control-a.env");
     env.extend(own.clone());
     let argv: Vec<String> =
         std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
     let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!config.etcd.is_empty(), "replicas elect through etcd");
+    assert!(config.etcd.is_some(), "replicas elect through etcd");
     assert_eq!(config.advertise_url.as_deref(), Some(own["INFERA_CONTROL_ADVERTISE_URL"].as_str()));
     assert_eq!(config.leader_ttl.as_secs().to_string(), env["INFERA_CONTROL_LEADER_LEASE_TTL_SECS"]);
+    assert_secured_etcd(&config);
 }
 
 #[test]
@@ -101,10 +147,19 @@ fn launch_unit_and_env_start_one_nodes_workers() {
         .collect();
     let mut env = env_file("launch.env");
     *env.get_mut("INFERA_LAUNCH_ONLY_HOST").expect("one node of several") = "127.0.0.1".into();
+    // The site's etcd files, made here where launch.env names them.
+    let etcd_files = tempfile::tempdir().unwrap();
+    etcd_credentials(etcd_files.path(), "infera-launch", ["ca.pem", "launch.pem", "launch-key.pem"]);
+    for var in ["INFERA_LAUNCH_ETCD_CA", "INFERA_LAUNCH_ETCD_CERT", "INFERA_LAUNCH_ETCD_KEY"] {
+        let path = env.get_mut(var).unwrap_or_else(|| panic!("launch.env sets {var}"));
+        *path = path.replace("/etc/infera/etcd", &etcd_files.path().display().to_string());
+    }
     let cmd = infera_launcher::Args::command();
     let up = cmd.find_subcommand("up").expect("an up subcommand");
     let argv: Vec<String> = std::iter::once(name).chain(words).chain(as_flags(up, &env)).collect();
     let args = infera_launcher::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_launcher::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(config.command, infera_launcher::Command::Up(_)), "{argv:?}");
+    let infera_launcher::Command::Up(up) = config.command else { panic!("{argv:?}: not up") };
+    let etcd = up.etcd.expect("the registrar registers in etcd");
+    assert!(etcd.endpoints().iter().all(|e| e.starts_with("https://")) && etcd.security().cert.is_some());
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use infera_registry::EtcdConfig;
 
 use crate::deployment::Engine;
 use crate::error::LaunchError;
@@ -43,6 +44,8 @@ struct UpArgs {
     /// control follows `/infera/v1/workers/`. Unset: a static workers file in --state-dir.
     #[arg(long, env = "INFERA_LAUNCH_ETCD", value_delimiter = ',')]
     etcd: Vec<String>,
+    #[command(flatten)]
+    etcd_security: EtcdArgs,
     /// Where the static workers file is written (without --etcd). Unset: a temporary directory.
     #[arg(long, env = "INFERA_LAUNCH_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -76,6 +79,12 @@ struct UpArgs {
     no_router: bool,
 }
 
+infera_registry::etcd_security_args!(
+    /// How the registrar (and, without `[router.etcd]`, the control `up` starts) reaches a
+    /// secured etcd (manual/operations/etcd.md).
+    struct EtcdArgs, "INFERA_LAUNCH_ETCD"
+);
+
 /// What to do, with a checked deployment.
 #[derive(Debug)]
 pub struct Config {
@@ -107,14 +116,29 @@ impl TryFrom<Args> for Config {
 fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
     let (file, text) = crate::deployment::load(&a.file)?;
     let mut plan = crate::check::plan(&file, &text, &a.file)?;
-    let etcd: Vec<String> = a.etcd.into_iter().filter(|e| !e.trim().is_empty()).collect();
-    if etcd.is_empty() {
+    let endpoints: Vec<String> = a.etcd.into_iter().filter(|e| !e.trim().is_empty()).collect();
+    if endpoints.is_empty() {
         for (flag, set) in [("--only-host", a.only_host.is_some()), ("--no-router", a.no_router)] {
             if set {
                 return Err(HostError::NeedsEtcd { flag }.into());
             }
         }
     }
+    let etcd = EtcdConfig::new(endpoints.clone(), a.etcd_security.security())?;
+    etcd.check_files()?;
+    let router = (!a.no_router).then(|| RouterPlan::from_section(file.router.as_ref()));
+    // Control's own settings, when `up` starts it: checked as control would at its start.
+    if let Some(router) = &router
+        && router.control_etcd.is_some()
+    {
+        let control = router.control_etcd(&etcd.security());
+        if endpoints.is_empty() {
+            let flags = "[router.etcd]".to_owned();
+            return Err(infera_registry::EtcdConfigError::NoEndpoints { flags }.into());
+        }
+        EtcdConfig::new(endpoints.clone(), control)?.check_files()?;
+    }
+    let etcd = (!endpoints.is_empty()).then_some(etcd);
     let mut notes = vec![format!("deployment {}: {}", a.file.display(), plan.sglang)];
     notes.extend(crate::hosts::select(&mut plan, a.only_host.as_deref(), a.file.clone())?);
     let health_default = match file.engine {
@@ -131,7 +155,7 @@ fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
     Ok(UpConfig {
         plan,
         engine: file.engine,
-        router: (!a.no_router).then(|| RouterPlan::from_section(file.router.as_ref())),
+        router,
         etcd,
         notes,
         state_dir: a.state_dir,

@@ -242,6 +242,26 @@ pub struct RouterSection {
     pub chat_template: Option<Spanned<String>>,
     /// `[router.tls]`: control's gRPC over TLS, and the proxies' side of it.
     pub tls: Option<RouterTls>,
+    /// `[router.etcd]`: control's own access to a secured etcd.
+    pub etcd: Option<RouterEtcd>,
+}
+
+/// `[router.etcd]`: how the control `up` starts reaches a secured etcd, as its `--etcd-*` flags
+/// (manual/operations/etcd.md). Without it control gets the launcher's own `--etcd-*` flags; with
+/// it, these (the CA defaults to the launcher's `--etcd-ca`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterEtcd {
+    /// Control's `--etcd-ca`.
+    pub ca: Option<String>,
+    /// Control's `--etcd-cert` (its common name is control's etcd user without `user`).
+    pub cert: Option<Spanned<String>>,
+    /// Control's `--etcd-key`.
+    pub key: Option<Spanned<String>>,
+    /// Control's `--etcd-user`.
+    pub user: Option<Spanned<String>>,
+    /// Control's `--etcd-password-file`.
+    pub password_file: Option<Spanned<String>>,
 }
 
 /// `router.decode_request_weight`: a number, or `"auto"` (any case, as control reads it).

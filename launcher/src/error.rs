@@ -16,4 +16,8 @@ pub enum LaunchError {
     /// `up`: workers that cannot run on this node, or node flags without etcd.
     #[error(transparent)]
     Host(#[from] HostError),
+    /// `up`: etcd settings that do not go together, or a file of theirs that cannot be used
+    /// (the launcher's `--etcd-*` flags, or `[router.etcd]`).
+    #[error("etcd: {0}")]
+    Etcd(#[from] infera_registry::EtcdConfigError),
 }

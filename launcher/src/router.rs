@@ -1,7 +1,9 @@
 //! `[router]` → the `infera-control` flags and the proxies `up` starts. A setting is forwarded
 //! only when the file gives it, so control's and the proxy's own defaults stay the defaults.
 
-use crate::deployment::{RouterSection, RouterTls};
+use infera_registry::EtcdSecurity;
+
+use crate::deployment::{RouterEtcd, RouterSection, RouterTls};
 
 /// The router part of a deployment, ready to exec.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,6 +18,8 @@ pub struct RouterPlan {
     pub control_tls: bool,
     /// The proxies serve HTTPS (`[router.tls] proxy_cert`).
     pub proxy_tls: bool,
+    /// Control's own etcd settings (`[router.etcd]`); `None`: the launcher's.
+    pub control_etcd: Option<EtcdSecurity>,
 }
 
 /// The proxy address when `[router] proxies` is empty (the proxy's own default).
@@ -51,7 +55,28 @@ fn tls_flags(t: &RouterTls, c: &mut Vec<String>, p: &mut Vec<String>) -> Served 
     Served { control: t.cert.is_some(), proxy: t.proxy_cert.is_some() }
 }
 
+/// `[router.etcd]` → control's etcd settings, as given.
+fn etcd_security(e: &RouterEtcd) -> EtcdSecurity {
+    let value = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|s| s.get_ref().clone());
+    EtcdSecurity {
+        ca: e.ca.clone().map(Into::into),
+        cert: value(&e.cert).map(Into::into),
+        key: value(&e.key).map(Into::into),
+        user: value(&e.user),
+        password_file: value(&e.password_file).map(Into::into),
+    }
+}
+
 impl RouterPlan {
+    /// Control's etcd settings: `[router.etcd]` (its CA defaulting to the launcher's), else the
+    /// launcher's own.
+    pub fn control_etcd(&self, launcher: &EtcdSecurity) -> EtcdSecurity {
+        match &self.control_etcd {
+            Some(own) => EtcdSecurity { ca: own.ca.clone().or_else(|| launcher.ca.clone()), ..own.clone() },
+            None => launcher.clone(),
+        }
+    }
+
     /// Control flags and proxies from `[router]` (absent: control's defaults, one proxy).
     pub fn from_section(router: Option<&RouterSection>) -> Self {
         let Some(r) = router else {
@@ -98,7 +123,14 @@ impl RouterPlan {
         let proxies =
             if r.proxies.is_empty() { vec![DEFAULT_PROXY_LISTEN.to_owned()] } else { r.proxies.clone() };
         let tls = r.tls.as_ref().map(|t| tls_flags(t, &mut c, &mut p)).unwrap_or_default();
-        Self { control_args: c, proxies, proxy_args: p, control_tls: tls.control, proxy_tls: tls.proxy }
+        Self {
+            control_args: c,
+            proxies,
+            proxy_args: p,
+            control_tls: tls.control,
+            proxy_tls: tls.proxy,
+            control_etcd: r.etcd.as_ref().map(etcd_security),
+        }
     }
 }
 
@@ -248,5 +280,42 @@ mod tests {
                 "/m/chat.jinja"
             ]
         );
+    }
+
+    #[test]
+    fn control_gets_router_etcd_or_the_launchers_etcd_flags() {
+        let launcher = EtcdSecurity {
+            ca: Some("ca.pem".into()),
+            cert: Some("launch.pem".into()),
+            key: Some("launch.key".into()),
+            ..EtcdSecurity::default()
+        };
+        let inherited = router("[router]\n");
+        assert_eq!(inherited.control_etcd(&launcher), launcher, "one identity for both");
+        let own = router(
+            "[router.etcd]\ncert = \"control.pem\"\nkey = \"control.key\"\nuser = \"infera-control\"\n\
+             password_file = \"pw\"\n",
+        );
+        assert!(own.control_args.is_empty(), "not a plain control flag: up adds them with --etcd");
+        let got = own.control_etcd(&launcher);
+        assert_eq!(
+            got.flags(),
+            [
+                "--etcd-ca",
+                "ca.pem",
+                "--etcd-cert",
+                "control.pem",
+                "--etcd-key",
+                "control.key",
+                "--etcd-user",
+                "infera-control",
+                "--etcd-password-file",
+                "pw"
+            ],
+            "its own identity, the launcher's CA"
+        );
+        let own_ca = router("[router.etcd]\nca = \"other-ca.pem\"\n");
+        assert_eq!(own_ca.control_etcd(&launcher).ca, Some("other-ca.pem".into()));
+        assert_eq!(own_ca.control_etcd(&launcher).cert, None, "no identity of the launcher's");
     }
 }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use infera_proto::types::WorkerRecord;
-use infera_registry::Registration;
 use infera_registry::register::DEFAULT_TTL;
+use infera_registry::{EtcdConfig, Registration};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -90,12 +90,12 @@ enum Outcome {
     ExitedCleanly,
 }
 
-/// Runs `spec` until `stop` turns true or the policy gives up. `etcd` empty: nothing to
+/// Runs `spec` until `stop` turns true or the policy gives up. `etcd` `None`: nothing to
 /// register (control reads the static workers file).
 pub async fn supervise(
     spec: WorkerSpec,
     policy: Policy,
-    etcd: Vec<String>,
+    etcd: Option<EtcdConfig>,
     events: mpsc::UnboundedSender<Event>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -118,8 +118,16 @@ pub async fn supervise(
             }
             Ok(mut child) => {
                 let _ = events.send(Event::Started { name: name.clone(), pid: child.pid() });
-                let outcome =
-                    run_once(&spec, &policy, &etcd, &mut child, &mut stop, &events, &mut healthy_since).await;
+                let outcome = run_once(
+                    &spec,
+                    &policy,
+                    etcd.as_ref(),
+                    &mut child,
+                    &mut stop,
+                    &events,
+                    &mut healthy_since,
+                )
+                .await;
                 if let Outcome::Failed(_) = &outcome {
                     let _ = child.stop(policy.stop_timeout).await;
                 }
@@ -170,7 +178,7 @@ pub async fn supervise(
 async fn run_once(
     spec: &WorkerSpec,
     policy: &Policy,
-    etcd: &[String],
+    etcd: Option<&EtcdConfig>,
     child: &mut Child,
     stop: &mut watch::Receiver<bool>,
     events: &mpsc::UnboundedSender<Event>,
@@ -191,9 +199,9 @@ async fn run_once(
     }
     *healthy_since = Some(Instant::now());
     eprintln!("infera-launch: {name}: healthy at {}", spec.record.url);
-    let registration = (!etcd.is_empty()).then(|| {
-        eprintln!("infera-launch: {name}: registering in etcd ({})", etcd.join(","));
-        Registration::start(etcd.to_vec(), spec.record.clone(), DEFAULT_TTL)
+    let registration = etcd.map(|etcd| {
+        eprintln!("infera-launch: {name}: registering in etcd ({})", etcd.endpoints().join(","));
+        Registration::start(etcd, spec.record.clone(), DEFAULT_TTL)
     });
     let _ = events.send(Event::Healthy { name: name.clone() });
     let outcome = tokio::select! {

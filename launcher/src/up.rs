@@ -39,8 +39,8 @@ pub struct UpConfig {
     pub engine: Engine,
     /// Control flags and proxies; `None` with `--no-router`.
     pub router: Option<RouterPlan>,
-    /// etcd endpoints; empty = static workers file.
-    pub etcd: Vec<String>,
+    /// etcd (endpoints and the registrar's TLS and credentials); `None` = static workers file.
+    pub etcd: Option<infera_registry::EtcdConfig>,
     /// Where the static workers file goes (`None`: a temporary directory).
     pub state_dir: Option<PathBuf>,
     /// Where `infera-sim`, `infera-control`, `infera-proxy` are.
@@ -115,7 +115,15 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
     };
     let records = worker_records(&config.plan);
     let mut _temp_dir = None;
-    let registry_args = if config.etcd.is_empty() {
+    let registry_args = if let Some(etcd) = &config.etcd {
+        let endpoints = etcd.endpoints().join(",");
+        infera_registry::reach(etcd)
+            .await
+            .with_context(|| format!("the registrar cannot use etcd at {endpoints}"))?;
+        eprintln!("infera-launch: registry: etcd at {endpoints}");
+        let control = config.router.as_ref().map(|r| r.control_etcd(&etcd.security())).unwrap_or_default();
+        [vec!["--etcd".to_owned(), endpoints], control.flags()].concat()
+    } else {
         let dir = match &config.state_dir {
             Some(d) => d.clone(),
             None => {
@@ -132,13 +140,6 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("infera-launch: static registry: {} ({} workers)", path.display(), records.len());
         vec!["--workers".to_owned(), path.display().to_string()]
-    } else {
-        let etcd = config.etcd.join(",");
-        infera_registry::connect(&config.etcd)
-            .await
-            .with_context(|| format!("etcd at {etcd} does not answer"))?;
-        eprintln!("infera-launch: registry: etcd at {etcd}");
-        vec!["--etcd".to_owned(), etcd]
     };
 
     // Workers.

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use etcd_client::GetOptions;
 
-use crate::{RegistryError, connect, keys};
+use crate::{EtcdConfig, RegistryError, connect, keys};
 
 /// Every persisted setting, by name.
-pub async fn load(endpoints: &[String]) -> Result<BTreeMap<String, String>, RegistryError> {
-    let mut client = connect(endpoints).await?;
+pub async fn load(etcd: &EtcdConfig) -> Result<BTreeMap<String, String>, RegistryError> {
+    let mut client = connect(etcd).await?;
     let resp = client.get(keys::CONFIG, Some(GetOptions::new().with_prefix())).await?;
     Ok(resp
         .kvs()
@@ -22,8 +22,8 @@ pub async fn load(endpoints: &[String]) -> Result<BTreeMap<String, String>, Regi
 }
 
 /// Stores settings (all of them in one transaction, so readers never see half a change).
-pub async fn store(endpoints: &[String], settings: &[(&str, String)]) -> Result<(), RegistryError> {
-    let mut client = connect(endpoints).await?;
+pub async fn store(etcd: &EtcdConfig, settings: &[(&str, String)]) -> Result<(), RegistryError> {
+    let mut client = connect(etcd).await?;
     let ops: Vec<etcd_client::TxnOp> = settings
         .iter()
         .map(|(name, value)| etcd_client::TxnOp::put(keys::config(name), value.as_str(), None))

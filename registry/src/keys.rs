@@ -9,6 +9,8 @@ pub const WORKERS: &str = "/infera/v1/workers/";
 /// Persisted admin settings: `/infera/v1/config/{name}`.
 pub const CONFIG: &str = "/infera/v1/config/";
 
+/// Everything control keeps about its replicas and their proxies.
+pub const CONTROL: &str = "/infera/v1/control/";
 /// The control replicas' leader: `/infera/v1/control/leader` → JSON `{url, epoch}` of the leader,
 /// bound to its etcd lease.
 pub const CONTROL_LEADER: &str = "/infera/v1/control/leader";

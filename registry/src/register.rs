@@ -10,7 +10,7 @@ use infera_proto::types::RegisteredWorker;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::{RegistryError, connect, keys};
+use crate::{EtcdConfig, RegistryError, connect, keys};
 
 /// The lease TTL of worker records (`manual/operations/etcd.md`): a registrar that dies is gone
 /// from the view within this long.
@@ -24,12 +24,13 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Registers `record` at `endpoints` with a lease of `ttl` (whole seconds, at least 1) and
-    /// keeps it registered until stopped. A [`infera_proto::types::WorkerRecord`] is written
-    /// with its `dp_size`; a [`RegisteredWorker`] without one leaves it out.
-    pub fn start(endpoints: Vec<String>, record: impl Into<RegisteredWorker>, ttl: Duration) -> Self {
+    /// Registers `record` in `etcd` (endpoints, or an [`EtcdConfig`] with credentials) with a
+    /// lease of `ttl` (whole seconds, at least 1) and keeps it registered until stopped. A
+    /// [`infera_proto::types::WorkerRecord`] is written with its `dp_size`; a
+    /// [`RegisteredWorker`] without one leaves it out.
+    pub fn start(etcd: impl Into<EtcdConfig>, record: impl Into<RegisteredWorker>, ttl: Duration) -> Self {
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(keep_registered(endpoints, record.into(), ttl, stopped));
+        let task = tokio::spawn(keep_registered(etcd.into(), record.into(), ttl, stopped));
         Self { stop: Some(stop), task: Some(task) }
     }
 
@@ -58,14 +59,14 @@ enum Ended {
 }
 
 async fn keep_registered(
-    endpoints: Vec<String>,
+    etcd: EtcdConfig,
     record: RegisteredWorker,
     ttl: Duration,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match register_once(&endpoints, &record, ttl, &mut stop).await {
+        match register_once(&etcd, &record, ttl, &mut stop).await {
             Ok(Ended::Stopped) => return,
             Err(e) => {
                 tracing::warn!(worker = %record.id, error = %e, retry_in = ?backoff, "registration lost; registering again")
@@ -80,12 +81,12 @@ async fn keep_registered(
 }
 
 async fn register_once(
-    endpoints: &[String],
+    etcd: &EtcdConfig,
     record: &RegisteredWorker,
     ttl: Duration,
     stop: &mut oneshot::Receiver<()>,
 ) -> Result<Ended, RegistryError> {
-    let mut client = connect(endpoints).await?;
+    let mut client = connect(etcd).await?;
     let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
     let lease = client.lease_grant(ttl_secs, None).await?.id();
     let value = serde_json::to_vec(record)

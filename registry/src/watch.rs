@@ -10,21 +10,24 @@ use infera_proto::types::RegisteredWorker;
 use tokio::sync::{mpsc, watch};
 
 use crate::diff::{Change, Workers, apply, diff};
-use crate::{RegistryError, connect, keys};
+use crate::{EtcdConfig, RegistryError, connect, keys};
 
-/// Sends every change of the registered workers to `changes` until `stop` fires (or the
-/// receiver is gone). `synced` is told after the first snapshot was sent.
+/// Sends every change of the registered workers in `etcd` to `changes` until `stop` fires (or
+/// the receiver is gone). `synced` is told after the first snapshot was sent. A refusal (a
+/// certificate, credentials or a role etcd no longer accepts) is handled as an outage: the last
+/// view stands and the watch tries again.
 pub async fn watch_workers(
-    endpoints: Vec<String>,
+    etcd: impl Into<EtcdConfig>,
     changes: mpsc::Sender<Change>,
     synced: Option<tokio::sync::oneshot::Sender<()>>,
     mut stop: watch::Receiver<()>,
 ) {
+    let etcd = etcd.into();
     let mut known = Workers::new();
     let mut synced = synced;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let round = watch_round(&endpoints, &mut known, &changes, &mut synced);
+        let round = watch_round(&etcd, &mut known, &changes, &mut synced);
         let result = tokio::select! {
             r = round => r,
             _ = stop.changed() => return,
@@ -55,12 +58,12 @@ enum Round {
 }
 
 async fn watch_round(
-    endpoints: &[String],
+    etcd: &EtcdConfig,
     known: &mut Workers,
     changes: &mpsc::Sender<Change>,
     synced: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Round, RegistryError> {
-    let mut client = connect(endpoints).await?;
+    let mut client = connect(etcd).await?;
     let snapshot = client.get(keys::WORKERS, Some(GetOptions::new().with_prefix())).await?;
     let revision = snapshot.header().map_or(0, etcd_client::ResponseHeader::revision);
     let current: Workers = snapshot

@@ -7,7 +7,8 @@ use std::time::Duration;
 use infera_proto::pb;
 use infera_proto::types::WorkerRecord;
 use infera_registry::register::Registration;
-use infera_registry::test_server::EtcdServer;
+use infera_registry::roles;
+use infera_registry::test_server::{Auth, EtcdServer};
 
 use crate::control::{Control, ControlSpec, Ledger, Workers};
 use crate::eventually::poll;
@@ -36,6 +37,10 @@ pub struct ClusterSpec {
     /// Workers register in a real etcd (lease TTL), which control follows, instead of a
     /// static workers file.
     pub etcd: Option<Duration>,
+    /// That etcd as deployments run it ([`EtcdServer::start_secure`]: TLS, client certificates
+    /// required, auth with infera's roles): control as `infera-control` with its password, the
+    /// registrations as `infera-launch` by certificate.
+    pub etcd_secured: bool,
     /// Every part as a real process (else all in this process).
     pub processes: bool,
     /// The sims in this process even with `processes` (control and the proxies, which a run
@@ -73,6 +78,7 @@ impl ClusterSpec {
             proxies: 2,
             proxy_flags: Vec::new(),
             etcd: None,
+            etcd_secured: false,
             processes: false,
             sims_in_process: false,
         }
@@ -83,8 +89,9 @@ impl ClusterSpec {
     /// # Errors
     /// When a part does not start or the proxies are not ready in time.
     pub async fn start(self) -> anyhow::Result<Cluster> {
+        let start = if self.etcd_secured { EtcdServer::start_secure } else { EtcdServer::start };
         let etcd = match self.etcd {
-            Some(_) => Some(tokio::task::spawn_blocking(EtcdServer::start).await?),
+            Some(_) => Some(tokio::task::spawn_blocking(start).await?),
             None => None,
         };
         let mut sims = Vec::new();
@@ -98,9 +105,11 @@ impl ClusterSpec {
         let mut registrations = Vec::new();
         match (&etcd, self.etcd) {
             (Some(etcd), Some(ttl)) => {
-                control_spec = control_spec.etcd(etcd.url());
+                control_spec =
+                    control_spec.etcd(etcd.url()).flags(etcd.flags_as(roles::CONTROL.name, Auth::Password));
+                let registrar = etcd.client_as(roles::LAUNCH.name, Auth::Certificate);
                 for r in &records {
-                    registrations.push(Registration::start(vec![etcd.url()], r.clone(), ttl));
+                    registrations.push(Registration::start(registrar.clone(), r.clone(), ttl));
                 }
             }
             _ => control_spec.workers = Workers::Records(records),

@@ -10,7 +10,8 @@ use anyhow::bail;
 use crate::status;
 
 /// Debian packages: protoc and its standard includes (etcd-client and our protos need both;
-/// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests.
+/// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests, and its
+/// etcdctl (`etcd-client`) for the deploy check that runs `deploy/etcd/infera-etcd-roles.sh`.
 /// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
 /// `curl` and `openssl`: the TLS tests' HTTPS client and certificate reader (`s_client`).
 /// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
@@ -21,6 +22,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "protobuf-compiler",
     "libprotobuf-dev",
     "etcd-server",
+    "etcd-client",
     "python3-venv",
     "curl",
     "openssl",
@@ -164,6 +166,7 @@ fn debian_packages() -> anyhow::Result<()> {
     let present = on_path("protoc")
         && Path::new("/usr/include/google/protobuf/descriptor.proto").exists()
         && on_path("etcd")
+        && on_path("etcdctl")
         && on_path("promtool")
         && on_path("g++")
         && Path::new("/usr/include/openssl/sha.h").exists()

@@ -37,8 +37,8 @@ pub trait Takeover: Send + Sync + 'static {
 /// How to campaign.
 #[derive(Clone, Debug)]
 pub struct ElectionConfig {
-    /// etcd endpoints.
-    pub endpoints: Vec<String>,
+    /// etcd: endpoints and credentials.
+    pub etcd: infera_registry::EtcdConfig,
     /// This control's URL, written into the leader key.
     pub url: String,
     /// Its Admin URL when it serves Admin on a socket of its own (`--admin-listen`), written
@@ -104,10 +104,8 @@ async fn round(
     leadership: &Leadership,
     takeover: &dyn Takeover,
     stop: &mut watch::Receiver<()>,
-) -> Result<Ended, etcd_client::Error> {
-    let mut client = infera_registry::connect(&config.endpoints)
-        .await
-        .map_err(|e| etcd_client::Error::InvalidArgs(e.to_string()))?;
+) -> Result<Ended, infera_registry::RegistryError> {
+    let mut client = infera_registry::connect(&config.etcd).await?;
     loop {
         let sent = Instant::now();
         let grant = client.lease_grant(ttl_secs(config.ttl), None).await?;
@@ -123,8 +121,9 @@ async fn round(
         if resp.succeeded() {
             // Terms are etcd revisions: they only grow. Ids carry their low 32 bits.
             let epoch = revision as u32;
-            return lead(&mut client, lease, epoch, sent + granted, granted, leadership, takeover, stop)
-                .await;
+            return Ok(
+                lead(&mut client, lease, epoch, sent + granted, granted, leadership, takeover, stop).await?
+            );
         }
         let _ = client.lease_revoke(lease).await;
         let current = resp.op_responses().into_iter().find_map(|op| match op {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use infera_registry::keys;
+use infera_registry::{EtcdConfig, keys};
 use tokio::sync::mpsc;
 
 /// One change of the book.
@@ -25,14 +25,14 @@ pub struct HolderBook {
 }
 
 impl HolderBook {
-    /// Starts the writer task against `endpoints`.
-    pub fn start(endpoints: Vec<String>) -> Self {
+    /// Starts the writer task against `etcd`.
+    pub fn start(etcd: EtcdConfig) -> Self {
         let (changes, mut rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut client = None;
             while let Some(change) = rx.recv().await {
                 if client.is_none() {
-                    client = infera_registry::connect(&endpoints).await.ok();
+                    client = infera_registry::connect(&etcd).await.ok();
                 }
                 let Some(c) = client.as_mut() else {
                     tracing::warn!(?change, "etcd unreachable; the proxies' book misses a change");
@@ -65,9 +65,9 @@ impl HolderBook {
 }
 
 /// The proxies the book lists, with their lease TTLs; `None` when etcd did not answer in time.
-pub async fn load(endpoints: &[String]) -> Option<HashMap<String, Duration>> {
+pub async fn load(etcd: &EtcdConfig) -> Option<HashMap<String, Duration>> {
     let read = async {
-        let mut client = infera_registry::connect(endpoints).await.ok()?;
+        let mut client = infera_registry::connect(etcd).await.ok()?;
         let resp = client.get(keys::CONTROL_PROXIES, Some(GetOptions::new().with_prefix())).await.ok()?;
         Some(
             resp.kvs()

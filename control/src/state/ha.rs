@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{DeclaredLeg, LeaseId};
+use infera_registry::EtcdConfig;
 
 use super::ControlState;
 use crate::error::ControlError;
@@ -26,8 +27,8 @@ pub struct Ha {
     warmth: Mutex<Warmth>,
     /// The proxies' book in etcd (`--etcd`).
     holders: Option<HolderBook>,
-    /// etcd endpoints (empty: standalone).
-    etcd: Vec<String>,
+    /// etcd (`None`: standalone).
+    etcd: Option<EtcdConfig>,
     /// The settings of the flags, under what etcd persisted (read again at each takeover).
     flags: Persisted,
     /// The proxies' default lease TTL: how long a new leader waits for unknown proxies.
@@ -38,15 +39,15 @@ pub struct Ha {
 }
 
 impl Ha {
-    /// The replica set of `leadership`; `etcd` empty for a standalone control.
+    /// The replica set of `leadership`; `etcd` `None` for a standalone control.
     pub fn new(
         leadership: Arc<Leadership>,
-        etcd: Vec<String>,
+        etcd: Option<EtcdConfig>,
         flags: Persisted,
         metrics: LeaderMetrics,
     ) -> Self {
         let lease_ttl = flags.settings.lease_ttl;
-        let holders = (!etcd.is_empty()).then(|| HolderBook::start(etcd.clone()));
+        let holders = etcd.clone().map(HolderBook::start);
         let view = leadership.view();
         metrics.leadership(view.role != Role::Follower, view.epoch);
         let since = view.since.unwrap_or_else(Instant::now);
@@ -200,8 +201,10 @@ impl ControlState {
     /// (another leader may have changed them), a fresh ledger, and a warmth that waits for the
     /// proxies of the book.
     async fn take_over(&self, epoch: u32) {
-        let loaded = persist::load(&self.ha.etcd, self.ha.flags.clone()).await;
-        let expected = holders::load(&self.ha.etcd).await;
+        let (loaded, expected) = match &self.ha.etcd {
+            Some(etcd) => (persist::load(etcd, self.ha.flags.clone()).await, holders::load(etcd).await),
+            None => (persist::Loaded::flags(self.ha.flags.clone()), None),
+        };
         let now = Instant::now();
         let carried = loaded.ejections.len();
         {

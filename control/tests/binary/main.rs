@@ -4,5 +4,6 @@
 mod process;
 
 mod cli;
+mod etcd;
 mod grpcurl;
 mod otlp;

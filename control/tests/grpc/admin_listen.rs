@@ -135,7 +135,7 @@ async fn a_follower_forwards_admin_to_the_leaders_admin_socket() {
 
     // The leader key names both of the leader's sockets; its --listen has no Admin, so a
     // follower that forwarded to `url` would get UNIMPLEMENTED.
-    let mut etcd_client = infera_registry::connect(std::slice::from_ref(&url)).await.unwrap();
+    let mut etcd_client = infera_registry::connect(&etcd.root()).await.unwrap();
     let got = etcd_client.get("/infera/v1/control/leader", None).await.unwrap();
     let record: serde_json::Value = serde_json::from_slice(got.kvs()[0].value()).unwrap();
     assert_eq!(record["url"], leader.url().as_str(), "{record}");

@@ -18,5 +18,6 @@ mod reasons;
 mod reflection;
 mod registry;
 mod replicas;
+mod secure_etcd;
 mod weight_fit;
 mod weight_fit_sim;

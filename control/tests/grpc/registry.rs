@@ -89,7 +89,7 @@ async fn admin_changes_persist_in_etcd_across_a_restart() {
         .set_prefill_overlap_credit(pb::SetPrefillOverlapCreditRequest { prefill_overlap_credit: 2.5 })
         .await
         .unwrap();
-    let endpoints = vec![url.clone()];
+    let endpoints = etcd.root();
     eventually(Duration::from_secs(10), "the settings persisted", || {
         let endpoints = endpoints.clone();
         async move {
@@ -124,7 +124,7 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
     .await;
     let drain = pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1) };
     first.admin().await.drain_target(drain).await.unwrap();
-    let endpoints = vec![url.clone()];
+    let endpoints = etcd.root();
     eventually(Duration::from_secs(10), "the drain persisted", || {
         let endpoints = endpoints.clone();
         async move {

@@ -75,7 +75,7 @@ async fn the_follower_names_the_leader_forwards_admin_and_takes_over_warm_from_a
     let picked = leader.router().await.pick_decode(pick(&lease, "m", 700)).await.unwrap().into_inner();
     // The leader keeps the proxies it has leases with in etcd: the next one waits for them.
     let book = "/infera/v1/control/proxies/test-proxy";
-    let mut etcd_client = infera_registry::connect(std::slice::from_ref(&url)).await.unwrap();
+    let mut etcd_client = infera_registry::connect(&etcd.root()).await.unwrap();
     infera_testkit::poll(Duration::from_secs(10), "the leader to book test-proxy in etcd", async || {
         let got = etcd_client.get(book, None).await.ok()?;
         (!got.kvs().is_empty()).then_some(())

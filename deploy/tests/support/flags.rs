@@ -17,6 +17,17 @@ use super::pods::{Container, Pod};
 /// An API keys file as the Secret `infera-api-keys` holds it (manual/operations/security.md).
 const API_KEYS: &str = "[[keys]]\nname = \"team-a\"\nsha256 = \"3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea\"\n";
 
+/// What an etcd client Secret holds (`infera-etcd-control`, `infera-etcd-launch`): the CA,
+/// a certificate whose common name is the etcd user, its key (base/etcd-client.yaml).
+fn etcd_client_secret(dir: &Path, user: &str) -> Result<(), String> {
+    let ca = infera_testkit::tls::TestCa::new("etcd");
+    let issued = ca.issue(&format!("infera-{user}"), &[]);
+    for (from, to) in [(ca.ca(), "ca.crt"), (issued.cert, "tls.crt"), (issued.key, "tls.key")] {
+        std::fs::copy(&from, dir.join(to)).map_err(|e| format!("{}: {e}", from.display()))?;
+    }
+    Ok(())
+}
+
 /// A container's start, resolved: program, argv after it, the binary's own variables.
 #[derive(Debug)]
 pub(crate) struct Start {
@@ -94,6 +105,10 @@ pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
             }
         } else if volume["secret"]["secretName"] == "infera-api-keys" {
             std::fs::write(here.join("keys"), API_KEYS).map_err(|e| e.to_string())?;
+        } else if let Some(user) =
+            volume["secret"]["secretName"].as_str().and_then(|s| s.strip_prefix("infera-etcd-"))
+        {
+            etcd_client_secret(&here, user)?;
         }
         mounts.push((at.to_owned(), here.display().to_string()));
     }
@@ -133,7 +148,7 @@ pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
             let argv = argv(&start, &infera_control::Args::command())?;
             let args = infera_control::Args::try_parse_from(&argv).map_err(|e| format!("{argv:?}: {e}"))?;
             let config = infera_control::Config::try_from(args).map_err(|e| format!("{argv:?}: {e}"))?;
-            if config.etcd.is_empty() {
+            if config.etcd.is_none() {
                 return Err("replicas elect a leader through etcd".into());
             }
         }

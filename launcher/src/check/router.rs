@@ -10,7 +10,7 @@ use infera_proto::types::{
 use toml::Spanned;
 
 use super::Checker;
-use crate::deployment::{DeploymentFile, RouterSection, RouterTls, WeightSetting};
+use crate::deployment::{DeploymentFile, RouterEtcd, RouterSection, RouterTls, WeightSetting};
 
 /// `--session-ttl-ms` of control (at most a day).
 const SESSION_TTL_MS: RangeInclusive<u64> = 0..=86_400_000;
@@ -55,6 +55,23 @@ fn tls_pairs(tls: &RouterTls, c: &mut Checker<'_>) {
             }
             (None, Some(given)) => {
                 c.at(given, format!("router.tls.{key_name}"), format!("needs router.tls.{cert_name}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `[router.etcd]`: a certificate with its key, a user with its password file.
+fn etcd_pairs(etcd: &RouterEtcd, c: &mut Checker<'_>) {
+    let pairs =
+        [(&etcd.cert, &etcd.key, "cert", "key"), (&etcd.user, &etcd.password_file, "user", "password_file")];
+    for (a, b, a_name, b_name) in pairs {
+        match (a, b) {
+            (Some(given), None) => {
+                c.at(given, format!("router.etcd.{a_name}"), format!("needs router.etcd.{b_name}"))
+            }
+            (None, Some(given)) => {
+                c.at(given, format!("router.etcd.{b_name}"), format!("needs router.etcd.{a_name}"))
             }
             _ => {}
         }
@@ -131,6 +148,9 @@ pub(super) fn check(file: &DeploymentFile, c: &mut Checker<'_>) {
     let Some(router) = &file.router else { return };
     if let Some(tls) = &router.tls {
         tls_pairs(tls, c);
+    }
+    if let Some(etcd) = &router.etcd {
+        etcd_pairs(etcd, c);
     }
     if let Some(p) = &router.prefill_policy
         && PrefillPolicy::from_str(p.get_ref(), false).is_err()

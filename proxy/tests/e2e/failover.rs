@@ -255,7 +255,7 @@ async fn an_ejection_outlives_its_leader() {
     .unwrap();
     // Once the leader has written it to etcd (in the background), it dies; the other replica
     // takes over and keeps it out.
-    let endpoints = vec![etcd.url()];
+    let endpoints = etcd.root();
     poll(Duration::from_secs(10), "the ejection to be in etcd", async || {
         let persisted = infera_registry::config::load(&endpoints).await.ok()?;
         persisted.get("ejected_targets").filter(|v| v.starts_with("worker-0/0 ")).map(drop)
