@@ -18,5 +18,5 @@ pub use modes::{
     ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,
 };
 pub use pick::{MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked};
-pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
+pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES};
 pub use worker::{KvEventsSource, RegisteredWorker, Role, WorkerRecord, load_endpoint_for_rank};

@@ -172,12 +172,18 @@ impl ControlState {
         }
     }
 
-    /// Books the legs a proxy re-declares under `lease`.
-    pub fn redeclare(&self, lease: LeaseId, legs: &[DeclaredLeg]) -> Result<Vec<Declared>, ControlError> {
+    /// Books the legs a proxy re-declares under `caller`'s `lease`.
+    pub fn redeclare(
+        &self,
+        lease: LeaseId,
+        legs: &[DeclaredLeg],
+        caller: &crate::identity::Identity,
+    ) -> Result<Vec<Declared>, ControlError> {
         self.gate("Redeclare")?;
         let (Redeclared { results, changes }, holder) = {
             let mut core = self.core();
-            let out = core.redeclare(lease, legs, Instant::now(), SystemTime::now())?;
+            let out = core.redeclare(lease, caller, legs, Instant::now(), SystemTime::now());
+            let out = out.inspect_err(|e| self.refused_foreign("Redeclare", e))?;
             (out, core.lease_holder(lease))
         };
         self.ha.metrics.redeclare_call();
@@ -185,6 +191,7 @@ impl ControlState {
             match r {
                 Declared::Booked { kind, was_booked, .. } => self.ha.metrics.redeclared(*kind, *was_booked),
                 Declared::UnknownTarget => self.ha.metrics.unknown_target(),
+                Declared::OverCapacity => self.metrics.bound_refusal("redeclare_over_capacity"),
             }
         }
         for change in &changes {
