@@ -92,6 +92,8 @@ pub struct Expired {
     pub lease: LeaseId,
     /// The proxy that held it (its name, for the log).
     pub holder: String,
+    /// The identity that owned it.
+    pub owner: Identity,
     /// The reservations it still held, each with its target's load after the release.
     pub released: Vec<(Reservation, Load)>,
 }
@@ -310,6 +312,7 @@ impl Ledger {
                         tag: self.tags.tag(IdKind::Lease, self.epoch, seq),
                     },
                     holder: state.holder,
+                    owner: state.owner,
                     released: self.release_all(state.reservations),
                 }
             })

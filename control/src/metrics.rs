@@ -69,6 +69,11 @@ struct BoundLabels {
     bound: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityLabels {
+    identity: String,
+}
+
 /// The control service's metrics.
 #[derive(Debug)]
 pub struct ControlMetrics {
@@ -89,6 +94,7 @@ pub struct ControlMetrics {
     view: ViewMetrics,
     foreign_ids: Family<RpcLabels, Counter>,
     bound_refusals: Family<BoundLabels, Counter>,
+    identity_leases: Family<IdentityLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,6 +123,7 @@ impl ControlMetrics {
             view: ViewMetrics::default(),
             foreign_ids: Family::default(),
             bound_refusals: Family::default(),
+            identity_leases: Family::default(),
         };
         for bound in ["leases", "redeclare_bytes", "redeclare_over_capacity"] {
             let _created = m.bound_refusals.get_or_create(&BoundLabels { bound });
@@ -194,7 +201,25 @@ impl ControlMetrics {
              --max-requests-per-rank)",
             m.bound_refusals.clone(),
         );
+        r.register(
+            "identity_leases",
+            "Open leases per identity (a proxy's certificate or token; `anonymous` while the Router is \
+             open), against --max-leases-per-identity",
+            m.identity_leases.clone(),
+        );
         m
+    }
+
+    /// No identity holds a lease (a fresh ledger: a takeover or a step-down).
+    pub fn clear_identity_leases(&self) {
+        self.identity_leases.clear();
+    }
+
+    /// `identity` holds `n` leases now.
+    pub fn identity_leases(&self, identity: &crate::identity::Identity, n: usize) {
+        self.identity_leases
+            .get_or_create(&IdentityLabels { identity: identity.to_string() })
+            .set(to_i64(n as u64));
     }
 
     /// A call of `rpc` named another identity's lease or reservation.

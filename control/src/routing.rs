@@ -297,7 +297,12 @@ impl<R: Rng> RoutingCore<R> {
         self.ledger
             .expire(now)
             .into_iter()
-            .map(|e| LeaseExpired { lease: e.lease, holder: e.holder, ended: self.ended(e.released) })
+            .map(|e| LeaseExpired {
+                lease: e.lease,
+                holder: e.holder,
+                owner: e.owner,
+                ended: self.ended(e.released),
+            })
             .collect()
     }
 
@@ -403,6 +408,11 @@ impl<R: Rng> RoutingCore<R> {
     /// Open leases.
     pub fn lease_count(&self) -> usize {
         self.ledger.lease_count()
+    }
+
+    /// Open leases of `owner`.
+    pub fn leases_of(&self, owner: &Identity) -> usize {
+        self.ledger.leases_of(owner)
     }
 
     /// A target's key, if it was ever registered.

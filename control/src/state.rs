@@ -266,16 +266,17 @@ impl ControlState {
         caller: &Identity,
     ) -> Result<OpenedLease, ControlError> {
         self.gate("OpenLease")?;
-        let (opened, leases) = {
+        let (opened, leases, theirs) = {
             let mut core = self.core();
             let opened = core.open_lease(holder.clone(), caller, ttl, Instant::now());
-            (opened, core.lease_count())
+            (opened, core.lease_count(), core.leases_of(caller))
         };
         let opened = opened.inspect_err(|e| {
             self.metrics.bound_refusal("leases");
             tracing::warn!(identity = %caller, error = %e, "a lease refused");
         })?;
         self.metrics.leases(leases);
+        self.metrics.identity_leases(caller, theirs);
         self.lease_opened(&holder, opened.ttl);
         Ok(opened)
     }
@@ -291,14 +292,15 @@ impl ControlState {
     /// Closes `caller`'s lease, releasing what it held as cancelled.
     pub fn close_lease(&self, lease: LeaseId, caller: &Identity) -> Result<usize, ControlError> {
         self.gate("CloseLease")?;
-        let (ended, leases, holder) = {
+        let (ended, leases, holder, theirs) = {
             let mut core = self.core();
             let holder = core.lease_holder(lease);
             let ended = core.close_lease(lease, caller, Instant::now());
             let ended = ended.inspect_err(|e| self.refused_foreign("CloseLease", e))?;
-            (ended, core.lease_count(), holder)
+            (ended, core.lease_count(), holder, core.leases_of(caller))
         };
         self.metrics.leases(leases);
+        self.metrics.identity_leases(caller, theirs);
         if let Some(holder) = holder {
             self.lease_gone(&holder);
         }
@@ -313,12 +315,18 @@ impl ControlState {
 
     /// Expires overdue leases; returns how many expired.
     pub fn tick(&self) -> usize {
-        let (expired, leases) = {
+        let (expired, leases, owners) = {
             let mut core = self.core();
-            (core.tick(Instant::now()), core.lease_count())
+            let expired = core.tick(Instant::now());
+            let owners: Vec<(Identity, usize)> =
+                expired.iter().map(|e| (e.owner.clone(), core.leases_of(&e.owner))).collect();
+            (expired, core.lease_count(), owners)
         };
         self.metrics.leases(leases);
-        for LeaseExpired { lease, holder, ended } in &expired {
+        for (owner, n) in &owners {
+            self.metrics.identity_leases(owner, *n);
+        }
+        for LeaseExpired { lease, holder, ended, .. } in &expired {
             tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
             self.metrics.lease_expired();
             self.ended(ended, ReleaseReason::LeaseExpired);

@@ -93,6 +93,8 @@ pub struct LeaseExpired {
     pub lease: LeaseId,
     /// Its holder (the proxy's name).
     pub holder: String,
+    /// The identity that owned it.
+    pub owner: crate::identity::Identity,
     /// What it still held.
     pub ended: Vec<Ended>,
 }

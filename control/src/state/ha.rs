@@ -217,6 +217,7 @@ impl ControlState {
             core.carry_ejections(loaded.ejections, now, SystemTime::now());
             core.reset_ledger(epoch);
         }
+        self.metrics.clear_identity_leases();
         if carried > 0 {
             tracing::info!(carried, "ejections carried over from the last leader");
         }
@@ -236,6 +237,7 @@ impl Takeover for ControlState {
     fn deposed(&self) {
         // What it held is the new leader's; ids of this term are refused from now on.
         self.core().reset_ledger(0);
+        self.metrics.clear_identity_leases();
         self.publish_loads();
         self.ha.metrics.leadership(false, 0);
         self.ha.metrics.warm(false);
