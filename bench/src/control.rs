@@ -339,7 +339,9 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         .expect("valid settings");
     let now = Instant::now();
     let wall = SystemTime::now();
-    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
+    let caller = infera_control::identity::Identity::anonymous();
+    let lease =
+        core.open_lease("bench".into(), &caller, Duration::from_secs(300), now).expect("a lease").lease;
     let mut rng = SmallRng::seed_from_u64(seed);
     let request = |rng: &mut SmallRng, lease: LeaseId| PickRequest {
         lease,
@@ -356,7 +358,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         core.pick(
             PickKind::Decode,
             &req,
-            PickContext { kv: None, record_decision: false, now, wall, kv_room: None },
+            PickContext { caller: &caller, kv: None, record_decision: false, now, wall, kv_room: None },
         )
         .expect("warm-up pick");
     }
@@ -368,11 +370,11 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
             .pick(
                 PickKind::Decode,
                 &req,
-                PickContext { kv: None, record_decision: false, now, wall, kv_room: None },
+                PickContext { caller: &caller, kv: None, record_decision: false, now, wall, kv_room: None },
             )
             .expect("pick");
         samples.push(t0.elapsed());
-        core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
+        core.release(picked.reservation, &caller, ReleaseReason::Eof, None, now).expect("release");
     }
     samples.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;

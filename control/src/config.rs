@@ -14,19 +14,21 @@ use crate::fit::WeightMode;
 mod grpc;
 mod limits;
 mod listen;
+mod router_auth;
 mod tls;
 mod weight;
 mod workers_tls;
 
 pub use grpc::GrpcLimits;
 pub use listen::ListenError;
+pub use router_auth::RouterAuthError;
 pub use tls::ControlTls;
 
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use infera_registry::{EtcdConfig, EtcdConfigError};
-use limits::{CapacityArgs, EjectionArgs, ReplicaArgs};
+use limits::{BoundArgs, CapacityArgs, EjectionArgs, ReplicaArgs};
 use listen::ListenArgs;
 use weight::WeightArg;
 
@@ -56,6 +58,10 @@ pub struct Args {
     ejection: EjectionArgs,
     #[command(flatten)]
     capacity: CapacityArgs,
+    #[command(flatten)]
+    bounds: BoundArgs,
+    #[command(flatten)]
+    router_auth: router_auth::RouterAuthArgs,
     #[command(flatten)]
     admin: AdminArgs,
     #[command(flatten)]
@@ -235,6 +241,10 @@ pub struct Config {
     pub ejection: crate::ejection::EjectionPolicy,
     /// Per-rank caps.
     pub capacity: crate::capacity::Capacity,
+    /// What one identity may hold or send.
+    pub bounds: crate::bounds::Bounds,
+    /// What Router callers prove who they are with (none: the Router is open).
+    pub router: crate::auth::RouterCredentials,
     /// RNG seed.
     pub seed: Option<u64>,
     /// Logs and traces.
@@ -278,6 +288,9 @@ pub enum ConfigError {
     /// The etcd settings do not go together, or a file of theirs cannot be used.
     #[error("etcd: {0}")]
     Etcd(#[from] EtcdConfigError),
+    /// The Router's credentials cannot be used, or an open Router on a reachable address.
+    #[error(transparent)]
+    RouterAuth(#[from] RouterAuthError),
 }
 
 impl TryFrom<Args> for Config {
@@ -304,6 +317,9 @@ impl TryFrom<Args> for Config {
         settings.validate().map_err(ConfigError::WeightNeedsDemand)?;
         let admin_advertise_url = a.replicas.admin_advertise_url.filter(|u| !u.is_empty());
         a.listen.check(admin_advertise_url.as_deref())?;
+        let tls = a.tls.into_config()?;
+        let client_certificates = tls.as_ref().is_some_and(|t| t.server.requires_client_certificates());
+        let router = a.router_auth.into_credentials(client_certificates, a.listen.listen)?;
         Ok(Self {
             listen: a.listen.listen,
             admin_listen: a.listen.admin_listen,
@@ -320,7 +336,7 @@ impl TryFrom<Args> for Config {
             weight_mode,
             fit_half_life: Duration::from_millis(a.decode.decode_weight_fit_half_life_ms),
             kv_index_max_blocks: usize::try_from(a.prefill.kv_index_max_blocks).unwrap_or(usize::MAX),
-            tls: a.tls.into_config()?,
+            tls,
             worker_tls: {
                 let files = a.worker_tls.files();
                 if let Some(f) = &files {
@@ -334,6 +350,8 @@ impl TryFrom<Args> for Config {
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
             ejection: a.ejection.policy(),
             capacity: a.capacity.caps(),
+            bounds: a.bounds.bounds(),
+            router,
             seed: a.admin.seed,
             telemetry: a.telemetry.into_config("infera-control")?,
         })

@@ -19,11 +19,16 @@
 //!
 //! A pool whose every target is ejected ignores the ejections (counted): routing somewhere beats
 //! failing every request at the proxy.
+//!
+//! A proxy's failure report counts only while no other identity has just used the target
+//! without one ([`witness`]): one credential's forged reports cannot eject what other proxies
+//! keep using.
 
 mod breaker;
 pub mod metrics;
 #[cfg(test)]
 mod tests;
+pub mod witness;
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +36,9 @@ use infera_proto::types::LegFailure;
 
 pub use breaker::{Admit, Breaker, Ejection, Health, Transition};
 
+use crate::identity::Identity;
 use crate::target::TargetKey;
+use witness::Witnesses;
 
 /// The thresholds (`--eject-*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,11 +51,20 @@ pub struct EjectionPolicy {
     pub max_open: Duration,
     /// Successful probes that close the breaker again.
     pub successes: u32,
+    /// How long an identity's end of stream on a target discounts the failures other
+    /// identities report there ([`witness`]); zero counts every report.
+    pub witness_window: Duration,
 }
 
 impl Default for EjectionPolicy {
     fn default() -> Self {
-        Self { failures: 10, open: Duration::from_secs(60), max_open: Duration::from_secs(600), successes: 3 }
+        Self {
+            failures: 10,
+            open: Duration::from_secs(60),
+            max_open: Duration::from_secs(600),
+            successes: 3,
+            witness_window: Duration::from_secs(60),
+        }
     }
 }
 
@@ -113,17 +129,27 @@ pub struct CarriedEjection {
     pub open: Duration,
 }
 
-/// Every target's breaker, by key.
+/// Every target's breaker, by key, and who witnesses each.
 #[derive(Debug, Default)]
 pub struct Breakers {
     policy: EjectionPolicy,
     breakers: Vec<Breaker>,
+    witnesses: Witnesses,
+}
+
+/// What a reported leg did to its target's breaker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The breaker's change, if any.
+    pub transition: Option<Transition>,
+    /// A failure that counted for nothing: another identity witnesses the target.
+    pub discounted: bool,
 }
 
 impl Breakers {
     /// Breakers under `policy`.
     pub fn new(policy: EjectionPolicy) -> Self {
-        Self { policy, breakers: Vec::new() }
+        Self { policy, breakers: Vec::new(), witnesses: Witnesses::new(policy.witness_window) }
     }
 
     /// The thresholds in force.
@@ -153,6 +179,32 @@ impl Breakers {
         }
         let policy = self.policy;
         self.get(key).observe(outcome, &policy, now)
+    }
+
+    /// A leg on `key` that `reporter` booked ended with `outcome`, as its proxy reports it: an
+    /// end of stream makes `reporter` a witness of `key`; a failure counts only when no other
+    /// identity witnesses it ([`witness`]).
+    pub fn observe_reported(
+        &mut self,
+        key: TargetKey,
+        outcome: Outcome,
+        reporter: &Identity,
+        now: Instant,
+    ) -> Observed {
+        if self.policy.failures == 0 {
+            return Observed::default();
+        }
+        let (outcome, discounted) = match outcome {
+            Outcome::Success => {
+                self.witnesses.success(key, reporter, now);
+                (outcome, false)
+            }
+            Outcome::Failure(_) if !self.witnesses.failure_counts(key, reporter, now) => {
+                (Outcome::Neutral, true)
+            }
+            _ => (outcome, false),
+        };
+        Observed { transition: self.observe(key, outcome, now), discounted }
     }
 
     /// Every ejected or probing target at `now`, with its ejection.

@@ -6,6 +6,8 @@ use infera_proto::error::ErrorReason;
 use infera_proto::types::{LeaseId, ModelName, PickKind, ReservationId, Target, WeightNeedsDemand, WorkerId};
 use tonic::{Code, Status};
 
+use crate::identity::Identity;
+
 /// Everything a control call can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -47,6 +49,44 @@ pub enum ControlError {
     /// A reservation id this control never issued.
     #[error("unknown reservation {0}")]
     UnknownReservation(ReservationId),
+    /// A live lease of another identity: answered exactly as an unknown one, so that a caller
+    /// learns nothing of others' leases (counted apart, `infera_router_foreign_ids_total`).
+    #[error("unknown lease {0} (expired, closed, or opened by an earlier control instance); open a new one")]
+    ForeignLease(LeaseId),
+    /// A live reservation of another identity: answered exactly as an unknown one.
+    #[error("unknown reservation {0}")]
+    ForeignReservation(ReservationId),
+    /// The caller's identity holds as many leases as it may.
+    #[error(
+        "identity {identity} holds {max} open leases, the most --max-leases-per-identity allows; close one (or let it expire) first"
+    )]
+    TooManyLeases {
+        /// The caller.
+        identity: Identity,
+        /// The bound.
+        max: usize,
+    },
+    /// A `Redeclare` larger than one call may be.
+    #[error(
+        "a Redeclare of {bytes} bytes is larger than --max-redeclare-bytes {max}: send the legs in smaller calls"
+    )]
+    RedeclareTooLarge {
+        /// Its encoded size.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// A Router call without a credential control accepts.
+    #[error("{0}")]
+    RouterUnauthenticated(String),
+    /// The leader advertises a plain `http://` URL while this replica serves TLS.
+    #[error(
+        "the leader {leader} advertises a plain-text URL and this replica serves TLS: not forwarded in clear (give every replica --tls-cert so that each advertises https://)"
+    )]
+    PlaintextLeader {
+        /// The leader's URL.
+        leader: String,
+    },
     /// No such worker.
     #[error("unknown worker {0}")]
     UnknownWorker(WorkerId),
@@ -109,8 +149,12 @@ impl ControlError {
             Self::NoPool { .. } => ErrorReason::NoPool,
             Self::NoEligibleTarget { .. } => ErrorReason::NoEligibleTarget,
             Self::NoCompatiblePair { .. } => ErrorReason::NoCompatiblePair,
-            Self::UnknownLease(_) => ErrorReason::UnknownLease,
-            Self::UnknownReservation(_) => ErrorReason::UnknownReservation,
+            Self::UnknownLease(_) | Self::ForeignLease(_) => ErrorReason::UnknownLease,
+            Self::UnknownReservation(_) | Self::ForeignReservation(_) => ErrorReason::UnknownReservation,
+            Self::TooManyLeases { .. } => ErrorReason::TooManyLeases,
+            Self::RedeclareTooLarge { .. } => ErrorReason::RedeclareTooLarge,
+            Self::RouterUnauthenticated(_) => ErrorReason::Unauthenticated,
+            Self::PlaintextLeader { .. } => ErrorReason::PlaintextLeader,
             Self::UnknownWorker(_) => ErrorReason::UnknownWorker,
             Self::UnknownTarget(_) => ErrorReason::UnknownTarget,
             Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
@@ -123,6 +167,11 @@ impl ControlError {
     /// The gRPC code for this error (its reason's).
     pub fn code(&self) -> Code {
         self.reason().code()
+    }
+
+    /// Whether it named another identity's lease or reservation.
+    pub fn is_foreign(&self) -> bool {
+        matches!(self, Self::ForeignLease(_) | Self::ForeignReservation(_))
     }
 }
 

@@ -4,8 +4,15 @@
 //! target's [`Load`] is the sum over its live reservations: booked input tokens and held
 //! requests. A reservation ends exactly once — by `release` (EOF, cancellation, failure,
 //! target removal) or by the expiry of its lease — and a second release of the same id is a
-//! no-op that reports [`Released::Already`]. Ids carry the issuing epoch and a sequence, so
-//! "released before" and "never issued here" are told apart without keeping tombstones.
+//! no-op that reports [`Released::Already`]. Ids carry the issuing epoch, a sequence and a tag
+//! ([`tags`]), so "released before" and "never issued here" are told apart without keeping
+//! tombstones, and an id cannot be guessed.
+//!
+//! Every lease belongs to the [`Identity`] that opened it, and so does every reservation booked
+//! under it: a caller names only its own. Another identity's lease or live reservation is
+//! refused as if it did not exist ([`ControlError::ForeignLease`],
+//! [`ControlError::ForeignReservation`], answered as `NOT_FOUND` like an unknown id) and nothing
+//! changes.
 //!
 //! The ledger also measures the prefill phase: a prefill reservation's end of stream, minus
 //! its booking, is one sample of how long its model's prefills take ([`PhaseWindows`]).
@@ -16,15 +23,18 @@ use std::time::{Duration, Instant, SystemTime};
 use infera_proto::types::{LeaseId, ModelName, PickKind, ReleaseReason, RequestId, ReservationId};
 
 use crate::error::ControlError;
+use crate::identity::Identity;
 use crate::prefill_phase::{PhaseWindows, is_phase_end};
 use crate::target::{Load, Prefilling, TargetKey};
 
 mod prefilling;
+pub mod tags;
 #[cfg(test)]
 mod tests;
 
 pub use prefilling::PrefillingEntry;
 use prefilling::PrefillingIndex;
+use tags::{IdKind, IdTags};
 
 /// One booking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,8 +74,10 @@ pub enum Released {
 /// A proxy's lease.
 #[derive(Clone, Debug)]
 pub struct LeaseState {
-    /// Who holds it (the proxy's name).
+    /// Who holds it (the proxy's name, as it gave it).
     pub holder: String,
+    /// The identity that opened it: it alone may use it and its reservations.
+    pub owner: Identity,
     /// Time to live, renewed by each keep-alive.
     pub ttl: Duration,
     /// When it expires unless renewed.
@@ -80,6 +92,8 @@ pub struct Expired {
     pub lease: LeaseId,
     /// The proxy that held it (its name, for the log).
     pub holder: String,
+    /// The identity that owned it.
+    pub owner: Identity,
     /// The reservations it still held, each with its target's load after the release.
     pub released: Vec<(Reservation, Load)>,
 }
@@ -88,6 +102,10 @@ pub struct Expired {
 #[derive(Debug)]
 pub struct Ledger {
     epoch: u32,
+    /// The key of this process's id tags.
+    tags: IdTags,
+    /// Open leases per owner.
+    leases_of: HashMap<Identity, usize>,
     last_reservation: u64,
     last_lease: u64,
     loads: Vec<Load>,
@@ -103,10 +121,12 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger whose ids carry `epoch`.
-    pub fn new(epoch: u32) -> Self {
+    /// An empty ledger whose ids carry `epoch` and tags made with `tags`.
+    pub fn new(epoch: u32, tags: IdTags) -> Self {
         Self {
             epoch,
+            tags,
+            leases_of: HashMap::new(),
             last_reservation: 0,
             last_lease: 0,
             loads: Vec::new(),
@@ -128,45 +148,64 @@ impl Ledger {
         self.loads.get(target.index()).copied().unwrap_or_default()
     }
 
-    /// Opens a lease that expires `ttl` after `now` unless renewed.
-    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> LeaseId {
+    /// Opens a lease of `owner` that expires `ttl` after `now` unless renewed.
+    pub fn open_lease(&mut self, holder: String, owner: Identity, ttl: Duration, now: Instant) -> LeaseId {
         self.last_lease += 1;
-        let state = LeaseState { holder, ttl, expires_at: now + ttl, reservations: HashSet::new() };
+        *self.leases_of.entry(owner.clone()).or_default() += 1;
+        let state = LeaseState { holder, owner, ttl, expires_at: now + ttl, reservations: HashSet::new() };
         self.leases.insert(self.last_lease, state);
-        LeaseId { epoch: self.epoch, seq: self.last_lease }
+        let seq = self.last_lease;
+        LeaseId { epoch: self.epoch, seq, tag: self.tags.tag(IdKind::Lease, self.epoch, seq) }
     }
 
-    /// Renews a live lease; an unknown or already expired one is `UnknownLease`.
-    pub fn keep_alive(&mut self, lease: LeaseId, now: Instant) -> Result<Duration, ControlError> {
-        let state = self.live_lease(lease, now)?;
+    /// How many leases `owner` holds (open, or expired and not reaped yet).
+    pub fn leases_of(&self, owner: &Identity) -> usize {
+        self.leases_of.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Renews a live lease of `caller`; an unknown or already expired one is `UnknownLease`,
+    /// another identity's `ForeignLease`.
+    pub fn keep_alive(
+        &mut self,
+        lease: LeaseId,
+        caller: &Identity,
+        now: Instant,
+    ) -> Result<Duration, ControlError> {
+        let state = self.live_lease(lease, caller, now)?;
         state.expires_at = now + state.ttl;
         Ok(state.ttl)
     }
 
-    /// Ends a lease at once, releasing everything it holds.
+    /// Ends a lease of `caller` at once, releasing everything it holds.
     pub fn close_lease(
         &mut self,
         lease: LeaseId,
+        caller: &Identity,
         now: Instant,
     ) -> Result<Vec<(Reservation, Load)>, ControlError> {
-        self.live_lease(lease, now)?;
-        let state = self.leases.remove(&lease.seq).expect("checked live above");
+        self.live_lease(lease, caller, now)?;
+        let state = self.remove_lease(lease.seq).expect("checked live above");
         Ok(self.release_all(state.reservations))
     }
 
-    /// Books `input_tokens` on `target` under `lease`, as of `booking.age` before `now`. Returns the new reservation's id and
-    /// the target's load after the booking.
+    /// Books `input_tokens` on `target` under `caller`'s `lease`, as of `booking.age` before
+    /// `now`. Returns the new reservation's id and the target's load after the booking.
     pub fn book(
         &mut self,
         lease: LeaseId,
+        caller: &Identity,
         booking: Booking,
         now: Instant,
         wall: SystemTime,
     ) -> Result<(ReservationId, Load), ControlError> {
         let seq = self.last_reservation + 1;
-        self.live_lease(lease, now)?.reservations.insert(seq);
+        self.live_lease(lease, caller, now)?.reservations.insert(seq);
         self.last_reservation = seq;
-        let id = ReservationId { epoch: self.epoch, seq };
+        let id = ReservationId {
+            epoch: self.epoch,
+            seq,
+            tag: self.tags.tag(IdKind::Reservation, self.epoch, seq),
+        };
         let i = booking.target.index();
         if self.loads.len() <= i {
             self.loads.resize(i + 1, Load::default());
@@ -223,22 +262,32 @@ impl Ledger {
         }
     }
 
-    /// Ends a reservation for `reason` at `now`. Idempotent: a reservation ended before gives
-    /// [`Released::Already`]; an id this ledger never issued is `UnknownReservation`. A prefill
-    /// that reached its end of stream is one sample of its model's prefill phase; cancelled
-    /// or failed ones are not (they did not finish), nor are those a lease expiry ends.
+    /// Ends `caller`'s reservation for `reason` at `now`. Idempotent: a reservation ended before
+    /// gives [`Released::Already`]; an id this ledger never issued (a wrong tag too) is
+    /// `UnknownReservation`; another identity's live reservation is `ForeignReservation` and
+    /// stays. A prefill that reached its end of stream is one sample of its model's prefill
+    /// phase; cancelled or failed ones are not (they did not finish), nor are those a lease
+    /// expiry ends.
     pub fn release(
         &mut self,
         id: ReservationId,
+        caller: &Identity,
         reason: ReleaseReason,
         now: Instant,
     ) -> Result<Released, ControlError> {
-        if id.epoch != self.epoch || id.seq > self.last_reservation {
+        if id.epoch != self.epoch
+            || id.seq > self.last_reservation
+            || id.tag != self.tags.tag(IdKind::Reservation, id.epoch, id.seq)
+        {
             return Err(ControlError::UnknownReservation(id));
         }
-        let Some(reservation) = self.reservations.remove(&id.seq) else {
+        let Some(reservation) = self.reservations.get(&id.seq) else {
             return Ok(Released::Already);
         };
+        if self.leases.get(&reservation.lease.seq).is_some_and(|l| &l.owner != caller) {
+            return Err(ControlError::ForeignReservation(id));
+        }
+        let reservation = self.reservations.remove(&id.seq).expect("found above");
         if let Some(lease) = self.leases.get_mut(&reservation.lease.seq) {
             lease.reservations.remove(&id.seq);
         }
@@ -255,10 +304,15 @@ impl Ledger {
             self.leases.iter().filter(|(_, s)| s.expires_at <= now).map(|(seq, _)| *seq).collect();
         due.into_iter()
             .map(|seq| {
-                let state = self.leases.remove(&seq).expect("collected from the map");
+                let state = self.remove_lease(seq).expect("collected from the map");
                 Expired {
-                    lease: LeaseId { epoch: self.epoch, seq },
+                    lease: LeaseId {
+                        epoch: self.epoch,
+                        seq,
+                        tag: self.tags.tag(IdKind::Lease, self.epoch, seq),
+                    },
                     holder: state.holder,
+                    owner: state.owner,
                     released: self.release_all(state.reservations),
                 }
             })
@@ -272,9 +326,16 @@ impl Ledger {
         all
     }
 
-    /// A live lease's state, if any.
+    /// A live lease's state, if any (whoever owns it).
     pub fn lease(&self, lease: LeaseId) -> Option<&LeaseState> {
-        (lease.epoch == self.epoch).then(|| self.leases.get(&lease.seq)).flatten()
+        let ours =
+            lease.epoch == self.epoch && lease.tag == self.tags.tag(IdKind::Lease, lease.epoch, lease.seq);
+        ours.then(|| self.leases.get(&lease.seq)).flatten()
+    }
+
+    /// The state of the lease a reservation is booked under (its owner, its holder).
+    pub fn lease_of(&self, r: &Reservation) -> Option<&LeaseState> {
+        self.leases.get(&r.lease.seq)
     }
 
     /// The target's decode reservations still in prefill (as many as its
@@ -310,18 +371,36 @@ impl Ledger {
         })
     }
 
-    /// Whether a lease is live at `now`. A lease past its deadline is dead even before the
-    /// reaper (`expire`) has released its reservations.
-    pub fn check_lease(&self, lease: LeaseId, now: Instant) -> Result<(), ControlError> {
+    /// Whether a lease is live at `now` and `caller`'s. A lease past its deadline is dead even
+    /// before the reaper (`expire`) has released its reservations.
+    pub fn check_lease(&self, lease: LeaseId, caller: &Identity, now: Instant) -> Result<(), ControlError> {
         match self.lease(lease) {
-            Some(state) if state.expires_at > now => Ok(()),
+            Some(state) if state.expires_at > now && &state.owner == caller => Ok(()),
+            Some(state) if state.expires_at > now => Err(ControlError::ForeignLease(lease)),
             _ => Err(ControlError::UnknownLease(lease)),
         }
     }
 
-    fn live_lease(&mut self, lease: LeaseId, now: Instant) -> Result<&mut LeaseState, ControlError> {
-        self.check_lease(lease, now)?;
+    fn live_lease(
+        &mut self,
+        lease: LeaseId,
+        caller: &Identity,
+        now: Instant,
+    ) -> Result<&mut LeaseState, ControlError> {
+        self.check_lease(lease, caller, now)?;
         Ok(self.leases.get_mut(&lease.seq).expect("checked live above"))
+    }
+
+    /// Takes a lease out of the book and its owner's count.
+    fn remove_lease(&mut self, seq: u64) -> Option<LeaseState> {
+        let state = self.leases.remove(&seq)?;
+        if let Some(n) = self.leases_of.get_mut(&state.owner) {
+            *n -= 1;
+            if *n == 0 {
+                self.leases_of.remove(&state.owner);
+            }
+        }
+        Some(state)
     }
 
     fn release_all(&mut self, seqs: HashSet<u64>) -> Vec<(Reservation, Load)> {

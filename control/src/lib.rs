@@ -16,6 +16,9 @@
 //! - [`engine`]: each worker's own `/v1/loads` readings, beside the ledger (and the drift).
 //! - [`fit`]: W fitted online from those readings' decode step times (`auto`).
 //! - [`settings`]: W, the mode and the policies in force.
+//! - [`auth`]: who may call the Router and as which [`identity`] (client certificates, proxy
+//!   tokens); every lease and reservation belongs to the identity that opened it; [`bounds`]:
+//!   what one identity may hold or send.
 //! - [`ejection`]: outlier ejection — targets that fail their legs take no picks for a while.
 //! - [`capacity`]: per-rank caps; a pick whose every candidate is full is refused.
 //! - [`affinity`]: session → prefill target.
@@ -27,9 +30,12 @@
 //!   backend, KV cache dtype), checked against its record before it enters the view.
 //! - [`pairing`]: which of a model's prefill and decode workers can exchange KV (PD pairing).
 //! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
-//! - [`tls`]: gRPC over TLS at run time — SIGHUP reloads, the TLS to the other replicas.
+//! - [`tls`]: gRPC over TLS at run time, the TLS to the other replicas; [`reload`]: what SIGHUP
+//!   reads again (the TLS files, the Router's tokens).
 
 pub mod affinity;
+pub mod auth;
+pub mod bounds;
 pub mod capacity;
 pub mod config;
 pub mod decisions;
@@ -39,6 +45,7 @@ pub mod engine_facts;
 pub mod error;
 pub mod etcd_access;
 pub mod fit;
+pub mod identity;
 pub mod kv_feed;
 pub mod leader;
 pub mod ledger;
@@ -46,6 +53,7 @@ pub mod metrics;
 pub mod pairing;
 pub mod persist;
 pub mod prefill_phase;
+pub mod reload;
 pub mod routing;
 pub mod scoring;
 pub mod service;
@@ -139,6 +147,7 @@ pub async fn run(
     core.weights_mut().set_mode(weight_mode);
     core.set_ejection(config.ejection);
     core.set_capacity(config.capacity);
+    core.set_bounds(config.bounds);
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = etcd.clone();
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);
@@ -175,24 +184,39 @@ pub async fn run(
     }
     state.publish_loads();
     let stop = Stop::on(shutdown);
-    let peers = match &config.tls {
-        Some(tls) => {
-            let metrics = tls::TlsMetrics::register(&mut registry);
-            tls::reload_on_sighup(tls.server.clone(), tls.peers.clone(), metrics)?;
-            Some(tls.peers.clone())
-        }
-        None => None,
+    let auth_metrics = auth::metrics::AuthMetrics::register(&mut registry, !config.router.is_open());
+    if config.router.is_open() {
+        tracing::warn!(
+            listen = %config.listen,
+            "THE ROUTER IS UNAUTHENTICATED: anyone who reaches it can open leases and release every \
+             proxy's bookings. Give --router-tokens or --tls-client-ca (manual/operations/security.md)"
+        );
+    } else {
+        tracing::info!(accepts = config.router.describe(), "Router calls need a credential");
+    }
+    let reloads = reload::Reloadable {
+        tls: config.tls.as_ref().map(|tls| (tls.clone(), tls::TlsMetrics::register(&mut registry))),
+        tokens: config.router.tokens.clone().map(|t| (t, auth_metrics.clone())),
     };
+    let peers = config.tls.as_ref().map(|tls| tls.peers.clone());
+    reload::on_sighup(reloads)?;
     let admin_apart = listeners.admin.is_some();
-    let routes = service::routes(
-        state.clone(),
-        config.admin_token,
+    let plaintext_leaders = prometheus_client::metrics::counter::Counter::default();
+    registry.sub_registry_with_prefix("infera_control").register(
+        "plaintext_leaders_refused",
+        "Admin calls a replica serving TLS did not forward, because the leader advertises a plain-text URL",
+        plaintext_leaders.clone(),
+    );
+    let served = service::Serve {
+        plaintext_leaders,
+        admin_token: config.admin_token,
+        router_auth: auth::RouterAuth::new(config.router.clone(), auth_metrics),
+        redeclare_bytes: config.bounds.redeclare_bytes,
         peers,
-        stop.receiver(),
         admin_apart,
-        config.grpc_limits.max_message_bytes,
-    )
-    .await?;
+        max_message_bytes: config.grpc_limits.max_message_bytes,
+    };
+    let routes = service::routes(state.clone(), served, stop.receiver()).await?;
     if let Some(etcd) = etcd {
         state.registry_pending();
         // A replica campaigns once it sees the registry: a leader without the view would refuse

@@ -59,6 +59,21 @@ struct AgreementLabels {
     agreement: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    rpc: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    bound: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityLabels {
+    identity: String,
+}
+
 /// The control service's metrics.
 #[derive(Debug)]
 pub struct ControlMetrics {
@@ -79,6 +94,9 @@ pub struct ControlMetrics {
     pub sessions: crate::affinity::SessionMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
     view: ViewMetrics,
+    foreign_ids: Family<RpcLabels, Counter>,
+    bound_refusals: Family<BoundLabels, Counter>,
+    identity_leases: Family<IdentityLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,7 +124,13 @@ impl ControlMetrics {
             sessions: Default::default(),
             prefill_phase_median: Family::default(),
             view: ViewMetrics::default(),
+            foreign_ids: Family::default(),
+            bound_refusals: Family::default(),
+            identity_leases: Family::default(),
         };
+        for bound in ["leases", "redeclare_bytes", "redeclare_over_capacity"] {
+            let _created = m.bound_refusals.get_or_create(&BoundLabels { bound });
+        }
         // Every release series exists from the start (at 0), so rates work from the first scrape.
         for kind in [PickKind::Prefill, PickKind::Decode] {
             for reason in ReleaseReason::ALL {
@@ -168,7 +192,48 @@ impl ControlMetrics {
             "Median of the model's last 256 prefill phases (a prefill reservation's booking to its EOF release)",
             m.prefill_phase_median.clone(),
         );
+        r.register(
+            "foreign_ids",
+            "Router calls that named another identity's lease or reservation (answered NOT_FOUND, nothing \
+             changed), by RPC",
+            m.foreign_ids.clone(),
+        );
+        r.register(
+            "bound_refusals",
+            "Calls or legs refused by a bound: leases (--max-leases-per-identity), redeclare_bytes \
+             (--max-redeclare-bytes), redeclare_over_capacity (a re-declared leg on a rank at \
+             --max-requests-per-rank)",
+            m.bound_refusals.clone(),
+        );
+        r.register(
+            "identity_leases",
+            "Open leases per identity (a proxy's certificate or token; `anonymous` while the Router is \
+             open), against --max-leases-per-identity",
+            m.identity_leases.clone(),
+        );
         m
+    }
+
+    /// No identity holds a lease (a fresh ledger: a takeover or a step-down).
+    pub fn clear_identity_leases(&self) {
+        self.identity_leases.clear();
+    }
+
+    /// `identity` holds `n` leases now.
+    pub fn identity_leases(&self, identity: &crate::identity::Identity, n: usize) {
+        self.identity_leases
+            .get_or_create(&IdentityLabels { identity: identity.to_string() })
+            .set(to_i64(n as u64));
+    }
+
+    /// A call of `rpc` named another identity's lease or reservation.
+    pub fn foreign_id(&self, rpc: &'static str) {
+        self.foreign_ids.get_or_create(&RpcLabels { rpc }).inc();
+    }
+
+    /// A call (or a re-declared leg) was refused by `bound`.
+    pub fn bound_refusal(&self, bound: &'static str) {
+        self.bound_refusals.get_or_create(&BoundLabels { bound }).inc();
     }
 
     /// The engine-facts discovery's metrics (registered with these).

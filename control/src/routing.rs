@@ -21,9 +21,12 @@ use infera_proto::types::{
 use rand::Rng;
 
 use crate::affinity::Sessions;
+use crate::bounds::Bounds;
 use crate::capacity::Capacity;
 use crate::ejection::Breakers;
 use crate::error::ControlError;
+use crate::identity::Identity;
+use crate::ledger::tags::IdTags;
 use crate::ledger::{Booking, Ledger, Released, Reservation};
 use crate::prefill_phase::is_phase_end;
 use crate::scoring::{self, Candidate, RoundRobin, Scored};
@@ -51,10 +54,12 @@ pub use overlaps::{KvIndex, OverlapSource, Overlaps};
 pub use redeclare::{Declared, Redeclared};
 pub use weights::DecodeWeights;
 
-/// Everything about one pick that is not the request: the KV index to credit overlaps from, whether
-/// to record the full decision, and the clocks.
+/// Everything about one pick that is not the request: who asks, the KV index to credit overlaps
+/// from, whether to record the full decision, and the clocks.
 #[derive(Clone, Copy, Debug)]
 pub struct PickContext<'a> {
+    /// The caller: the pick's lease must be its own.
+    pub caller: &'a Identity,
     /// The KV overlaps (prefill picks with page hashes are credited from them): the prefix index,
     /// or [`Overlaps`] computed before the pick; `None` credits none.
     pub kv: Option<&'a dyn OverlapSource>,
@@ -95,15 +100,23 @@ pub struct RoutingCore<R> {
     capacity: Capacity,
     /// Ejections carried over from another leader whose targets have not registered yet.
     pending_ejections: std::collections::HashMap<infera_proto::types::Target, crate::ejection::Ejection>,
+    /// The key of the ids' tags (kept for the ledger of each new term).
+    tags: IdTags,
+    /// What one identity may hold.
+    bounds: Bounds,
 }
 
 impl<R: Rng> RoutingCore<R> {
-    /// A core over `view`; ids carry `epoch`; `rng` breaks ties and drives the legacy policies.
+    /// A core over `view`; ids carry `epoch` and a tag keyed from the OS; `rng` breaks ties and
+    /// drives the legacy policies.
     pub fn new(view: View, settings: Settings, epoch: u32, rng: R) -> Result<Self, ControlError> {
         settings.validate()?;
+        let tags = IdTags::random();
         Ok(Self {
             view,
-            ledger: Ledger::new(epoch),
+            ledger: Ledger::new(epoch, tags.clone()),
+            tags,
+            bounds: Bounds::default(),
             sessions: Sessions::default(),
             settings,
             round_robin: RoundRobin::default(),
@@ -128,8 +141,8 @@ impl<R: Rng> RoutingCore<R> {
         req: &PickRequest,
         ctx: PickContext<'_>,
     ) -> Result<Picked, ControlError> {
-        let PickContext { kv, record_decision, now, wall, kv_room } = ctx;
-        self.ledger.check_lease(req.lease, now)?;
+        let PickContext { caller, kv, record_decision, now, wall, kv_room } = ctx;
+        self.ledger.check_lease(req.lease, caller, now)?;
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
         self.excluded.clear();
@@ -182,7 +195,7 @@ impl<R: Rng> RoutingCore<R> {
             input_tokens: req.input_tokens - chosen.cached_tokens,
             age: Duration::ZERO,
         };
-        let (reservation, load) = self.ledger.book(req.lease, booking, now, wall)?;
+        let (reservation, load) = self.ledger.book(req.lease, caller, booking, now, wall)?;
         self.breakers.picked(chosen.key, now);
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
             self.sessions.remember(session.clone(), chosen.key, now, self.settings.session_max);
@@ -206,43 +219,77 @@ impl<R: Rng> RoutingCore<R> {
         })
     }
 
-    /// Ends a reservation for `reason` (a failed leg: with how it failed) at `now`; `None` when
-    /// it had already ended. The outcome goes to its target's breaker.
+    /// Ends `caller`'s reservation for `reason` (a failed leg: with how it failed) at `now`;
+    /// `None` when it had already ended. The outcome goes to its target's breaker as `caller`'s
+    /// report.
     pub fn release(
         &mut self,
         id: ReservationId,
+        caller: &Identity,
         reason: ReleaseReason,
         failure: Option<LegFailure>,
         now: Instant,
     ) -> Result<Option<ReleasedNow>, ControlError> {
-        Ok(match self.ledger.release(id, reason, now)? {
+        Ok(match self.ledger.release(id, caller, reason, now)? {
             Released::Now(r, load) => {
                 let phase_median = is_phase_end(r.kind, reason)
                     .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
                     .flatten();
-                let health = self.observe_leg(r.target, reason, failure, now);
-                Some(ReleasedNow { kind: r.kind, change: self.change(r.target, load), phase_median, health })
+                let observed = self.observe_leg(r.target, reason, failure, caller, now);
+                Some(ReleasedNow {
+                    kind: r.kind,
+                    change: self.change(r.target, load),
+                    phase_median,
+                    health: observed.transitions,
+                    discounted: observed.discounted,
+                })
             }
             Released::Already => None,
         })
     }
 
-    /// Opens a proxy lease; `ttl` zero means the default, others are clamped to the range.
-    pub fn open_lease(&mut self, holder: String, ttl: Duration, now: Instant) -> OpenedLease {
+    /// Opens a lease of `owner`; `ttl` zero means the default, others are clamped to the range.
+    /// Refused when `owner` holds as many as [`Bounds::leases_per_identity`].
+    pub fn open_lease(
+        &mut self,
+        holder: String,
+        owner: &Identity,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<OpenedLease, ControlError> {
+        let max = self.bounds.leases_per_identity;
+        if self.ledger.leases_of(owner) >= max {
+            return Err(ControlError::TooManyLeases { identity: owner.clone(), max });
+        }
         let (lo, hi) = Settings::LEASE_TTL_RANGE;
         let ttl = if ttl.is_zero() { self.settings.lease_ttl } else { ttl.clamp(lo, hi) };
-        OpenedLease { lease: self.ledger.open_lease(holder, ttl, now), ttl }
+        Ok(OpenedLease { lease: self.ledger.open_lease(holder, owner.clone(), ttl, now), ttl })
     }
 
-    /// Renews a lease.
-    pub fn keep_alive(&mut self, lease: LeaseId, now: Instant) -> Result<Duration, ControlError> {
-        self.ledger.keep_alive(lease, now)
+    /// Renews `caller`'s lease.
+    pub fn keep_alive(
+        &mut self,
+        lease: LeaseId,
+        caller: &Identity,
+        now: Instant,
+    ) -> Result<Duration, ControlError> {
+        self.ledger.keep_alive(lease, caller, now)
     }
 
-    /// Ends a lease and what it holds.
-    pub fn close_lease(&mut self, lease: LeaseId, now: Instant) -> Result<Vec<Ended>, ControlError> {
-        let released = self.ledger.close_lease(lease, now)?;
+    /// Ends `caller`'s lease and what it holds.
+    pub fn close_lease(
+        &mut self,
+        lease: LeaseId,
+        caller: &Identity,
+        now: Instant,
+    ) -> Result<Vec<Ended>, ControlError> {
+        let released = self.ledger.close_lease(lease, caller, now)?;
         Ok(self.ended(released))
+    }
+
+    /// Sets the bounds per identity (at start).
+    pub fn set_bounds(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
     }
 
     /// Expires overdue leases, releasing what they hold.
@@ -250,7 +297,12 @@ impl<R: Rng> RoutingCore<R> {
         self.ledger
             .expire(now)
             .into_iter()
-            .map(|e| LeaseExpired { lease: e.lease, holder: e.holder, ended: self.ended(e.released) })
+            .map(|e| LeaseExpired {
+                lease: e.lease,
+                holder: e.holder,
+                owner: e.owner,
+                ended: self.ended(e.released),
+            })
             .collect()
     }
 
@@ -336,10 +388,14 @@ impl<R: Rng> RoutingCore<R> {
             .filter(|r| lease.is_none_or(|l| r.lease == l))
             .map(|r| (r, self.view.slot(r.target)))
             .filter(|(_, s)| worker.is_none_or(|w| s.target.worker.as_str() == w))
-            .map(|(r, s)| ReservationRow {
-                reservation: r.clone(),
-                target: s.target.clone(),
-                holder: self.ledger.lease(r.lease).map(|l| l.holder.clone()).unwrap_or_default(),
+            .map(|(r, s)| {
+                let lease = self.ledger.lease_of(r);
+                ReservationRow {
+                    reservation: r.clone(),
+                    target: s.target.clone(),
+                    holder: lease.map(|l| l.holder.clone()).unwrap_or_default(),
+                    owner: lease.map(|l| l.owner.clone()),
+                }
             })
             .collect()
     }
@@ -352,6 +408,11 @@ impl<R: Rng> RoutingCore<R> {
     /// Open leases.
     pub fn lease_count(&self) -> usize {
         self.ledger.lease_count()
+    }
+
+    /// Open leases of `owner`.
+    pub fn leases_of(&self, owner: &Identity) -> usize {
+        self.ledger.leases_of(owner)
     }
 
     /// A target's key, if it was ever registered.

@@ -1,5 +1,6 @@
-//! The gRPC server: Router (proxies), Admin (operators), health, and reflection v1 + v1alpha
-//! (grpcurl 1.8 speaks only v1alpha).
+//! The gRPC server: Router (proxies, each call authenticated by [`crate::auth::RouterAuth`]),
+//! Admin (operators, behind [`AdminAuth`]), health, and reflection v1 + v1alpha (grpcurl 1.8
+//! speaks only v1alpha).
 
 mod admin;
 mod auth;
@@ -33,28 +34,57 @@ const HEALTH: &str = "grpc.health.v1.Health";
 const REFLECTION: [&str; 2] =
     ["grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"];
 
+/// How the services are served.
+#[derive(Debug)]
+pub struct Serve {
+    /// The Admin bearer token (`--admin-token`).
+    pub admin_token: Option<String>,
+    /// Who may call the Router.
+    pub router_auth: crate::auth::RouterAuth,
+    /// The largest `Redeclare` taken (`--max-redeclare-bytes`).
+    pub redeclare_bytes: usize,
+    /// The TLS a follower forwards Admin calls to an `https://` leader with (`None`: this
+    /// replica serves plain text).
+    pub peers: Option<Arc<crate::tls::PeerTls>>,
+    /// Admin on a socket of its own (`--admin-listen`).
+    pub admin_apart: bool,
+    /// Counts Admin calls not forwarded because the leader's URL is plain text while this
+    /// replica serves TLS.
+    pub plaintext_leaders: prometheus_client::metrics::counter::Counter,
+    /// The largest message either service decodes (`--grpc-max-message-bytes`).
+    pub max_message_bytes: usize,
+}
+
 /// Builds the tonic routers of every service control serves: all on one socket, or with
 /// `admin_apart` Admin on a socket of its own and the rest without it (an Admin call there is
 /// `UNIMPLEMENTED`, as for any unknown service). Each socket's health and reflection speak of
 /// what that socket serves.
 /// `stop` fires at shutdown; open `WatchDecisions` streams end then, so a graceful shutdown
-/// does not wait on an operator's grpcurl. `peers`: the TLS a follower forwards Admin calls to
-/// an `https://` leader with. `max_message_bytes`: the largest message either service decodes.
+/// does not wait on an operator's grpcurl.
 pub async fn routes(
     state: Arc<ControlState>,
-    admin_token: Option<String>,
-    peers: Option<Arc<crate::tls::PeerTls>>,
+    serve: Serve,
     stop: tokio::sync::watch::Receiver<()>,
-    admin_apart: bool,
-    max_message_bytes: usize,
 ) -> Result<Served, tonic_reflection::server::Error> {
+    let Serve {
+        admin_token,
+        router_auth,
+        redeclare_bytes,
+        peers,
+        admin_apart,
+        plaintext_leaders,
+        max_message_bytes,
+    } = serve;
     let admin = InterceptedService::new(
-        AdminServer::new(admin::AdminService::new(state.clone(), stop, peers))
+        AdminServer::new(admin::AdminService::new(state.clone(), stop, peers, plaintext_leaders))
             .max_decoding_message_size(max_message_bytes),
         AdminAuth::new(admin_token),
     );
-    let router =
-        RouterServer::new(router::RouterService::new(state)).max_decoding_message_size(max_message_bytes);
+    let router = InterceptedService::new(
+        RouterServer::new(router::RouterService::new(state, redeclare_bytes))
+            .max_decoding_message_size(max_message_bytes),
+        router_auth,
+    );
     const ROUTER: &str = <RouterServer<router::RouterService> as NamedService>::NAME;
     const ADMIN: &str = <AdminServer<admin::AdminService> as NamedService>::NAME;
     if !admin_apart {

@@ -17,6 +17,7 @@ use crate::engine_facts::discovery::Discovery;
 use crate::error::ControlError;
 use crate::fit::WeightMode;
 use crate::fit::metrics::FitMetrics;
+use crate::identity::Identity;
 use crate::kv_feed::KvFeed;
 use crate::metrics::ControlMetrics;
 use crate::routing::{
@@ -142,8 +143,8 @@ impl ControlState {
         self.core.lock().expect("routing state poisoned by an earlier panic")
     }
 
-    /// Picks and books.
-    pub fn pick(&self, kind: PickKind, req: &PickRequest) -> Result<Picked, ControlError> {
+    /// Picks and books under `caller`'s lease.
+    pub fn pick(&self, kind: PickKind, req: &PickRequest, caller: &Identity) -> Result<Picked, ControlError> {
         let rpc = if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" };
         self.gate(rpc)?;
         let started = Instant::now();
@@ -160,6 +161,7 @@ impl ControlState {
             let mut core = self.core();
             let mode = core.settings().mode;
             let ctx = PickContext {
+                caller,
                 kv: overlaps.as_ref().map(|o| o as &dyn OverlapSource),
                 record_decision: watched,
                 now: Instant::now(),
@@ -172,7 +174,8 @@ impl ControlState {
             if let Ok(picked) = &result
                 && let Err(e) = self.gate(rpc)
             {
-                let _ = core.release(picked.reservation, ReleaseReason::Cancelled, None, Instant::now());
+                let _ =
+                    core.release(picked.reservation, caller, ReleaseReason::Cancelled, None, Instant::now());
                 result = Err(e);
             }
             (result, mode)
@@ -209,6 +212,7 @@ impl ControlState {
             }
             Err(e) => {
                 self.metrics.pick(kind, mode, e.reason().as_str(), seconds);
+                self.refused_foreign(rpc, &e);
                 Err(e)
             }
         }
@@ -220,23 +224,27 @@ impl ControlState {
         self.metrics.pick(kind, mode, e.reason().as_str(), 0.0);
     }
 
-    /// Ends a reservation (a failed leg: with how it failed); `true` when an earlier release
-    /// had already ended it.
+    /// Ends `caller`'s reservation (a failed leg: with how it failed); `true` when an earlier
+    /// release had already ended it.
     pub fn release(
         &self,
         id: ReservationId,
         reason: ReleaseReason,
         failure: Option<LegFailure>,
+        caller: &Identity,
     ) -> Result<bool, ControlError> {
         self.gate("Release")?;
-        let released = self.core().release(id, reason, failure, Instant::now())?;
+        let released = self.core().release(id, caller, reason, failure, Instant::now()).inspect_err(|e| {
+            self.refused_foreign("Release", e);
+        })?;
         if let Some(f) = failure {
             self.ejection_metrics.leg_failure(f);
         }
         match released {
-            Some(ReleasedNow { kind, change, phase_median, health }) => {
+            Some(ReleasedNow { kind, change, phase_median, health, discounted }) => {
                 self.metrics.release(kind, reason);
                 self.metrics.load(&change);
+                self.ejection_metrics.discounted(discounted);
                 self.ejections_changed(&health);
                 if let Some((model, median)) = phase_median {
                     self.metrics.prefill_phase_median(&model, median);
@@ -250,34 +258,49 @@ impl ControlState {
         }
     }
 
-    /// Opens a lease.
-    pub fn open_lease(&self, holder: String, ttl: Duration) -> Result<OpenedLease, ControlError> {
+    /// Opens a lease of `caller`.
+    pub fn open_lease(
+        &self,
+        holder: String,
+        ttl: Duration,
+        caller: &Identity,
+    ) -> Result<OpenedLease, ControlError> {
         self.gate("OpenLease")?;
-        let (opened, leases) = {
+        let (opened, leases, theirs) = {
             let mut core = self.core();
-            let opened = core.open_lease(holder.clone(), ttl, Instant::now());
-            (opened, core.lease_count())
+            let opened = core.open_lease(holder.clone(), caller, ttl, Instant::now());
+            (opened, core.lease_count(), core.leases_of(caller))
         };
+        let opened = opened.inspect_err(|e| {
+            self.metrics.bound_refusal("leases");
+            tracing::warn!(identity = %caller, error = %e, "a lease refused");
+        })?;
         self.metrics.leases(leases);
+        self.metrics.identity_leases(caller, theirs);
         self.lease_opened(&holder, opened.ttl);
         Ok(opened)
     }
 
-    /// Renews a lease.
-    pub fn keep_alive(&self, lease: LeaseId) -> Result<Duration, ControlError> {
+    /// Renews `caller`'s lease.
+    pub fn keep_alive(&self, lease: LeaseId, caller: &Identity) -> Result<Duration, ControlError> {
         self.gate("KeepAlive")?;
-        self.core().keep_alive(lease, Instant::now())
+        self.core()
+            .keep_alive(lease, caller, Instant::now())
+            .inspect_err(|e| self.refused_foreign("KeepAlive", e))
     }
 
-    /// Closes a lease, releasing what it held as cancelled.
-    pub fn close_lease(&self, lease: LeaseId) -> Result<usize, ControlError> {
+    /// Closes `caller`'s lease, releasing what it held as cancelled.
+    pub fn close_lease(&self, lease: LeaseId, caller: &Identity) -> Result<usize, ControlError> {
         self.gate("CloseLease")?;
-        let (ended, leases, holder) = {
+        let (ended, leases, holder, theirs) = {
             let mut core = self.core();
             let holder = core.lease_holder(lease);
-            (core.close_lease(lease, Instant::now())?, core.lease_count(), holder)
+            let ended = core.close_lease(lease, caller, Instant::now());
+            let ended = ended.inspect_err(|e| self.refused_foreign("CloseLease", e))?;
+            (ended, core.lease_count(), holder, core.leases_of(caller))
         };
         self.metrics.leases(leases);
+        self.metrics.identity_leases(caller, theirs);
         if let Some(holder) = holder {
             self.lease_gone(&holder);
         }
@@ -292,12 +315,18 @@ impl ControlState {
 
     /// Expires overdue leases; returns how many expired.
     pub fn tick(&self) -> usize {
-        let (expired, leases) = {
+        let (expired, leases, owners) = {
             let mut core = self.core();
-            (core.tick(Instant::now()), core.lease_count())
+            let expired = core.tick(Instant::now());
+            let owners: Vec<(Identity, usize)> =
+                expired.iter().map(|e| (e.owner.clone(), core.leases_of(&e.owner))).collect();
+            (expired, core.lease_count(), owners)
         };
         self.metrics.leases(leases);
-        for LeaseExpired { lease, holder, ended } in &expired {
+        for (owner, n) in &owners {
+            self.metrics.identity_leases(owner, *n);
+        }
+        for LeaseExpired { lease, holder, ended, .. } in &expired {
             tracing::warn!(%lease, %holder, released = ended.len(), "lease expired; its reservations are released");
             self.metrics.lease_expired();
             self.ended(ended, ReleaseReason::LeaseExpired);
@@ -386,5 +415,18 @@ impl ControlState {
     /// The decision fan-out.
     pub fn decisions(&self) -> &DecisionHub {
         &self.decisions
+    }
+
+    /// Counts (and logs) a call of `rpc` that named another identity's lease or reservation.
+    pub(crate) fn refused_foreign(&self, rpc: &'static str, e: &ControlError) {
+        if e.is_foreign() {
+            self.metrics.foreign_id(rpc);
+            tracing::warn!(rpc, error = %e, "a call named another identity's lease or reservation; refused as unknown");
+        }
+    }
+
+    /// Counts a call refused by a bound per identity (`leases`, `redeclare_bytes`).
+    pub fn bound_refusal(&self, bound: &'static str) {
+        self.metrics.bound_refusal(bound);
     }
 }

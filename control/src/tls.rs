@@ -1,6 +1,7 @@
 //! Control's TLS at run time: the client configuration a follower reaches the leader with
-//! ([`PeerTls`]), and SIGHUP, which reads the server's and the peers' files again (a file that
-//! does not load is logged and counted, and what is in force stays).
+//! ([`PeerTls`]), and what reading the server's and the peers' files again on SIGHUP
+//! ([`crate::reload`]) counts (a file that does not load is logged and counted, and what is in
+//! force stays).
 
 use std::sync::{Arc, RwLock};
 
@@ -31,7 +32,8 @@ impl PeerTls {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn reload(&self) -> Result<(), TlsError> {
+    /// Reads the files again; on an error the configuration in force stays.
+    pub(crate) fn reload(&self) -> Result<(), TlsError> {
         let config = Arc::new(self.files.tonic()?);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
         Ok(())
@@ -63,27 +65,12 @@ impl TlsMetrics {
         m
     }
 
-    fn reloaded(&self, which: &'static str, result: &Result<(), TlsError>) {
+    /// Counts (and logs) one reload of `which`.
+    pub(crate) fn reloaded(&self, which: &'static str, result: &Result<(), TlsError>) {
         let outcome = if result.is_ok() { "ok" } else { "error" };
         self.reloads.get_or_create(&ReloadLabels { which, outcome }).inc();
         if let Err(e) = result {
             tracing::warn!(which, error = %e, "TLS files not reloaded: the ones in force stay");
         }
     }
-}
-
-/// Reads the `server`'s and the `peers`' files again on every SIGHUP.
-pub fn reload_on_sighup(
-    server: Arc<infera_proto::serve::tls::ServerTls>,
-    peers: Arc<PeerTls>,
-    metrics: TlsMetrics,
-) -> std::io::Result<()> {
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            metrics.reloaded("server", &server.reload());
-            metrics.reloaded("peers", &peers.reload());
-        }
-    });
-    Ok(())
 }

@@ -91,6 +91,17 @@ pub fn lease_id(field: &'static str, s: &str) -> Result<LeaseId, ConvertError> {
     s.parse().map_err(|e| err(field, Problem::Id(e)))
 }
 
+/// The most bytes of a lease's holder name (`OpenLease.holder`).
+pub const MAX_HOLDER_BYTES: usize = 256;
+
+/// A lease's holder name: free text, may be empty, at most [`MAX_HOLDER_BYTES`].
+pub fn lease_holder(field: &'static str, s: String) -> Result<String, ConvertError> {
+    if s.len() > MAX_HOLDER_BYTES {
+        return Err(err(field, Problem::TooLarge { value: s.len() as u64, max: MAX_HOLDER_BYTES as u64 }));
+    }
+    Ok(s)
+}
+
 /// Parses a reservation id.
 pub fn reservation_id(field: &'static str, s: &str) -> Result<ReservationId, ConvertError> {
     if s.is_empty() {

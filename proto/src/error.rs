@@ -48,7 +48,8 @@ pub enum ErrorReason {
     UnknownTarget,
     /// A decode request weight above 0 while the demand mode does not score.
     WeightNeedsDemand,
-    /// An Admin call without the right bearer token.
+    /// An Admin call without the right bearer token, or a Router call without a credential
+    /// control accepts (a client certificate or a proxy token).
     Unauthenticated,
     /// This control does not lead its replica set (or its leadership lapsed): it books nothing.
     /// The status names the leader when one is known ([`LEADER_METADATA`]).
@@ -58,11 +59,19 @@ pub enum ErrorReason {
     /// The model has prefill and decode workers, but no prefill and decode that can pair (their
     /// KV page size, transfer backend or KV cache dtype differ): no pick is made for it.
     NoCompatiblePair,
+    /// The caller's identity holds as many open leases as it may (`--max-leases-per-identity`).
+    TooManyLeases,
+    /// A `Redeclare` larger than control takes in one call (`--max-redeclare-bytes`): send the
+    /// legs in smaller calls.
+    RedeclareTooLarge,
+    /// The leader's advertised URL is plain `http://` while this link uses TLS: it is not
+    /// followed, so that nothing sent over TLS (a token, a ledger) goes out in clear.
+    PlaintextLeader,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 16] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -76,6 +85,9 @@ impl ErrorReason {
         Self::NotLeader,
         Self::AtCapacity,
         Self::NoCompatiblePair,
+        Self::TooManyLeases,
+        Self::RedeclareTooLarge,
+        Self::PlaintextLeader,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -95,6 +107,9 @@ impl ErrorReason {
             Self::NotLeader => "not_leader",
             Self::AtCapacity => "at_capacity",
             Self::NoCompatiblePair => "no_compatible_pair",
+            Self::TooManyLeases => "too_many_leases",
+            Self::RedeclareTooLarge => "redeclare_too_large",
+            Self::PlaintextLeader => "plaintext_leader",
         }
     }
 
@@ -115,6 +130,9 @@ impl ErrorReason {
             Self::NotLeader => "NOT_LEADER",
             Self::AtCapacity => "AT_CAPACITY",
             Self::NoCompatiblePair => "NO_COMPATIBLE_PAIR",
+            Self::TooManyLeases => "TOO_MANY_LEASES",
+            Self::RedeclareTooLarge => "REDECLARE_TOO_LARGE",
+            Self::PlaintextLeader => "PLAINTEXT_LEADER",
         }
     }
 
@@ -133,9 +151,9 @@ impl ErrorReason {
             | Self::UnknownWorker
             | Self::UnknownTarget => Code::NotFound,
             Self::NoPool | Self::WeightNeedsDemand | Self::NoCompatiblePair => Code::FailedPrecondition,
-            Self::NoEligibleTarget | Self::NotLeader => Code::Unavailable,
+            Self::NoEligibleTarget | Self::NotLeader | Self::PlaintextLeader => Code::Unavailable,
             Self::Unauthenticated => Code::Unauthenticated,
-            Self::AtCapacity => Code::ResourceExhausted,
+            Self::AtCapacity | Self::TooManyLeases | Self::RedeclareTooLarge => Code::ResourceExhausted,
         }
     }
 

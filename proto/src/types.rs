@@ -20,7 +20,7 @@ pub use modes::{
 pub use pick::{
     MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked,
 };
-pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS};
+pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES};
 pub use worker::{
     KvEventsSource, MAX_DP_RANKS, RegisteredWorker, Role, WorkerRecord, check_worker_url,
     load_endpoint_for_rank,

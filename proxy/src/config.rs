@@ -81,6 +81,12 @@ struct ControlArgs {
     #[arg(long, env = "INFERA_PROXY_TARGETS_REFRESH_MS", default_value_t = 2_000,
           value_parser = clap::value_parser!(u64).range(50..=600_000))]
     targets_refresh_ms: u64,
+    /// A file holding this proxy's token for control (one line; a Kubernetes Secret's key
+    /// mounted as a file): every Router call carries `authorization: Bearer <token>`, which control
+    /// checks against its --router-tokens. Read again on SIGHUP. (With mutual TLS the client
+    /// certificate, --control-cert, proves the proxy without a token.)
+    #[arg(long, env = "INFERA_PROXY_CONTROL_TOKEN_FILE", value_name = "FILE")]
+    control_token_file: Option<PathBuf>,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -195,8 +201,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Name in control's lease table (completed with the bound address when unset).
     pub name: Option<String>,
-    /// Control's URLs (one, or its replicas').
+    /// Control's URLs (one, or its replicas'): all `http://` or all `https://`.
     pub control: Vec<http::Uri>,
+    /// The token every Router call carries (`--control-token-file`), reloadable.
+    pub control_token: Option<Arc<crate::control::credential::ControlToken>>,
     /// Pick deadline.
     pub pick_timeout: Duration,
     /// Lease TTL.
@@ -262,6 +270,15 @@ pub enum ConfigError {
     /// Control TLS flags without an `https://` control URL.
     #[error("--control-ca, --control-cert and --control-server-name need an https:// --control URL")]
     ControlTlsWithoutHttps,
+    /// `http://` and `https://` control URLs together.
+    #[error(
+        "--control mixes https:// and http:// URLs: a proxy that reaches control over TLS never talks \
+         to it in clear (give every replica's https:// URL)"
+    )]
+    MixedControlSchemes,
+    /// `--control-token-file` cannot be used.
+    #[error(transparent)]
+    ControlToken(#[from] crate::control::credential::TokenFileError),
     /// `--api-keys` cannot be loaded.
     #[error(transparent)]
     Keys(#[from] crate::keys::KeysError),
@@ -282,6 +299,9 @@ impl TryFrom<Args> for Config {
             });
         }
         let https = control.iter().any(|u| u.scheme_str() == Some("https"));
+        if https && control.iter().any(|u| u.scheme_str() != Some("https")) {
+            return Err(ConfigError::MixedControlSchemes);
+        }
         let worker_tls = a.worker_tls.files();
         if let Some(files) = &worker_tls {
             // Read now, so that a bad file stops the proxy (exit 64) with its name.
@@ -289,10 +309,17 @@ impl TryFrom<Args> for Config {
                 .map_err(|source| ConfigError::Tls { flags: "--worker-ca/--worker-cert/--worker-key", source })?;
         }
         let tls = a.tls.into_config(https)?;
+        let control_token = a
+            .control
+            .control_token_file
+            .map(crate::control::credential::ControlToken::load)
+            .transpose()?
+            .map(Arc::new);
         Ok(Self {
             listen: a.listen.listen,
             name: a.listen.name.filter(|n| !n.is_empty()),
             control,
+            control_token,
             pick_timeout: Duration::from_millis(a.control.pick_timeout_ms),
             lease_ttl: Duration::from_millis(a.control.lease_ttl_ms),
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
@@ -369,6 +396,21 @@ mod tests {
             c.control.iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["http://a:1/", "http://b:2/"]
         );
+    }
+
+    #[test]
+    fn control_urls_are_all_plain_or_all_tls_and_the_token_file_is_read_at_start() {
+        let a = Args::try_parse_from(["infera-proxy", "--control", "https://a:1,http://b:2"]).unwrap();
+        let e = Config::try_from(a).unwrap_err();
+        assert!(matches!(e, ConfigError::MixedControlSchemes), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef\n").unwrap();
+        let argv = ["infera-proxy", "--control-token-file", token.to_str().unwrap()];
+        assert!(Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap().control_token.is_some());
+        let a = Args::try_parse_from(["infera-proxy", "--control-token-file", "/nonexistent/token"]).unwrap();
+        let e = Config::try_from(a).unwrap_err();
+        assert!(e.to_string().contains("--control-token-file /nonexistent/token"), "{e}");
     }
 
     #[test]

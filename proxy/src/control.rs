@@ -6,7 +6,9 @@
 //! What lives where:
 //!
 //! - [`ControlLink`] (here): the parts below, started by [`ControlLink::spawn`].
-//! - `controls`: the control replicas (`--control a,b,c`) and the one talked to now.
+//! - `controls`: the control replicas (`--control a,b,c`) and the one talked to now; never a
+//!   plain-text leader once control is reached over TLS.
+//! - [`credential`]: the proxy's token for control (`--control-token-file`), on every call.
 //! - `lease`: the lease, opened at start, renewed every TTL/3, reopened at once when control
 //!   forgets it or does not lead (moving to the leader), closed at shutdown.
 //! - `legs` and `redeclare`: every leg in flight, and re-declaring those not booked under the
@@ -23,6 +25,7 @@
 //!   retried while control is unreachable.
 
 mod controls;
+pub mod credential;
 mod fallback;
 mod lease;
 mod legs;
@@ -69,7 +72,9 @@ impl ControlLink {
     /// [`ControlLink::spawn`].
     pub fn new(config: &Config, name: String, metrics: Arc<ProxyMetrics>) -> Arc<Self> {
         let tls = config.tls.control.as_ref().map(|t| t.config.clone());
-        let controls = Arc::new(Controls::new(&config.control, tls));
+        let bearer = credential::Bearer::new(config.control_token.clone());
+        let controls =
+            Arc::new(Controls::new(&config.control, tls, bearer, metrics.plaintext_leaders_counter()));
         let lease = Arc::new(Lease::new(name, config.lease_ttl));
         let releaser = Arc::new(Releaser::new(controls.clone(), lease.clone(), metrics.clone()));
         Arc::new(Self {

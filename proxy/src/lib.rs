@@ -67,17 +67,25 @@ fn default_name(bound: Option<std::net::SocketAddr>) -> String {
 #[derive(Debug)]
 struct Reloadable {
     keys: Option<Arc<keys::Keys>>,
+    control_token: Option<Arc<control::credential::ControlToken>>,
     tls: config::TlsConfig,
     link: Arc<ControlLink>,
     metrics: Arc<ProxyMetrics>,
 }
 
 impl Reloadable {
-    /// The API keys, the listener's certificate and the files for control; a file that does not
-    /// load is logged and counted, and what is in force stays.
+    /// The API keys, the listener's certificate and the files for control (its TLS, the token);
+    /// a file that does not load is logged and counted, and what is in force stays.
     fn reload(&self) {
         if let Some(keys) = &self.keys {
             self.metrics.key_reload(keys.reload());
+        }
+        if let Some(token) = &self.control_token {
+            let loaded = token.reload();
+            if let Err(e) = &loaded {
+                tracing::warn!(error = %e, "--control-token-file not reloaded: the token in force stays");
+            }
+            self.metrics.token_reload(loaded.is_ok());
         }
         if let Some(listener) = &self.tls.listener {
             let loaded = listener.reload();
@@ -128,8 +136,15 @@ pub async fn run(
     link.spawn(stop.receiver());
     let up =
         Upstreams { client: upstream::worker_client(config.connect_timeout, config.worker_tls.as_ref())?, link: link.clone(), metrics };
+    if config.control_token.is_some() && config.tls.control.is_none() {
+        tracing::warn!(
+            "--control-token-file with an http:// control: the token crosses the network in clear \
+             (give control --tls-cert and this proxy https:// URLs)"
+        );
+    }
     let reloadable = Reloadable {
         keys: config.api_keys.clone(),
+        control_token: config.control_token.clone(),
         tls: config.tls.clone(),
         link: link.clone(),
         metrics: up.metrics.clone(),

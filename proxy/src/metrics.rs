@@ -91,6 +91,8 @@ pub struct ProxyMetrics {
     key_reloads: Family<OutcomeLabels, Counter>,
     key_requests: Family<KeyLabels, Counter>,
     tls_reloads: Family<TlsReloadLabels, Counter>,
+    token_reloads: Family<OutcomeLabels, Counter>,
+    plaintext_leaders: Counter,
     late_picks: Counter,
     redeclared: Family<OutcomeLabels, Counter>,
     tokenize: Family<OutcomeLabels, Counter>,
@@ -122,6 +124,8 @@ impl ProxyMetrics {
             key_reloads: Family::default(),
             key_requests: Family::default(),
             tls_reloads: Family::default(),
+            token_reloads: Family::default(),
+            plaintext_leaders: Counter::default(),
             late_picks: Counter::default(),
             redeclared: Family::default(),
             tokenize: Family::default(),
@@ -196,8 +200,19 @@ impl ProxyMetrics {
         );
         r.register(
             "redeclared_legs",
-            "Legs in flight re-declared to a control that did not hold them (restart, failover, local picks), by outcome: booked, unknown_target",
+            "Legs in flight re-declared to a control that did not hold them (restart, failover, local picks), by outcome: booked, unknown_target, over_capacity",
             m.redeclared.clone(),
+        );
+        r.register(
+            "control_token_reloads",
+            "Reloads of --control-token-file on SIGHUP, by outcome: ok, error (the token in force stays)",
+            m.token_reloads.clone(),
+        );
+        r.register(
+            "control_plaintext_leaders_refused",
+            "Leaders a control replica named at a plain http:// URL that this proxy, reaching control over \
+             TLS, did not follow",
+            m.plaintext_leaders.clone(),
         );
         r.register(
             "late_picks",
@@ -288,10 +303,22 @@ impl ProxyMetrics {
     }
 
     /// Legs re-declared to control: `booked` booked anew, `unknown` not (control does not know
-    /// their target yet).
-    pub fn redeclared(&self, booked: u64, unknown: u64) {
+    /// their target yet), `full` not (their rank is at its cap).
+    pub fn redeclared(&self, booked: u64, unknown: u64, full: u64) {
         self.redeclared.get_or_create(&OutcomeLabels { outcome: "booked" }).inc_by(booked);
         self.redeclared.get_or_create(&OutcomeLabels { outcome: "unknown_target" }).inc_by(unknown);
+        self.redeclared.get_or_create(&OutcomeLabels { outcome: "over_capacity" }).inc_by(full);
+    }
+
+    /// The counter of leaders refused for a plain-text URL (the control link counts them).
+    pub fn plaintext_leaders_counter(&self) -> Counter {
+        self.plaintext_leaders.clone()
+    }
+
+    /// `--control-token-file` was read again.
+    pub fn token_reload(&self, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.token_reloads.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// A pick answered after its deadline was released.

@@ -34,6 +34,9 @@ pub struct ClusterSpec {
     pub proxies: usize,
     /// Every proxy's flags on top of [`ProxySpec::new`].
     pub proxy_flags: Vec<String>,
+    /// The flags of each proxy on top of `proxy_flags`, by start order (its credential for
+    /// control, say); a proxy past the list's end has none.
+    pub each_proxy: Vec<Vec<String>>,
     /// Workers register in a real etcd (lease TTL), which control follows, instead of a
     /// static workers file.
     pub etcd: Option<Duration>,
@@ -77,6 +80,7 @@ impl ClusterSpec {
             control: ControlSpec::new(Workers::None).flags(["--decode-input-demand", "on"]),
             proxies: 2,
             proxy_flags: Vec::new(),
+            each_proxy: Vec::new(),
             etcd: None,
             etcd_secured: false,
             processes: false,
@@ -120,8 +124,9 @@ impl ClusterSpec {
         let targets = sims.iter().map(|s| s.record.dp_size as usize).sum();
         control.wait_targets(targets).await?;
         let mut proxies = Vec::new();
-        for _ in 0..self.proxies {
-            let spec = ProxySpec::new(control.url()).flags(self.proxy_flags.iter().cloned());
+        for i in 0..self.proxies {
+            let own = self.each_proxy.get(i).cloned().unwrap_or_default();
+            let spec = ProxySpec::new(control.url()).flags(self.proxy_flags.iter().cloned()).flags(own);
             proxies.push(if self.processes { spec.spawn().await? } else { spec.start().await? });
         }
         for p in &proxies {

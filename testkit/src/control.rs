@@ -11,12 +11,14 @@ use infera_proto::pb::router_client::RouterClient;
 use infera_proto::pb::{self};
 use infera_proto::types::{RegisteredWorker, WorkerRecord};
 use tokio::net::TcpListener;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, ClientTlsConfig};
 
+use crate::credentials::RouterTokens;
 use crate::http;
 use crate::node::Node;
 use crate::process::{Process, ProcessSpec, Rebind, binary};
 use crate::server::Server;
+use crate::tls::{Issued, TestCa};
 
 /// Where control's workers come from.
 #[derive(Clone, Debug, Default)]
@@ -43,12 +45,57 @@ pub struct ControlSpec {
     pub seed: Option<u64>,
     /// Every other flag, as the binary takes them.
     pub flags: Vec<String>,
+    /// How the kit's own clients ([`Control::router`], [`Control::admin`]) reach a control that
+    /// serves TLS: its CA, and with `--tls-client-ca` a client certificate ([`ControlSpec::tls`],
+    /// [`ControlSpec::client_certificates`]).
+    pub kit_tls: Option<ClientTlsConfig>,
 }
 
 impl ControlSpec {
     /// Control over these workers with seed 7 and no other flag.
     pub fn new(workers: Workers) -> Self {
-        Self { workers, etcd: Vec::new(), seed: Some(7), flags: Vec::new() }
+        Self { workers, etcd: Vec::new(), seed: Some(7), flags: Vec::new(), kit_tls: None }
+    }
+
+    /// Router calls need a token `tokens` lists (`--router-tokens`); the file is read again on
+    /// SIGHUP.
+    pub fn router_tokens(self, tokens: &RouterTokens) -> Self {
+        self.flags(["--router-tokens".to_owned(), tokens.path().display().to_string()])
+    }
+
+    /// Serves gRPC over TLS with `server` (a certificate of `ca` naming 127.0.0.1); the kit's own
+    /// clients trust `ca`.
+    ///
+    /// # Panics
+    /// When `ca`'s certificate cannot be read.
+    pub fn tls(mut self, ca: &TestCa, server: &Issued) -> Self {
+        let pem = std::fs::read(ca.ca()).expect("the CA's certificate");
+        self.kit_tls =
+            Some(ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)));
+        self.flags([
+            "--tls-cert".to_owned(),
+            server.cert.display().to_string(),
+            "--tls-key".to_owned(),
+            server.key.display().to_string(),
+        ])
+    }
+
+    /// Every caller needs a client certificate `ca` signed (`--tls-client-ca`; after
+    /// [`ControlSpec::tls`]); the kit's own clients show `kit`, so their Router calls are
+    /// `kit`'s identity (its common name).
+    ///
+    /// # Panics
+    /// When `kit`'s files cannot be read.
+    pub fn client_certificates(mut self, ca: &TestCa, kit: &Issued) -> Self {
+        let (cert, key) = (std::fs::read(&kit.cert).expect("cert"), std::fs::read(&kit.key).expect("key"));
+        let identity = tonic::transport::Identity::from_pem(cert, key);
+        self.kit_tls = Some(self.kit_tls.take().unwrap_or_default().identity(identity));
+        self.flags(["--tls-client-ca".to_owned(), ca.ca().display().to_string()])
+    }
+
+    /// Whether its flags give the Router a credential.
+    fn authenticates(&self) -> bool {
+        self.flags.iter().any(|f| f == "--router-tokens" || f == "--tls-client-ca")
     }
 
     /// Adds flags.
@@ -137,6 +184,9 @@ impl ControlSpec {
             args.push(program.display().to_string());
             program = "ip".into();
         }
+        // In a namespace it listens on an address that is not loopback: a spec without Router
+        // credentials is the suite's open Router, as on loopback.
+        let open = netns.is_some() && !self.authenticates();
         args.extend([
             "--listen".to_owned(),
             format!("{host}:0"),
@@ -144,6 +194,9 @@ impl ControlSpec {
             format!("{host}:0"),
         ]);
         args.extend(self.argv(file.as_ref()));
+        if open && !self.flags.iter().any(|f| f == "--router-allow-unauthenticated") {
+            args.push("--router-allow-unauthenticated".to_owned());
+        }
         let mut rebind = vec![
             Rebind { flag: "--listen", key: "grpc=", port_only: false },
             Rebind { flag: "--metrics-listen", key: "metrics=", port_only: false },
@@ -240,12 +293,12 @@ impl Control {
         self.admin_addr.map_or_else(|| self.url(), |a| format!("{}://{a}", self.scheme()))
     }
 
-    /// A channel on its own connection.
+    /// A channel on its own connection (over TLS with the kit's files when control serves TLS).
     ///
     /// # Panics
     /// When control does not accept.
     pub async fn channel(&self) -> Channel {
-        Channel::from_shared(self.url()).expect("a URL").connect().await.expect("control accepts")
+        self.connect(self.url()).await
     }
 
     /// A channel to its Admin service ([`Self::admin_url`]) on its own connection.
@@ -253,7 +306,15 @@ impl Control {
     /// # Panics
     /// When control does not accept.
     pub async fn admin_channel(&self) -> Channel {
-        Channel::from_shared(self.admin_url()).expect("a URL").connect().await.expect("control accepts")
+        self.connect(self.admin_url()).await
+    }
+
+    async fn connect(&self, url: String) -> Channel {
+        let mut endpoint = Channel::from_shared(url).expect("a URL");
+        if let Some(tls) = &self.spec.kit_tls {
+            endpoint = endpoint.tls_config(tls.clone()).expect("the kit's TLS");
+        }
+        endpoint.connect().await.expect("control accepts")
     }
 
     /// A Router client on its own connection.

@@ -12,7 +12,8 @@
 //!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
 //! - [`engine_stub`]: engines that answer only `/server_info`, for records no request reaches.
 //! - [`http`]: a small probe client and a metric reader.
-//! - [`tls`]: a CA made at run time that issues server and client certificates.
+//! - [`tls`]: a CA made at run time that issues server and client certificates;
+//!   [`credentials`]: proxy tokens for control's Router and control's tokens file.
 //! - [`shape`]: compares two JSON values by shape (names, types, presence, ranges) with an
 //!   allow-list of intended differences; [`conformance_cases`]: the requests the sim is held to
 //!   SGLang with, and the differences it may keep.
@@ -22,6 +23,7 @@
 pub mod cluster;
 pub mod conformance_cases;
 pub mod control;
+pub mod credentials;
 pub mod engine;
 pub mod engine_stub;
 pub mod eventually;
@@ -38,6 +40,7 @@ pub mod tls;
 
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};
+pub use credentials::{RouterTokens, Token};
 pub use engine::{Engine, EngineSpec};
 pub use engine_stub::EngineStubs;
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};

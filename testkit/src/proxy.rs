@@ -8,11 +8,13 @@ use ::http::StatusCode;
 use clap::Parser as _;
 use tokio::net::TcpListener;
 
+use crate::credentials::Token;
 use crate::eventually::poll;
 use crate::http;
 use crate::node::Node;
 use crate::process::{Process, ProcessSpec, Rebind, binary, set_flag};
 use crate::server::Server;
+use crate::tls::{Issued, TestCa};
 
 /// How long a proxy may take to hold a lease and list the model.
 const READY: Duration = Duration::from_secs(30);
@@ -56,6 +58,17 @@ impl ProxySpec {
             }
         }
         self
+    }
+
+    /// Proves itself to control with `token` (`--control-token-file`).
+    pub fn control_token(self, token: &Token) -> Self {
+        self.flags(token.proxy_flags())
+    }
+
+    /// Reaches an `https://` control trusting `ca` (`--control-ca`), showing `client` when given
+    /// (`--control-cert`, `--control-key`: mutual TLS, the certificate's name its identity).
+    pub fn control_tls(self, ca: &TestCa, client: Option<&Issued>) -> Self {
+        self.flags(ca.proxy_flags(client))
     }
 
     /// `https` when the flags give `--tls-cert`.

@@ -47,6 +47,22 @@ impl TestCa {
         self.dir.path().join("ca.pem")
     }
 
+    /// A proxy's flags to reach an `https://` control this CA vouches for (`--control-ca`), showing
+    /// `client` when given (`--control-cert`, `--control-key`: mutual TLS, the certificate's name
+    /// the proxy's identity).
+    pub fn proxy_flags(&self, client: Option<&Issued>) -> Vec<String> {
+        let mut flags = vec!["--control-ca".to_owned(), self.ca().display().to_string()];
+        if let Some(c) = client {
+            flags.extend([
+                "--control-cert".to_owned(),
+                c.cert.display().to_string(),
+                "--control-key".to_owned(),
+                c.key.display().to_string(),
+            ]);
+        }
+        flags
+    }
+
     /// The directory the files are in.
     pub fn dir(&self) -> &Path {
         self.dir.path()

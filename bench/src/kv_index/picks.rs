@@ -38,7 +38,9 @@ pub(super) fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args
     assert!(keys.iter().zip(0..).all(|(k, i)| k.index() == i && i < args.targets as usize));
     let mut core = RoutingCore::new(view, settings, 1, SmallRng::seed_from_u64(1)).expect("valid settings");
     let (now, wall) = (Instant::now(), SystemTime::now());
-    let lease = core.open_lease("bench".into(), Duration::from_secs(300), now).lease;
+    let caller = infera_control::identity::Identity::anonymous();
+    let lease =
+        core.open_lease("bench".into(), &caller, Duration::from_secs(300), now).expect("a lease").lease;
     let tokens = (args.query_pages * args.page_size) as u64;
     let hashes: Vec<Vec<i64>> = queries.iter().map(|q| q.iter().map(|h| h.0).collect()).collect();
     let request = |i: usize, with_hashes: bool| PickRequest {
@@ -52,9 +54,10 @@ pub(super) fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args
         exclude: Vec::new(),
     };
     let pick = |core: &mut RoutingCore<SmallRng>, req: &PickRequest, kv: &dyn OverlapSource| {
-        let ctx = PickContext { kv: Some(kv), record_decision: false, now, wall, kv_room: None };
+        let ctx =
+            PickContext { caller: &caller, kv: Some(kv), record_decision: false, now, wall, kv_room: None };
         let picked = core.pick(PickKind::Prefill, req, ctx).expect("pick");
-        core.release(picked.reservation, ReleaseReason::Eof, None, now).expect("release");
+        core.release(picked.reservation, &caller, ReleaseReason::Eof, None, now).expect("release");
     };
     let mut costs = PickCosts { plain: Vec::new(), kv: Vec::new(), lookup: Vec::new(), booking: Vec::new() };
     for i in 0..args.queries {

@@ -1,9 +1,10 @@
-//! The flags of the replica set, outlier ejection and per-rank capacity.
+//! The flags of the replica set, outlier ejection, per-rank capacity and the bounds per identity.
 
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
 
+use crate::bounds::Bounds;
 use crate::capacity::Capacity;
 use crate::ejection::EjectionPolicy;
 
@@ -50,6 +51,13 @@ pub(super) struct EjectionArgs {
     #[arg(long, env = "INFERA_EJECT_CLOSE_AFTER_SUCCESSES", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub(super) eject_close_after_successes: u32,
+    /// How long a proxy's leg that reached its end of stream on a target discounts the failures
+    /// other identities report there (ms): a failure report counts towards an ejection only while
+    /// no other identity has used the target without a failure that recently, so one credential's
+    /// forged reports cannot eject a target others keep using. 0 counts every report.
+    #[arg(long, env = "INFERA_EJECT_WITNESS_WINDOW_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub(super) eject_witness_window_ms: u64,
 }
 
 impl EjectionArgs {
@@ -60,6 +68,34 @@ impl EjectionArgs {
             open: Duration::from_millis(self.eject_open_ms),
             max_open: Duration::from_millis(self.eject_max_open_ms.max(self.eject_open_ms)),
             successes: self.eject_close_after_successes,
+            witness_window: Duration::from_millis(self.eject_witness_window_ms),
+        }
+    }
+}
+
+#[derive(ClapArgs, Debug)]
+#[command(next_help_heading = "Bounds per identity")]
+pub(super) struct BoundArgs {
+    /// Most leases one identity (a proxy's certificate or token) may hold open at once; one more
+    /// OpenLease is refused with RESOURCE_EXHAUSTED (`too_many_leases`). A proxy holds one (two
+    /// for a moment when it moves to another replica); proxies sharing a credential share it.
+    #[arg(long, env = "INFERA_MAX_LEASES_PER_IDENTITY", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(super) max_leases_per_identity: u64,
+    /// Largest Redeclare control takes in one call, as encoded (bytes); a larger one is refused
+    /// with RESOURCE_EXHAUSTED (`redeclare_too_large`) and books nothing. Proxies send theirs in
+    /// calls of at most 256 KiB.
+    #[arg(long, env = "INFERA_MAX_REDECLARE_BYTES", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u64).range(262_144..=4_000_000))]
+    pub(super) max_redeclare_bytes: u64,
+}
+
+impl BoundArgs {
+    /// The bounds these flags give.
+    pub(super) fn bounds(&self) -> Bounds {
+        Bounds {
+            leases_per_identity: usize::try_from(self.max_leases_per_identity).unwrap_or(usize::MAX),
+            redeclare_bytes: usize::try_from(self.max_redeclare_bytes).unwrap_or(usize::MAX),
         }
     }
 }

@@ -87,7 +87,14 @@ mod tests {
         // Port 0 on both: two free ports, two sockets.
         config(&["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).unwrap();
         // Another address on the same port is another socket.
-        config(&["--listen", "10.0.0.1:50051", "--admin-listen", "10.0.0.2:50051"]).unwrap();
+        config(&[
+            "--listen",
+            "10.0.0.1:50051",
+            "--admin-listen",
+            "10.0.0.2:50051",
+            "--router-allow-unauthenticated",
+        ])
+        .unwrap();
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub struct EjectionMetrics {
     probes: Counter,
     bypassed: Counter,
     ejected: Family<TargetLabels, Gauge>,
+    discounted: Counter,
 }
 
 impl EjectionMetrics {
@@ -71,7 +72,20 @@ impl EjectionMetrics {
             m.bypassed.clone(),
         );
         r.register("target_ejected", "1 while the target is ejected or probing", m.ejected.clone());
+        r.register(
+            "discounted_failures",
+            "Failure reports that counted for nothing towards an ejection: another identity had used the \
+             target without a failure within --eject-witness-window-ms",
+            m.discounted.clone(),
+        );
         m
+    }
+
+    /// `n` failure reports were discounted.
+    pub fn discounted(&self, n: usize) {
+        if n > 0 {
+            self.discounted.inc_by(n as u64);
+        }
     }
 
     /// A leg failed with `kind`.

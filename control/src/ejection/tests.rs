@@ -15,6 +15,7 @@ fn policy() -> EjectionPolicy {
         open: Duration::from_secs(10),
         max_open: Duration::from_secs(25),
         successes: 2,
+        witness_window: Duration::from_secs(30),
     }
 }
 

@@ -3,11 +3,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_proto::types::{ModelName, PickKind, ReleaseReason, RequestId, ReservationId};
+use infera_proto::types::{LeaseId, ModelName, PickKind, ReleaseReason, RequestId, ReservationId};
 use proptest::prelude::*;
 
 use super::*;
 use crate::target::TargetKey;
+
+/// The identity every lease of these tests belongs to.
+fn who() -> Identity {
+    Identity::new("proxy-a").unwrap()
+}
 
 const TARGETS: u32 = 6;
 
@@ -107,7 +112,7 @@ proptest! {
     fn loads_always_equal_live_reservations_and_end_at_zero(ops in prop::collection::vec(op(), 1..200)) {
         let base = Instant::now();
         let mut now = base;
-        let mut ledger = Ledger::new(7);
+        let mut ledger = Ledger::new(7, IdTags::fixed([7; 32]));
         let mut leases = Vec::new();
         let mut issued: Vec<ReservationId> = Vec::new();
         let mut ended: std::collections::HashSet<ReservationId> = Default::default();
@@ -115,13 +120,13 @@ proptest! {
 
         for op in ops {
             match op {
-                Op::OpenLease { ttl_ms } => leases.push(ledger.open_lease("p".into(), Duration::from_millis(ttl_ms), now)),
+                Op::OpenLease { ttl_ms } => leases.push(ledger.open_lease("p".into(), who(), Duration::from_millis(ttl_ms), now)),
                 Op::Book { lease, target, tokens, prefill, request } if !leases.is_empty() => {
                     let lease = leases[lease % leases.len()];
                     let live = ledger.lease(lease).is_some_and(|s| s.expires_at > now);
                     let kind = if prefill { PickKind::Prefill } else { PickKind::Decode };
                     let booking = leg(kind, target, tokens, &format!("req-{request}"));
-                    match ledger.book(lease, booking, now, SystemTime::UNIX_EPOCH) {
+                    match ledger.book(lease, &who(), booking, now, SystemTime::UNIX_EPOCH) {
                         Ok((id, _)) => { prop_assert!(live); issued.push(id); }
                         Err(ControlError::UnknownLease(_)) => prop_assert!(!live),
                         Err(e) => prop_assert!(false, "unexpected {e}"),
@@ -131,7 +136,7 @@ proptest! {
                     let id = issued[reservation % issued.len()];
                     let reason = REASONS[reason % REASONS.len()];
                     let before = ledger.total();
-                    match ledger.release(id, reason, now).unwrap() {
+                    match ledger.release(id, &who(), reason, now).unwrap() {
                         Released::Now(r, _) => {
                             prop_assert!(ended.insert(id), "released twice: {id}");
                             if r.kind == PickKind::Prefill && reason == ReleaseReason::Eof {
@@ -147,10 +152,10 @@ proptest! {
                     }
                 }
                 Op::KeepAlive { lease } if !leases.is_empty() => {
-                    let _ = ledger.keep_alive(leases[lease % leases.len()], now);
+                    let _ = ledger.keep_alive(leases[lease % leases.len()], &who(), now);
                 }
                 Op::CloseLease { lease } if !leases.is_empty() => {
-                    if let Ok(released) = ledger.close_lease(leases[lease % leases.len()], now) {
+                    if let Ok(released) = ledger.close_lease(leases[lease % leases.len()], &who(), now) {
                         for (r, _) in released { prop_assert!(ended.insert(r.id)); }
                     }
                 }
@@ -176,7 +181,7 @@ proptest! {
         prop_assert!(ledger.reservations().is_empty());
         prop_assert_eq!(ended.len(), issued.len());
         for id in issued {
-            prop_assert_eq!(ledger.release(id, ReleaseReason::Eof, now).unwrap(), Released::Already);
+            prop_assert_eq!(ledger.release(id, &who(), ReleaseReason::Eof, now).unwrap(), Released::Already);
         }
         prop_assert_eq!(phase_samples(&ledger), eof_prefills.min(crate::prefill_phase::PHASE_WINDOW));
     }
@@ -185,17 +190,25 @@ proptest! {
 #[test]
 fn unknown_ids_are_not_found_and_change_nothing() {
     let now = Instant::now();
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_secs(10), now);
-    let (id, _) = ledger.book(lease, booking(0, 100), now, SystemTime::UNIX_EPOCH).unwrap();
-    let never = ReservationId { epoch: 1, seq: id.seq + 1 };
-    let other_epoch = ReservationId { epoch: 2, seq: id.seq };
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_secs(10), now);
+    let (id, _) = ledger.book(lease, &who(), booking(0, 100), now, SystemTime::UNIX_EPOCH).unwrap();
+    let never = ReservationId { epoch: 1, seq: id.seq + 1, tag: id.tag };
+    let other_epoch = ReservationId { epoch: 2, seq: id.seq, tag: id.tag };
+    let wrong_tag = ReservationId { tag: id.tag ^ 1, ..id };
+    let untagged = ReservationId { tag: 0, ..id };
+    for bad in [wrong_tag, untagged] {
+        assert!(matches!(
+            ledger.release(bad, &who(), ReleaseReason::Eof, now),
+            Err(ControlError::UnknownReservation(_))
+        ));
+    }
     assert!(matches!(
-        ledger.release(never, ReleaseReason::Eof, now),
+        ledger.release(never, &who(), ReleaseReason::Eof, now),
         Err(ControlError::UnknownReservation(_))
     ));
     assert!(matches!(
-        ledger.release(other_epoch, ReleaseReason::Eof, now),
+        ledger.release(other_epoch, &who(), ReleaseReason::Eof, now),
         Err(ControlError::UnknownReservation(_))
     ));
     assert_eq!(ledger.total(), Load { booked_input_tokens: 100, held_requests: 1, ..Load::default() });
@@ -204,20 +217,20 @@ fn unknown_ids_are_not_found_and_change_nothing() {
 #[test]
 fn expired_leases_cannot_book_or_renew() {
     let now = Instant::now();
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_millis(100), now);
     let later = now + Duration::from_millis(100);
-    assert!(ledger.keep_alive(lease, later).is_err());
-    assert!(ledger.book(lease, booking(0, 1), later, SystemTime::UNIX_EPOCH).is_err());
+    assert!(ledger.keep_alive(lease, &who(), later).is_err());
+    assert!(ledger.book(lease, &who(), booking(0, 1), later, SystemTime::UNIX_EPOCH).is_err());
 }
 
 #[test]
 fn keep_alive_extends_the_deadline() {
     let now = Instant::now();
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_millis(100), now);
-    ledger.book(lease, booking(2, 5), now, SystemTime::UNIX_EPOCH).unwrap();
-    ledger.keep_alive(lease, now + Duration::from_millis(90)).unwrap();
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_millis(100), now);
+    ledger.book(lease, &who(), booking(2, 5), now, SystemTime::UNIX_EPOCH).unwrap();
+    ledger.keep_alive(lease, &who(), now + Duration::from_millis(90)).unwrap();
     assert!(ledger.expire(now + Duration::from_millis(150)).is_empty());
     let expired = ledger.expire(now + Duration::from_millis(190));
     assert_eq!(expired.len(), 1);
@@ -229,31 +242,31 @@ fn keep_alive_extends_the_deadline() {
 fn a_decode_is_prefilling_while_its_requests_prefill_is_live_in_either_booking_order() {
     let now = Instant::now();
     let wall = SystemTime::UNIX_EPOCH;
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_secs(60), now);
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_secs(60), now);
     let d = TargetKey::from_index(1);
     // Decode first, then its prefill (the proxy picks both at once).
-    let (d1, _) = ledger.book(lease, leg(PickKind::Decode, 1, 100, "a"), now, wall).unwrap();
+    let (d1, _) = ledger.book(lease, &who(), leg(PickKind::Decode, 1, 100, "a"), now, wall).unwrap();
     assert_eq!(
         ledger.load(d).prefilling,
         Prefilling::default(),
         "no prefill yet: an aggregated request decodes at once"
     );
-    let (p1, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 100, "a"), now, wall).unwrap();
+    let (p1, _) = ledger.book(lease, &who(), leg(PickKind::Prefill, 0, 100, "a"), now, wall).unwrap();
     assert_eq!(ledger.load(d).prefilling, Prefilling { requests: 1, tokens: 100 });
     // Prefill first, then its decode.
-    let (p2, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 40, "b"), now, wall).unwrap();
-    let (d2, load) = ledger.book(lease, leg(PickKind::Decode, 1, 40, "b"), now, wall).unwrap();
+    let (p2, _) = ledger.book(lease, &who(), leg(PickKind::Prefill, 0, 40, "b"), now, wall).unwrap();
+    let (d2, load) = ledger.book(lease, &who(), leg(PickKind::Decode, 1, 40, "b"), now, wall).unwrap();
     assert_eq!(load.prefilling, Prefilling { requests: 2, tokens: 140 });
     assert_eq!(load.held_requests, 2);
     // A's prefill ends (its KV is on its way): A decodes.
-    ledger.release(p1, ReleaseReason::Eof, now).unwrap();
+    ledger.release(p1, &who(), ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.load(d).prefilling, Prefilling { requests: 1, tokens: 40 });
     // B's decode ends (cancelled) while B still prefills.
-    ledger.release(d2, ReleaseReason::Eof, now).unwrap();
+    ledger.release(d2, &who(), ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.load(d).prefilling, Prefilling::default());
-    ledger.release(p2, ReleaseReason::Eof, now).unwrap();
-    ledger.release(d1, ReleaseReason::Eof, now).unwrap();
+    ledger.release(p2, &who(), ReleaseReason::Eof, now).unwrap();
+    ledger.release(d1, &who(), ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.total(), Load::default());
 }
 
@@ -261,11 +274,11 @@ fn a_decode_is_prefilling_while_its_requests_prefill_is_live_in_either_booking_o
 fn a_lease_expiry_ends_the_prefill_phase_with_the_prefill() {
     let now = Instant::now();
     let wall = SystemTime::UNIX_EPOCH;
-    let mut ledger = Ledger::new(1);
-    let decode_lease = ledger.open_lease("p1".into(), Duration::from_secs(60), now);
-    let prefill_lease = ledger.open_lease("p2".into(), Duration::from_millis(100), now);
-    ledger.book(decode_lease, leg(PickKind::Decode, 1, 10, "a"), now, wall).unwrap();
-    ledger.book(prefill_lease, leg(PickKind::Prefill, 0, 10, "a"), now, wall).unwrap();
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let decode_lease = ledger.open_lease("p1".into(), who(), Duration::from_secs(60), now);
+    let prefill_lease = ledger.open_lease("p2".into(), who(), Duration::from_millis(100), now);
+    ledger.book(decode_lease, &who(), leg(PickKind::Decode, 1, 10, "a"), now, wall).unwrap();
+    ledger.book(prefill_lease, &who(), leg(PickKind::Prefill, 0, 10, "a"), now, wall).unwrap();
     assert_eq!(ledger.load(TargetKey::from_index(1)).prefilling.requests, 1);
     ledger.expire(now + Duration::from_secs(1));
     assert_eq!(ledger.load(TargetKey::from_index(1)).prefilling, Prefilling::default());
@@ -276,11 +289,11 @@ fn a_lease_expiry_ends_the_prefill_phase_with_the_prefill() {
 fn phase_samples_are_the_eof_prefill_releases_booking_to_end() {
     let t0 = Instant::now();
     let wall = SystemTime::UNIX_EPOCH;
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_secs(600), t0);
-    let other = ledger.open_lease("q".into(), Duration::from_secs(1), t0);
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_secs(600), t0);
+    let other = ledger.open_lease("q".into(), who(), Duration::from_secs(1), t0);
     let book = |ledger: &mut Ledger, lease, kind, request: &str| {
-        ledger.book(lease, leg(kind, 0, 10, request), t0, wall).unwrap().0
+        ledger.book(lease, &who(), leg(kind, 0, 10, request), t0, wall).unwrap().0
     };
     let eof = book(&mut ledger, lease, PickKind::Prefill, "a");
     let cancelled = book(&mut ledger, lease, PickKind::Prefill, "b");
@@ -290,9 +303,9 @@ fn phase_samples_are_the_eof_prefill_releases_booking_to_end() {
     let m = ModelName::new("m");
     assert_eq!(ledger.phases().median(&m), None, "nothing completed yet");
 
-    ledger.release(cancelled, ReleaseReason::Cancelled, t0 + Duration::from_secs(1)).unwrap();
-    ledger.release(failed, ReleaseReason::Failed, t0 + Duration::from_secs(2)).unwrap();
-    ledger.release(decode, ReleaseReason::Eof, t0 + Duration::from_secs(3)).unwrap();
+    ledger.release(cancelled, &who(), ReleaseReason::Cancelled, t0 + Duration::from_secs(1)).unwrap();
+    ledger.release(failed, &who(), ReleaseReason::Failed, t0 + Duration::from_secs(2)).unwrap();
+    ledger.release(decode, &who(), ReleaseReason::Eof, t0 + Duration::from_secs(3)).unwrap();
     ledger.expire(t0 + Duration::from_secs(4));
     assert_eq!(
         ledger.phases().median(&m),
@@ -300,13 +313,13 @@ fn phase_samples_are_the_eof_prefill_releases_booking_to_end() {
         "a cancel, a failure, a decode's EOF and an expiry are no phases"
     );
     assert!(matches!(
-        ledger.release(expires, ReleaseReason::Eof, t0 + Duration::from_secs(5)).unwrap(),
+        ledger.release(expires, &who(), ReleaseReason::Eof, t0 + Duration::from_secs(5)).unwrap(),
         Released::Already
     ));
 
-    ledger.release(eof, ReleaseReason::Eof, t0 + Duration::from_secs(7)).unwrap();
+    ledger.release(eof, &who(), ReleaseReason::Eof, t0 + Duration::from_secs(7)).unwrap();
     assert_eq!(ledger.phases().median(&m), Some(Duration::from_secs(7)), "booked at t0, ended at t0 + 7 s");
-    ledger.release(eof, ReleaseReason::Eof, t0 + Duration::from_secs(9)).unwrap();
+    ledger.release(eof, &who(), ReleaseReason::Eof, t0 + Duration::from_secs(9)).unwrap();
     assert_eq!(
         ledger.phases().window(&m).map(|w| w.len()),
         Some(1),
@@ -319,21 +332,78 @@ fn the_prefilling_index_keeps_each_decodes_booking_time_and_tokens() {
     let t0 = Instant::now();
     let t1 = t0 + Duration::from_secs(30);
     let wall = SystemTime::UNIX_EPOCH;
-    let mut ledger = Ledger::new(1);
-    let lease = ledger.open_lease("p".into(), Duration::from_secs(600), t0);
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_secs(600), t0);
     let d = TargetKey::from_index(1);
     // Decode booked at t0, its prefill at t1: the age runs from the decode's booking.
-    ledger.book(lease, leg(PickKind::Decode, 1, 100, "a"), t0, wall).unwrap();
-    let (p, _) = ledger.book(lease, leg(PickKind::Prefill, 0, 100, "a"), t1, wall).unwrap();
-    ledger.book(lease, leg(PickKind::Prefill, 0, 7, "b"), t0, wall).unwrap();
-    ledger.book(lease, leg(PickKind::Decode, 1, 7, "b"), t1, wall).unwrap();
+    ledger.book(lease, &who(), leg(PickKind::Decode, 1, 100, "a"), t0, wall).unwrap();
+    let (p, _) = ledger.book(lease, &who(), leg(PickKind::Prefill, 0, 100, "a"), t1, wall).unwrap();
+    ledger.book(lease, &who(), leg(PickKind::Prefill, 0, 7, "b"), t0, wall).unwrap();
+    ledger.book(lease, &who(), leg(PickKind::Decode, 1, 7, "b"), t1, wall).unwrap();
     let mut entries: Vec<PrefillingEntry> = ledger.prefilling_on(d).copied().collect();
     entries.sort_by_key(|e| e.tokens);
     assert_eq!(
         entries,
         [PrefillingEntry { booked: t1, tokens: 7 }, PrefillingEntry { booked: t0, tokens: 100 }]
     );
-    ledger.release(p, ReleaseReason::Eof, t1).unwrap();
+    ledger.release(p, &who(), ReleaseReason::Eof, t1).unwrap();
     assert_eq!(ledger.prefilling_on(d).count(), 1);
     assert_eq!(ledger.prefilling_on(TargetKey::from_index(0)).count(), 0, "prefill targets hold none");
+}
+
+#[test]
+fn another_identity_can_neither_use_nor_end_a_lease_or_its_reservations() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let (a, b) = (who(), Identity::new("proxy-b").unwrap());
+    let lease = ledger.open_lease("a".into(), a.clone(), Duration::from_secs(10), now);
+    let (id, _) = ledger.book(lease, &a, booking(0, 100), now, wall).unwrap();
+    let before = ledger.total();
+    assert!(matches!(ledger.keep_alive(lease, &b, now), Err(ControlError::ForeignLease(_))));
+    assert!(matches!(ledger.book(lease, &b, booking(0, 1), now, wall), Err(ControlError::ForeignLease(_))));
+    assert!(matches!(
+        ledger.release(id, &b, ReleaseReason::Failed, now),
+        Err(ControlError::ForeignReservation(_))
+    ));
+    assert!(matches!(ledger.close_lease(lease, &b, now), Err(ControlError::ForeignLease(_))));
+    assert!(matches!(ledger.check_lease(lease, &b, now), Err(ControlError::ForeignLease(_))));
+    assert_eq!(ledger.total(), before, "nothing changed");
+    assert_eq!(ledger.reservations().len(), 1);
+    // The owner still can.
+    ledger.keep_alive(lease, &a, now).unwrap();
+    assert!(matches!(ledger.release(id, &a, ReleaseReason::Eof, now).unwrap(), Released::Now(..)));
+    assert_eq!(ledger.close_lease(lease, &a, now).unwrap().len(), 0);
+}
+
+#[test]
+fn ids_carry_a_tag_without_which_nothing_is_found() {
+    let now = Instant::now();
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("a".into(), who(), Duration::from_secs(10), now);
+    assert_ne!(lease.tag, 0);
+    let guessed = LeaseId { tag: 0, ..lease };
+    assert!(matches!(ledger.keep_alive(guessed, &who(), now), Err(ControlError::UnknownLease(_))));
+    let forged = LeaseId { tag: lease.tag.wrapping_add(1), ..lease };
+    assert!(matches!(ledger.check_lease(forged, &who(), now), Err(ControlError::UnknownLease(_))));
+    assert!(ledger.lease(forged).is_none());
+    // Another process's key: the same epoch and sequence, another tag.
+    let other =
+        Ledger::new(1, IdTags::fixed([2; 32])).open_lease("a".into(), who(), Duration::from_secs(1), now);
+    assert_eq!((other.epoch, other.seq), (lease.epoch, lease.seq));
+    assert_ne!(other.tag, lease.tag);
+}
+
+#[test]
+fn open_leases_are_counted_per_owner() {
+    let now = Instant::now();
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let b = Identity::new("proxy-b").unwrap();
+    let l1 = ledger.open_lease("a".into(), who(), Duration::from_secs(10), now);
+    ledger.open_lease("a".into(), who(), Duration::from_millis(100), now);
+    ledger.open_lease("b".into(), b.clone(), Duration::from_secs(10), now);
+    assert_eq!((ledger.leases_of(&who()), ledger.leases_of(&b)), (2, 1));
+    ledger.close_lease(l1, &who(), now).unwrap();
+    ledger.expire(now + Duration::from_secs(1));
+    assert_eq!((ledger.leases_of(&who()), ledger.leases_of(&b)), (0, 1));
 }

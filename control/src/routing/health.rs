@@ -11,7 +11,17 @@ use crate::capacity::Capacity;
 use crate::ejection::{
     Breakers, CarriedEjection, Ejection, EjectionPolicy, Failure, Health, Outcome, Transition,
 };
+use crate::identity::Identity;
 use crate::target::TargetKey;
+
+/// What a reported leg did to the breakers.
+#[derive(Debug, Default)]
+pub(super) struct LegObserved {
+    /// The targets ejected or re-admitted.
+    pub(super) transitions: Vec<(Target, Transition)>,
+    /// Failures that counted for nothing (another identity witnesses the target).
+    pub(super) discounted: usize,
+}
 
 impl<R: Rng> RoutingCore<R> {
     /// Tells the breakers of `worker`'s targets that its engine is unreachable; the changes.
@@ -32,16 +42,19 @@ impl<R: Rng> RoutingCore<R> {
         self.breakers.observe(key, Outcome::Failure(Failure::EngineStuck), now)
     }
 
-    /// A leg on `key` ended: its outcome to the breakers, and what changed. A refused connection
-    /// is the worker's (its ranks share one HTTP port): it counts against every rank of it, so
-    /// a worker that stopped accepting is ejected whole as fast as one rank would be.
+    /// A leg on `key` that `reporter` booked ended: its outcome to the breakers, and what
+    /// changed. A refused connection is the worker's (its ranks share one HTTP port): it counts
+    /// against every rank of it, so a worker that stopped accepting is ejected whole as fast as
+    /// one rank would be. A failure another identity's recent success contradicts counts for
+    /// nothing ([`crate::ejection::witness`]).
     pub(super) fn observe_leg(
         &mut self,
         key: TargetKey,
         reason: ReleaseReason,
         failure: Option<LegFailure>,
+        reporter: &Identity,
         now: Instant,
-    ) -> Vec<(Target, Transition)> {
+    ) -> LegObserved {
         let outcome = Outcome::of(reason, failure);
         let slot = self.view.slot(key);
         let keys = match failure {
@@ -50,12 +63,15 @@ impl<R: Rng> RoutingCore<R> {
             }
             _ => vec![key],
         };
-        keys.into_iter()
-            .filter_map(|k| {
-                let t = self.breakers.observe(k, outcome, now)?;
-                Some((self.view.slot(k).target.clone(), t))
-            })
-            .collect()
+        let mut observed = LegObserved::default();
+        for k in keys {
+            let o = self.breakers.observe_reported(k, outcome, reporter, now);
+            observed.discounted += usize::from(o.discounted);
+            if let Some(t) = o.transition {
+                observed.transitions.push((self.view.slot(k).target.clone(), t));
+            }
+        }
+        observed
     }
 
     /// Every ejected or probing target at `now` (`wall`: the same moment on the wall clock), as

@@ -55,6 +55,8 @@ pub struct ReservationRow {
     pub target: Target,
     /// Its lease's holder ("" once the lease is gone).
     pub holder: String,
+    /// The identity that owns it (its lease's).
+    pub owner: Option<crate::identity::Identity>,
 }
 
 /// An ended reservation and the load it left behind.
@@ -79,6 +81,8 @@ pub struct ReleasedNow {
     /// What the release did to breakers (its target's, or with a refused connection every rank
     /// of its worker's): the targets ejected or re-admitted.
     pub health: Vec<(Target, crate::ejection::Transition)>,
+    /// Failure reports that counted for nothing: another identity witnesses the target.
+    pub discounted: usize,
 }
 
 /// A lease that expired, with the reservations its expiry ended (the ledger's
@@ -89,6 +93,8 @@ pub struct LeaseExpired {
     pub lease: LeaseId,
     /// Its holder (the proxy's name).
     pub holder: String,
+    /// The identity that owned it.
+    pub owner: crate::identity::Identity,
     /// What it still held.
     pub ended: Vec<Ended>,
 }

@@ -2,16 +2,24 @@
 //! an earlier control, whose ledger is gone) and the local fallback picks it made while no control
 //! answered. Each is booked as a pick would have booked it, with its age, so that the ledger of a
 //! new leader equals what is in flight; a prefill and a decode leg of one request find each other
-//! by request id as picked legs do.
+//! by request id as picked legs do. The legs are the caller's: booked under its lease, they are its
+//! reservations, whoever booked them before (ownership outlives a failover this way).
+//!
+//! A leg is checked against the view as a pick would be: its target must be live, serve its model
+//! and take its kind (a prefill leg a prefill target, a decode leg a decode or mixed one), else
+//! it is [`Declared::UnknownTarget`]; and a rank at its cap (`--max-requests-per-rank`) books no
+//! more, [`Declared::OverCapacity`]. Either is declared again at the proxy's next renewal.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_proto::types::{DeclaredLeg, LeaseId, PickKind, ReservationId};
+use infera_proto::types::{DeclaredLeg, LeaseId, PickKind, ReservationId, Role};
 use rand::Rng;
 
 use super::{LoadChange, RoutingCore};
 use crate::error::ControlError;
+use crate::identity::Identity;
 use crate::ledger::Booking;
+use crate::target::TargetKey;
 
 /// What became of one declared leg.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,8 +33,11 @@ pub enum Declared {
         /// An earlier control had booked it (else it was a local fallback pick).
         was_booked: bool,
     },
-    /// Not booked: this control's view has no such live target.
+    /// Not booked: this control's view has no such live target, or it does not serve the leg's
+    /// model and kind.
     UnknownTarget,
+    /// Not booked: the target's rank holds as many requests as its cap allows.
+    OverCapacity,
 }
 
 /// The outcome of one `Redeclare`.
@@ -39,22 +50,27 @@ pub struct Redeclared {
 }
 
 impl<R: Rng> RoutingCore<R> {
-    /// Books `legs` under `lease` (which must be live), each as of its age before `now`.
+    /// Books `legs` under `caller`'s `lease` (which must be live), each as of its age before
+    /// `now`.
     pub fn redeclare(
         &mut self,
         lease: LeaseId,
+        caller: &Identity,
         legs: &[DeclaredLeg],
         now: Instant,
         wall: SystemTime,
     ) -> Result<Redeclared, ControlError> {
-        self.ledger.check_lease(lease, now)?;
+        self.ledger.check_lease(lease, caller, now)?;
         let mut out = Redeclared { results: Vec::with_capacity(legs.len()), changes: Vec::new() };
         for leg in legs {
-            let key = self.view.key(&leg.target).filter(|k| self.view.slot(*k).live);
-            let Some(key) = key else {
+            let Some(key) = self.declared_target(leg) else {
                 out.results.push(Declared::UnknownTarget);
                 continue;
             };
+            if self.capacity.max_requests.is_some_and(|max| self.ledger.load(key).held_requests >= max) {
+                out.results.push(Declared::OverCapacity);
+                continue;
+            }
             let booking = Booking {
                 kind: leg.kind,
                 target: key,
@@ -64,7 +80,7 @@ impl<R: Rng> RoutingCore<R> {
                 // An age beyond a day is a proxy's clock gone wrong, not a leg.
                 age: leg.age.min(Duration::from_secs(86_400)),
             };
-            let (reservation, load) = self.ledger.book(lease, booking, now, wall)?;
+            let (reservation, load) = self.ledger.book(lease, caller, booking, now, wall)?;
             out.changes.push(self.change(key, load));
             out.results.push(Declared::Booked {
                 reservation,
@@ -73,6 +89,17 @@ impl<R: Rng> RoutingCore<R> {
             });
         }
         Ok(out)
+    }
+
+    /// The live target a leg names, if it serves the leg's model and kind.
+    fn declared_target(&self, leg: &DeclaredLeg) -> Option<TargetKey> {
+        let key = self.view.key(&leg.target)?;
+        let slot = self.view.slot(key);
+        let serves = match leg.kind {
+            PickKind::Prefill => slot.worker.role == Role::Prefill,
+            PickKind::Decode => matches!(slot.worker.role, Role::Decode | Role::Mixed),
+        };
+        (slot.live && serves && slot.worker.model == leg.model).then_some(key)
     }
 
     /// The holder of `lease`, while it is open.
@@ -108,7 +135,7 @@ impl<R: Rng> RoutingCore<R> {
     /// (what it held is the new leader's now). Session affinity goes with it; the view, the
     /// settings and the fitted W stay.
     pub fn reset_ledger(&mut self, epoch: u32) {
-        self.ledger = crate::ledger::Ledger::new(epoch);
+        self.ledger = crate::ledger::Ledger::new(epoch, self.tags.clone());
         self.sessions = crate::affinity::Sessions::default();
     }
 }

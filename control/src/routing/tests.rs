@@ -11,6 +11,12 @@ use rand::{SeedableRng, rngs::SmallRng};
 
 use super::*;
 
+/// The identity of the tests' leases: the open Router's.
+fn anon() -> &'static Identity {
+    static ANON: std::sync::OnceLock<Identity> = std::sync::OnceLock::new();
+    ANON.get_or_init(Identity::anonymous)
+}
+
 fn worker(id: &str, role: Role, model: &str, dp: u32) -> WorkerRecord {
     WorkerRecord::new(id, role, format!("http://{id}:30000"), model).with_dp_size(dp)
 }
@@ -41,7 +47,8 @@ impl Fixture {
     fn new(workers: Vec<WorkerRecord>, s: Settings) -> Self {
         let now = Instant::now();
         let mut core = RoutingCore::new(View::new(workers), s, 1, SmallRng::seed_from_u64(5)).unwrap();
-        let lease = core.open_lease("test".into(), Duration::ZERO, now).lease;
+        let lease =
+            core.open_lease("test".into(), &Identity::anonymous(), Duration::ZERO, now).unwrap().lease;
         Self { core, lease, now }
     }
 
@@ -64,6 +71,7 @@ impl Fixture {
             kind,
             &req,
             PickContext {
+                caller: anon(),
                 kv: None,
                 record_decision: true,
                 now: self.now,
@@ -79,7 +87,7 @@ impl Fixture {
 
     /// Ends a reservation at its end of stream, now.
     fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
-        self.core.release(id, ReleaseReason::Eof, None, self.now)
+        self.core.release(id, &Identity::anonymous(), ReleaseReason::Eof, None, self.now)
     }
 }
 
@@ -224,6 +232,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
                 PickKind::Prefill,
                 &req,
                 PickContext {
+                    caller: anon(),
                     kv: None,
                     record_decision: true,
                     now: f.now,
@@ -248,7 +257,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     // After the session TTL the session is forgotten.
     f.now += Duration::from_secs(61);
     f.core.sweep_sessions(f.now);
-    f.lease = f.core.open_lease("test".into(), Duration::ZERO, f.now).lease;
+    f.lease = f.core.open_lease("test".into(), &Identity::anonymous(), Duration::ZERO, f.now).unwrap().lease;
     let fresh = pick(&mut f, 100, "s1");
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
@@ -313,6 +322,7 @@ proptest! {
 mod auto_weight;
 mod headroom;
 mod kv;
+mod ownership;
 mod pairing;
 mod prefilling_age;
 mod redeclare;

@@ -49,8 +49,9 @@ impl AdminService {
         state: Arc<ControlState>,
         stop: watch::Receiver<()>,
         peers: Option<Arc<crate::tls::PeerTls>>,
+        plaintext_leaders: prometheus_client::metrics::counter::Counter,
     ) -> Self {
-        Self { state, stop, forwarder: Forwarder::new(peers) }
+        Self { state, stop, forwarder: Forwarder::new(peers, plaintext_leaders) }
     }
 
     /// The settings as `GetConfig` shows them, with how W is chosen, every pool's fit and the

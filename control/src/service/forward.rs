@@ -5,12 +5,17 @@
 //! so an operator may point grpcurl at any replica (or at a Service in front of all of them).
 //! A call forwarded once is never forwarded again (`infera-forwarded`): a replica that does not
 //! lead either refuses it with `NOT_LEADER`.
+//!
+//! A replica that serves TLS forwards over TLS only: a leader that advertises a plain `http://`
+//! URL is refused (`PLAINTEXT_LEADER`, counted in `infera_control_plaintext_leaders_refused_total`)
+//! rather than sent the caller's admin token and the answer in clear.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use infera_proto::pb::admin_client::AdminClient;
+use prometheus_client::metrics::counter::Counter;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
@@ -33,15 +38,18 @@ struct LeaderChannel {
 /// A channel to the leader, kept while the leader (and the TLS in force) stays the same.
 #[derive(Debug, Default)]
 pub(super) struct Forwarder {
-    /// For an `https://` leader (`None`: this replica has no `--tls-cert`).
+    /// For an `https://` leader (`None`: this replica has no `--tls-cert`, and reaches only
+    /// `http://` leaders; `Some`: it reaches only `https://` ones).
     peers: Option<Arc<PeerTls>>,
     leader: Mutex<Option<LeaderChannel>>,
+    /// Forwards refused because the leader's URL is plain text.
+    downgrades: Counter,
 }
 
 impl Forwarder {
-    /// Reaching `https://` leaders with `peers`.
-    pub(super) fn new(peers: Option<Arc<PeerTls>>) -> Self {
-        Self { peers, leader: Mutex::new(None) }
+    /// Reaching `https://` leaders with `peers`; `downgrades` counts the plain-text leaders refused.
+    pub(super) fn new(peers: Option<Arc<PeerTls>>, downgrades: Counter) -> Self {
+        Self { peers, leader: Mutex::new(None), downgrades }
     }
 
     fn client(&self, url: &str) -> Result<AdminClient<Channel>, Status> {
@@ -53,7 +61,12 @@ impl Forwarder {
                     "the leader {url} serves TLS and this replica has no --tls-cert to reach it with"
                 )));
             }
-            (_, false) => None,
+            (Some(_), false) => {
+                self.downgrades.inc();
+                tracing::warn!(leader = %url, "not forwarding an Admin call in clear to a plain-text leader");
+                return Err(ControlError::PlaintextLeader { leader: url.to_owned() }.into());
+            }
+            (None, false) => None,
         };
         let mut leader = self.leader.lock().expect("forwarder lock");
         if let Some(known) = leader.as_ref()

@@ -1,4 +1,6 @@
-//! `infera.control.v1.Router`: what proxies call on every request.
+//! `infera.control.v1.Router`: what proxies call on every request. Every call carries its caller's
+//! identity ([`crate::auth::caller`], put there by the Router's interceptor) and acts only on that
+//! identity's leases and reservations.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,11 +8,14 @@ use std::time::Duration;
 use infera_proto::convert::{self, ConvertError};
 use infera_proto::pb::{self, router_server::Router};
 use infera_proto::types::{PickKind, PickRequest};
+use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use super::wire;
 use super::{item_span, rpc_span};
+use crate::auth::caller;
 use crate::error::ControlError;
+use crate::identity::Identity;
 use crate::routing::Declared;
 use crate::state::ControlState;
 
@@ -18,11 +23,13 @@ use crate::state::ControlState;
 #[derive(Debug)]
 pub(crate) struct RouterService {
     state: Arc<ControlState>,
+    /// The largest `Redeclare` taken, encoded.
+    redeclare_bytes: usize,
 }
 
 impl RouterService {
-    pub(super) fn new(state: Arc<ControlState>) -> Self {
-        Self { state }
+    pub(super) fn new(state: Arc<ControlState>, redeclare_bytes: usize) -> Self {
+        Self { state, redeclare_bytes }
     }
 
     async fn pick(
@@ -30,17 +37,19 @@ impl RouterService {
         kind: PickKind,
         req: Request<pb::PickRequest>,
     ) -> Result<Response<pb::PickResponse>, Status> {
+        let who = caller(&req)?;
         let span = rpc_span(rpc_name(kind), &req);
-        let answer = span.in_scope(|| self.book(kind, convert::pick_request(req.into_inner())))?;
+        let answer = span.in_scope(|| self.book(kind, convert::pick_request(req.into_inner()), &who))?;
         Ok(Response::new(answer))
     }
 
     /// One pick as `PickPrefill` or `PickDecode` answers it (inside its span), from its
-    /// converted request.
+    /// converted request, for `who`.
     fn book(
         &self,
         kind: PickKind,
         pick: Result<PickRequest, ConvertError>,
+        who: &Identity,
     ) -> Result<pb::PickResponse, ControlError> {
         let pick = pick.map_err(|e| {
             let e = ControlError::from(e);
@@ -48,7 +57,7 @@ impl RouterService {
             e
         })?;
         tracing::Span::current().record("request_id", pick.request_id.as_str());
-        let picked = self.state.pick(kind, &pick)?;
+        let picked = self.state.pick(kind, &pick, who)?;
         Ok(pb::PickResponse {
             reservation_id: picked.reservation.to_string(),
             target: Some((&picked.chosen.target).into()),
@@ -60,12 +69,12 @@ impl RouterService {
 
     /// One pick of a `PickMany`: in a span of its own under the trace it carries, as the unary
     /// call would be.
-    fn pick_item(&self, item: pb::PickItem) -> pb::PickResult {
+    fn pick_item(&self, item: pb::PickItem, who: &Identity) -> pb::PickResult {
         use pb::pick_result::Outcome;
         let answer =
             convert::pick_kind("picks.kind", item.kind).map_err(ControlError::from).and_then(|kind| {
                 let span = item_span(rpc_name(kind), &item.trace_context);
-                span.in_scope(|| self.book(kind, convert::item_pick(item.pick)))
+                span.in_scope(|| self.book(kind, convert::item_pick(item.pick), who))
             });
         let outcome = match answer {
             Ok(picked) => Outcome::Picked(picked),
@@ -82,17 +91,20 @@ fn rpc_name(kind: PickKind) -> &'static str {
 #[tonic::async_trait]
 impl Router for RouterService {
     async fn open_lease(&self, req: Request<pb::OpenLeaseRequest>) -> Result<Response<pb::Lease>, Status> {
+        let who = caller(&req)?;
         let m = req.into_inner();
+        let holder = convert::lease_holder("holder", m.holder).map_err(ControlError::from)?;
         let crate::routing::OpenedLease { lease, ttl } =
-            self.state.open_lease(m.holder.clone(), Duration::from_millis(m.ttl_ms.into()))?;
-        tracing::info!(%lease, holder = %m.holder, ttl_ms = ttl.as_millis() as u64, "lease opened");
+            self.state.open_lease(holder.clone(), Duration::from_millis(m.ttl_ms.into()), &who)?;
+        tracing::info!(%lease, %holder, identity = %who, ttl_ms = ttl.as_millis() as u64, "lease opened");
         Ok(Response::new(pb::Lease { lease_id: lease.to_string(), ttl_ms: wire::millis(ttl) }))
     }
 
     async fn keep_alive(&self, req: Request<pb::KeepAliveRequest>) -> Result<Response<pb::Lease>, Status> {
+        let who = caller(&req)?;
         let m = req.into_inner();
         let lease = convert::lease_id("lease_id", &m.lease_id).map_err(ControlError::from)?;
-        let ttl = self.state.keep_alive(lease)?;
+        let ttl = self.state.keep_alive(lease, &who)?;
         Ok(Response::new(pb::Lease { lease_id: m.lease_id, ttl_ms: wire::millis(ttl) }))
     }
 
@@ -100,9 +112,10 @@ impl Router for RouterService {
         &self,
         req: Request<pb::CloseLeaseRequest>,
     ) -> Result<Response<pb::CloseLeaseResponse>, Status> {
+        let who = caller(&req)?;
         let lease = convert::lease_id("lease_id", &req.get_ref().lease_id).map_err(ControlError::from)?;
-        let released = self.state.close_lease(lease)?;
-        tracing::info!(%lease, released, "lease closed");
+        let released = self.state.close_lease(lease, &who)?;
+        tracing::info!(%lease, released, identity = %who, "lease closed");
         Ok(Response::new(pb::CloseLeaseResponse { released_reservations: released as u32 }))
     }
 
@@ -121,10 +134,11 @@ impl Router for RouterService {
         &self,
         req: Request<pb::PickManyRequest>,
     ) -> Result<Response<pb::PickManyResponse>, Status> {
+        let who = caller(&req)?;
         let span = rpc_span("PickMany", &req);
         let picks =
             span.in_scope(|| convert::pick_many_request(req.into_inner())).map_err(ControlError::from)?;
-        let results = picks.into_iter().map(|item| self.pick_item(item)).collect();
+        let results = picks.into_iter().map(|item| self.pick_item(item, &who)).collect();
         Ok(Response::new(pb::PickManyResponse { results }))
     }
 
@@ -132,10 +146,11 @@ impl Router for RouterService {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let who = caller(&req)?;
         let span = rpc_span("Release", &req);
         let _entered = span.enter();
         let (id, reason, failure) = convert::release_request(req.get_ref()).map_err(ControlError::from)?;
-        let already_released = self.state.release(id, reason, failure)?;
+        let already_released = self.state.release(id, reason, failure, &who)?;
         Ok(Response::new(pb::ReleaseResponse { already_released }))
     }
 
@@ -143,6 +158,7 @@ impl Router for RouterService {
         &self,
         req: Request<pb::ReleaseManyRequest>,
     ) -> Result<Response<pb::ReleaseManyResponse>, Status> {
+        let who = caller(&req)?;
         let span = rpc_span("ReleaseMany", &req);
         let _entered = span.enter();
         let releases = convert::release_many_request(req.get_ref()).map_err(ControlError::from)?;
@@ -155,10 +171,12 @@ impl Router for RouterService {
                 }
                 // A failure of the call itself (not the leader, not ready) fails it whole: the
                 // proxy sends it again, and what was released already comes back ALREADY_RELEASED.
-                Ok((id, reason, failure)) => match self.state.release(id, reason, failure) {
+                Ok((id, reason, failure)) => match self.state.release(id, reason, failure, &who) {
                     Ok(false) => pb::ReleaseOutcome::Released,
                     Ok(true) => pb::ReleaseOutcome::AlreadyReleased,
-                    Err(ControlError::UnknownReservation(_)) => pb::ReleaseOutcome::UnknownReservation,
+                    Err(ControlError::UnknownReservation(_) | ControlError::ForeignReservation(_)) => {
+                        pb::ReleaseOutcome::UnknownReservation
+                    }
                     Err(e) => return Err(e.into()),
                 },
             };
@@ -181,21 +199,33 @@ impl Router for RouterService {
         &self,
         req: Request<pb::RedeclareRequest>,
     ) -> Result<Response<pb::RedeclareResponse>, Status> {
+        let who = caller(&req)?;
         let span = rpc_span("Redeclare", &req);
         let _entered = span.enter();
+        let bytes = req.get_ref().encoded_len();
+        if bytes > self.redeclare_bytes {
+            self.state.bound_refusal("redeclare_bytes");
+            let e = ControlError::RedeclareTooLarge { bytes, max: self.redeclare_bytes };
+            tracing::warn!(identity = %who, error = %e, "a Redeclare refused");
+            return Err(e.into());
+        }
         let (lease, legs) = convert::redeclare_request(req.into_inner()).map_err(ControlError::from)?;
-        let results = self.state.redeclare(lease, &legs)?;
+        let results = self.state.redeclare(lease, &legs, &who)?;
         let booked = results.iter().filter(|r| matches!(r, Declared::Booked { .. })).count();
-        tracing::info!(%lease, legs = legs.len(), booked, "legs re-declared");
+        tracing::info!(%lease, identity = %who, legs = legs.len(), booked, "legs re-declared");
         Ok(Response::new(pb::RedeclareResponse {
             results: results
                 .iter()
                 .map(|r| match r {
-                    Declared::Booked { reservation, .. } => {
-                        pb::DeclaredResult { reservation_id: reservation.to_string(), unknown_target: false }
-                    }
+                    Declared::Booked { reservation, .. } => pb::DeclaredResult {
+                        reservation_id: reservation.to_string(),
+                        ..pb::DeclaredResult::default()
+                    },
                     Declared::UnknownTarget => {
-                        pb::DeclaredResult { reservation_id: String::new(), unknown_target: true }
+                        pb::DeclaredResult { unknown_target: true, ..pb::DeclaredResult::default() }
+                    }
+                    Declared::OverCapacity => {
+                        pb::DeclaredResult { over_capacity: true, ..pb::DeclaredResult::default() }
                     }
                 })
                 .collect(),

@@ -159,6 +159,7 @@ pub(super) fn reservation(row: &ReservationRow) -> pb::Reservation {
         request_id: r.request_id.to_string(),
         input_tokens: r.input_tokens,
         booked_at: Some(timestamp(r.booked_at)),
+        owner: row.owner.as_ref().map(ToString::to_string).unwrap_or_default(),
     }
 }
 

@@ -173,12 +173,18 @@ impl ControlState {
         }
     }
 
-    /// Books the legs a proxy re-declares under `lease`.
-    pub fn redeclare(&self, lease: LeaseId, legs: &[DeclaredLeg]) -> Result<Vec<Declared>, ControlError> {
+    /// Books the legs a proxy re-declares under `caller`'s `lease`.
+    pub fn redeclare(
+        &self,
+        lease: LeaseId,
+        legs: &[DeclaredLeg],
+        caller: &crate::identity::Identity,
+    ) -> Result<Vec<Declared>, ControlError> {
         self.gate("Redeclare")?;
         let (Redeclared { results, changes }, holder) = {
             let mut core = self.core();
-            let out = core.redeclare(lease, legs, Instant::now(), SystemTime::now())?;
+            let out = core.redeclare(lease, caller, legs, Instant::now(), SystemTime::now());
+            let out = out.inspect_err(|e| self.refused_foreign("Redeclare", e))?;
             (out, core.lease_holder(lease))
         };
         self.ha.metrics.redeclare_call();
@@ -186,6 +192,7 @@ impl ControlState {
             match r {
                 Declared::Booked { kind, was_booked, .. } => self.ha.metrics.redeclared(*kind, *was_booked),
                 Declared::UnknownTarget => self.ha.metrics.unknown_target(),
+                Declared::OverCapacity => self.metrics.bound_refusal("redeclare_over_capacity"),
             }
         }
         for change in &changes {
@@ -213,6 +220,7 @@ impl ControlState {
             core.carry_ejections(loaded.ejections, now, SystemTime::now());
             core.reset_ledger(epoch);
         }
+        self.metrics.clear_identity_leases();
         if carried > 0 {
             tracing::info!(carried, "ejections carried over from the last leader");
         }
@@ -232,6 +240,7 @@ impl Takeover for ControlState {
     fn deposed(&self) {
         // What it held is the new leader's; ids of this term are refused from now on.
         self.core().reset_ledger(0);
+        self.metrics.clear_identity_leases();
         self.publish_loads();
         self.ha.metrics.leadership(false, 0);
         self.ha.metrics.warm(false);

@@ -234,9 +234,20 @@ async fn release_is_idempotent_and_unknown_ids_are_not_found() {
         router.release(release(&p.reservation_id, ReleaseReason::Failed)).await.unwrap().into_inner();
     assert!(!first.already_released);
     assert!(second.already_released);
-    // Never issued by this control (a later sequence; another epoch).
-    let (epoch, seq) = p.reservation_id.strip_prefix("r-").unwrap().split_once('-').unwrap();
-    for id in [format!("r-{epoch}-{}", seq.parse::<u64>().unwrap() + 100), "r-00000000-1".to_string()] {
+    // Never issued by this control (a later sequence; another epoch; its own sequence and epoch
+    // without the tag, or with another's).
+    let parts: Vec<&str> = p.reservation_id.strip_prefix("r-").unwrap().split('-').collect();
+    let [epoch, seq, tag] = parts[..] else { panic!("{}", p.reservation_id) };
+    let later = seq.parse::<u64>().unwrap() + 100;
+    for id in [
+        format!("r-{epoch}-{later}-{tag}"),
+        format!("r-00000000-1-{tag}"),
+        format!("r-{epoch}-{seq}"),
+        format!(
+            "r-{epoch}-{seq}-{}",
+            if tag == "0000000000000001" { "0000000000000002" } else { "0000000000000001" }
+        ),
+    ] {
         let err = router.release(release(&id, ReleaseReason::Eof)).await.unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{id}: {err:?}");
     }

@@ -34,11 +34,14 @@ fn redeclared_legs_round_trip_and_are_checked_field_by_field() {
         request_id: RequestId::new("req-1"),
         input_tokens: 900,
         age: Duration::from_millis(1_234),
-        previous: Some(ReservationId { epoch: 9, seq: 4 }),
+        previous: Some(ReservationId { epoch: 9, seq: 4, tag: 7 }),
     };
-    let wire = |legs: Vec<pb::DeclaredLeg>| pb::RedeclareRequest { lease_id: "l-00000002-1".into(), legs };
+    let wire = |legs: Vec<pb::DeclaredLeg>| pb::RedeclareRequest {
+        lease_id: "l-00000002-1-0000000000000007".into(),
+        legs,
+    };
     let (lease, back) = redeclare_request(wire(vec![(&leg).into()])).unwrap();
-    assert_eq!((lease, back), (LeaseId { epoch: 2, seq: 1 }, vec![leg.clone()]));
+    assert_eq!((lease, back), (LeaseId { epoch: 2, seq: 1, tag: 7 }, vec![leg.clone()]));
     let fallback = DeclaredLeg { previous: None, ..leg.clone() };
     assert_eq!(redeclare_request(wire(vec![(&fallback).into()])).unwrap().1, vec![fallback]);
     let bad = |f: fn(&mut pb::DeclaredLeg)| {
@@ -89,14 +92,14 @@ fn pick_answers_are_checked() {
         kv_cache_dtype: String::new(),
     };
     let answer = pb::PickResponse {
-        reservation_id: "r-00000001-7".into(),
+        reservation_id: "r-00000001-7-0000000000000007".into(),
         target: Some(pb::Target { worker_id: "d".into(), dp_rank: 1 }),
         worker: Some(worker.clone()),
         cost: None,
         mode: 0,
     };
     let p = picked(&answer).unwrap();
-    assert_eq!(p.reservation, ReservationId { epoch: 1, seq: 7 });
+    assert_eq!(p.reservation, ReservationId { epoch: 1, seq: 7, tag: 7 });
     assert_eq!(p.target.to_string(), "d/1");
     assert_eq!((p.worker.role, p.worker.bootstrap_port), (Role::Decode, None));
     assert_eq!(p.worker.transfer_backend.as_deref(), Some("nixl"));

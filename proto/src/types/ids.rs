@@ -1,5 +1,7 @@
 //! Identifier newtypes. Ids that control hands out carry the control instance's epoch, so an id
-//! from before a control restart can never name a reservation or lease of the new instance.
+//! from before a control restart can never name a reservation or lease of the new instance, and
+//! a tag (64 bits no caller can guess: manual/operations/security.md), so that knowing how ids
+//! are numbered is not enough to name someone else's lease or reservation.
 
 use std::{fmt, str::FromStr, sync::Arc};
 
@@ -97,7 +99,7 @@ impl fmt::Display for Target {
 
 /// An id that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed {kind} id {text:?} (expected {kind_prefix}-<epoch hex>-<sequence>)")]
+#[error("malformed {kind} id {text:?} (expected {kind_prefix}-<epoch hex>-<sequence>-<tag hex>)")]
 pub struct IdParseError {
     kind: &'static str,
     kind_prefix: &'static str,
@@ -113,11 +115,19 @@ macro_rules! epoch_id {
             pub epoch: u32,
             /// Issue order inside that instance, from 1.
             pub seq: u64,
+            /// The issuer's unguessable check of `epoch` and `seq` (16 hex digits on the wire);
+            /// 0 for an id without one (a control older than tags), which a control that tags
+            /// its ids knows as no id of its own.
+            pub tag: u64,
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($prefix, "-{:08x}-{}"), self.epoch, self.seq)
+                write!(f, concat!($prefix, "-{:08x}-{}"), self.epoch, self.seq)?;
+                if self.tag != 0 {
+                    write!(f, "-{:016x}", self.tag)?;
+                }
+                Ok(())
             }
         }
 
@@ -127,31 +137,42 @@ macro_rules! epoch_id {
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 let err = || IdParseError { kind: $kind, kind_prefix: $prefix, text: s.to_owned() };
                 let rest = s.strip_prefix(concat!($prefix, "-")).ok_or_else(err)?;
-                let (epoch, seq) = rest.split_once('-').ok_or_else(err)?;
+                let (epoch, rest) = rest.split_once('-').ok_or_else(err)?;
+                let (seq, tag) = match rest.split_once('-') {
+                    Some((seq, tag)) => (seq, Some(tag)),
+                    None => (rest, None),
+                };
                 // Digits only: `from_str_radix` and `parse` would also take a leading `+`.
-                if epoch.len() != 8
-                    || !epoch.bytes().all(|b| b.is_ascii_hexdigit())
+                let hex = |t: &str, len: usize| t.len() == len && t.bytes().all(|b| b.is_ascii_hexdigit());
+                if !hex(epoch, 8)
+                    || seq.is_empty()
                     || !seq.bytes().all(|b| b.is_ascii_digit())
+                    || tag.is_some_and(|t| !hex(t, 16))
                 {
                     return Err(err());
                 }
                 let epoch = u32::from_str_radix(epoch, 16).map_err(|_| err())?;
                 let seq: u64 = seq.parse().map_err(|_| err())?;
+                // A written tag is never 0: 0 stands for "no tag".
+                let tag = match tag {
+                    Some(t) => u64::from_str_radix(t, 16).ok().filter(|t| *t != 0).ok_or_else(err)?,
+                    None => 0,
+                };
                 if seq == 0 {
                     return Err(err());
                 }
-                Ok(Self { epoch, seq })
+                Ok(Self { epoch, seq, tag })
             }
         }
     };
 }
 
 epoch_id!(
-    /// A booked reservation, `r-<epoch>-<seq>`.
+    /// A booked reservation, `r-<epoch>-<seq>-<tag>`.
     ReservationId, "r", "reservation"
 );
 epoch_id!(
-    /// A proxy's lease, `l-<epoch>-<seq>`.
+    /// A proxy's lease, `l-<epoch>-<seq>-<tag>`.
     LeaseId, "l", "lease"
 );
 
@@ -161,15 +182,33 @@ mod tests {
 
     #[test]
     fn reservation_ids_round_trip_through_text() {
-        let id = ReservationId { epoch: 0xdead_beef, seq: 42 };
-        assert_eq!(id.to_string(), "r-deadbeef-42");
-        assert_eq!("r-deadbeef-42".parse::<ReservationId>(), Ok(id));
+        let id = ReservationId { epoch: 0xdead_beef, seq: 42, tag: 0x0123_4567_89ab_cdef };
+        assert_eq!(id.to_string(), "r-deadbeef-42-0123456789abcdef");
+        assert_eq!("r-deadbeef-42-0123456789abcdef".parse::<ReservationId>(), Ok(id));
+        // An id of a control older than tags round-trips as it came.
+        let old = ReservationId { epoch: 0xdead_beef, seq: 42, tag: 0 };
+        assert_eq!(old.to_string(), "r-deadbeef-42");
+        assert_eq!("r-deadbeef-42".parse::<ReservationId>(), Ok(old));
     }
 
     #[test]
     fn malformed_ids_are_rejected() {
-        for bad in ["", "r-", "r-deadbeef", "r-deadbeef-", "r-deadbeef-0", "l-deadbeef-1", "r-xyz-1", "r-1-1"]
-        {
+        for bad in [
+            "",
+            "r-",
+            "r-deadbeef",
+            "r-deadbeef-",
+            "r-deadbeef-0",
+            "l-deadbeef-1",
+            "r-xyz-1",
+            "r-1-1",
+            "r-deadbeef-1-",
+            "r-deadbeef-1-0123",
+            "r-deadbeef-1-0123456789abcdeg",
+            "r-deadbeef-1-0000000000000000",
+            "r-deadbeef-1-0123456789abcdef-1",
+            "r-deadbeef--0123456789abcdef",
+        ] {
             assert!(bad.parse::<ReservationId>().is_err(), "{bad:?} parsed");
         }
         assert!("r-00000001-1".parse::<LeaseId>().is_err());

@@ -8,6 +8,11 @@ use super::{ModelName, PickKind, RequestId, ReservationId, Target};
 /// The most legs one `Redeclare` carries (a proxy with more sends several calls).
 pub const MAX_DECLARED_LEGS: usize = 1 << 16;
 
+/// The most bytes of encoded legs a proxy puts in one `Redeclare`: well under control's
+/// smallest `--max-redeclare-bytes` and tonic's 4 MiB message limit, so a proxy with many legs
+/// in flight sends them in several calls that each fit.
+pub const REDECLARE_CHUNK_BYTES: usize = 256 << 10;
+
 /// One leg in flight on a proxy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeclaredLeg {

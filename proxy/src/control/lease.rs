@@ -19,7 +19,7 @@ use infera_proto::pb;
 use infera_proto::types::LeaseId;
 use tonic::Status;
 
-use super::controls::{Controls, ReplicaIndex};
+use super::controls::{Controls, Follow, ReplicaIndex};
 use crate::metrics::ProxyMetrics;
 
 /// Keep-alives that fail in a row before the lease is given up for the next replica.
@@ -222,7 +222,7 @@ impl Lease {
     fn move_on(&self, controls: &Controls, at: ReplicaIndex, status: &Status, wait: Duration) -> Duration {
         if let Some(leader) = StatusReason::leader(status)
             && controls.url(at) != leader.trim_end_matches('/')
-            && controls.follow(&leader)
+            && controls.follow(&leader) == Follow::Followed
         {
             return Duration::ZERO;
         }

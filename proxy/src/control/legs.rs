@@ -128,14 +128,14 @@ mod tests {
 
     #[test]
     fn legs_not_under_the_lease_are_declared_and_settled_once() {
-        let (old, new) = (LeaseId { epoch: 1, seq: 1 }, LeaseId { epoch: 2, seq: 1 });
+        let (old, new) = (LeaseId { epoch: 1, seq: 1, tag: 7 }, LeaseId { epoch: 2, seq: 1, tag: 7 });
         let legs = Legs::default();
-        let booked = Booking { reservation: ReservationId { epoch: 1, seq: 5 }, lease: old };
+        let booked = Booking { reservation: ReservationId { epoch: 1, seq: 5, tag: 7 }, lease: old };
         let a = legs.start(facts(PickKind::Decode), Some(booked));
         let b = legs.start(facts(PickKind::Prefill), None);
         let current = legs.start(
             facts(PickKind::Decode),
-            Some(Booking { reservation: ReservationId { epoch: 2, seq: 1 }, lease: new }),
+            Some(Booking { reservation: ReservationId { epoch: 2, seq: 1, tag: 7 }, lease: new }),
         );
         let mut todo = legs.undeclared(new, Instant::now());
         todo.sort_by_key(|u| u.id.0);
@@ -144,17 +144,17 @@ mod tests {
         assert_eq!(todo[1].leg.previous, None);
         // `b` ended while the call was out: its new reservation goes back to be released.
         assert_eq!(legs.end(b), None);
-        assert_eq!(legs.settle(&todo[0], ReservationId { epoch: 2, seq: 2 }, new), Ok(()));
+        assert_eq!(legs.settle(&todo[0], ReservationId { epoch: 2, seq: 2, tag: 7 }, new), Ok(()));
         assert_eq!(
-            legs.settle(&todo[1], ReservationId { epoch: 2, seq: 3 }, new),
-            Err(ReservationId { epoch: 2, seq: 3 })
+            legs.settle(&todo[1], ReservationId { epoch: 2, seq: 3, tag: 7 }, new),
+            Err(ReservationId { epoch: 2, seq: 3, tag: 7 })
         );
         assert!(legs.undeclared(new, Instant::now()).is_empty());
         // A snapshot that is stale (settled already) does not settle twice.
-        assert!(legs.settle(&todo[0], ReservationId { epoch: 2, seq: 9 }, new).is_err());
+        assert!(legs.settle(&todo[0], ReservationId { epoch: 2, seq: 9, tag: 7 }, new).is_err());
         assert_eq!(
             legs.end(a),
-            Some(Booking { reservation: ReservationId { epoch: 2, seq: 2 }, lease: new })
+            Some(Booking { reservation: ReservationId { epoch: 2, seq: 2, tag: 7 }, lease: new })
         );
         assert!(legs.end(current).is_some());
         assert_eq!(legs.len(), 0);

@@ -123,7 +123,7 @@ impl ControlLink {
                     Some(ErrorReason::NotLeader) => {
                         tracing::warn!(%lease, leader = ?StatusReason::leader(&status), "control does not lead; moving the lease to the leader");
                         if let Some(leader) = StatusReason::leader(&status) {
-                            self.controls.follow(&leader);
+                            let _ = self.controls.follow(&leader);
                         }
                         self.lease.forget(lease);
                     }

@@ -6,12 +6,11 @@ mod outbox;
 
 use std::sync::{Arc, OnceLock};
 
-use infera_proto::pb::router_client::RouterClient;
 use infera_proto::types::{LeaseId, LegFailure, ReleaseReason, ReservationId};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 use super::controls::Controls;
+use super::credential::RouterCalls;
 use super::lease::Lease;
 use super::legs::{LegFacts, LegId, Legs};
 use crate::metrics::ProxyMetrics;
@@ -50,7 +49,7 @@ struct ToControl {
 }
 
 impl outbox::Destination for ToControl {
-    type Calls = RouterClient<Channel>;
+    type Calls = RouterCalls;
     fn calls(&self) -> Self::Calls {
         self.controls.current().1
     }

@@ -17,6 +17,7 @@ mod openai;
 mod pairing;
 mod pd;
 mod rebuild;
+mod router_auth;
 mod slow_control;
 mod timeout;
 mod tls;

@@ -21,6 +21,7 @@ impl KvRoom for Room {
 fn pick_with(f: &mut Fixture, tokens: u64, room: &Room) -> Picked {
     let req = PickRequest { request_id: RequestId::new(format!("r{tokens}")), ..f.req("m", tokens, None) };
     let ctx = PickContext {
+        caller: anon(),
         kv: None,
         record_decision: true,
         now: f.now,

@@ -50,6 +50,7 @@ fn kv_pick(f: &mut Fixture, index: &KvIndex, prompt: &[u32], page_size: u32) -> 
             PickKind::Prefill,
             &req,
             PickContext {
+                caller: anon(),
                 kv: Some(index),
                 record_decision: true,
                 now: f.now,
@@ -115,6 +116,7 @@ fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
                 PickKind::Prefill,
                 &req,
                 PickContext {
+                    caller: anon(),
                     kv: None,
                     record_decision: false,
                     now: f.now,
@@ -151,7 +153,14 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
     let first = f.core.pick(
         PickKind::Prefill,
         &f.req("m", 1_000, Some("s")),
-        PickContext { kv: None, record_decision: false, now: f.now, wall: SystemTime::now(), kv_room: None },
+        PickContext {
+            caller: anon(),
+            kv: None,
+            record_decision: false,
+            now: f.now,
+            wall: SystemTime::now(),
+            kv_room: None,
+        },
     );
     let first = first.unwrap();
     f.release(first.reservation).unwrap();
@@ -166,6 +175,7 @@ fn session_moves_to_the_holder(credit: f64) -> (u32, u32, Vec<f64>) {
             PickKind::Prefill,
             &req,
             PickContext {
+                caller: anon(),
                 kv: Some(&index),
                 record_decision: true,
                 now: f.now,
@@ -208,7 +218,14 @@ fn overlaps_computed_before_the_pick_credit_like_the_index() {
     req.page_hashes = hashes.clone();
     req.page_size = PS;
     fn ctx(kv: &dyn crate::routing::OverlapSource, now: Instant) -> PickContext<'_> {
-        PickContext { kv: Some(kv), record_decision: false, now, wall: SystemTime::now(), kv_room: None }
+        PickContext {
+            caller: anon(),
+            kv: Some(kv),
+            record_decision: false,
+            now,
+            wall: SystemTime::now(),
+            kv_room: None,
+        }
     }
     let p = f.core.pick(PickKind::Prefill, &req, ctx(&computed, f.now)).unwrap();
     assert_eq!((rank(&p), p.chosen.overlap_pages, p.chosen.cached_tokens), (1, 40, 640));

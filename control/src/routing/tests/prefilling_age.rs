@@ -11,8 +11,14 @@ const W: f64 = 1e6;
 
 fn pick_as(f: &mut Fixture, kind: PickKind, id: &str, tokens: u64) -> Picked {
     let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
-    let ctx =
-        PickContext { kv: None, record_decision: true, now: f.now, wall: SystemTime::now(), kv_room: None };
+    let ctx = PickContext {
+        caller: anon(),
+        kv: None,
+        record_decision: true,
+        now: f.now,
+        wall: SystemTime::now(),
+        kv_room: None,
+    };
     f.core.pick(kind, &req, ctx).unwrap()
 }
 

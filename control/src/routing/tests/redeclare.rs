@@ -13,7 +13,7 @@ fn leg(kind: PickKind, worker: &str, rank: u32, request: &str, tokens: u64, age_
         request_id: RequestId::new(request),
         input_tokens: tokens,
         age: Duration::from_secs(age_s),
-        previous: Some(ReservationId { epoch: 99, seq: 1 }),
+        previous: Some(ReservationId { epoch: 99, seq: 1, tag: 7 }),
     }
 }
 
@@ -25,7 +25,8 @@ fn fixture() -> Fixture {
     let mut f = Fixture::new(vec![worker("d", Role::Decode, "m", 2), worker("p", Role::Prefill, "m", 1)], s);
     f.now += Duration::from_secs(600);
     f.core.tick(f.now);
-    f.lease = f.core.open_lease("proxy-a".into(), Duration::ZERO, f.now).lease;
+    f.lease =
+        f.core.open_lease("proxy-a".into(), &Identity::anonymous(), Duration::ZERO, f.now).unwrap().lease;
     f
 }
 
@@ -39,7 +40,7 @@ fn declared_legs_are_booked_with_their_ages_and_pair_up_by_request() {
         leg(PickKind::Decode, "gone", 0, "c", 10, 1),
         leg(PickKind::Decode, "d", 7, "e", 10, 1),
     ];
-    let out = f.core.redeclare(f.lease, &legs, f.now, SystemTime::now()).unwrap();
+    let out = f.core.redeclare(f.lease, &Identity::anonymous(), &legs, f.now, SystemTime::now()).unwrap();
     let booked: Vec<bool> = out.results.iter().map(|r| matches!(r, Declared::Booked { .. })).collect();
     assert_eq!(booked, [true, true, true, false, false], "unknown workers and ranks are not booked");
     assert_eq!(out.changes.len(), 3);
@@ -71,14 +72,14 @@ fn declared_legs_are_booked_with_their_ages_and_pair_up_by_request() {
 #[test]
 fn a_lease_that_is_not_live_books_nothing_and_a_reset_forgets_everything() {
     let mut f = fixture();
-    let stale = LeaseId { epoch: 1, seq: 999 };
+    let stale = LeaseId { epoch: 1, seq: 999, tag: 7 };
     let legs = [leg(PickKind::Decode, "d", 0, "a", 10, 0)];
     assert!(matches!(
-        f.core.redeclare(stale, &legs, f.now, SystemTime::now()),
+        f.core.redeclare(stale, &Identity::anonymous(), &legs, f.now, SystemTime::now()),
         Err(ControlError::UnknownLease(_))
     ));
     assert_eq!(f.core.total_load(), Load::default());
-    let out = f.core.redeclare(f.lease, &legs, f.now, SystemTime::now()).unwrap();
+    let out = f.core.redeclare(f.lease, &Identity::anonymous(), &legs, f.now, SystemTime::now()).unwrap();
     let Declared::Booked { reservation, was_booked: true, .. } = out.results[0] else { panic!("{out:?}") };
     assert_eq!(f.core.lease_holder(f.lease).as_deref(), Some("proxy-a"));
     assert!(f.core.holds_lease_of("proxy-a"));
@@ -90,7 +91,8 @@ fn a_lease_that_is_not_live_books_nothing_and_a_reset_forgets_everything() {
         matches!(f.release(reservation), Err(ControlError::UnknownReservation(_))),
         "ids of the old term"
     );
-    let lease = f.core.open_lease("proxy-a".into(), Duration::ZERO, f.now).lease;
+    let lease =
+        f.core.open_lease("proxy-a".into(), &Identity::anonymous(), Duration::ZERO, f.now).unwrap().lease;
     assert_eq!(lease.epoch, 42);
 }
 

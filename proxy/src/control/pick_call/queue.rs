@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use infera_proto::error::StatusReason;
 use infera_proto::pb::{self, pick_result::Outcome, router_client::RouterClient};
+
+use super::super::credential::RouterCalls;
 use infera_proto::types::PickKind;
 use prost::Message as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::super::controls::Controls;
@@ -58,7 +59,7 @@ pub(super) trait PickCalls: Clone + Send + 'static {
     ) -> impl Future<Output = Result<pb::PickManyResponse, Status>> + Send;
 }
 
-impl PickCalls for RouterClient<Channel> {
+impl PickCalls for RouterCalls {
     async fn pick_one(
         &mut self,
         kind: PickKind,
@@ -94,7 +95,7 @@ struct ToControl {
 }
 
 impl Destination for ToControl {
-    type Calls = RouterClient<Channel>;
+    type Calls = RouterCalls;
     fn calls(&self) -> Self::Calls {
         self.controls.current().1
     }

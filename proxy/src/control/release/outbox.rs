@@ -13,10 +13,10 @@ use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, router_client::RouterClient};
 use infera_proto::types::{LeaseId, LegFailure, ReleaseReason};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::Booking;
+use crate::control::credential::RouterCalls;
 
 /// Releases one `ReleaseMany` carries at most (control refuses more than 4,096).
 const MAX_BATCH: usize = 1024;
@@ -48,7 +48,7 @@ pub(super) trait ReleaseCalls: Send + 'static {
     fn release(&mut self, m: pb::ReleaseRequest) -> impl Future<Output = Result<(), Status>> + Send;
 }
 
-impl ReleaseCalls for RouterClient<Channel> {
+impl ReleaseCalls for RouterCalls {
     async fn release_many(&mut self, m: pb::ReleaseManyRequest) -> Result<pb::ReleaseManyResponse, Status> {
         RouterClient::release_many(self, m).await.map(tonic::Response::into_inner)
     }
