@@ -44,6 +44,34 @@ pub fn overlays() -> Vec<PathBuf> {
     all
 }
 
+/// The shell block of the manual page `page` (e.g. `guides/systemd.md`) that follows the line
+/// `<!-- MARKER -->`: the commands the page tells operators to run, for a test to run as written.
+///
+/// # Errors
+/// An unreadable page, or no such marker followed by a `sh` block.
+pub fn manual_block(page: &str, marker: &str) -> anyhow::Result<String> {
+    let path = dir().join("../manual").join(page);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let marker = format!("<!-- {marker} -->");
+    let after = text.split_once(&marker).with_context(|| format!("{page} has no {marker}"))?.1;
+    let body = after.split_once("```sh\n").with_context(|| format!("{page}: no sh block after {marker}"))?.1;
+    Ok(body
+        .split_once("\n```")
+        .with_context(|| format!("{page}: the block after {marker} does not end"))?
+        .0
+        .to_owned())
+}
+
+/// Runs `script` with `sh -e` in `dir` (a manual's block: openssl and coreutils come with
+/// Debian); its stdout.
+///
+/// # Errors
+/// When it fails, with its output.
+pub fn run_sh(dir: &Path, script: &str) -> anyhow::Result<String> {
+    run(Command::new("sh").arg("-ec").arg(script).current_dir(dir), None)
+        .with_context(|| format!("the manual's block:\n{script}"))
+}
+
 /// One overlay as `kubectl kustomize` renders it.
 #[derive(Debug)]
 pub struct Rendered {

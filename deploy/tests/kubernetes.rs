@@ -113,14 +113,14 @@ fn checkov_finds_nothing_that_is_not_listed_with_a_reason() {
 
 #[test]
 fn every_infera_container_parses_with_its_binarys_own_parser() {
-    let mut seen = BTreeMap::<String, usize>::new();
+    let mut seen = BTreeMap::<&str, usize>::new();
     for overlay in rendered() {
         for pod in pods(overlay) {
             for container in &pod.containers {
                 let parsed = support::flags::parse(overlay, &pod, container)
                     .unwrap_or_else(|e| panic!("{} {} {}: {e}", overlay.name, pod.name, container.name));
-                if let Some(binary) = parsed {
-                    *seen.entry(binary).or_default() += 1;
+                if let Some(parsed) = parsed {
+                    *seen.entry(parsed.binary()).or_default() += 1;
                 }
             }
         }

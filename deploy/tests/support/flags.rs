@@ -3,7 +3,7 @@
 //! fields stand in with plausible values), parsed and checked with the binary's own parser
 //! (`Args::try_parse_from`, then `Config::try_from`, as the binary does at start). Files from
 //! ConfigMap volumes are written out and their paths rewritten; a Secret volume gets what its
-//! Secret must hold.
+//! Secret must hold ([`super::secrets`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,20 +13,7 @@ use infera_deploy::{Rendered, as_flags};
 use serde_json::Value;
 
 use super::pods::{Container, Pod};
-
-/// An API keys file as the Secret `infera-api-keys` holds it (manual/operations/security.md).
-const API_KEYS: &str = "[[keys]]\nname = \"team-a\"\nsha256 = \"3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea\"\n";
-
-/// What an etcd client Secret holds (`infera-etcd-control`, `infera-etcd-launch`): the CA,
-/// a certificate whose common name is the etcd user, its key (base/etcd-client.yaml).
-fn etcd_client_secret(dir: &Path, user: &str) -> Result<(), String> {
-    let ca = infera_testkit::tls::TestCa::new("etcd");
-    let issued = ca.issue(&format!("infera-{user}"), &[]);
-    for (from, to) in [(ca.ca(), "ca.crt"), (issued.cert, "tls.crt"), (issued.key, "tls.key")] {
-        std::fs::copy(&from, dir.join(to)).map_err(|e| format!("{}: {e}", from.display()))?;
-    }
-    Ok(())
-}
+use super::secrets;
 
 /// A container's start, resolved: program, argv after it, the binary's own variables.
 #[derive(Debug)]
@@ -41,6 +28,19 @@ pub(crate) struct Start {
 
 /// Resolves `container` of `pod`.
 pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Result<Start, String> {
+    start_with(overlay, pod, container, &secrets::plausible)
+}
+
+/// What a Secret holds: its name and a folder to write its files in → its keys.
+pub(crate) type Secrets<'a> = &'a dyn Fn(&str, &Path) -> Result<secrets::Keys, String>;
+
+/// Resolves `container` of `pod`, its Secret volumes holding what `secrets` gives.
+pub(crate) fn start_with(
+    overlay: &Rendered,
+    pod: &Pod,
+    container: &Container,
+    secrets: Secrets<'_>,
+) -> Result<Start, String> {
     let c = &container.spec;
     let strings = |v: &Value| -> Vec<String> {
         v.as_array().into_iter().flatten().map(|s| s.as_str().expect("strings").to_owned()).collect()
@@ -103,12 +103,10 @@ pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
                 std::fs::write(here.join(key), text.as_str().unwrap_or_default())
                     .map_err(|e| e.to_string())?;
             }
-        } else if volume["secret"]["secretName"] == "infera-api-keys" {
-            std::fs::write(here.join("keys"), API_KEYS).map_err(|e| e.to_string())?;
-        } else if let Some(user) =
-            volume["secret"]["secretName"].as_str().and_then(|s| s.strip_prefix("infera-etcd-"))
-        {
-            etcd_client_secret(&here, user)?;
+        } else if let Some(secret) = volume["secret"]["secretName"].as_str() {
+            let held = files.path().join("secrets").join(secret);
+            std::fs::create_dir_all(&held).map_err(|e| e.to_string())?;
+            super::secrets::mount(&volume["secret"], &secrets(secret, &held)?, &here)?;
         }
         mounts.push((at.to_owned(), here.display().to_string()));
     }
@@ -136,14 +134,48 @@ pub(crate) fn start(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
     Ok(Start { words, env, _files: files })
 }
 
-/// Parses `container` with its binary's parser: `Some(binary)` when it is one of infera's,
-/// `None` for another program (etcd).
-pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Result<Option<String>, String> {
+/// A container's configuration, as its binary's own parser made it (what it configures is read
+/// by the tests that check it, not by every test binary: hence `dead_code`).
+#[derive(Debug)]
+#[allow(dead_code)]
+pub(crate) enum Parsed {
+    /// `infera-control`.
+    Control(Box<infera_control::Config>),
+    /// `infera-proxy`.
+    Proxy(Box<infera_proxy::Config>),
+    /// `infera-launch up`.
+    Launch(Box<infera_launcher::up::UpConfig>),
+}
+
+impl Parsed {
+    /// The binary's name.
+    pub(crate) fn binary(&self) -> &'static str {
+        match self {
+            Self::Control(_) => "infera-control",
+            Self::Proxy(_) => "infera-proxy",
+            Self::Launch(_) => "infera-launch",
+        }
+    }
+}
+
+/// Parses `container` with its binary's parser: `Some` when it is one of infera's, `None` for
+/// another program (etcd).
+pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Result<Option<Parsed>, String> {
+    parse_with(overlay, pod, container, &secrets::plausible)
+}
+
+/// [`parse`], the Secret volumes holding what `secrets` gives.
+pub(crate) fn parse_with(
+    overlay: &Rendered,
+    pod: &Pod,
+    container: &Container,
+    secrets: Secrets<'_>,
+) -> Result<Option<Parsed>, String> {
     if !container.spec["command"][0].as_str().is_some_and(|c| c.starts_with("infera")) {
         return Ok(None);
     }
-    let start = start(overlay, pod, container)?;
-    match start.words[0].as_str() {
+    let start = start_with(overlay, pod, container, secrets)?;
+    let parsed = match start.words[0].as_str() {
         "infera-control" => {
             let argv = argv(&start, &infera_control::Args::command())?;
             let args = infera_control::Args::try_parse_from(&argv).map_err(|e| format!("{argv:?}: {e}"))?;
@@ -151,6 +183,7 @@ pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
             if config.etcd.is_none() {
                 return Err("replicas elect a leader through etcd".into());
             }
+            Parsed::Control(Box::new(config))
         }
         "infera-proxy" => {
             let argv = argv(&start, &infera_proxy::Args::command())?;
@@ -159,13 +192,12 @@ pub(crate) fn parse(overlay: &Rendered, pod: &Pod, container: &Container) -> Res
             if config.name.as_deref() != Some(pod.name.as_str()) {
                 return Err(format!("the lease holder is {:?}, not the pod", config.name));
             }
+            Parsed::Proxy(Box::new(config))
         }
-        "infera-launch" => {
-            launch(&start)?;
-        }
+        "infera-launch" => Parsed::Launch(launch(&start)?),
         other => return Err(format!("{other}: which binary is that?")),
-    }
-    Ok(Some(start.words[0].clone()))
+    };
+    Ok(Some(parsed))
 }
 
 /// `infera-launch up …` as the launcher checks it (the deployment file, `--only-host`).

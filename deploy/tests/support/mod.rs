@@ -5,4 +5,5 @@
 pub(crate) mod flags;
 pub(crate) mod pods;
 pub(crate) mod policy;
+pub(crate) mod secrets;
 pub(crate) mod workers;
