@@ -155,8 +155,10 @@ pub async fn run(
     let feed = Arc::new(feed);
     let fits = Arc::new(fit::WeightFits::new(config.fit_half_life));
     // The files were read and checked with the configuration.
-    let worker_connector =
-        infera_proto::serve::worker_client::WorkerConnector::new(Some(WORKER_CONNECT_TIMEOUT), config.worker_tls.as_ref())?;
+    let worker_connector = infera_proto::serve::worker_client::WorkerConnector::new(
+        Some(WORKER_CONNECT_TIMEOUT),
+        config.worker_tls.as_ref(),
+    )?;
     let engine = (
         engine::EngineFeed::new(config.engine_poll, fits, worker_connector),
         engine::metrics::EngineMetrics::register(&mut registry),

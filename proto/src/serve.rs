@@ -9,9 +9,9 @@ pub mod grpc;
 pub mod limits;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod version;
 #[cfg(feature = "tls")]
 pub mod worker_client;
-mod version;
 
 pub use limits::{ConnLimits, Gate, GateCounts};
 pub use version::Speaks;

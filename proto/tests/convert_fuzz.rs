@@ -220,7 +220,8 @@ fn url_ok(url: &str) -> bool {
     };
     let authority = rest.split('/').next().unwrap_or("");
     let (host, port) = authority.split_once(':').map_or((authority, None), |(h, p)| (h, Some(p)));
-    let host_ok = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    let host_ok =
+        !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
     let path_ok = rest[authority.len()..].bytes().all(|b| b == b'/' || b.is_ascii_lowercase());
     host_ok && path_ok && port.is_none_or(|p| p.parse::<u16>().is_ok())
 }

@@ -305,8 +305,10 @@ impl TryFrom<Args> for Config {
         let worker_tls = a.worker_tls.files();
         if let Some(files) = &worker_tls {
             // Read now, so that a bad file stops the proxy (exit 64) with its name.
-            infera_proto::serve::worker_client::worker_tls(files)
-                .map_err(|source| ConfigError::Tls { flags: "--worker-ca/--worker-cert/--worker-key", source })?;
+            infera_proto::serve::worker_client::worker_tls(files).map_err(|source| ConfigError::Tls {
+                flags: "--worker-ca/--worker-cert/--worker-key",
+                source,
+            })?;
         }
         let tls = a.tls.into_config(https)?;
         let control_token = a

@@ -134,8 +134,11 @@ pub async fn run(
     let link = ControlLink::new(&config, name, metrics.clone());
     let stop = Stop::on(shutdown);
     link.spawn(stop.receiver());
-    let up =
-        Upstreams { client: upstream::worker_client(config.connect_timeout, config.worker_tls.as_ref())?, link: link.clone(), metrics };
+    let up = Upstreams {
+        client: upstream::worker_client(config.connect_timeout, config.worker_tls.as_ref())?,
+        link: link.clone(),
+        metrics,
+    };
     if config.control_token.is_some() && config.tls.control.is_none() {
         tracing::warn!(
             "--control-token-file with an http:// control: the token crosses the network in clear \

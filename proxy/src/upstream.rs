@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http::{Request, header};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use infera_proto::serve::tls::TlsError;
 use infera_proto::serve::worker_client::{WorkerConnector, WorkerTlsFiles};
-use hyper_util::rt::TokioExecutor;
 use infera_proto::types::RequestId;
 use serde_json::json;
 
@@ -25,7 +25,10 @@ pub type WorkerClient = Client<WorkerConnector, Full<Bytes>>;
 ///
 /// # Errors
 /// When a TLS file cannot be read or used.
-pub fn worker_client(connect_timeout: Duration, tls: Option<&WorkerTlsFiles>) -> Result<WorkerClient, TlsError> {
+pub fn worker_client(
+    connect_timeout: Duration,
+    tls: Option<&WorkerTlsFiles>,
+) -> Result<WorkerClient, TlsError> {
     let connector = WorkerConnector::new(Some(connect_timeout), tls)?;
     Ok(Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector))
 }

@@ -22,8 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use infera_proto::serve::worker_client::WorkerConnector;
 use hyper_util::rt::TokioExecutor;
+use infera_proto::serve::worker_client::WorkerConnector;
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
 
 use super::{HeldOut, MalformedServerInfo, Reconciled, RecordMismatch};
