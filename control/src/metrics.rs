@@ -160,7 +160,7 @@ impl ControlMetrics {
         r.register("leases", "Open proxy leases", m.leases.clone());
         r.register(
             "registry_changes",
-            "Worker changes applied from the registry (etcd), by kind: upsert, remove",
+            "Worker changes applied from the registry (etcd), by kind: upsert, remove, refused (a record that is no valid worker, ignored)",
             m.registry_changes.clone(),
         );
         r.register(

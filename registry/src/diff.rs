@@ -13,6 +13,15 @@ pub enum Change {
     Upsert(Box<RegisteredWorker>),
     /// A worker left.
     Remove(WorkerId),
+    /// A record under the workers' prefix that is no worker: it does not parse, names another
+    /// id than its key, or fails the record check. The view is unchanged (a worker it would
+    /// have replaced keeps its last valid record); the receiver counts it.
+    Refused {
+        /// The etcd key.
+        key: String,
+        /// Why, for the log.
+        problem: String,
+    },
 }
 
 /// The registered workers, by id.
@@ -33,6 +42,7 @@ pub fn apply(view: &mut Workers, change: &Change) -> bool {
     match change {
         Change::Upsert(r) => view.insert(r.id.clone(), (**r).clone()).as_ref() != Some(&**r),
         Change::Remove(id) => view.remove(id).is_some(),
+        Change::Refused { .. } => true,
     }
 }
 

@@ -66,13 +66,17 @@ async fn watch_round(
     let mut client = connect(etcd).await?;
     let snapshot = client.get(keys::WORKERS, Some(GetOptions::new().with_prefix())).await?;
     let revision = snapshot.header().map_or(0, etcd_client::ResponseHeader::revision);
-    let current: Workers = snapshot
-        .kvs()
-        .iter()
-        .filter_map(|kv| record(kv.key(), kv.value()))
-        .map(|r| (r.id.clone(), r))
-        .collect();
-    for change in diff(known, &current) {
+    let mut current = Workers::new();
+    let mut refused = Vec::new();
+    for kv in snapshot.kvs() {
+        match record(kv.key(), kv.value()) {
+            Ok(r) => {
+                current.insert(r.id.clone(), r);
+            }
+            Err(change) => refused.push(change),
+        }
+    }
+    for change in diff(known, &current).into_iter().chain(refused) {
         if changes.send(change).await.is_err() {
             return Ok(Round::Closed);
         }
@@ -91,8 +95,8 @@ async fn watch_round(
             let Some(kv) = event.kv() else { continue };
             let change = match event.event_type() {
                 EventType::Put => match record(kv.key(), kv.value()) {
-                    Some(r) => Change::Upsert(Box::new(r)),
-                    None => continue,
+                    Ok(r) => Change::Upsert(Box::new(r)),
+                    Err(refused) => refused,
                 },
                 EventType::Delete => match std::str::from_utf8(kv.key()).ok().and_then(keys::worker_id) {
                     Some(id) => Change::Remove(id),
@@ -107,25 +111,20 @@ async fn watch_round(
     Err(RegistryError::Etcd(etcd_client::Error::WatchError("the watch stream ended".into())))
 }
 
-/// A valid worker record stored at `key`; anything else is logged and skipped.
-fn record(key: &[u8], value: &[u8]) -> Option<RegisteredWorker> {
-    let key = std::str::from_utf8(key).ok()?;
-    let id = keys::worker_id(key)?;
+/// A valid worker record stored at `key`, or the refusal (logged) of anything else.
+fn record(key: &[u8], value: &[u8]) -> Result<RegisteredWorker, Change> {
+    let key = String::from_utf8_lossy(key);
+    let refuse = |problem: String| {
+        tracing::warn!(key = ?key, problem = ?problem, "worker record refused; ignored");
+        Change::Refused { key: key.to_string(), problem }
+    };
+    let Some(id) = keys::worker_id(&key) else { return Err(refuse("not a worker key".into())) };
     match serde_json::from_slice::<RegisteredWorker>(value) {
-        Ok(r) if r.id != id => {
-            tracing::warn!(key, record_id = %r.id, "worker record id does not match its key; ignored");
-            None
-        }
+        Ok(r) if r.id != id => Err(refuse(format!("record id {:?} does not match its key", r.id.as_str()))),
         Ok(r) => match r.check() {
-            Ok(()) => Some(r),
-            Err(problem) => {
-                tracing::warn!(key, problem, "invalid worker record; ignored");
-                None
-            }
+            Ok(()) => Ok(r),
+            Err(problem) => Err(refuse(problem.to_owned())),
         },
-        Err(e) => {
-            tracing::warn!(key, error = %e, "malformed worker record; ignored");
-            None
-        }
+        Err(e) => Err(refuse(format!("malformed: {e}"))),
     }
 }

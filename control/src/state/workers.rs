@@ -25,6 +25,7 @@ impl ControlState {
                 }
                 self.start_discovery(&mut discovery, *registered);
             }
+            infera_registry::Change::Refused { .. } => self.metrics.registry_change("refused"),
             infera_registry::Change::Remove(id) => {
                 self.metrics.registry_change("remove");
                 tracing::info!(worker = %id, "worker left");
