@@ -11,16 +11,16 @@ use crate::error::ProxyError;
 /// session key (`x-session-id`, `user`, `prompt_cache_key`), in bytes: control's own bound.
 pub use infera_proto::types::MAX_ID_BYTES;
 
-/// Nesting deeper than this makes [`values_in`] give up (`usize::MAX`): the JSON parser refuses
-/// far less deep documents anyway (serde_json's recursion limit is 128).
-const MAX_SCAN_DEPTH: usize = 1_024;
+/// The deepest nesting a body may have: serde_json's own recursion limit, which refuses anything
+/// deeper when it parses; [`values_in`] stops counting there.
+const MAX_DEPTH: usize = 128;
 
 /// How many JSON values `body` parses into — scalars, arrays and objects, and each object
 /// member's key — counted without parsing it: the root, each `:` (a member's key and value),
 /// each array element (its first, and one per `,`), outside strings. Exact for valid JSON; for
 /// anything else a guess the parser then refuses. Linear in the bytes, no allocation beyond the
 /// nesting stack.
-pub fn values_in(body: &[u8]) -> usize {
+pub fn values_in(body: &[u8]) -> Option<usize> {
     /// What a `,` separates in the innermost container.
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum In {
@@ -54,8 +54,8 @@ pub fn values_in(body: &[u8]) -> usize {
         match b {
             b'"' => in_string = true,
             b'[' | b'{' => {
-                if stack.len() == MAX_SCAN_DEPTH {
-                    return usize::MAX;
+                if stack.len() == MAX_DEPTH {
+                    return None;
                 }
                 stack.push(if b == b'[' { In::Array } else { In::Object });
                 first_element = b == b'[';
@@ -68,12 +68,14 @@ pub fn values_in(body: &[u8]) -> usize {
             _ => {}
         }
     }
-    count
+    Some(count)
 }
 
 /// Refuses a body of more than `max_values` values (413: it would not fit the memory bound).
 pub fn check_values(body: &[u8], max_values: usize) -> Result<(), ProxyError> {
-    let values = values_in(body);
+    let Some(values) = values_in(body) else {
+        return Err(ProxyError::BadRequest("request body nests JSON deeper than 128 levels"));
+    };
     if values > max_values {
         return Err(ProxyError::BodyTooComplex { values, limit: max_values });
     }
@@ -139,10 +141,10 @@ mod tests {
         ];
         for doc in docs {
             let v: Value = serde_json::from_str(doc).unwrap();
-            assert_eq!(values_in(doc.as_bytes()), parsed(&v), "{doc}");
+            assert_eq!(values_in(doc.as_bytes()), Some(parsed(&v)), "{doc}");
         }
         let big = format!("{{\"input_ids\": [{}]}}", vec!["1"; 10_000].join(","));
-        assert_eq!(values_in(big.as_bytes()), 10_003);
+        assert_eq!(values_in(big.as_bytes()), Some(10_003));
     }
 
     #[test]
@@ -153,8 +155,11 @@ mod tests {
             Err(ProxyError::BodyTooComplex { values: 102, .. })
         ));
         assert!(check_values(big.as_bytes(), 102).is_ok());
-        let deep = "[".repeat(MAX_SCAN_DEPTH + 1);
-        assert_eq!(values_in(deep.as_bytes()), usize::MAX, "nesting past the scan's depth is too much");
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert_eq!(values_in(deep.as_bytes()), Some(MAX_DEPTH), "as deep as the parser goes");
+        let deeper = "[".repeat(MAX_DEPTH + 1);
+        assert_eq!(values_in(deeper.as_bytes()), None, "deeper than the parser goes");
+        assert!(matches!(check_values(deeper.as_bytes(), 1_000), Err(ProxyError::BadRequest(_))));
         let mut body = Map::new();
         body.insert("user".into(), Value::String("u".repeat(MAX_ID_BYTES)));
         assert!(check_body_ids(&body).is_ok());
