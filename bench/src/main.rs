@@ -1,5 +1,8 @@
 //! `infera-bench`: benchmarks that print ratios against a baseline measured in the same run.
 //!
+//! - `attack`: the attack suite with floods ten times the test's, against a fresh hardened
+//!   deployment per run: per case what was sent, what came back, and the peak RSS of control and
+//!   each proxy against their peak under ordinary requests.
 //! - `bpe-compare`: the proxy's BPE encoder (Hugging Face `tokenizers`) against `kitoken` on the
 //!   fixture and real `tokenizer.json` files: identical ids or not, and MB/s of each.
 //! - `chaos`: streamed and whole requests through two proxies while sim faults, client cancels,
@@ -25,6 +28,7 @@
 //! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
 //!   with the session cache, against parsing the request's JSON.
 
+mod attack;
 mod bpe_compare;
 mod chaos;
 mod control;
@@ -49,6 +53,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Attack: the attack suite with larger floods; per case sent, answered, safe, peak RSS.
+    Attack(attack::AttackArgs),
     /// BPE: the proxy's encoder vs kitoken on the same tokenizer.json files (ids, MB/s).
     BpeCompare(bpe_compare::Args),
     /// Chaos: faults, cancels, proxy/control kills and an etcd outage under load; hung, errors, ledger.
@@ -75,6 +81,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
+        Cmd::Attack(args) => attack::run(args),
         Cmd::BpeCompare(args) => bpe_compare::run(args),
         Cmd::Chaos(args) => chaos::run(args),
         Cmd::Control(args) => control::run(args),

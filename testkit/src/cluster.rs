@@ -44,6 +44,8 @@ pub struct ClusterSpec {
     /// required, auth with infera's roles): control as `infera-control` with its password, the
     /// registrations as `infera-launch` by certificate.
     pub etcd_secured: bool,
+    /// The API key the proxies' readiness probe shows (a deployment with `--api-keys`).
+    pub proxy_api_key: Option<String>,
     /// Every part as a real process (else all in this process).
     pub processes: bool,
     /// The sims in this process even with `processes` (control and the proxies, which a run
@@ -83,6 +85,7 @@ impl ClusterSpec {
             each_proxy: Vec::new(),
             etcd: None,
             etcd_secured: false,
+            proxy_api_key: None,
             processes: false,
             sims_in_process: false,
         }
@@ -130,7 +133,7 @@ impl ClusterSpec {
             proxies.push(if self.processes { spec.spawn().await? } else { spec.start().await? });
         }
         for p in &proxies {
-            p.wait_ready(&self.model).await?;
+            p.wait_ready_as(&self.model, self.proxy_api_key.as_deref()).await?;
         }
         Ok(Cluster { model: self.model, sims, control, proxies, registrations, etcd })
     }

@@ -102,7 +102,7 @@ pub fn server_info(record: &RegisteredWorker) -> Value {
 }
 
 /// Answers `GET /server_info` with `info` on every connection, 404 otherwise.
-async fn serve(listener: TcpListener, info: Value) {
+pub(crate) async fn serve(listener: TcpListener, info: Value) {
     let body = Bytes::from(info.to_string());
     while let Ok((stream, _)) = listener.accept().await {
         let body = body.clone();

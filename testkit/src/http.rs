@@ -51,6 +51,25 @@ pub async fn request_with(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
+/// POST `body` as sent (JSON or not) to `url` with `headers`: the status and the body as text.
+///
+/// # Errors
+/// When the connection fails or breaks.
+pub async fn post_bytes(
+    url: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<(StatusCode, String)> {
+    let mut req = Request::builder().method(Method::POST).uri(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = client().request(req.body(Full::new(Bytes::from(body)))?).await?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
 /// GET `url`: the status and body.
 ///
 /// # Errors
@@ -83,6 +102,16 @@ pub async fn get_json(url: &str) -> anyhow::Result<Value> {
 /// When the connection fails or breaks.
 pub async fn post_json(url: &str, body: &Value) -> anyhow::Result<(StatusCode, String)> {
     request(Method::POST, url, Some(body)).await
+}
+
+/// The sum of the samples of exactly the series `name` (a gauge: not its `_total`, `_bucket` or
+/// other suffixed families) whose label text contains `labels`.
+pub fn metric_exact(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(labels))
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The sum of a Prometheus/OpenMetrics family's samples whose label text contains `labels`.

@@ -20,6 +20,7 @@
 //! - [`replicas`]: several controls electing a leader through etcd (HA), optionally each in a
 //!   network namespace of its own ([`netns`]) so that links can be cut.
 
+pub mod attack;
 pub mod cluster;
 pub mod conformance_cases;
 pub mod control;

@@ -38,6 +38,14 @@ impl Node {
         }
     }
 
+    /// The child's pid, when it runs as one.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Self::InProcess(_) => None,
+            Self::Process(p) => p.pid(),
+        }
+    }
+
     /// The child, when it runs as one.
     pub fn process(&mut self) -> Option<&mut Process> {
         match self {

@@ -92,9 +92,15 @@ impl ProxySpec {
         let mut argv = vec!["infera-proxy".to_owned()];
         argv.extend(self.argv());
         let config = infera_proxy::Config::try_from(infera_proxy::Args::try_parse_from(argv)?)?;
-        let listeners = infera_proxy::Listeners { api: listener, metrics: None };
+        let metrics = match config.connections.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let metrics_url =
+            metrics.as_ref().map(|l| l.local_addr().map(|a| format!("http://{a}"))).transpose()?;
+        let listeners = infera_proxy::Listeners { api: listener, metrics };
         let server = Server::spawn("infera-proxy", move |stop| infera_proxy::run(listeners, config, stop));
-        Ok(Proxy { url, node: Node::InProcess(server) })
+        Ok(Proxy { url, metrics_url, node: Node::InProcess(server) })
     }
 
     /// Starts it as an `infera-proxy` process (its port kept on restart).
@@ -110,10 +116,15 @@ impl ProxySpec {
             program: binary("infera-proxy")?,
             args,
             env: BTreeMap::from([("INFERA_LOG".to_owned(), "warn".to_owned())]),
-            rebind: vec![Rebind { flag: "--listen", key: "http=", port_only: false }],
+            rebind: vec![
+                Rebind { flag: "--listen", key: "http=", port_only: false },
+                Rebind { flag: "--metrics-listen", key: "metrics=", port_only: false },
+            ],
         };
         let process = tokio::task::spawn_blocking(move || Process::start(spec)).await??;
-        Ok(Proxy { url: format!("{}://{}", scheme, process.addr("http=")), node: Node::Process(process) })
+        let metrics_url = process.try_addr("metrics=").map(|a| format!("http://{a}"));
+        let url = format!("{}://{}", scheme, process.addr("http="));
+        Ok(Proxy { url, metrics_url, node: Node::Process(process) })
     }
 }
 
@@ -122,6 +133,8 @@ impl ProxySpec {
 pub struct Proxy {
     /// Its base URL.
     pub url: String,
+    /// Where it serves `/metrics` when apart from the API (`--metrics-listen`).
+    pub metrics_url: Option<String>,
     /// How it runs.
     pub node: Node,
 }
@@ -135,9 +148,20 @@ impl Proxy {
     /// # Errors
     /// When it is not ready in time.
     pub async fn wait_ready(&self, model: &str) -> anyhow::Result<()> {
+        self.wait_ready_as(model, None).await
+    }
+
+    /// [`Proxy::wait_ready`] for a proxy with API keys: `/v1/models` is asked with `key`.
+    ///
+    /// # Errors
+    /// When it is not ready in time.
+    pub async fn wait_ready_as(&self, model: &str, key: Option<&str>) -> anyhow::Result<()> {
         let needle = format!("\"id\":\"{model}\"");
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
         poll(READY, &format!("proxy {} to be ready with model {model} and a lease", self.url), async || {
-            let models = http::get(&format!("{}/v1/models", self.url)).await.ok()?;
+            let url = format!("{}/v1/models", self.url);
+            let models = http::request_with(http::Method::GET, &url, None, &headers).await.ok()?;
             let ready = http::get(&format!("{}/readiness", self.url)).await.ok()?;
             let leased =
                 http::metric_sum(&self.metrics().await.ok()?, "infera_proxy_control_lease", "") == 1.0;
@@ -153,7 +177,7 @@ impl Proxy {
     /// # Errors
     /// When it does not answer 200.
     pub async fn metrics(&self) -> anyhow::Result<String> {
-        http::get_ok(&format!("{}/metrics", self.url)).await
+        http::get_ok(&format!("{}/metrics", self.metrics_url.as_deref().unwrap_or(&self.url))).await
     }
 
     /// Stops it gracefully (bounded): open requests finish, its lease is closed.

@@ -5,7 +5,7 @@
 //!   SGLang parser venvs, and `.venv-deploy` with the manifests' checkers.
 //! - `test`: `setup`, then the whole test suite.
 //! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
-//! - `bench [control|proxy|failover|chaos|sglang-soak|…]`: the benchmarks (release build), printed as ratios
+//! - `bench [control|proxy|failover|chaos|sglang-soak|attack|…]`: the benchmarks (release build), printed as ratios
 //!   against a baseline measured in the same run; without a name, `control` then `proxy`
 //!   (`failover` and `chaos` need etcd: `setup` installs it).
 
