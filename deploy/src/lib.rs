@@ -5,6 +5,7 @@
 //! - [`promql`]: a query parsed and checked against them.
 //! - [`dashboard`]: the Grafana dashboard's queries.
 //! - [`rules`]: the Prometheus rules file and promtool's test files.
+//! - [`systemd`]: a unit of `deploy/systemd/` started as systemd would start it.
 //!
 //! The tools come from `cargo xtask setup`: `kubectl` (its built-in kustomize) on `PATH`, and
 //! the deploy venv (`.venv-deploy`: `kubernetes-validate`, `checkov`, and under `npm/`
@@ -21,6 +22,7 @@ pub mod dashboard;
 pub mod exposition;
 pub mod promql;
 pub mod rules;
+pub mod systemd;
 
 /// The `deploy/` folder.
 pub fn dir() -> PathBuf {

@@ -1,165 +1,160 @@
-//! `deploy/systemd`: every variable of each env file is one its binary reads, and the unit's
-//! command line plus the env file's values parse and check as the binary would at start-up.
-//! Site-specific values (the model's tokenizer, the node's deployment file and host) are
-//! replaced by this machine's; everything else is taken as written.
+//! `deploy/systemd`: each unit, started as systemd would on a host set up as
+//! manual/guides/systemd.md says (its blocks run, `/etc/infera` in a temporary folder), gives its
+//! binary a command line and environment its own parser accepts, with every variable one the
+//! binary reads. And what the parts run with by default: control over TLS, its Router asking a
+//! token of every call (never `--router-allow-unauthenticated`), its Admin a token it cannot
+//! start without; the proxies at `https://` control with a token, their API over HTTPS with API
+//! keys and `/metrics` on a loopback port apart; a file-descriptor limit above what the
+//! connections need. Site-specific values (the model's tokenizer, the node's deployment file and
+//! host) are replaced by this machine's; everything else is taken as written.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod site;
 
 use clap::{CommandFactory, Parser};
+use infera_deploy::systemd::{Started, Unit};
+use site::{Site, argv};
 
-fn deploy(file: &str) -> PathBuf {
-    infera_deploy::dir().join("systemd").join(file)
+/// A control unit's process as its parser takes it, on `site`.
+fn control(site: &Site, unit: &str, instance: &str) -> (infera_control::Config, Started) {
+    let (started, _credentials) = site.start(unit, instance).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(started.program, "infera-control");
+    let argv = argv(&infera_control::Args::command(), &started);
+    let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    (infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{argv:?}: {e}")), started)
 }
 
-/// `KEY=VALUE` lines, comments and blank lines skipped.
-fn env_file(name: &str) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(deploy(name)).unwrap();
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("{name}: not KEY=VALUE: {l}"));
-            (k.to_owned(), v.to_owned())
-        })
-        .collect()
-}
-
-/// The unit's `ExecStart` words after the program, with the instance `%i` and host `%H`.
-fn exec_start(unit: &str, instance: &str) -> (String, Vec<String>) {
-    let text = std::fs::read_to_string(deploy(unit)).unwrap();
-    let line = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("an ExecStart line");
-    let mut words = line.split_whitespace().map(|w| w.replace("%i", instance).replace("%H", "node-1"));
-    let program = words.next().unwrap();
-    let name = Path::new(&program).file_name().unwrap().to_str().unwrap().to_owned();
-    (name, words.collect())
-}
-
-/// The env file as the flags the binary's parser maps those variables to; panics on a variable
-/// the binary does not read.
-fn as_flags(cmd: &clap::Command, env: &BTreeMap<String, String>) -> Vec<String> {
-    infera_deploy::as_flags(cmd, env).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The unit's `Environment=` lines, `%d` (its credentials) being `credentials`.
-fn unit_environment(unit: &str, credentials: &Path) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(deploy(unit)).unwrap();
-    let d = credentials.display().to_string();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("Environment="))
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{unit}: not KEY=VALUE: {kv}"));
-            (k.to_owned(), v.replace("%d", &d))
-        })
-        .collect()
-}
-
-/// etcd's CA and a client certificate for `user`, as files named `ca`, `cert`, `key` in `dir`
-/// (what the units' LoadCredential lines and launch.env point at).
-fn etcd_credentials(dir: &Path, user: &str, [ca, cert, key]: [&str; 3]) {
-    let test_ca = infera_testkit::tls::TestCa::new("etcd");
-    let issued = test_ca.issue(user, &[]);
-    for (from, to) in [(test_ca.ca(), ca), (issued.cert, cert), (issued.key, key)] {
-        std::fs::copy(&from, dir.join(to)).unwrap();
-    }
-}
-
-/// Control's etcd settings from `unit` with its credentials written to a temporary directory.
-fn control_etcd_env(unit: &str) -> (BTreeMap<String, String>, tempfile::TempDir) {
-    let credentials = tempfile::tempdir().unwrap();
-    etcd_credentials(credentials.path(), "infera-control", ["etcd-ca.pem", "etcd-cert.pem", "etcd-key.pem"]);
-    (unit_environment(unit, credentials.path()), credentials)
-}
-
-/// The control settings are over TLS with a client certificate, to `https://` endpoints.
-fn assert_secured_etcd(config: &infera_control::Config) {
+/// What every control unit runs with: etcd over TLS with a client certificate, gRPC over TLS,
+/// a Router that knows each proxy host's token from the guide, an admin token.
+fn assert_secured(config: &infera_control::Config, started: &Started, site: &Site) {
     let etcd = config.etcd.as_ref().expect("control follows etcd");
     assert!(etcd.endpoints().iter().all(|e| e.starts_with("https://")), "{:?}", etcd.endpoints());
     let security = etcd.security();
     assert!(security.ca.is_some() && security.cert.is_some() && security.key.is_some(), "{security:?}");
+    assert!(config.tls.is_some(), "gRPC without TLS");
+    assert!(!config.router.is_open(), "the Router asks no credential");
+    assert!(
+        !started.env.contains_key("INFERA_CONTROL_ROUTER_ALLOW_UNAUTHENTICATED")
+            && !started.args.iter().any(|a| a.contains("allow-unauthenticated")),
+        "an open Router by choice"
+    );
+    let tokens = config.router.tokens.as_ref().expect("--router-tokens").current();
+    for host in ["proxy-1", "proxy-2"] {
+        let token = site.pki_text(&format!("{host}.token"));
+        let identity = tokens.identify(token.as_bytes()).map(|i| i.as_str().to_owned());
+        assert_eq!(identity.as_deref(), Some(host), "the guide's {host}.token is not what its hash lists");
+    }
+    let admin = site.pki_text("control-admin.env");
+    assert_eq!(
+        config.admin_token.as_deref(),
+        admin.strip_prefix("INFERA_ADMIN_TOKEN="),
+        "the guide's admin token"
+    );
 }
 
 #[test]
-fn control_unit_and_env_start_a_valid_control() {
-    let (name, words) = exec_start("infera-control.service", "");
-    assert_eq!(name, "infera-control");
-    // systemd: variables of EnvironmentFile= win over the unit's Environment=.
-    let (mut env, _credentials) = control_etcd_env("infera-control.service");
-    env.extend(env_file("control.env"));
-    let argv: Vec<String> =
-        std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
-    let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
+fn control_unit_and_env_start_a_valid_secured_control() {
+    let site = Site::new();
+    let (config, started) = control(&site, "infera-control.service", "");
+    let env = site.env("control.env");
     assert_eq!(
         config.etcd.as_ref().map(|e| e.endpoints().to_vec()),
         Some(vec![env["INFERA_CONTROL_ETCD"].clone()])
     );
     assert_eq!(config.settings.overlap_credit.get().to_string(), env["INFERA_PREFILL_OVERLAP_CREDIT"]);
-    assert!(config.admin_token.is_none(), "no token ships: each site makes its own");
-    assert_secured_etcd(&config);
+    assert_secured(&config, &started, &site);
+    assert!(!env.contains_key("INFERA_ADMIN_TOKEN"), "no token ships: each site makes its own");
 }
 
 #[test]
-fn an_ha_replica_unit_and_its_two_env_files_start_a_valid_control() {
-    let (name, words) = exec_start("infera-control@.service", "a");
-    assert_eq!(name, "infera-control");
+fn control_does_not_start_without_its_admin_token_file() {
+    let site = Site::new();
+    std::fs::remove_file(site.root.join("control-admin.env")).unwrap();
+    for (unit, instance) in [("infera-control.service", ""), ("infera-control@.service", "a")] {
+        let e = site.start(unit, instance).expect_err("a required EnvironmentFile is missing");
+        assert!(format!("{e:#}").contains("control-admin.env"), "{unit}: {e:#}");
+    }
+}
+
+#[test]
+fn an_ha_replica_unit_and_its_two_env_files_start_a_valid_secured_control() {
+    let site = Site::new();
+    let (config, started) = control(&site, "infera-control@.service", "a");
     // The replica's own file is read after the shared one: its values win.
-    let (mut env, _credentials) = control_etcd_env("infera-control@.service");
-    env.extend(env_file("control.env"));
-    let own = env_file("control-a.env");
-    env.extend(own.clone());
-    let argv: Vec<String> =
-        std::iter::once(name).chain(words).chain(as_flags(&infera_control::Args::command(), &env)).collect();
-    let args = infera_control::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    let config = infera_control::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
-    assert!(config.etcd.is_some(), "replicas elect through etcd");
-    assert_eq!(config.advertise_url.as_deref(), Some(own["INFERA_CONTROL_ADVERTISE_URL"].as_str()));
-    assert_eq!(config.leader_ttl.as_secs().to_string(), env["INFERA_CONTROL_LEADER_LEASE_TTL_SECS"]);
-    assert_secured_etcd(&config);
+    let own = site.env("control-a.env");
+    let url = config.advertise_url.as_deref().expect("a replica advertises its URL");
+    assert_eq!(url, own["INFERA_CONTROL_ADVERTISE_URL"]);
+    assert!(url.starts_with("https://"), "proxies and replicas reach it over TLS: {url}");
+    assert!(started.env.contains_key("INFERA_CONTROL_TLS_PEER_CA"), "a follower verifies the leader");
+    assert_eq!(config.leader_ttl.as_secs().to_string(), started.env["INFERA_CONTROL_LEADER_LEASE_TTL_SECS"]);
+    assert_secured(&config, &started, &site);
 }
 
 #[test]
-fn proxy_unit_and_env_start_a_valid_proxy() {
-    let (name, words) = exec_start("infera-proxy@.service", "8000");
-    assert_eq!(name, "infera-proxy");
-    let mut env = env_file("proxy.env");
-    let dir = tempfile::tempdir().unwrap();
-    infera_tokenize::fixture::write_model_dir(dir.path(), 300).unwrap();
-    let tokenizer = env.get_mut("INFERA_PROXY_TOKENIZER").expect("the proxies tokenize");
-    *tokenizer = dir.path().join("tokenizer.json").display().to_string();
-    let argv: Vec<String> =
-        std::iter::once(name).chain(words).chain(as_flags(&infera_proxy::Args::command(), &env)).collect();
+fn proxy_unit_and_env_start_a_valid_secured_proxy() {
+    let site = Site::new();
+    let _model = site.tokenizer();
+    let (started, _credentials) =
+        site.start("infera-proxy@.service", "8000").unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(started.program, "infera-proxy");
+    let argv = argv(&infera_proxy::Args::command(), &started);
     let args = infera_proxy::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_proxy::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.listen.port(), 8000);
     assert_eq!(config.name.as_deref(), Some("proxy-node-1-8000"));
     assert!(config.tokenizer.is_some());
+
+    assert!(config.control.iter().all(|u| u.scheme_str() == Some("https")), "{:?}", config.control);
+    let control = config.tls.control.as_ref().expect("control over TLS");
+    assert!(control.files.ca.is_some(), "control verified with the site's CA");
+    assert!(config.control_token.is_some(), "Router calls with the host's token");
+    assert!(config.tls.listener.is_some(), "the API over HTTPS");
+    let keys = config.api_keys.as_ref().expect("API keys").get();
+    let key = format!("Bearer {}", site.pki_text("team-a.key"));
+    assert_eq!(
+        keys.identify(Some(key.as_bytes())).map(|c| c.name.to_string()).ok().as_deref(),
+        Some("team-a")
+    );
+
+    let metrics = config.connections.metrics_listen.expect("/metrics apart from the API");
+    assert!(metrics.ip().is_loopback() && metrics.port() == 18000, "{metrics}");
+
+    // Each client connection, and each of its requests' two legs to the workers.
+    let connections = u64::try_from(config.connections.limits.max_connections).unwrap();
+    let (soft, hard) =
+        Unit::read("infera-proxy@.service").unwrap().limit_nofile().unwrap().expect("LimitNOFILE");
+    assert!(
+        soft == hard && soft >= 3 * connections,
+        "LimitNOFILE={soft}:{hard}, --max-connections {connections}"
+    );
 }
 
 #[test]
 fn launch_unit_and_env_start_one_nodes_workers() {
+    let site = Site::new();
     let example = infera_deploy::dir().join("../examples/sim_1p1d/deployment.toml");
-    let (name, words) = exec_start("infera-launch@.service", "deployment");
-    assert_eq!(name, "infera-launch");
-    let words: Vec<String> = words
-        .into_iter()
-        .map(|w| if w == "/etc/infera/deployment.toml" { example.display().to_string() } else { w })
-        .collect();
-    let mut env = env_file("launch.env");
-    *env.get_mut("INFERA_LAUNCH_ONLY_HOST").expect("one node of several") = "127.0.0.1".into();
-    // The site's etcd files, made here where launch.env names them.
-    let etcd_files = tempfile::tempdir().unwrap();
-    etcd_credentials(etcd_files.path(), "infera-launch", ["ca.pem", "launch.pem", "launch-key.pem"]);
-    for var in ["INFERA_LAUNCH_ETCD_CA", "INFERA_LAUNCH_ETCD_CERT", "INFERA_LAUNCH_ETCD_KEY"] {
-        let path = env.get_mut(var).unwrap_or_else(|| panic!("launch.env sets {var}"));
-        *path = path.replace("/etc/infera/etcd", &etcd_files.path().display().to_string());
-    }
+    std::fs::copy(&example, site.root.join("deployment.toml")).unwrap();
+    site.set("launch.env", "INFERA_LAUNCH_ONLY_HOST", "127.0.0.1");
+    let (started, _credentials) = site.start("infera-launch@.service", "deployment").unwrap();
+    assert_eq!(started.program, "infera-launch");
     let cmd = infera_launcher::Args::command();
-    let up = cmd.find_subcommand("up").expect("an up subcommand");
-    let argv: Vec<String> = std::iter::once(name).chain(words).chain(as_flags(up, &env)).collect();
+    let argv = argv(cmd.find_subcommand("up").expect("an up subcommand"), &started);
     let args = infera_launcher::Args::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     let config = infera_launcher::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
     let infera_launcher::Command::Up(up) = config.command else { panic!("{argv:?}: not up") };
     let etcd = up.etcd.expect("the registrar registers in etcd");
     assert!(etcd.endpoints().iter().all(|e| e.starts_with("https://")) && etcd.security().cert.is_some());
+}
+
+#[test]
+fn every_unit_raises_the_file_descriptor_limit() {
+    for unit in [
+        "infera-control.service",
+        "infera-control@.service",
+        "infera-proxy@.service",
+        "infera-launch@.service",
+    ] {
+        let limit = Unit::read(unit).unwrap().limit_nofile().unwrap();
+        // SGLang raises its own soft limit to 65535, which the workers' hard limit must allow.
+        assert!(limit.is_some_and(|(soft, hard)| soft == hard && soft >= 65_535), "{unit}: {limit:?}");
+    }
 }
