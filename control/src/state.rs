@@ -273,7 +273,7 @@ impl ControlState {
         };
         let opened = opened.inspect_err(|e| {
             self.metrics.bound_refusal("leases");
-            tracing::warn!(identity = %caller, error = %e, "a lease refused");
+            tracing::warn!(identity = ?caller.as_str(), error = %e, "a lease refused");
         })?;
         self.metrics.leases(leases);
         self.metrics.identity_leases(caller, theirs);

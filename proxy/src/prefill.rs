@@ -123,7 +123,7 @@ async fn run(
             abort(&up.client, &url, &rid);
         }
         Ending::Overdue => {
-            tracing::warn!(%url, %rid, grace_s = DETACHED_GRACE.as_secs(), "prefill leg still open after its request ended; aborted");
+            tracing::warn!(%url, rid = ?rid, grace_s = DETACHED_GRACE.as_secs(), "prefill leg still open after its request ended; aborted");
             pick.release(ReleaseReason::Cancelled);
             abort(&up.client, &url, &rid);
         }

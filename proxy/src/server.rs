@@ -133,7 +133,7 @@ fn identify(ctx: &Ctx, headers: &http::HeaderMap) -> Result<Option<keys::Caller>
     let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
     match keys.get().identify(authorization) {
         Ok(caller) => {
-            tracing::Span::current().record("api_key", &*caller.name);
+            tracing::Span::current().record("api_key", tracing::field::debug(&*caller.name));
             Ok(Some(caller))
         }
         Err(_) => {
@@ -192,7 +192,7 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
     let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
-    tracing::Span::current().record("request_id", facts.request_id.as_str());
+    tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {
         return e.into_response(&facts.request_id);
     }

@@ -96,7 +96,7 @@ impl Router for RouterService {
         let holder = convert::lease_holder("holder", m.holder).map_err(ControlError::from)?;
         let crate::routing::OpenedLease { lease, ttl } =
             self.state.open_lease(holder.clone(), Duration::from_millis(m.ttl_ms.into()), &who)?;
-        tracing::info!(%lease, %holder, identity = %who, ttl_ms = ttl.as_millis() as u64, "lease opened");
+        tracing::info!(%lease, holder = ?holder.as_str(), identity = ?who.as_str(), ttl_ms = ttl.as_millis() as u64, "lease opened");
         Ok(Response::new(pb::Lease { lease_id: lease.to_string(), ttl_ms: wire::millis(ttl) }))
     }
 
@@ -115,7 +115,7 @@ impl Router for RouterService {
         let who = caller(&req)?;
         let lease = convert::lease_id("lease_id", &req.get_ref().lease_id).map_err(ControlError::from)?;
         let released = self.state.close_lease(lease, &who)?;
-        tracing::info!(%lease, released, identity = %who, "lease closed");
+        tracing::info!(%lease, released, identity = ?who.as_str(), "lease closed");
         Ok(Response::new(pb::CloseLeaseResponse { released_reservations: released as u32 }))
     }
 
@@ -206,13 +206,13 @@ impl Router for RouterService {
         if bytes > self.redeclare_bytes {
             self.state.bound_refusal("redeclare_bytes");
             let e = ControlError::RedeclareTooLarge { bytes, max: self.redeclare_bytes };
-            tracing::warn!(identity = %who, error = %e, "a Redeclare refused");
+            tracing::warn!(identity = ?who.as_str(), error = %e, "a Redeclare refused");
             return Err(e.into());
         }
         let (lease, legs) = convert::redeclare_request(req.into_inner()).map_err(ControlError::from)?;
         let results = self.state.redeclare(lease, &legs, &who)?;
         let booked = results.iter().filter(|r| matches!(r, Declared::Booked { .. })).count();
-        tracing::info!(%lease, identity = %who, legs = legs.len(), booked, "legs re-declared");
+        tracing::info!(%lease, identity = ?who.as_str(), legs = legs.len(), booked, "legs re-declared");
         Ok(Response::new(pb::RedeclareResponse {
             results: results
                 .iter()

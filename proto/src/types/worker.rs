@@ -190,11 +190,12 @@ impl<Ranks: Copy + Into<Option<u32>>> WorkerRecord<Ranks> {
     /// problem. Duplicate ids are the registry's own check. While the ranks are not known, the
     /// KV-event and load sockets are checked for rank 0 only (the rest once they are).
     pub fn check(&self) -> Result<(), &'static str> {
-        if self.id.as_str().trim().is_empty() || self.id.as_str().contains('/') {
-            return Err("id must be non-empty and without '/'");
+        let id = self.id.as_str();
+        if id.trim().is_empty() || id.contains('/') || id.chars().any(char::is_control) {
+            return Err("id must be non-empty, without '/' and without control characters");
         }
-        if self.model.as_str().trim().is_empty() {
-            return Err("model must not be empty");
+        if self.model.as_str().trim().is_empty() || self.model.as_str().chars().any(char::is_control) {
+            return Err("model must not be empty nor hold control characters");
         }
         let dp_size: Option<u32> = self.dp_size.into();
         if dp_size == Some(0) {
@@ -305,6 +306,20 @@ mod tests {
         for bad in ["tcp://*:5557", "ipc:///tmp/x", "tcp://h", "tcp://h:65534"] {
             r.kv_events.as_mut().unwrap().endpoint = bad.into();
             assert!(r.check().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids_and_models_with_control_characters_are_refused_as_they_would_forge_log_lines() {
+        let good = record("http://h:1", Role::Decode, None);
+        assert!(good.check().is_ok());
+        for bad in ["d\nERROR forged", "d\u{1b}[31m", "d\r"] {
+            let mut r = good.clone();
+            r.id = WorkerId::new(bad);
+            assert!(r.check().is_err(), "{bad:?}");
+            let mut r = good.clone();
+            r.model = crate::types::ModelName::new(bad);
+            assert!(r.check().is_err(), "{bad:?}");
         }
     }
 
