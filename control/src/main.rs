@@ -28,6 +28,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    tracing::info!(open_files = telemetry::open_files::soft_limit(), "open-files limit");
     if config.has_no_workers() {
         tracing::warn!("the workers file lists no workers: every pick will fail with NOT_FOUND");
     }

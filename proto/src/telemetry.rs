@@ -3,6 +3,8 @@
 //! across the wire (HTTP headers and gRPC metadata), so one trace runs proxy → control →
 //! workers.
 
+pub mod open_files;
+
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -264,6 +266,8 @@ where
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Before any socket: a listener's connection cap means little under a soft limit of 1,024.
+    open_files::raise();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -30,6 +30,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok()).map(|a| format!(" metrics={a}"));
     println!("infera-proxy listening http={addr}{}{tls}", metrics_addr.unwrap_or_default());
     tracing::info!(%addr, control = ?config.control.iter().map(ToString::to_string).collect::<Vec<_>>(), "infera-proxy started");
+    let open_files = telemetry::open_files::soft_limit();
+    let cap = config.connections.limits.max_connections as u64;
+    if open_files.is_some_and(|n| n < cap + 1_024) {
+        tracing::warn!(
+            open_files,
+            max_connections = cap,
+            "the open-files limit is below --max-connections plus room for the workers: raise the hard limit (LimitNOFILE=, the container runtime's nofile)"
+        );
+    } else {
+        tracing::info!(open_files, "open-files limit");
+    }
     if let Some(tokenizer) = &config.tokenizer {
         match tokenizer.encoder() {
             EncoderKind::Fast { offsets_from_bytes } => {
