@@ -4,7 +4,7 @@
 //! the case, against their peak under the same number of ordinary requests measured first in
 //! the same run.
 
-use infera_testkit::attack::{self, Report, Scale, Target, peak_rss_kib, reset_peak_rss};
+use infera_testkit::attack::{self, PartRss, Report, Scale, Target, peak_rss_kib, reset_peak_rss};
 use serde_json::json;
 
 #[derive(clap::Args, Debug)]
@@ -26,8 +26,14 @@ pub(crate) fn run(args: AttackArgs) -> anyhow::Result<()> {
     rt.block_on(bench(args))
 }
 
-/// Peak RSS (KiB) of each part while `requests` ordinary chat completions go through.
-async fn baseline(target: &Target, requests: usize) -> anyhow::Result<Vec<(String, u64)>> {
+/// One run: each part's peak under ordinary requests, then each case's report.
+struct Run {
+    baseline: Vec<PartRss>,
+    reports: Vec<Report>,
+}
+
+/// Peak RSS of each part while `requests` ordinary chat completions go through.
+async fn baseline(target: &Target, requests: usize) -> anyhow::Result<Vec<PartRss>> {
     let pids = target.pids();
     pids.iter().for_each(|(_, pid)| reset_peak_rss(*pid));
     for chunk in (0..requests).collect::<Vec<_>>().chunks(8) {
@@ -39,11 +45,7 @@ async fn baseline(target: &Target, requests: usize) -> anyhow::Result<Vec<(Strin
             anyhow::ensure!(r?.0.is_success(), "a baseline request failed");
         }
     }
-    Ok(pids.iter().map(|(name, pid)| (name.clone(), peak_rss_kib(*pid))).collect())
-}
-
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
+    Ok(pids.iter().map(|(name, pid)| PartRss { part: name.clone(), kib: peak_rss_kib(*pid) }).collect())
 }
 
 async fn bench(args: AttackArgs) -> anyhow::Result<()> {
@@ -64,11 +66,11 @@ async fn bench(args: AttackArgs) -> anyhow::Result<()> {
         scale.max_leases,
         scale.guesses
     );
-    let mut all: Vec<(Vec<(String, u64)>, Vec<Report>)> = Vec::new();
+    let mut all: Vec<Run> = Vec::new();
     for run in 0..args.runs {
         let target = Target::start(&scale).await?;
         let base = baseline(&target, args.baseline_requests).await?;
-        let shown: Vec<String> = base.iter().map(|(n, k)| format!("{n} {:.1} MiB", mib(*k))).collect();
+        let shown: Vec<String> = base.iter().map(|p| format!("{} {:.1} MiB", p.part, p.mib())).collect();
         println!(
             "\nrun {}: baseline peak RSS over {} ordinary requests: {}",
             run + 1,
@@ -77,11 +79,11 @@ async fn bench(args: AttackArgs) -> anyhow::Result<()> {
         );
         let reports = attack::run(&target, &scale, attack::cases(), |r| {
             let peaks: Vec<String> = r
-                .peak_rss_kib
+                .peak_rss
                 .iter()
                 .zip(&base)
-                .map(|((n, k), (_, b))| {
-                    format!("{n} {:.1} MiB (×{:.2})", mib(*k), *k as f64 / (*b).max(1) as f64)
+                .map(|(p, b)| {
+                    format!("{} {:.1} MiB (×{:.2})", p.part, p.mib(), p.kib as f64 / b.kib.max(1) as f64)
                 })
                 .collect();
             println!("  {:<28} {}", r.case, if r.safe() { "attack failed (safe)" } else { "BREACH" });
@@ -93,35 +95,38 @@ async fn bench(args: AttackArgs) -> anyhow::Result<()> {
             }
         })
         .await;
-        all.push((base, reports));
+        all.push(Run { baseline: base, reports });
         target.cluster.stop().await?;
     }
     summary(&all);
-    let breached = all.iter().flat_map(|(_, r)| r).filter(|r| !r.safe()).count();
+    let breached = all.iter().flat_map(|run| &run.reports).filter(|r| !r.safe()).count();
     anyhow::ensure!(breached == 0, "{breached} cases succeeded as attacks");
     Ok(())
 }
 
-/// Per part: the highest peak of any case over every run, and the ratio to the run's baseline.
-fn summary(all: &[(Vec<(String, u64)>, Vec<Report>)]) {
-    let cases = all.iter().map(|(_, r)| r.len()).sum::<usize>();
-    let breached = all.iter().flat_map(|(_, r)| r).filter(|r| !r.safe()).count();
+/// Per part: the highest peak of any case over every run, and its ratio to that run's baseline.
+fn summary(all: &[Run]) {
+    let cases = all.iter().map(|run| run.reports.len()).sum::<usize>();
+    let breached = all.iter().flat_map(|run| &run.reports).filter(|r| !r.safe()).count();
     println!("\nsummary: {breached} of {cases} attacks succeeded");
-    let Some((base, _)) = all.first() else { return };
-    for (i, (name, _)) in base.iter().enumerate() {
-        let mut worst: Option<(f64, u64, &str)> = None;
-        for (base, reports) in all {
-            let b = base[i].1.max(1);
-            for r in reports {
-                let k = r.peak_rss_kib.get(i).map_or(0, |p| p.1);
-                let ratio = k as f64 / b as f64;
-                if worst.is_none_or(|w| k > w.1) {
-                    worst = Some((ratio, k, r.case));
+    let Some(first) = all.first() else { return };
+    for (i, part) in first.baseline.iter().enumerate() {
+        let mut worst: Option<(f64, &PartRss, &str)> = None;
+        for run in all {
+            let base = run.baseline[i].kib.max(1) as f64;
+            for r in &run.reports {
+                let Some(peak) = r.peak_rss.get(i) else { continue };
+                if worst.is_none_or(|w| peak.kib > w.1.kib) {
+                    worst = Some((peak.kib as f64 / base, peak, r.case));
                 }
             }
         }
-        if let Some((ratio, k, case)) = worst {
-            println!("  {name}: highest peak {:.1} MiB (×{ratio:.2} its baseline) in {case}", mib(k));
+        if let Some((ratio, peak, case)) = worst {
+            println!(
+                "  {}: highest peak {:.1} MiB (×{ratio:.2} its baseline) in {case}",
+                part.part,
+                peak.mib()
+            );
         }
     }
 }

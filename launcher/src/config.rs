@@ -32,7 +32,7 @@ enum CommandArgs {
         file: PathBuf,
     },
     /// Start the workers, control and the proxies; stop them all on SIGTERM/SIGINT.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -107,7 +107,7 @@ impl TryFrom<Args> for Config {
     fn try_from(a: Args) -> Result<Self, LaunchError> {
         let command = match a.command {
             CommandArgs::Plan { file } => Command::Plan(crate::plan_file(&file)?),
-            CommandArgs::Up(up) => Command::Up(Box::new(up_config(up)?)),
+            CommandArgs::Up(up) => Command::Up(Box::new(up_config(*up)?)),
         };
         Ok(Self { command })
     }

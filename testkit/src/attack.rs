@@ -79,19 +79,29 @@ pub struct Report {
     pub answered: String,
     /// Each outcome that was not the safe one (empty: the attack failed, as it must).
     pub breaches: Vec<String>,
-    /// The peak RSS of each part during the case, in KiB, by name.
-    pub peak_rss_kib: Vec<(String, u64)>,
+    /// The peak RSS of each part during the case.
+    pub peak_rss: Vec<PartRss>,
+}
+
+/// One part's peak resident memory over a stretch of time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartRss {
+    /// `control`, `proxy-0`, …
+    pub part: String,
+    /// Its peak RSS (`VmHWM`), in KiB.
+    pub kib: u64,
+}
+
+impl PartRss {
+    /// In MiB.
+    pub fn mib(&self) -> f64 {
+        self.kib as f64 / 1024.0
+    }
 }
 
 impl Report {
     fn new(case: &'static str, sent: impl Into<String>) -> Self {
-        Self {
-            case,
-            sent: sent.into(),
-            answered: String::new(),
-            breaches: Vec::new(),
-            peak_rss_kib: Vec::new(),
-        }
+        Self { case, sent: sent.into(), answered: String::new(), breaches: Vec::new(), peak_rss: Vec::new() }
     }
 
     fn answered(mut self, answered: impl Into<String>) -> Self {
@@ -179,8 +189,10 @@ pub async fn run(
                 r
             }
         };
-        report.peak_rss_kib =
-            pids.iter().map(|(name, pid)| (name.clone(), target::peak_rss_kib(*pid))).collect();
+        report.peak_rss = pids
+            .iter()
+            .map(|(name, pid)| PartRss { part: name.clone(), kib: target::peak_rss_kib(*pid) })
+            .collect();
         if let Err(e) = target.still_serves().await {
             report.breaches.push(format!("after the attack: {e:#}"));
         }

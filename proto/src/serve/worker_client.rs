@@ -109,8 +109,8 @@ impl WorkerConnector {
 pub enum WorkerStream {
     /// `http://`.
     Plain(TokioIo<TcpStream>),
-    /// `https://`.
-    Tls(TokioIo<TlsStream<TcpStream>>),
+    /// `https://` (boxed: a TLS session's state is far larger than a socket).
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
 
 impl tower_service::Service<Uri> for WorkerConnector {
@@ -136,7 +136,7 @@ impl tower_service::Service<Uri> for WorkerConnector {
             })?;
             let name = ServerName::try_from(host)?;
             let stream = tls.connect(name, tcp.into_inner()).await?;
-            Ok(WorkerStream::Tls(TokioIo::new(stream)))
+            Ok(WorkerStream::Tls(Box::new(TokioIo::new(stream))))
         })
     }
 }
@@ -154,7 +154,7 @@ impl Read for WorkerStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -163,21 +163,21 @@ impl Write for WorkerStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }
