@@ -115,6 +115,11 @@ struct LimitArgs {
     #[arg(long, env = "INFERA_PROXY_MAX_BODY_VALUES", default_value_t = 1 << 20,
           value_parser = clap::value_parser!(u64).range(1_000..=1 << 30))]
     max_body_values: u64,
+    /// The bytes every request body held at once may add up to (read, parsed and served):
+    /// a body that would pass it is answered 503 `overloaded` with Retry-After, so that many
+    /// large bodies at once cannot exhaust memory. At least --max-body-bytes.
+    #[arg(long, env = "INFERA_PROXY_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 1 << 30)]
+    max_body_bytes_in_flight: usize,
     /// Most generation requests in flight through this proxy; above it requests wait in a
     /// queue. 0 = no limit.
     #[arg(long, env = "INFERA_PROXY_MAX_INFLIGHT", default_value_t = 0)]
@@ -215,6 +220,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How many JSON values a body may hold.
     pub max_body_values: usize,
+    /// The bytes every body held at once may add up to.
+    pub max_body_bytes_in_flight: usize,
     /// The listener's connection limits, the body deadline, the metrics address.
     pub connections: Connections,
     /// Timeout to the answer's head.
@@ -276,6 +283,16 @@ pub enum ConfigError {
          to it in clear (give every replica's https:// URL)"
     )]
     MixedControlSchemes,
+    /// A body budget smaller than one body.
+    #[error(
+        "--max-body-bytes-in-flight {budget} is below --max-body-bytes {body}: no body of the largest size could be read"
+    )]
+    BodyBudget {
+        /// `--max-body-bytes-in-flight`.
+        budget: usize,
+        /// `--max-body-bytes`.
+        body: usize,
+    },
     /// `--control-token-file` cannot be used.
     #[error(transparent)]
     ControlToken(#[from] crate::control::credential::TokenFileError),
@@ -302,6 +319,10 @@ impl TryFrom<Args> for Config {
         if https && control.iter().any(|u| u.scheme_str() != Some("https")) {
             return Err(ConfigError::MixedControlSchemes);
         }
+        if a.limits.max_body_bytes_in_flight < a.limits.max_body_bytes {
+            let (budget, body) = (a.limits.max_body_bytes_in_flight, a.limits.max_body_bytes);
+            return Err(ConfigError::BodyBudget { budget, body });
+        }
         let worker_tls = a.worker_tls.files();
         if let Some(files) = &worker_tls {
             // Read now, so that a bad file stops the proxy (exit 64) with its name.
@@ -327,6 +348,7 @@ impl TryFrom<Args> for Config {
             targets_refresh: Duration::from_millis(a.control.targets_refresh_ms),
             max_body_bytes: a.limits.max_body_bytes,
             max_body_values: usize::try_from(a.limits.max_body_values).unwrap_or(usize::MAX),
+            max_body_bytes_in_flight: a.limits.max_body_bytes_in_flight,
             connections: a.connections.into(),
             request_timeout: Duration::from_millis(a.limits.request_timeout_ms),
             admission: crate::admission::Limits {
@@ -398,6 +420,16 @@ mod tests {
             c.control.iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["http://a:1/", "http://b:2/"]
         );
+    }
+
+    #[test]
+    fn the_body_budget_holds_at_least_one_body() {
+        let parse = |budget: &str| {
+            let args = ["infera-proxy", "--max-body-bytes", "1000", "--max-body-bytes-in-flight", budget];
+            Config::try_from(Args::try_parse_from(args).unwrap())
+        };
+        assert!(matches!(parse("999"), Err(ConfigError::BodyBudget { budget: 999, body: 1000 })));
+        assert_eq!(parse("1000").unwrap().max_body_bytes_in_flight, 1000);
     }
 
     #[test]

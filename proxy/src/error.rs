@@ -57,6 +57,8 @@ pub enum Overload {
     QueueTimeout,
     /// Every rank at its cap in control, for as long as the request could wait.
     AtCapacity,
+    /// The request bodies being read and served fill `--max-body-bytes-in-flight`.
+    BodyBudget,
 }
 
 impl Overload {
@@ -66,6 +68,7 @@ impl Overload {
             Self::QueueFull => "queue_full",
             Self::QueueTimeout => "queue_timeout",
             Self::AtCapacity => "at_capacity",
+            Self::BodyBudget => "body_budget",
         }
     }
 
@@ -74,6 +77,7 @@ impl Overload {
             Self::QueueFull => "the proxy's queue is full",
             Self::QueueTimeout => "no place in flight within the queue timeout",
             Self::AtCapacity => "every rank is at its cap",
+            Self::BodyBudget => "the request bodies in flight fill --max-body-bytes-in-flight",
         }
     }
 }

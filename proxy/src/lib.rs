@@ -31,6 +31,7 @@ pub mod keys;
 pub mod metrics;
 pub mod prefill;
 pub mod relay;
+pub mod request_body;
 pub mod retry;
 pub mod route;
 pub mod server;
@@ -154,7 +155,8 @@ pub async fn run(
     };
     reloadable.on_sighup()?;
     let admission = admission::Admission::new(config.admission);
-    let ctx = Arc::new(Ctx { up, registry, config, admission, connections });
+    let body_budget = request_body::BodyBudget::new(config.max_body_bytes_in_flight);
+    let ctx = Arc::new(Ctx { up, registry, config, admission, connections, body_budget });
     let metrics_server =
         metrics_listener.map(|l| tokio::spawn(server::serve_metrics(ctx.clone(), l, stop.wait())));
     server::serve(ctx, listener, listening, stop.wait()).await;

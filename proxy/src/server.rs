@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -23,6 +22,7 @@ use crate::error::ProxyError;
 use crate::facts;
 use crate::keys;
 use crate::relay::{Relay, Relayed, Started};
+use crate::request_body;
 use crate::retry::{self, Sent};
 use crate::tokens;
 use crate::upstream::Upstreams;
@@ -40,6 +40,8 @@ pub struct Ctx {
     pub admission: Admission,
     /// The client listener's connection gauges.
     pub connections: crate::metrics::ConnectionMetrics,
+    /// What every request body held now may add up to (`--max-body-bytes-in-flight`).
+    pub body_budget: crate::request_body::BodyBudget,
 }
 
 /// Where the proxy serves: the API, and `/metrics` apart (`--metrics-listen`) or not.
@@ -174,9 +176,16 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
     };
     let deadline = admitted.deadline;
     started.admitted = Some(admitted);
-    let read = read_body(body, ctx.config.max_body_bytes, &parts.headers);
+    let read = request_body::read_body(
+        body,
+        ctx.config.max_body_bytes,
+        &parts.headers,
+        &ctx.body_budget,
+        &ctx.up.metrics,
+    );
     let body_read = ctx.config.connections.body_read_timeout;
-    let bytes = match tokio::time::timeout(body_read, read).await {
+    // The body's share of --max-body-bytes-in-flight lasts as long as this request is served.
+    let (bytes, _body_hold) = match tokio::time::timeout(body_read, read).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
         Err(_) => {
@@ -241,36 +250,6 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         .with_first(dispatched.first)
         .with_idle_timeout(ctx.config.stream_idle_timeout.filter(|_| facts.stream));
     Response::from_parts(head, relay.boxed())
-}
-
-/// How much of an oversized body is read and dropped before the 413, so that a client still
-/// writing its body reads the answer instead of a broken pipe.
-const OVERSIZE_DRAIN_BYTES: usize = 64 << 20;
-
-async fn read_body(body: Incoming, limit: usize, headers: &http::HeaderMap) -> Result<Bytes, ProxyError> {
-    let too_large = ProxyError::BodyTooLarge { limit };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit.saturating_add(OVERSIZE_DRAIN_BYTES)) {
-        return Err(too_large);
-    }
-    let mut body = body;
-    let mut buf = bytes::BytesMut::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| ProxyError::BadRequest("the request body could not be read"))?;
-        if let Some(data) = frame.data_ref() {
-            total = total.saturating_add(data.len());
-            if total <= limit {
-                buf.extend_from_slice(data);
-            } else if total > limit.saturating_add(OVERSIZE_DRAIN_BYTES) {
-                return Err(too_large);
-            }
-        }
-    }
-    if total > limit { Err(too_large) } else { Ok(buf.freeze()) }
 }
 
 fn models(ctx: &Ctx) -> Response<Body> {

@@ -2,7 +2,7 @@
 //! proxies with API keys and their metrics apart, etcd with TLS, client certificates and roles,
 //! every part but the sims a real process) and, against it, what an attacker on the same network
 //! would send: unauthenticated and foreign Router calls, floods of leases, sessions and idle or
-//! slow sockets, bodies built to cost memory, a cross-tenant abort, hostile worker records and
+//! slow sockets, bodies built to cost memory (alone and many at once), a cross-tenant abort, hostile worker records and
 //! writes to etcd without credentials. Each case sends its attack, reads what came back and
 //! checks the safe outcome; [`run`] runs them in order and measures the peak RSS of control and
 //! the proxies during each.
@@ -39,6 +39,10 @@ pub struct Scale {
     pub max_leases: usize,
     /// Reservation ids guessed.
     pub guesses: usize,
+    /// Large bodies sent at once.
+    pub bodies: usize,
+    /// The proxies' `--max-body-bytes-in-flight`, in MiB.
+    pub body_budget_mib: usize,
 }
 
 impl Scale {
@@ -52,6 +56,8 @@ impl Scale {
             leases: 40,
             max_leases: 8,
             guesses: 200,
+            bodies: 8,
+            body_budget_mib: 64,
         }
     }
 
@@ -63,6 +69,7 @@ impl Scale {
             sessions: s.sessions * factor,
             leases: s.leases * factor,
             guesses: s.guesses * factor,
+            bodies: s.bodies * factor,
             ..s
         }
     }
@@ -156,6 +163,7 @@ pub fn cases() -> Vec<Case> {
         "proxy-oversized-body" => bodies::oversized,
         "proxy-deep-json" => bodies::deeply_nested,
         "proxy-number-array-30mib" => bodies::number_array,
+        "proxy-body-flood" => bodies::body_flood,
         "proxy-long-ids" => bodies::long_ids,
         "proxy-session-key-flood" => bodies::session_flood,
         "proxy-cross-tenant-abort" => tenants::cross_tenant_abort,

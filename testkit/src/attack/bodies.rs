@@ -77,6 +77,40 @@ pub(super) async fn number_array(t: &Target, _: &Scale) -> anyhow::Result<Report
     Ok(r)
 }
 
+/// Bodies that the proxy must hold whole before it can judge them: `scale.bodies` of 20 MiB at
+/// once, each cut short so that none is worth forwarding. Their bytes are held against
+/// `--max-body-bytes-in-flight`; past it, 503 `overloaded` at once.
+pub(super) async fn body_flood(t: &Target, s: &Scale) -> anyhow::Result<Report> {
+    let mut r = Report::new(
+        "proxy-body-flood",
+        format!(
+            "{} chat bodies of 20 MiB at once, each cut short (--max-body-bytes-in-flight {} MiB)",
+            s.bodies, s.body_budget_mib
+        ),
+    );
+    let body = {
+        let mut b = format!(r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"#).into_bytes();
+        b.resize(20 << 20, b'a');
+        b
+    };
+    let calls = (0..s.bodies).map(|_| post(t, "/v1/chat/completions", body.clone(), &[]));
+    let answers = futures_util::future::join_all(calls).await;
+    let mut codes = Vec::new();
+    for a in answers {
+        codes.push(a?.0.map_or(0, |c| c.as_u16()));
+    }
+    let count = |code: u16| codes.iter().filter(|c| **c == code).count();
+    // 0: the proxy refused the body while it was still being sent and closed the connection.
+    r = r.answered(format!(
+        "{} answered 400 (read whole, then refused as JSON), {} refused by the budget (503 overloaded, or closed before the body was sent)",
+        count(400),
+        count(503) + count(0)
+    ));
+    r.expect(count(400) + count(503) + count(0) == codes.len(), || format!("statuses {codes:?}"));
+    r.expect(count(503) + count(0) > 0, || "the budget never refused a body".into());
+    Ok(r)
+}
+
 /// A model name, `user`, `rid`, `x-request-id` and `x-session-id` of 300 bytes each: 400 each.
 pub(super) async fn long_ids(t: &Target, _: &Scale) -> anyhow::Result<Report> {
     let mut r = Report::new(

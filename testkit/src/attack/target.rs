@@ -117,6 +117,8 @@ impl Target {
             "2000",
             "--max-connections",
             &scale.max_connections.to_string(),
+            "--max-body-bytes-in-flight",
+            &(scale.body_budget_mib << 20).to_string(),
         ]
         .map(str::to_owned)
         .into_iter()
