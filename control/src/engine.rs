@@ -149,6 +149,10 @@ impl crate::target::KvRoom for EngineBoard {
             capacity_tokens: load.max_total_tokens,
         })
     }
+
+    fn engine_requests(&self, target: &Target) -> Option<u64> {
+        Some(self.get(target)?.load.holding())
+    }
 }
 
 /// `load` with the disaggregation queues of `polled` (what `LoadStat` does not carry).

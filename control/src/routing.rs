@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason, RequestWeight,
-    ReservationId, Role, Target, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason,
+    RequestWeight, ReservationId, Role, Target, WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
@@ -155,6 +155,13 @@ impl<R: Rng> RoutingCore<R> {
             && !req.page_hashes.is_empty()
         {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
+        }
+        if let (PickKind::Decode, DecodePolicy::LeastRunning, Some(engines)) =
+            (kind, self.settings.policy, kv_room)
+        {
+            for c in &mut self.candidates {
+                c.engine_requests = engines.engine_requests(&self.view.slot(c.key).target);
+            }
         }
         if kind == PickKind::Decode && self.settings.prefilling_age_decay.is_on() {
             let median = self.ledger.phases().median(&req.model);

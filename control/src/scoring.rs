@@ -50,13 +50,25 @@ pub struct Candidate {
     pub prefilling: WeightedPrefilling,
     /// Ejected and half-open: a pick of it is its one probe.
     pub probe: bool,
+    /// Decode with `least-running`: the requests its engine reports holding (`None`: no reading).
+    pub engine_requests: Option<u64>,
 }
 
 impl Candidate {
     /// A candidate with no KV overlap (yet).
     pub fn new(key: TargetKey, position: usize, load: Load, page_size: u32) -> Self {
         let prefilling = load.prefilling.into();
-        Self { key, position, load, page_size, overlap_pages: 0, cached_tokens: 0, prefilling, probe: false }
+        Self {
+            key,
+            position,
+            load,
+            page_size,
+            overlap_pages: 0,
+            cached_tokens: 0,
+            prefilling,
+            probe: false,
+            engine_requests: None,
+        }
     }
 }
 
@@ -195,6 +207,13 @@ pub fn legacy<C: Borrow<Candidate>>(
             }
             let key = |c: &C| (c.borrow().load.held_requests, c.borrow().load.booked_input_tokens);
             if key(&candidates[b]) < key(&candidates[a]) { b } else { a }
+        }
+        // A target without a reading comes last: a router that cannot see an engine's load does
+        // not pile onto it.
+        DecodePolicy::LeastRunning => {
+            let held =
+                candidates.iter().map(|c| c.borrow().engine_requests.map_or(f64::INFINITY, |n| n as f64));
+            lowest(held, rng).map_or(0, |(i, _)| i)
         }
     }
 }

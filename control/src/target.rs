@@ -75,6 +75,12 @@ pub struct KvUse {
 pub trait KvRoom: std::fmt::Debug {
     /// The target's KV use, when its engine has reported a capacity.
     fn kv_use(&self, target: &infera_proto::types::Target) -> Option<KvUse>;
+
+    /// The requests the target's engine says it holds (running and queued), as last read; `None`
+    /// without a reading.
+    fn engine_requests(&self, _target: &infera_proto::types::Target) -> Option<u64> {
+        None
+    }
 }
 
 impl KvUse {

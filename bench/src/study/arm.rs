@@ -11,7 +11,8 @@
 //!   `--decode-prefilling-weight P` (held requests still in prefill count P times);
 //! - either with `/age` (`1e6/age`, `1e6/p0.5/age`): `--decode-prefilling-age-decay on` (a
 //!   request prefilling longer than its model's median prefill phase counts median / age);
-//! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`;
+//! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
+//!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]` ([`super::smg`]).
 
 use std::fmt;
@@ -47,6 +48,7 @@ pub(crate) enum Legacy {
     RoundRobin,
     PowerOfTwo,
     Random,
+    LeastRunning,
 }
 
 impl Legacy {
@@ -55,6 +57,7 @@ impl Legacy {
             Legacy::RoundRobin => "round-robin",
             Legacy::PowerOfTwo => "power-of-two",
             Legacy::Random => "random",
+            Legacy::LeastRunning => "least-running",
         }
     }
 }
@@ -148,6 +151,7 @@ impl FromStr for Arm {
             "round-robin" => Some(Legacy::RoundRobin),
             "power-of-two" => Some(Legacy::PowerOfTwo),
             "random" => Some(Legacy::Random),
+            "least-running" => Some(Legacy::LeastRunning),
             _ => None,
         };
         if let Some(p) = legacy {
@@ -181,7 +185,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random or smg:POLICY[:no-overload]"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running or smg:POLICY[:no-overload]"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -238,6 +242,11 @@ mod tests {
             ["w0", "w180000", "w1000000", "round-robin", "power-of-two"]
         );
         assert_eq!(arms[2].to_string(), "W = 1,000,000");
+        let least: Arm = "least-running".parse().unwrap();
+        assert_eq!(
+            least.control_flags().join(" "),
+            "--decode-input-demand off --decode-policy least-running"
+        );
         assert!("-1".parse::<Arm>().is_err() && "fastest".parse::<Arm>().is_err());
         let smg: Arm = "smg:least_load:no-overload".parse().unwrap();
         assert_eq!(smg.key(), "smg-least_load-no-overload");

@@ -289,7 +289,7 @@ proptest! {
     #[test]
     fn picks_respect_drains_and_the_ledger_ends_at_zero(
         mode in prop_oneof![Just(DecodeInputDemand::Off), Just(DecodeInputDemand::Shadow), Just(DecodeInputDemand::On)],
-        policy in prop_oneof![Just(DecodePolicy::RoundRobin), Just(DecodePolicy::Random), Just(DecodePolicy::PowerOfTwo)],
+        policy in prop_oneof![Just(DecodePolicy::RoundRobin), Just(DecodePolicy::Random), Just(DecodePolicy::PowerOfTwo), Just(DecodePolicy::LeastRunning)],
         ops in prop::collection::vec((0u8..4, 0u32..4, 1u64..50_000), 1..150),
     ) {
         let w = if mode == DecodeInputDemand::Off { 0.0 } else { 10_000.0 };

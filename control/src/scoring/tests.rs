@@ -77,6 +77,31 @@ fn power_of_two_never_picks_the_most_loaded_of_three() {
 }
 
 #[test]
+fn least_running_follows_the_engines_not_the_ledger_and_puts_unread_targets_last() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    // The ledger says target 1 is the emptiest; its engine says it holds the most.
+    let mut cands = [cand(0, 0, 4), cand(1, 0, 0), cand(2, 0, 4), cand(3, 0, 0)];
+    for (c, engine) in cands.iter_mut().zip([Some(3), Some(9), Some(2), None]) {
+        c.engine_requests = engine;
+    }
+    let mut cursor = 0;
+    for _ in 0..50 {
+        assert_eq!(legacy(DecodePolicy::LeastRunning, &cands, &mut cursor, 4, &mut rng), 2);
+    }
+    // Equal readings: both taken, at random.
+    cands[0].engine_requests = Some(2);
+    let mut seen = [false; 4];
+    for _ in 0..100 {
+        seen[legacy(DecodePolicy::LeastRunning, &cands, &mut cursor, 4, &mut rng)] = true;
+    }
+    assert_eq!(seen, [true, false, true, false]);
+    // No reading anywhere: any of them.
+    cands.iter_mut().for_each(|c| c.engine_requests = None);
+    let i = legacy(DecodePolicy::LeastRunning, &cands, &mut cursor, 4, &mut rng);
+    assert!(i < 4);
+}
+
+#[test]
 fn random_covers_every_candidate() {
     let mut rng = SmallRng::seed_from_u64(9);
     let cands = [cand(0, 0, 0), cand(1, 0, 0), cand(2, 0, 0)];

@@ -68,3 +68,44 @@ async fn list_targets_shows_the_load_socket_with_polling_off() {
     control.stop().await.unwrap();
     sim.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_running_follows_what_the_engines_report_not_the_ledger() {
+    let mut sim = SimSpec::mixed("mixed-0", "m", 2).start().await.unwrap();
+    let flags =
+        ["--decode-input-demand", "off", "--decode-policy", "least-running", "--engine-poll-ms", "50"];
+    let spec = ControlSpec::new(Workers::Records(vec![sim.record.clone()])).flags(flags);
+    let mut control = spec.start().await.unwrap();
+    let wait = Duration::from_secs(15);
+    // Rank 1 runs two requests control never booked (sent to the engine directly).
+    let streams = [long_stream(sim.http, 1).await, long_stream(sim.http, 1).await];
+    eventually(wait, "rank 1's engine to report both", async || {
+        running(&control, "mixed-0/1").await == Some(2) && running(&control, "mixed-0/0").await == Some(0)
+    })
+    .await;
+    let mut router = control.router().await;
+    let lease = router
+        .open_lease(pb::OpenLeaseRequest { holder: "test-proxy".into(), ttl_ms: 0 })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease_id;
+    // The ledger fills rank 0 with every pick; the engines still say rank 0 is the emptier.
+    let mut ranks = Vec::new();
+    for i in 0..4 {
+        let pick = pb::PickRequest {
+            lease_id: lease.clone(),
+            request_id: format!("req-{i}"),
+            model: "m".into(),
+            input_tokens: 100,
+            ..pb::PickRequest::default()
+        };
+        let picked = router.pick_decode(pick).await.unwrap().into_inner();
+        ranks.push(picked.target.unwrap().dp_rank);
+    }
+    assert_eq!(ranks, [0, 0, 0, 0], "round-robin or the ledger would have used rank 1");
+    drop(streams);
+    router.close_lease(pb::CloseLeaseRequest { lease_id: lease }).await.unwrap();
+    control.stop().await.unwrap();
+    sim.stop().await.unwrap();
+}

@@ -93,6 +93,7 @@ impl From<DecodePolicy> for pb::DecodePolicy {
             DecodePolicy::RoundRobin => pb::DecodePolicy::RoundRobin,
             DecodePolicy::Random => pb::DecodePolicy::Random,
             DecodePolicy::PowerOfTwo => pb::DecodePolicy::PowerOfTwo,
+            DecodePolicy::LeastRunning => pb::DecodePolicy::LeastRunning,
         }
     }
 }

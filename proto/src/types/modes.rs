@@ -70,6 +70,10 @@ pub enum DecodePolicy {
     Random,
     /// Two distinct targets at random; the one holding fewer requests (then fewer tokens) wins.
     PowerOfTwo,
+    /// The target whose engine reports the fewest requests (running and queued, its
+    /// `/v1/loads` as last read, every `--engine-poll-ms`); ties at random. The ledger is not
+    /// read: the stateless policy of a router that polls the engines fast.
+    LeastRunning,
 }
 
 impl DecodePolicy {
@@ -79,6 +83,7 @@ impl DecodePolicy {
             Self::RoundRobin => "round-robin",
             Self::Random => "random",
             Self::PowerOfTwo => "power-of-two",
+            Self::LeastRunning => "least-running",
         }
     }
 }
