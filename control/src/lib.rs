@@ -88,6 +88,9 @@ const KV_METRICS_INTERVAL: Duration = Duration::from_secs(1);
 const WEIGHT_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 /// How often idle sessions are forgotten.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a replica that has read the registry waits for its workers' engine facts before it
+/// campaigns (a worker that does not answer is waited for no longer).
+const DISCOVERY_WAIT: Duration = Duration::from_secs(5);
 /// How long connecting to a worker's HTTP server may take (its `/server_info`, `/v1/loads`).
 const WORKER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -226,8 +229,16 @@ pub async fn run(
         let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
         let election = leader::election::ElectionConfig { etcd, url, admin_url, ttl: config.leader_ttl };
         let (takeover, stop) = (state::takeover(&state), stop.receiver());
+        let discovered = state.clone();
         tokio::spawn(async move {
             if synced.await.is_ok() {
+                // And once it has read its workers' engines: a leader whose view still lacks a
+                // PD model's prefill (its /server_info not read yet) would refuse every prefill
+                // pick. Bounded: a worker that never answers does not keep a replica from leading.
+                let deadline = tokio::time::Instant::now() + DISCOVERY_WAIT;
+                while discovered.workers_awaiting_facts() > 0 && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 leader::election::run(election, leadership, takeover, stop).await;
             }
         });

@@ -194,6 +194,11 @@ impl Discovery {
         true
     }
 
+    /// Workers whose engine facts are still being asked for.
+    pub fn awaiting(&self) -> usize {
+        self.pending.len()
+    }
+
     fn export(&self) {
         self.metrics.awaiting.set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
     }

@@ -135,6 +135,11 @@ impl ControlState {
         self.publish_loads();
     }
 
+    /// Registered workers whose engine facts (`/server_info`) are not read yet: not routable.
+    pub fn workers_awaiting_facts(&self) -> usize {
+        self.discovery().awaiting()
+    }
+
     fn discovery(&self) -> MutexGuard<'_, Discovery> {
         self.discovery.lock().expect("engine-facts discovery poisoned by an earlier panic")
     }

@@ -190,6 +190,19 @@ async fn the_ledger_survives_kills_a_full_restart_a_pause_and_a_partition_of_the
         done.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed)
     );
+    if failed.load(Ordering::Relaxed) > 0 {
+        for i in 0..3 {
+            let text = replicas.controls[i].metrics().await.unwrap_or_default();
+            for l in text.lines().filter(|l| {
+                l.starts_with("infera_router_ejections_total")
+                    || l.starts_with("infera_router_breaker")
+                    || l.starts_with("infera_router_targets")
+                    || l.starts_with("infera_router_engine_facts_failures")
+            }) {
+                eprintln!("replica {i}: {l}");
+            }
+        }
+    }
     assert_eq!(failed.load(Ordering::Relaxed), 0, "client requests failed");
     assert!(done.load(Ordering::Relaxed) >= CLIENTS as u64, "the load ran");
     let leader = replicas.wait_leader(None).await.unwrap();
