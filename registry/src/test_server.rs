@@ -7,7 +7,7 @@
 //! without the right credentials.
 
 mod intruder;
-mod pki;
+pub mod pki;
 pub mod secure;
 
 use std::io::{Read, Write};

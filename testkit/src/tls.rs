@@ -3,10 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use infera_registry::test_server::pki::Ca;
+use rcgen::{CertificateParams, DnType};
 
 /// A certificate and its key, as files.
 #[derive(Clone, Debug)]
@@ -22,7 +20,7 @@ pub struct Issued {
 pub struct TestCa {
     name: String,
     dir: tempfile::TempDir,
-    issuer: Issuer<'static, KeyPair>,
+    ca: Ca,
 }
 
 impl TestCa {
@@ -31,20 +29,14 @@ impl TestCa {
     /// # Panics
     /// When the key cannot be made or the directory written.
     pub fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::new()).expect("no names");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, format!("{name} test CA"));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let key = KeyPair::generate().expect("a key");
-        let cert = params.self_signed(&key).expect("a CA certificate");
         let dir = tempfile::tempdir().expect("a directory");
-        std::fs::write(dir.path().join("ca.pem"), cert.pem()).expect("ca.pem");
-        Self { name: name.to_owned(), dir, issuer: Issuer::new(params, key) }
+        let ca = Ca::new(dir.path(), name);
+        Self { name: name.to_owned(), dir, ca }
     }
 
     /// The CA's certificate (PEM).
     pub fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
+        self.ca.ca()
     }
 
     /// A proxy's flags to reach an `https://` control this CA vouches for (`--control-ca`), showing
@@ -75,21 +67,9 @@ impl TestCa {
     /// When a name is not a name or the files cannot be written.
     pub fn issue(&self, file: &str, names: &[&str]) -> Issued {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let mut params = CertificateParams::new(names.clone()).expect("valid names");
-        params.distinguished_name.push(DnType::CommonName, file);
+        let mut params = CertificateParams::new(names).expect("valid names");
         params.distinguished_name.push(DnType::OrganizationName, self.name.clone());
-        params.use_authority_key_identifier_extension = true;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages =
-            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate().expect("a key");
-        let cert = params.signed_by(&key, &self.issuer).expect("a certificate");
-        let issued = Issued {
-            cert: self.dir.path().join(format!("{file}.pem")),
-            key: self.dir.path().join(format!("{file}-key.pem")),
-        };
-        std::fs::write(&issued.cert, cert.pem()).expect("the certificate");
-        std::fs::write(&issued.key, key.serialize_pem()).expect("the key");
-        issued
+        let signed = self.ca.sign(params, file);
+        Issued { cert: signed.cert, key: signed.key }
     }
 }

@@ -1,7 +1,8 @@
 //! Certificates for a secured test etcd, made at run time with rcgen: a CA, etcd's server
 //! certificate for its address, and client certificates whose common name is the etcd user
 //! (etcd `--client-cert-auth` takes it as the user when a client sends no token). A second,
-//! foreign CA makes certificates etcd must refuse.
+//! foreign CA makes certificates etcd must refuse. The test kit's CA (`infera_testkit::tls`)
+//! issues its certificates with the same [`Ca`].
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -15,14 +16,17 @@ use crate::client::ClientIdentity;
 
 /// A CA whose files are written under a directory.
 #[derive(Debug)]
-pub(super) struct Ca {
+pub struct Ca {
     dir: PathBuf,
     issuer: Issuer<'static, KeyPair>,
 }
 
 impl Ca {
     /// A new CA called `name`, its certificate at `dir/ca.pem`.
-    pub(super) fn new(dir: &Path, name: &str) -> Self {
+    ///
+    /// # Panics
+    /// When the key cannot be made or the directory written.
+    pub fn new(dir: &Path, name: &str) -> Self {
         std::fs::create_dir_all(dir).expect("the certificates' directory");
         let mut params = CertificateParams::new(Vec::new()).expect("no names");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -35,7 +39,7 @@ impl Ca {
     }
 
     /// The CA's certificate (PEM).
-    pub(super) fn ca(&self) -> PathBuf {
+    pub fn ca(&self) -> PathBuf {
         self.dir.join("ca.pem")
     }
 
@@ -61,7 +65,12 @@ impl Ca {
         }
     }
 
-    fn sign(&self, mut params: CertificateParams, name: &str) -> ClientIdentity {
+    /// Signs `params` with the common name `name`, good for both a server and a client, written
+    /// as `<name>.pem` and `<name>-key.pem` in the CA's directory.
+    ///
+    /// # Panics
+    /// When the certificate cannot be made or the files written.
+    pub fn sign(&self, mut params: CertificateParams, name: &str) -> ClientIdentity {
         params.distinguished_name.push(DnType::CommonName, name);
         params.use_authority_key_identifier_extension = true;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
