@@ -239,6 +239,10 @@ pub async fn run(
                 while discovered.workers_awaiting_facts() > 0 && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                // Only now is the target list handed out: a proxy routing on its fallback list
+                // during a failover would otherwise take a list without the workers still being
+                // asked, and refuse their legs ("no healthy decode target").
+                discovered.registry_read();
                 leader::election::run(election, leadership, takeover, stop).await;
             }
         });
@@ -325,7 +329,6 @@ fn follow_registry(
                     while let Ok(change) = changes.try_recv() {
                         state.apply(change);
                     }
-                    state.registry_read();
                     if let Some(tx) = applied.take() {
                         let _ = tx.send(());
                     }

@@ -105,14 +105,16 @@ impl ControlState {
         self.ha.registry_read.store(false, std::sync::atomic::Ordering::Release);
     }
 
-    /// The registry's first snapshot is in the view.
+    /// The registry's first snapshot is in the view, and its workers' engine facts have been
+    /// read (or the bounded wait for them is over).
     pub fn registry_read(&self) {
         self.ha.registry_read.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The target list as proxies take it (their fallback list): refused until the registry
-    /// has been read, so that a restarted control never hands out an empty list it has not
-    /// learned yet (a proxy keeps its last list on an error).
+    /// and its workers' engine facts have been read, so that a restarted control never hands
+    /// out a list it has not learned yet — empty, or without a worker still being asked (a
+    /// proxy keeps its last list on an error).
     pub fn check_registry_read(&self) -> Result<(), ControlError> {
         if self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire) {
             Ok(())

@@ -202,6 +202,12 @@ async fn the_ledger_survives_kills_a_full_restart_a_pause_and_a_partition_of_the
                 eprintln!("replica {i}: {l}");
             }
         }
+        for (i, proxy) in running.iter_mut().enumerate() {
+            let tail = proxy.node.process().map(|p| p.stderr_tail()).unwrap_or_default();
+            for l in tail.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")) {
+                eprintln!("proxy {i}: {l}");
+            }
+        }
     }
     assert_eq!(failed.load(Ordering::Relaxed), 0, "client requests failed");
     assert!(done.load(Ordering::Relaxed) >= CLIENTS as u64, "the load ran");
