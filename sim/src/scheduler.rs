@@ -157,7 +157,11 @@ impl Scheduler {
             }
             _ => {
                 let cached = cached_of(&r.cache, &req.pages.hashes, prompt_tokens);
-                r.waiting.push_back(Waiting { id, estimate: prompt_tokens - cached });
+                r.waiting.push_back(Waiting {
+                    id,
+                    estimate: prompt_tokens - cached,
+                    arrived_at_processed: r.processed,
+                });
             }
         }
         self.reqs.insert(id, req);

@@ -42,6 +42,7 @@ impl TryFrom<SimArgs> for SimConfig {
         let queue_order = match scheduling.schedule_policy.as_str() {
             "fcfs" => QueueOrder::Fcfs,
             "shortest-prefill-first" | "shortest_prefill_first" | "spf" => QueueOrder::ShortestPrefillFirst,
+            "hrrn" => QueueOrder::Hrrn,
             other => {
                 warnings.push(format!("--schedule-policy {other} is emulated as fcfs"));
                 QueueOrder::Fcfs

@@ -33,6 +33,7 @@ impl Scheduler {
         if parts.is_empty() {
             return;
         }
+        r.processed += parts.iter().map(|(_, n)| u64::from(*n)).sum::<u64>();
         let ms = timing::prefill_batch_ms(&self.params, parts.iter().map(|(_, n)| *n));
         r.batch = Some(Batch { ends: now + timing::ms(ms), parts });
     }
