@@ -137,6 +137,7 @@ async fn arm(name: &str, spec: &Spec, model_dir: &std::path::Path, args: &Args) 
         urls: vec![deployment.proxy_url.clone()],
         model: MODEL.into(),
         mode: Some(Mode::Open),
+        session_offset: 0,
         shaping: Shaping {
             speedup: args.speedup,
             think_time_scale: 1.0,

@@ -167,6 +167,7 @@ impl ReplayArgs {
             urls: self.url.clone(),
             model: self.model.clone(),
             mode: self.mode,
+            session_offset: 0,
             shaping,
             quiet: self.quiet,
             loads: (!self.sample_loads.is_empty()).then(|| Loads {
@@ -200,6 +201,9 @@ pub(crate) struct Plan {
     pub(crate) urls: Vec<String>,
     pub(crate) model: String,
     pub(crate) mode: Option<Mode>,
+    /// Sessions of the trace skipped at the start and replayed after its end (another trace
+    /// window; 0: from the first session).
+    pub(crate) session_offset: usize,
     pub(crate) shaping: Shaping,
     pub(crate) quiet: bool,
     pub(crate) loads: Option<Loads>,
@@ -233,7 +237,9 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
         !(mode == Mode::Open && format == Format::Agentic),
         "open-loop replay needs trace-wide timestamps (Mooncake); agentic sessions replay closed loop"
     );
-    let sessions = trace::open(&plan.trace, format)?;
+    let sessions = trace::open(&plan.trace, format)?
+        .skip(plan.session_offset)
+        .chain(trace::open(&plan.trace, format)?.take(plan.session_offset));
     let origin = Instant::now();
     anyhow::ensure!(!plan.urls.is_empty(), "no URL to replay against");
     let first = Target::new(&plan.urls[0], &plan.model, origin)?;

@@ -25,6 +25,7 @@ mod output;
 mod plot;
 mod scenario;
 mod smg;
+mod stats;
 mod table;
 mod weight;
 
@@ -85,9 +86,30 @@ pub(crate) struct DecodeWeightArgs {
     /// Scenarios, each with every load point and arm.
     #[arg(long, env = "INFERA_BENCH_SCENARIOS", value_enum, value_delimiter = ',', default_value = "steady")]
     scenarios: Vec<Scenario>,
-    /// Fresh runs of every arm (fresh runs of one arm differ by up to 10 points of p90 here).
+    /// Paired runs: run r of every arm replays the same trace window (sessions from
+    /// (r − 1) × `--window-stride`) with the same seed (`--seed` + r − 1), the arms in a random
+    /// order of the run's own. Fresh runs of one arm differ by up to 10 points of p90 here.
     #[arg(long, env = "INFERA_BENCH_RUNS", default_value_t = 1)]
     runs: usize,
+    /// Sessions between two runs' trace windows (the replay starts that far into the trace and
+    /// wraps around at its end).
+    #[arg(long, env = "INFERA_BENCH_WINDOW_STRIDE", default_value_t = 50)]
+    window_stride: usize,
+    /// Run 1 is a screen of every arm; runs 2… go on with the recommended arm and the
+    /// `--screen-keep` peer arms with the highest p90 interactivity in it.
+    #[arg(long, env = "INFERA_BENCH_SCREEN")]
+    screen: bool,
+    /// Peer arms (SMG, infera's legacy policies) the screen keeps.
+    #[arg(long, env = "INFERA_BENCH_SCREEN_KEEP", default_value_t = 2)]
+    screen_keep: usize,
+    /// The arm the verdict is about (its ratio to the best peer arm, with a paired-bootstrap
+    /// 95 % interval); the manual's recommended setting.
+    #[arg(long, env = "INFERA_BENCH_RECOMMENDED", default_value = "1e6/age")]
+    recommended: Arm,
+    /// The prefills' queue order (`--schedule-policy`): the kit's `shortest-prefill-first`, or
+    /// `hrrn` (SGLang's aging order), `fcfs`.
+    #[arg(long, env = "INFERA_BENCH_PREFILL_SCHEDULE_POLICY", default_value = "shortest-prefill-first")]
+    prefill_schedule_policy: String,
     /// Load points, each with every arm.
     #[arg(
         long,
@@ -97,9 +119,10 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "published,seed"
     )]
     loads: Vec<LoadPoint>,
-    /// Arms: request weights (demand on), `W/pP`, legacy policies (demand off), and SMG
+    /// Arms: request weights (demand on), `W/pP`, legacy policies (demand off), SMG
     /// (`smg:round_robin|power_of_two|least_load|cache_aware`, `:no-overload` to add
-    /// `--disable-worker-overload-protection`).
+    /// `--disable-worker-overload-protection`) and sglang-router 0.3.2
+    /// (`sglang-router:round_robin|power_of_two|cache_aware`, not DP-aware).
     #[arg(
         long,
         env = "INFERA_BENCH_ARMS",
@@ -126,8 +149,11 @@ pub(crate) struct DecodeWeightArgs {
     /// Requests per arm, warm-up included (default: no limit).
     #[arg(long, env = "INFERA_BENCH_MAX_REQUESTS")]
     max_requests: Option<usize>,
-    /// Time compression: the sims' `--sim-speedup`; the replay's waits are divided by it.
-    #[arg(long, env = "INFERA_BENCH_SPEEDUP", default_value_t = 25.0)]
+    /// Time compression: the sims' `--sim-speedup`; the replay's waits are divided by it. Every
+    /// router's load polling is divided by it too, down to its floor: at the default 10×, SMG's
+    /// shortest load-monitor interval (1 s) is its default 10 s in emulated time, and control's
+    /// 100 ms engine poll stays 100 ms emulated (10 ms of wall clock).
+    #[arg(long, env = "INFERA_BENCH_SPEEDUP", default_value_t = 10.0)]
     speedup: f64,
     /// Emulated seconds between readings of the decode's `/v1/loads`.
     #[arg(long, env = "INFERA_BENCH_SAMPLE_INTERVAL_S", default_value_t = 1.0)]
@@ -152,6 +178,10 @@ pub(crate) struct DecodeWeightArgs {
     /// The `smg` SMG arms run (default: `.venv/bin/smg` of the workspace, `cargo xtask setup`).
     #[arg(long, env = "INFERA_SMG")]
     smg: Option<PathBuf>,
+    /// The `sglang-router` the `sglang-router:` arms run (default:
+    /// `.venv-sglang-router/bin/sglang-router` of the workspace, `cargo xtask setup`).
+    #[arg(long, env = "INFERA_SGLANG_ROUTER")]
+    sglang_router: Option<PathBuf>,
     /// Where `study.json`, the plots and the SMG arms' logs go.
     #[arg(long, env = "INFERA_BENCH_OUT", default_value = "target/study")]
     out: PathBuf,
@@ -163,8 +193,10 @@ pub(crate) struct DecodeWeightArgs {
 /// One run of an arm.
 pub(crate) struct ArmRun {
     pub(crate) arm: Arm,
-    /// 1-based.
+    /// 1-based; run r of every arm shares its seed and trace window.
     pub(crate) run: usize,
+    pub(crate) seed: u64,
+    pub(crate) session_offset: usize,
     pub(crate) report: Report,
     /// The scenario's events as they happened.
     pub(crate) applied: Vec<Applied>,
@@ -227,6 +259,12 @@ impl DecodeWeightArgs {
         );
         anyhow::ensure!(self.decode_ranks > 0, "--decode-ranks must be at least 1");
         anyhow::ensure!(self.kv_pressure_tokens > 0, "--kv-pressure-tokens must be at least 1");
+        anyhow::ensure!(
+            !self.screen || self.arms.contains(&self.recommended),
+            "--screen keeps the recommended arm ({}): name it in --arms",
+            self.recommended
+        );
+        deploy::prefill_policy(&self.prefill_schedule_policy)?;
         Ok(())
     }
 
@@ -260,7 +298,7 @@ impl DecodeWeightArgs {
     }
 }
 
-/// Runs every scenario, load point, arm and run, printing each cell's tables as it completes.
+/// Runs every scenario, load point, run and arm, printing each cell's tables as it completes.
 pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec<LoadRun>> {
     args.validate()?;
     let mut cells = Vec::new();
@@ -273,11 +311,21 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
             if let Some(m) = &seed_load {
                 println!("   {m}");
             }
+            let cell = Cell { scenario, topology: &topology, load, shaping: &shaping };
             let mut arms = Vec::new();
-            for &arm in &args.arms {
-                for run in 1..=args.runs {
-                    let cell = Cell { scenario, topology: &topology, load, shaping: &shaping };
-                    let done = run_arm(args, arm, run, &cell).await.with_context(|| {
+            let mut active = args.arms.clone();
+            for run in 1..=args.runs {
+                let pairing = Pairing::of(args, run);
+                let order = pairing.order(&active);
+                let names: Vec<String> = order.iter().map(ToString::to_string).collect();
+                eprintln!(
+                    "   run {run}: seed {}, sessions from {}, order: {}",
+                    pairing.seed,
+                    pairing.session_offset,
+                    names.join(" · ")
+                );
+                for arm in order {
+                    let done = run_arm(args, arm, &pairing, &cell).await.with_context(|| {
                         format!("{} {} arm {arm} run {run}", scenario.name(), load.name())
                     })?;
                     eprintln!(
@@ -290,13 +338,59 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
                     );
                     arms.push(done);
                 }
+                if run == 1 && args.screen {
+                    active = screened(args, &arms);
+                    let kept: Vec<String> = active.iter().map(ToString::to_string).collect();
+                    eprintln!("   the screen keeps: {}", kept.join(" · "));
+                }
             }
+            let position = |a: &Arm| args.arms.iter().position(|x| x == a).unwrap_or(usize::MAX);
+            arms.sort_by_key(|a| (position(&a.arm), a.run));
             let cell = LoadRun { scenario, topology: topology.clone(), load, shaping, seed_load, arms };
             output::print(args, &cell);
             cells.push(cell);
         }
     }
     Ok(cells)
+}
+
+/// What run `run` of every arm shares: the seed and the trace window, and the order its arms
+/// run in (drawn from the seed, so a rerun repeats it).
+pub(crate) struct Pairing {
+    /// 1-based.
+    pub(crate) run: usize,
+    pub(crate) seed: u64,
+    /// Sessions of the trace skipped (and replayed after its end).
+    pub(crate) session_offset: usize,
+}
+
+impl Pairing {
+    fn of(args: &DecodeWeightArgs, run: usize) -> Self {
+        Self { run, seed: args.seed + run as u64 - 1, session_offset: (run - 1) * args.window_stride }
+    }
+
+    /// `arms` shuffled by the run's seed.
+    fn order(&self, arms: &[Arm]) -> Vec<Arm> {
+        use rand::SeedableRng as _;
+        use rand::seq::SliceRandom as _;
+        let mut order = arms.to_vec();
+        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(self.seed ^ 0x5eed_0bde));
+        order
+    }
+}
+
+/// After the screen (run 1 of every arm): the recommended arm, the `--screen-keep` peer arms with
+/// the highest p90 interactivity, and nothing else.
+fn screened(args: &DecodeWeightArgs, done: &[ArmRun]) -> Vec<Arm> {
+    let mut peers: Vec<(Arm, f64)> = done
+        .iter()
+        .filter(|a| a.arm.is_peer())
+        .map(|a| (a.arm, a.report.interactivity.p90.unwrap_or(0.0)))
+        .collect();
+    peers.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut keep = vec![args.recommended];
+    keep.extend(peers.into_iter().take(args.screen_keep).map(|(a, _)| a));
+    keep
 }
 
 /// Emulated seconds between readings of control's W.
@@ -310,8 +404,14 @@ struct Cell<'a> {
     shaping: &'a Shaping,
 }
 
-async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>) -> anyhow::Result<ArmRun> {
+async fn run_arm(
+    args: &DecodeWeightArgs,
+    arm: Arm,
+    pairing: &Pairing,
+    cell: &Cell<'_>,
+) -> anyhow::Result<ArmRun> {
     let started = Instant::now();
+    let run = pairing.run;
     if matches!(arm, Arm::Smg(_)) {
         std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     }
@@ -319,9 +419,11 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
         arm,
         topology: cell.topology.clone(),
         speedup: args.speedup,
-        seed: args.seed,
+        seed: pairing.seed,
         prefill_cache_tokens: args.prefill_cache_tokens,
+        prefill_policy: deploy::prefill_policy(&args.prefill_schedule_policy)?,
         smg: args.smg.clone(),
+        sglang_router: args.sglang_router.clone(),
         smg_log: args.out.join(format!(
             "smg-{}-{}-{}-{run}",
             cell.scenario.name(),
@@ -337,6 +439,7 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
         urls: deployment.urls.clone(),
         model: deploy::MODEL.to_owned(),
         mode: Some(Mode::Closed),
+        session_offset: pairing.session_offset,
         shaping: cell.shaping.clone(),
         quiet: args.quiet,
         loads: Some(Loads {
@@ -364,6 +467,8 @@ async fn run_arm(args: &DecodeWeightArgs, arm: Arm, run: usize, cell: &Cell<'_>)
     Ok(ArmRun {
         arm,
         run,
+        seed: pairing.seed,
+        session_offset: pairing.session_offset,
         report: report?,
         applied: applied?,
         weights,

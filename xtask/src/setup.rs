@@ -48,6 +48,9 @@ const OPENAI_PACKAGE: &str = "openai==3.57.0";
 /// SMG, the peer gateway the decode-balancing study runs as arms (`infera-bench study
 /// decode-weight --arms smg:…`; its Rust router ships inside this wheel as `.venv/bin/smg`).
 const SMG_PACKAGE: &str = "smg==1.13.0";
+/// SGLang's older router, SMG's ancestor, as a study arm (`--arms sglang-router:…`). A venv of
+/// its own: its wheel installs a `bin/smg` too, which would shadow SMG 1.13's.
+const SGLANG_ROUTER_PACKAGE: &str = "sglang-router==0.3.2";
 
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
 /// import stand-in of `launcher/tests/sglang_cli_check.py`; manual/reference/launcher.md).
@@ -122,6 +125,7 @@ pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
     python_tools(root)?;
+    sglang_router(root)?;
     deploy_tools(root)?;
     model_tokenizers(root)?;
     for venv in SGLANG_VENVS {
@@ -222,6 +226,21 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
         status(pip)?;
     }
     Ok(())
+}
+
+/// `.venv-sglang-router` with [`SGLANG_ROUTER_PACKAGE`] (once).
+fn sglang_router(root: &Path) -> anyhow::Result<()> {
+    let venv = root.join(".venv-sglang-router");
+    if venv.join("bin/sglang-router").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: creating {} ({SGLANG_ROUTER_PACKAGE})", venv.display());
+    let mut mk = Command::new("python3");
+    mk.args(["-m", "venv", "--clear"]).arg(&venv);
+    status(mk)?;
+    let mut pip = Command::new(venv.join("bin/pip"));
+    pip.args(["install", "-q", "--disable-pip-version-check", SGLANG_ROUTER_PACKAGE]);
+    status(pip)
 }
 
 /// Where the real model tokenizers are (`INFERA_MODEL_TOKENIZERS`).

@@ -13,12 +13,13 @@
 //!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
 //!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
-//! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]` ([`super::smg`]).
+//! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]`, or SGLang's older
+//!   router, `sglang-router:POLICY` ([`super::smg`]).
 
 use std::fmt;
 use std::str::FromStr;
 
-use super::smg::SmgArm;
+use super::smg::{Gateway, SmgArm};
 
 /// A decode selection to compare.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -82,6 +83,37 @@ impl Arm {
         }
     }
 
+    /// A peer of the ledger: SMG, or one of infera's legacy policies (what the recommended
+    /// setting is measured against).
+    pub(crate) fn is_peer(&self) -> bool {
+        matches!(self, Arm::Legacy(_) | Arm::Smg(_))
+    }
+
+    /// How old the load view the arm decides on is, in emulated seconds, at compression
+    /// `speedup`: the ledger is exact; the least-running policy reads control's engine poll;
+    /// SMG reads its load monitor (its overload protection too); round-robin reads nothing.
+    pub(crate) fn load_view(&self, speedup: f64) -> String {
+        let engine_s = super::deploy::engine_poll_ms(speedup) as f64 * speedup / 1e3;
+        match self {
+            Arm::Weight(_) | Arm::Auto | Arm::Phased { .. } | Arm::Legacy(Legacy::PowerOfTwo) => {
+                format!("0 (ledger; KV room polled every {engine_s:.1} s)")
+            }
+            Arm::Legacy(Legacy::LeastRunning) => format!("{engine_s:.1} (engine poll)"),
+            Arm::Legacy(Legacy::RoundRobin | Legacy::Random) => "none read".to_owned(),
+            Arm::Smg(a) if a.gateway == Gateway::SglangRouter => {
+                "none of the ranks' (SGLang's DP controller picks them)".to_owned()
+            }
+            Arm::Smg(a) if a.policy == super::smg::SmgPolicy::RoundRobin && !a.overload_protection => {
+                "none read".to_owned()
+            }
+            Arm::Smg(_) => {
+                let wall = super::smg::load_monitor_interval_s(speedup)
+                    .unwrap_or(super::smg::LOAD_MONITOR_INTERVAL_S);
+                format!("{:.0} (load monitor, {wall} s wall)", wall as f64 * speedup)
+            }
+        }
+    }
+
     /// A file-name-safe key: `w0`, `w1000000`, `round-robin`.
     pub(crate) fn key(&self) -> String {
         match self {
@@ -136,6 +168,9 @@ impl fmt::Display for Arm {
                 if *age_decay { write!(f, ", age-decayed") } else { Ok(()) }
             }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
+            Arm::Smg(a) if a.gateway == Gateway::SglangRouter => {
+                write!(f, "sglang-router 0.3.2 {}, not DP-aware", a.policy.name())
+            }
             Arm::Smg(a) if a.overload_protection => write!(f, "SMG {}", a.policy.name()),
             Arm::Smg(a) => write!(f, "SMG {}, no overload protection", a.policy.name()),
         }
@@ -163,6 +198,9 @@ impl FromStr for Arm {
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
         }
+        if let Some(rest) = s.strip_prefix("sglang-router:") {
+            return SmgArm::parse_sglang_router(rest).map(Arm::Smg);
+        }
         if let Some(w) = s.strip_suffix("/age") {
             return match w.parse()? {
                 Arm::Weight(weight) => Ok(Arm::Phased { weight, prefilling: 1.0, age_decay: true }),
@@ -185,7 +223,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running or smg:POLICY[:no-overload]"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload] or sglang-router:POLICY"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {
@@ -254,6 +292,18 @@ mod tests {
         assert!(smg.control_flags().is_empty());
         assert_eq!("smg:round_robin".parse::<Arm>().unwrap().to_string(), "SMG round_robin");
         assert!("smg:random".parse::<Arm>().is_err() && "smg:".parse::<Arm>().is_err());
+        assert!(smg.is_peer() && least.is_peer() && !aged.is_peer());
+        assert_eq!(smg.load_view(10.0), "10 (load monitor, 1 s wall)");
+        assert_eq!(smg.load_view(1.0), "10 (load monitor, 10 s wall)");
+        assert_eq!(least.load_view(10.0), "0.1 (engine poll)");
+        assert_eq!(least.load_view(25.0), "0.1 (engine poll)");
+        assert!(aged.load_view(10.0).starts_with("0 (ledger"));
+        let old: Arm = "sglang-router:cache_aware".parse().unwrap();
+        assert_eq!(
+            (old.key(), old.to_string()),
+            ("sglang-router-cache_aware".into(), "sglang-router 0.3.2 cache_aware, not DP-aware".into())
+        );
+        assert!(old.is_peer() && old.load_view(10.0).contains("DP controller"));
         let auto: Arm = "auto".parse().unwrap();
         assert_eq!(auto.control_flags().join(" "), "--decode-input-demand on --decode-request-weight auto");
         assert_eq!((auto.key(), auto.to_string()), ("auto".to_owned(), "W = auto".to_owned()));

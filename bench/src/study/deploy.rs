@@ -50,8 +50,13 @@ pub(crate) struct Spec {
     pub(crate) seed: u64,
     /// The prefills' prefix-cache capacity, tokens.
     pub(crate) prefill_cache_tokens: u64,
+    /// The prefills' queue order.
+    pub(crate) prefill_policy: SchedulePolicy,
     /// The `smg` an SMG arm runs (`--smg`; else the workspace's `.venv/bin/smg`).
     pub(crate) smg: Option<PathBuf>,
+    /// The `sglang-router` a `sglang-router:` arm runs (`--sglang-router`; else the workspace's
+    /// `.venv-sglang-router/bin/sglang-router`).
+    pub(crate) sglang_router: Option<PathBuf>,
     /// Where an SMG arm's logs go: this path with `-N.log` for replica N.
     pub(crate) smg_log: PathBuf,
 }
@@ -99,6 +104,28 @@ pub(crate) enum Routing {
     Smg { counters: Counters, argv: Vec<String> },
 }
 
+/// The prefill queue orders the study runs: the kit's shortest-prefill-first, SGLang's aging
+/// `hrrn`, and `fcfs`.
+pub(crate) fn prefill_policy(name: &str) -> anyhow::Result<SchedulePolicy> {
+    match name {
+        "shortest-prefill-first" => Ok(SchedulePolicy::ShortestPrefillFirst),
+        "hrrn" => Ok(SchedulePolicy::Hrrn),
+        "fcfs" => Ok(SchedulePolicy::Fcfs),
+        other => anyhow::bail!(
+            "--prefill-schedule-policy {other:?}: the study runs shortest-prefill-first, hrrn or fcfs"
+        ),
+    }
+}
+
+/// Control's `--engine-poll-ms` at `speedup`: its default 100 ms in emulated time (at least
+/// 1 ms of wall clock).
+pub(crate) fn engine_poll_ms(speedup: f64) -> u64 {
+    (ENGINE_POLL_EMULATED_MS / speedup).round().max(1.0) as u64
+}
+
+/// Control's default `--engine-poll-ms`.
+const ENGINE_POLL_EMULATED_MS: f64 = 100.0;
+
 /// A sim of the seeds' kit: GLM-5.2 with 64-token pages and EAGLE 5/1/6 on both roles.
 fn kit_sim(spec: SimSpec, study: &Spec) -> SimSpec {
     spec.model_path("zai-org/GLM-5.2")
@@ -113,10 +140,11 @@ fn kit_sim(spec: SimSpec, study: &Spec) -> SimSpec {
 fn kit_sims(spec: &Spec) -> Vec<(SimSpec, bool)> {
     let mut sims = Vec::new();
     for i in 0..spec.topology.prefills {
-        // The prefill: TP1 × PP4 in the kit (one rank), 8k chunks, shortest-prefill-first.
+        // The prefill: TP1 × PP4 in the kit (one rank), 8k chunks, shortest-prefill-first (or
+        // the study's `--prefill-schedule-policy`).
         let prefill = kit_sim(SimSpec::prefill(&format!("prefill-{i}"), MODEL), spec)
             .chunked_prefill(8192)
-            .schedule_policy(SchedulePolicy::ShortestPrefillFirst)
+            .schedule_policy(spec.prefill_policy)
             .params(format!("prefix_cache_tokens = {}\n", spec.prefill_cache_tokens));
         sims.push((prefill, true));
     }
@@ -141,7 +169,11 @@ impl Deployment {
     }
 
     async fn start_smg(spec: &Spec, arm: SmgArm) -> anyhow::Result<Self> {
-        let program = smg::binary(spec.smg.as_deref())?;
+        let explicit = match arm.gateway {
+            smg::Gateway::Smg => spec.smg.as_deref(),
+            smg::Gateway::SglangRouter => spec.sglang_router.as_deref(),
+        };
+        let program = smg::binary(arm.gateway, explicit)?;
         let mut sims = Vec::new();
         for (s, _) in kit_sims(spec) {
             sims.push(s.start().await?);
@@ -161,6 +193,7 @@ impl Deployment {
         for i in 0..spec.topology.routers {
             let launch = Launch {
                 arm,
+                load_monitor_interval_s: smg::load_monitor_interval_s(spec.speedup),
                 prefills: prefills.clone(),
                 decodes: at_start.clone(),
                 port: 0,
@@ -176,7 +209,11 @@ impl Deployment {
     async fn start_infera(spec: &Spec) -> anyhow::Result<Self> {
         let (at_start, late): (Vec<_>, Vec<_>) = kit_sims(spec).into_iter().partition(|(_, a)| *a);
         let mut cluster = ClusterSpec::new(MODEL, at_start.into_iter().map(|(s, _)| s).collect());
-        cluster.control = ControlSpec::new(Workers::None).flags(spec.arm.control_flags());
+        // Fair clocks: control reads the engines' /v1/loads at its default 100 ms of emulated time
+        // (what the least-running arm picks on; the ledger arms' KV view), not 100 ms of wall.
+        let mut flags = spec.arm.control_flags();
+        flags.extend(["--engine-poll-ms".to_owned(), engine_poll_ms(spec.speedup).to_string()]);
+        cluster.control = ControlSpec::new(Workers::None).flags(flags);
         cluster.control.seed = Some(spec.seed);
         cluster.proxies = spec.topology.routers;
         // A decode that joins later registers in etcd, as every worker then does.

@@ -129,6 +129,59 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
     }
 }
 
+/// Paired runs: run r of every arm has seed `--seed` + r − 1 and starts `--window-stride` × (r − 1)
+/// sessions into the trace (wrapping around, so every session still runs); the screen's first
+/// run has every arm, and the later runs only the recommended arm and the strongest peer; the
+/// verdict names the interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paired_runs_share_seed_and_window_and_the_screen_keeps_the_strongest_peer() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let arms =
+        ["--loads", "published", "--arms", "1e6/age,round-robin,power-of-two", "--recommended", "1e6/age"];
+    let mut argv: Vec<&str> = arms.to_vec();
+    argv.extend(["--runs", "2", "--screen", "--screen-keep", "1", "--window-stride", "1", "--seed", "7"]);
+    let cli = tiny_study(&trace, &out, &argv);
+    let loads = decode_weight(&cli.study).await.unwrap();
+    let cell = &loads[0];
+    assert_eq!(cell.arms.len(), 3 + 2, "a screen of three arms, then two");
+    for a in &cell.arms {
+        assert_eq!((a.seed, a.session_offset), (6 + a.run as u64, a.run - 1), "{} run {}", a.arm, a.run);
+        assert_eq!(
+            (a.report.completed, a.report.failed),
+            (7, 0),
+            "{} run {}: every session, wrapped",
+            a.arm,
+            a.run
+        );
+    }
+    let second: Vec<String> = cell.arms.iter().filter(|a| a.run == 2).map(|a| a.arm.to_string()).collect();
+    assert!(second.iter().any(|a| a.starts_with("W = 1,000,000")), "{second:?}");
+    let rows: Vec<_> = cell.arms.iter().map(|a| (a.label(2), &a.report)).collect();
+    let v = super::table::versus(&rows, 12, cli.study.recommended, 40.0);
+    assert!(v.contains("Verdict: W = 1,000,000, prefilling ×1, age-decayed at "), "{v}");
+    assert!(v.contains("(2 runs) the best peer arm"), "{v}");
+}
+
+/// sglang-router 0.3.2 in PD mode, not DP-aware (its DP-aware PD path is broken): every request
+/// goes through it and its cache-aware decode policy chose each one; the engine spread them over
+/// its ranks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sglang_router_arm_routes_pd_and_the_engine_picks_the_ranks() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let cli = tiny_study(&trace, &out, &["--loads", "seed", "--arms", "sglang-router:cache_aware"]);
+    let loads = decode_weight(&cli.study).await.unwrap();
+    let arm = &loads[0].arms[0];
+    let r = &arm.report;
+    assert_eq!((r.completed, r.failed, r.warmup), (7, 0, 0), "{}: {r}", arm.arm);
+    let Routing::Smg { counters, argv } = &arm.routing else { panic!("sglang-router routes") };
+    assert!(!argv.iter().any(|a| a == "--dp-aware"), "{argv:?}");
+    assert_eq!((counters.decode_policy.as_str(), counters.decode_selections), ("cache_aware", 7.0));
+    let ranks_used = (0..8).filter(|&k| r.rank_series.iter().any(|s| s.running[k] > 0)).count();
+    assert!(ranks_used >= 2, "the engine's DP controller spread the requests: {ranks_used} ranks");
+}
+
 /// SMG in front of the sims: every request of the trace streams through it, its decode policy
 /// is the one that chose (one selection per request) and its counters reach `study.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use super::deploy::Routing;
 use super::events::{self, CATCH_UP_SHARE};
 use super::scenario::Change;
 use super::table::Label;
-use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, smg, table};
+use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, table};
 use crate::replay::report::Report;
 
 fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
@@ -27,21 +27,14 @@ pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
         args.sample_interval_s
     );
     println!("{}", table::ranks(&rows));
-    println!("{}", table::versus(&rows, cell.topology.gpus(args.prefill_gpus)));
-    let mut smg_shown = false;
+    println!(
+        "{}",
+        table::versus(&rows, cell.topology.gpus(args.prefill_gpus), args.recommended, args.speedup)
+    );
     for a in &cell.arms {
         if let Routing::Smg { counters, .. } = &a.routing {
-            smg_shown = true;
             println!("{}: {}", a.label(args.runs), counters.line());
         }
-    }
-    if smg_shown {
-        println!(
-            "(SMG's load monitor polls every {} s of wall clock, its default, = {} emulated s at {}× compression; its other timers are wall-clock too.)\n",
-            smg::LOAD_MONITOR_INTERVAL_S,
-            smg::LOAD_MONITOR_INTERVAL_S * args.speedup,
-            args.speedup
-        );
     }
     for a in &cell.arms {
         if let Some(line) = a.weights.line(a.arm == super::arm::Arm::Auto) {
@@ -81,7 +74,8 @@ pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
         "study": "decode-weight",
         "trace": args.trace.display().to_string(),
         "deployment": {
-            "shape": "in process: prefill sims (1 rank, 8k chunks, shortest-prefill-first) + decode sims (TP = ranks, DP attention) + infera-control + infera-proxy per router; an SMG arm: the same sims behind `smg launch --pd-disaggregation --dp-aware` per router instead",
+            "shape": "in process: prefill sims (1 rank, 8k chunks) + decode sims (TP = ranks, DP attention) + infera-control + infera-proxy per router; an SMG arm: the same sims behind `smg launch --pd-disaggregation --dp-aware` per router instead",
+            "prefill_schedule_policy": args.prefill_schedule_policy,
             "decode_ranks": args.decode_ranks,
             "kv_pressure_tokens_per_rank": args.kv_pressure_tokens,
             "prefill_cache_tokens": args.prefill_cache_tokens,
@@ -91,6 +85,9 @@ pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
             "time_compression": args.speedup,
             "sample_interval_s": args.sample_interval_s,
             "runs": args.runs,
+            "window_stride_sessions": args.window_stride,
+            "screen": args.screen,
+            "recommended": args.recommended.to_string(),
         },
         "cells": cells.iter().map(|c| json!({
             "scenario": c.scenario.name(),
@@ -116,6 +113,9 @@ fn arm_json(a: &ArmRun, gpus: u32) -> Value {
         "arm": a.arm.to_string(),
         "key": a.arm.key(),
         "run": a.run,
+        "seed": a.seed,
+        "session_offset": a.session_offset,
+        "load_view_age": a.arm.load_view(a.report.shaping.compression),
         "control_flags": a.arm.control_flags(),
         "tokens_per_s_per_gpu": a.report.total_tokens_per_s / f64::from(gpus),
         "wall_s": a.wall_s,

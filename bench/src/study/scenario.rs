@@ -9,11 +9,14 @@
 //! | `mixed-dp` | 2 | 8 + 4 | 1 | ×1.5 | nothing |
 //! | `kv-pressure` | 1 | 8, `--max-total-tokens` per rank | 1 | ×1 | nothing |
 //! | `multi-proxy` | 1 | 8 | 4 | ×1 | nothing |
+//! | `unsaturated-prefill` | 2 | 8 | 1 | ×1 | nothing |
 //!
 //! "Routers" is how many infera proxies share the one control, or how many SMG replicas each
 //! route on their own; the replay spreads the sessions over them. Scale-out and mixed DP get
 //! a second prefill and 1.5× the sessions so that the decodes, not the one prefill, are what
-//! the load presses on (one prefill is saturated at the seed point already).
+//! the load presses on (one prefill is saturated at the seed point already). The unsaturated
+//! prefill is steady state with a second prefill: the prefill queue no longer holds requests
+//! for minutes, which is what the ledger's age decay corrects for.
 
 use std::fmt;
 
@@ -30,6 +33,8 @@ pub(crate) enum Scenario {
     KvPressure,
     /// Four routers in front of the same workers.
     MultiProxy,
+    /// Steady state with two prefills, so the prefill keeps up.
+    UnsaturatedPrefill,
 }
 
 /// One decode worker of a scenario.
@@ -101,6 +106,7 @@ impl Scenario {
             Scenario::MixedDp => "mixed-dp",
             Scenario::KvPressure => "kv-pressure",
             Scenario::MultiProxy => "multi-proxy",
+            Scenario::UnsaturatedPrefill => "unsaturated-prefill",
         }
     }
 
@@ -137,6 +143,7 @@ impl Scenario {
                 ..one
             },
             Scenario::MultiProxy => Topology { routers: 4, ..one },
+            Scenario::UnsaturatedPrefill => Topology { prefills: 2, ..one },
         }
     }
 }
@@ -203,5 +210,7 @@ mod tests {
         assert_eq!(mixed.decodes.iter().map(|d| d.ranks).collect::<Vec<_>>(), [8, 4]);
         assert_eq!(Scenario::KvPressure.topology(8, 2_400_000, w).decodes[0].kv_tokens, Some(2_400_000));
         assert_eq!(Scenario::MultiProxy.topology(8, 0, w).routers, 4);
+        let unsaturated = Scenario::UnsaturatedPrefill.topology(8, 0, w);
+        assert_eq!((unsaturated.prefills, unsaturated.decodes.len(), unsaturated.gpus(4)), (2, 1, 16));
     }
 }

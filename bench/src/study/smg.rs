@@ -6,10 +6,20 @@
 //! joins is added through SMG's `POST /workers` (`dp_aware`), one that is drained removed
 //! rank by rank through `DELETE /workers/{id}`: SMG's own worker API, as an operator uses it.
 //!
-//! SMG refuses port 0 for its router and its metrics (`Port must be > 0`), so both ports are
-//! picked by binding port 0 on loopback and releasing it just before SMG starts. Its load
-//! monitor and every other timer run on the wall clock: at the study's 25× compression its
-//! default 10 s load poll is 250 emulated seconds.
+//! `sglang-router:POLICY` runs SGLang's older router from PyPI (`sglang-router==0.3.2`, SMG's
+//! ancestor, in `.venv-sglang-router`) the same way, with one difference: **not DP-aware**. Its
+//! PD path with `--dp-aware` sends each request to the rank's name (`URL@rank`) as if it were a
+//! host and every request fails (fixed upstream after 0.3.2), so a user of 0.3.2 runs PD without
+//! it and each decode's ranks are chosen by SGLang's own DP controller (round robin). It has no
+//! overload protection and no `least_load`; its `power_of_two` reads `/get_load`, which SGLang
+//! 0.5.23 does not serve (nor does the sim), so it chooses blind.
+//!
+//! SMG refuses port 0 for its router and its metrics (`Port must be > 0`, and so does
+//! sglang-router), so both ports are picked by binding port 0 on loopback and releasing it just
+//! before it starts. Its load monitor and every other timer run on the wall clock. Fair clocks:
+//! at the study's compression `c` SMG gets `--load-monitor-interval` = its default 10 s ÷ `c` (at
+//! least its floor, 1 s), so at 10× it polls every 10 emulated seconds as in front of a real
+//! engine ([`load_monitor_interval_s`]); its health timers keep their defaults.
 
 mod counters;
 
@@ -24,9 +34,44 @@ use infera_testkit::http::{get_json, get_ok, metric_sum, post_json, request};
 use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
-pub(crate) const LOAD_MONITOR_INTERVAL_S: f64 = 10.0;
+pub(crate) const LOAD_MONITOR_INTERVAL_S: u64 = 10;
+/// The shortest `--load-monitor-interval` SMG takes (whole seconds).
+const LOAD_MONITOR_FLOOR_S: u64 = 1;
+
+/// SMG's `--load-monitor-interval` at compression `speedup`: its default in emulated time, at
+/// least its floor; `None` (the default, not passed) at 1×.
+pub(crate) fn load_monitor_interval_s(speedup: f64) -> Option<u64> {
+    let wall = (LOAD_MONITOR_INTERVAL_S as f64 / speedup).round() as u64;
+    let wall = wall.max(LOAD_MONITOR_FLOOR_S);
+    (wall != LOAD_MONITOR_INTERVAL_S).then_some(wall)
+}
 /// The variable naming the `smg` to run (else `.venv/bin/smg` of the workspace).
 pub(crate) const SMG_VAR: &str = "INFERA_SMG";
+/// The variable naming the `sglang-router` to run (else `.venv-sglang-router/bin/sglang-router`).
+pub(crate) const SGLANG_ROUTER_VAR: &str = "INFERA_SGLANG_ROUTER";
+
+/// Which gateway an arm runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gateway {
+    /// `smg==1.13.0`, DP-aware.
+    Smg,
+    /// `sglang-router==0.3.2`, not DP-aware (see the module's notes).
+    SglangRouter,
+}
+
+impl Gateway {
+    /// The arm prefix: `smg` or `sglang-router`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Gateway::Smg => "smg",
+            Gateway::SglangRouter => "sglang-router",
+        }
+    }
+
+    fn dp_aware(self) -> bool {
+        self == Gateway::Smg
+    }
+}
 /// How long SMG may take to register the sims.
 const READY: Duration = Duration::from_secs(30);
 /// How long SMG may take to exit once killed.
@@ -56,10 +101,12 @@ impl SmgPolicy {
     }
 }
 
-/// One SMG arm: its decode policy, and whether its worker overload protection (on by default:
-/// a rank with ≥ 8 waiting requests or ≥ 0.8 KV usage is left out while another is under) runs.
+/// One gateway arm: the gateway, its decode policy, and whether SMG's worker overload
+/// protection (on by default: a rank with ≥ 8 waiting requests or ≥ 0.8 KV usage is left out
+/// while another is under) runs (sglang-router has none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SmgArm {
+    pub(crate) gateway: Gateway,
     pub(crate) policy: SmgPolicy,
     pub(crate) overload_protection: bool,
 }
@@ -78,13 +125,27 @@ impl SmgArm {
                 names.join(", ")
             )
         })?;
-        Ok(Self { policy, overload_protection })
+        Ok(Self { gateway: Gateway::Smg, policy, overload_protection })
+    }
+
+    /// `POLICY` (what follows `sglang-router:`): round_robin, power_of_two or cache_aware.
+    pub(crate) fn parse_sglang_router(rest: &str) -> Result<Self, String> {
+        let policy = [SmgPolicy::RoundRobin, SmgPolicy::PowerOfTwo, SmgPolicy::CacheAware]
+            .into_iter()
+            .find(|p| p.name() == rest)
+            .ok_or_else(|| {
+                format!("sglang-router:{rest:?}: its decode policy is one of round_robin, power_of_two, cache_aware")
+            })?;
+        Ok(Self { gateway: Gateway::SglangRouter, policy, overload_protection: false })
     }
 
     /// The `--arms` spelling back.
     pub(crate) fn spec(&self) -> String {
-        let suffix = if self.overload_protection { "" } else { ":no-overload" };
-        format!("smg:{}{suffix}", self.policy.name())
+        let suffix = match self.gateway {
+            Gateway::Smg if !self.overload_protection => ":no-overload",
+            _ => "",
+        };
+        format!("{}:{}{suffix}", self.gateway.name(), self.policy.name())
     }
 }
 
@@ -99,6 +160,8 @@ pub(crate) struct PrefillUrl {
 #[derive(Clone, Debug)]
 pub(crate) struct Launch {
     pub(crate) arm: SmgArm,
+    /// `--load-monitor-interval` (wall seconds) when not SMG's default.
+    pub(crate) load_monitor_interval_s: Option<u64>,
     pub(crate) prefills: Vec<PrefillUrl>,
     /// The decodes' base URLs (SMG finds their DP ranks with `--dp-aware`).
     pub(crate) decodes: Vec<String>,
@@ -110,6 +173,7 @@ pub(crate) struct Launch {
 impl Launch {
     /// `smg`'s argv, after the program.
     pub(crate) fn argv(&self) -> Vec<String> {
+        let dp_aware = self.arm.gateway.dp_aware();
         let mut argv: Vec<String> =
             ["launch", "--host", "127.0.0.1", "--port", &self.port.to_string(), "--pd-disaggregation"]
                 .map(str::to_owned)
@@ -120,11 +184,12 @@ impl Launch {
         for d in &self.decodes {
             argv.extend(["--decode".to_owned(), d.clone()]);
         }
+        argv.extend(["--decode-policy", self.arm.policy.name()].map(str::to_owned));
+        if dp_aware {
+            argv.push("--dp-aware".to_owned());
+        }
         argv.extend(
             [
-                "--decode-policy",
-                self.arm.policy.name(),
-                "--dp-aware",
                 "--prometheus-host",
                 "127.0.0.1",
                 "--prometheus-port",
@@ -135,23 +200,40 @@ impl Launch {
             ]
             .map(str::to_owned),
         );
-        if !self.arm.overload_protection {
-            argv.push("--disable-worker-overload-protection".to_owned());
+        if self.arm.gateway == Gateway::Smg {
+            if !self.arm.overload_protection {
+                argv.push("--disable-worker-overload-protection".to_owned());
+            }
+            if let Some(s) = self.load_monitor_interval_s {
+                argv.extend(["--load-monitor-interval".to_owned(), s.to_string()]);
+            }
         }
         argv
     }
 }
 
-/// The `smg` to run: `explicit` (`--smg`, `INFERA_SMG`), else `.venv/bin/smg` of the workspace.
+/// The gateway's program: `explicit` (`--smg`/`INFERA_SMG`, `--sglang-router`/
+/// `INFERA_SGLANG_ROUTER`), else the workspace's `.venv/bin/smg` or
+/// `.venv-sglang-router/bin/sglang-router`.
 ///
 /// # Errors
 /// When it is not there, with how to get it.
-pub(crate) fn binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let path = explicit
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/smg"), Path::to_path_buf);
+pub(crate) fn binary(gateway: Gateway, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let (default, package, flag, var) = match gateway {
+        Gateway::Smg => ("../.venv/bin/smg", "smg==1.13.0 in .venv", "--smg", SMG_VAR),
+        Gateway::SglangRouter => (
+            "../.venv-sglang-router/bin/sglang-router",
+            "sglang-router==0.3.2 in .venv-sglang-router",
+            "--sglang-router",
+            SGLANG_ROUTER_VAR,
+        ),
+    };
+    let path =
+        explicit.map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(default), Path::to_path_buf);
     anyhow::ensure!(
         path.is_file(),
-        "SMG is missing at {}: run `cargo xtask setup` (it installs smg==1.13.0 in .venv) or point --smg / {SMG_VAR} at an smg",
+        "{} is missing at {}: run `cargo xtask setup` (it installs {package}) or point {flag} / {var} at one",
+        gateway.name(),
         path.display()
     );
     Ok(path)
@@ -180,7 +262,8 @@ pub(crate) struct Smg {
 
 impl Smg {
     /// Starts `program` in front of the sims, its output in `log`, and waits (bounded) until
-    /// it lists the model with every prefill and all `decode_ranks` decode ranks registered.
+    /// it lists the model with every prefill and all `decode_ranks` decode ranks registered (a
+    /// gateway that is not DP-aware: every decode).
     ///
     /// # Errors
     /// When it does not start, exits, or is not ready in time (with the tail of its log).
@@ -216,6 +299,8 @@ impl Smg {
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
         let (models_url, metrics_url) = (format!("{}/v1/models", self.url), self.metrics_url.clone());
         let prefills = self.launch.prefills.len() as f64;
+        let decode_ranks =
+            if self.launch.arm.gateway.dp_aware() { decode_ranks } else { self.launch.decodes.len() as u32 };
         let child = &mut self.child;
         let waited = infera_testkit::poll(READY, "SMG to list the model with every worker", async || {
             if let Ok(Some(status)) = child.try_wait() {
@@ -257,13 +342,19 @@ impl Smg {
         Ok(Counters::parse(&text, decodes))
     }
 
-    /// Adds a decode (`POST /workers`, DP-aware) and waits (bounded) until SMG lists its
-    /// `ranks` ranks ready.
+    /// Adds a decode (`POST /workers`, DP-aware for SMG) and waits (bounded) until the gateway
+    /// lists its `ranks` ranks ready (the decode itself when it is not DP-aware).
     ///
     /// # Errors
     /// When SMG refuses it or does not register its ranks in time.
     pub(crate) async fn add_decode(&self, url: &str, ranks: u32) -> anyhow::Result<()> {
-        let body = json!({"url": url, "worker_type": "decode", "dp_aware": true});
+        let dp_aware = self.launch.arm.gateway.dp_aware();
+        let body = if dp_aware {
+            json!({"url": url, "worker_type": "decode", "dp_aware": true})
+        } else {
+            json!({"url": url, "worker_type": "decode"})
+        };
+        let ranks = if dp_aware { ranks } else { 1 };
         let (status, answer) = post_json(&format!("{}/workers", self.url), &body).await?;
         anyhow::ensure!(status.is_success(), "SMG POST /workers {url}: {status} {answer}");
         infera_testkit::poll(READY, "SMG to list the added decode's ranks", async || {
@@ -304,7 +395,11 @@ impl Smg {
             .filter_map(|w| {
                 let (id, wurl) = (w["id"].as_str()?, w["url"].as_str()?);
                 (wurl == url || wurl.starts_with(&prefix))
-                    .then(|| Listed { id: id.to_owned(), ready: w["status"] == "ready" })
+                    // SMG says `status: ready`; sglang-router 0.3.2 `is_healthy: true`.
+                    .then(|| Listed {
+                        id: id.to_owned(),
+                        ready: w["status"] == "ready" || w["is_healthy"] == true,
+                    })
             })
             .collect())
     }
@@ -332,9 +427,15 @@ mod tests {
     #[test]
     fn arms_parse_and_map_to_smg_argv() {
         let arm = SmgArm::parse("least_load").unwrap();
-        assert_eq!(arm, SmgArm { policy: SmgPolicy::LeastLoad, overload_protection: true });
+        assert_eq!(
+            arm,
+            SmgArm { gateway: Gateway::Smg, policy: SmgPolicy::LeastLoad, overload_protection: true }
+        );
         let off = SmgArm::parse("cache_aware:no-overload").unwrap();
-        assert_eq!(off, SmgArm { policy: SmgPolicy::CacheAware, overload_protection: false });
+        assert_eq!(
+            off,
+            SmgArm { gateway: Gateway::Smg, policy: SmgPolicy::CacheAware, overload_protection: false }
+        );
         assert_eq!((arm.spec(), off.spec()), ("smg:least_load".into(), "smg:cache_aware:no-overload".into()));
         for p in SmgPolicy::ALL {
             assert_eq!(SmgArm::parse(p.name()).unwrap().policy, p);
@@ -344,6 +445,7 @@ mod tests {
 
         let launch = Launch {
             arm,
+            load_monitor_interval_s: None,
             prefills: vec![PrefillUrl { url: "http://127.0.0.1:4001".into(), bootstrap_port: 4002 }],
             decodes: vec!["http://127.0.0.1:4003".into()],
             port: 4004,
@@ -358,11 +460,29 @@ mod tests {
         let off = Launch { arm: off, ..launch };
         assert_eq!(off.argv().last().map(String::as_str), Some("--disable-worker-overload-protection"));
         assert_eq!(off.argv()[12], "cache_aware");
+        let fair = Launch { load_monitor_interval_s: load_monitor_interval_s(10.0), ..off.clone() };
+        assert!(
+            fair.argv().join(" ").ends_with("--disable-worker-overload-protection --load-monitor-interval 1")
+        );
+        let old = SmgArm::parse_sglang_router("cache_aware").unwrap();
+        assert_eq!(old.spec(), "sglang-router:cache_aware");
+        assert!(SmgArm::parse_sglang_router("least_load").unwrap_err().contains("round_robin, power_of_two"));
+        let router = Launch { arm: old, load_monitor_interval_s: Some(1), ..off.clone() };
+        let argv = router.argv().join(" ");
+        assert!(argv.contains("--decode-policy cache_aware --prometheus-host"), "not DP-aware: {argv}");
+        assert!(argv.ends_with("--log-level warn"), "no SMG-only flag: {argv}");
+        assert_eq!(
+            [1.0, 2.0, 10.0, 25.0].map(load_monitor_interval_s),
+            [None, Some(5), Some(1), Some(1)],
+            "the default at 1×, its floor past 10×"
+        );
     }
 
     #[test]
     fn a_missing_smg_says_how_to_get_it() {
-        let e = binary(Some(Path::new("/nonexistent/smg"))).unwrap_err().to_string();
+        let e = binary(Gateway::Smg, Some(Path::new("/nonexistent/smg"))).unwrap_err().to_string();
         assert!(e.contains("cargo xtask setup") && e.contains(SMG_VAR), "{e}");
+        let e = binary(Gateway::SglangRouter, Some(Path::new("/nonexistent/r"))).unwrap_err().to_string();
+        assert!(e.contains("sglang-router==0.3.2") && e.contains(SGLANG_ROUTER_VAR), "{e}");
     }
 }

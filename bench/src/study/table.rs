@@ -6,13 +6,17 @@
 //! 2. `weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) |
 //!    context busiest / mean (median / p90) | step median` — the decode ranks over the window.
 //! 3. [`versus`]: each arm over its runs (mean, and the runs' range) against the best peer arm
-//!    of the same cell — a peer is SMG or one of infera's legacy policies (without one, the
-//!    fixed weights `auto` is measured against), the best is the one with the highest mean p90
-//!    interactivity.
+//!    of the same cell, paired run by run with 95 % intervals — a peer is SMG or one of infera's
+//!    legacy policies (without one, the fixed weights `auto` is measured against), the best is
+//!    the one with the highest mean p90 interactivity — and the verdict on the recommended arm.
 
 use std::fmt::{self, Write as _};
 
+use rand::SeedableRng as _;
+use rand::rngs::SmallRng;
+
 use super::arm::{Arm, thousands};
+use super::stats::{self, RatioInterval};
 use crate::replay::report::Report;
 
 fn num(v: Option<f64>, digits: usize) -> String {
@@ -78,65 +82,105 @@ pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     out
 }
 
-/// Each arm's mean over its runs, and as a ratio to the best peer's (or, without a peer arm,
-/// the best fixed W's): `arm | runs | p90 interactivity mean (min–max) | × best | tok/s/GPU ×
-/// best | TTFT p90 × best`.
-pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32) -> String {
+/// Each arm over its runs against the best peer arm of the cell (a peer is SMG or one of
+/// infera's legacy policies; the best is the one with the highest mean p90 interactivity among
+/// those that ran every run — a screen drops the others after run 1), paired run by run: the
+/// ratio of the means with its paired-bootstrap 95 % interval ([`stats`]). Without a peer, the
+/// fixed weights are the reference (what `auto` is measured against). The last line is the
+/// verdict on `recommended`.
+pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, speedup: f64) -> String {
     let mut arms: Vec<Arm> = Vec::new();
     for (l, _) in rows {
         if !arms.contains(&l.arm) {
             arms.push(l.arm);
         }
     }
-    let runs = |arm: Arm| rows.iter().filter(move |(l, _)| l.arm == arm).map(|(_, r)| *r);
-    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    let p90 = |arm| mean(runs(arm).filter_map(|r| r.interactivity.p90).collect());
-    let per_gpu = |arm| mean(runs(arm).map(|r| r.total_tokens_per_s / f64::from(gpus.max(1))).collect());
-    let ttft = |arm| mean(runs(arm).filter_map(|r| r.ttft_ms.p90).collect());
+    let runs_of = |arm: Arm| rows.iter().filter(move |(l, _)| l.arm == arm).count();
+    let most = arms.iter().map(|a| runs_of(*a)).max().unwrap_or(0);
+    // Run number → value, for one metric of one arm.
+    let series = |arm: Arm, metric: &dyn Fn(&Report) -> Option<f64>| -> Vec<(usize, f64)> {
+        rows.iter()
+            .filter(|(l, _)| l.arm == arm)
+            .filter_map(|(l, r)| Some((l.run.unwrap_or(1), metric(r)?)))
+            .collect()
+    };
+    let p90 = |r: &Report| r.interactivity.p90;
+    let per_gpu = |r: &Report| Some(r.total_tokens_per_s / f64::from(gpus.max(1)));
+    let ttft = |r: &Report| r.ttft_ms.p90;
+    let mean_p90 = |arm: Arm| {
+        let v: Vec<f64> = series(arm, &p90).into_iter().map(|(_, x)| x).collect();
+        (!v.is_empty()).then(|| stats::mean(&v))
+    };
     let best = |of: &dyn Fn(&Arm) -> bool| {
         arms.iter()
             .copied()
-            .filter(|a| of(a))
-            .filter_map(|a| Some((a, p90(a)?)))
+            .filter(|a| of(a) && runs_of(*a) == most)
+            .filter_map(|a| Some((a, mean_p90(a)?)))
             .max_by(|x, y| x.1.total_cmp(&y.1))
             .map(|(a, _)| a)
     };
-    // The peers (SMG, infera's legacy policies); without one, the fixed weights (what `auto`
-    // is measured against).
-    let (peer, what) = match best(&|a| matches!(a, Arm::Legacy(_) | Arm::Smg(_))) {
+    let (peer, what) = match best(&Arm::is_peer) {
         Some(p) => (Some(p), "peer"),
         None => (best(&|a| matches!(a, Arm::Weight(_) | Arm::Phased { .. })), "fixed-W"),
     };
+    let mut rng = SmallRng::seed_from_u64(BOOTSTRAP_SEED);
+    let mut interval = |arm: Arm, metric: &dyn Fn(&Report) -> Option<f64>| -> Option<RatioInterval> {
+        let peer = peer?;
+        let theirs = series(peer, metric);
+        let (ours, theirs): (Vec<f64>, Vec<f64>) = series(arm, metric)
+            .into_iter()
+            .filter_map(|(run, v)| Some((v, theirs.iter().find(|(r, _)| *r == run)?.1)))
+            .unzip();
+        stats::paired_ratio(&ours, &theirs, stats::RESAMPLES, &mut rng)
+    };
+    let cell = |i: Option<RatioInterval>| {
+        i.map_or_else(|| "–".to_owned(), |i| format!("{:.3} [{:.3}, {:.3}]", i.ratio, i.low, i.high))
+    };
     let mut out = match peer {
-        Some(p) => format!("Over the runs, against the best {what} arm ({p}):\n\n"),
+        Some(p) => {
+            format!("Over the paired runs, against the best {what} arm ({p}), with 95 % intervals:\n\n")
+        }
         None => "Over the runs:\n\n".to_owned(),
     };
     out.push_str(
-        "| arm | runs | interactivity p90, mean (min–max) | × best | tok/s/GPU × best | TTFT p90 × best |\n\
-         |---|---|---|---|---|---|\n",
+        "| arm | runs | load view age (emulated s) | interactivity p90, mean (min–max) | × best [95 % CI] | tok/s/GPU × best | TTFT p90 × best |\n\
+         |---|---|---|---|---|---|---|\n",
     );
-    let ratio = |v: Option<f64>, of: Option<f64>| match (v, of) {
-        (Some(v), Some(of)) if of > 0.0 => format!("{:.3}", v / of),
-        _ => "–".to_owned(),
-    };
+    let mut verdict = None;
     for &arm in &arms {
-        let all: Vec<f64> = runs(arm).filter_map(|r| r.interactivity.p90).collect();
+        let all: Vec<f64> = series(arm, &p90).into_iter().map(|(_, x)| x).collect();
         let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let vs = interval(arm, &p90);
+        if arm == recommended {
+            verdict = vs;
+        }
         let _ = writeln!(
             out,
-            "| {} | {} | {} ({}–{}) | {} | {} | {} |",
+            "| {} | {} | {} | {} ({}–{}) | {} | {} | {} |",
             Label { arm, run: None },
             all.len(),
-            num(p90(arm), 1),
+            arm.load_view(speedup),
+            num(mean_p90(arm), 1),
             num(Some(lo), 1),
             num(Some(hi), 1),
-            ratio(p90(arm), peer.and_then(p90)),
-            ratio(per_gpu(arm), peer.and_then(per_gpu)),
-            ratio(ttft(arm), peer.and_then(ttft)),
+            cell(vs),
+            cell(interval(arm, &per_gpu)),
+            cell(interval(arm, &ttft)),
+        );
+    }
+    if let (Some(v), Some(p)) = (verdict, peer) {
+        let _ = writeln!(
+            out,
+            "\nVerdict: {recommended} at {} the best {what} arm ({p}) in p90 interactivity; the interval's lower bound is {} 1.",
+            v.describe(),
+            if v.low > 1.0 { "above" } else { "not above" }
         );
     }
     out
 }
+
+/// The bootstrap's seed: the same rows give the same intervals.
+const BOOTSTRAP_SEED: u64 = 0xb007;
 
 /// A row's name: the arm (a weight as the seeds' column has it: `1,000,000`), and which run
 /// of it when an arm ran more than once.
@@ -194,13 +238,28 @@ mod tests {
             "| 1,000,000 | 250 | 1 (0.25) | 100.0 / 100.0 | 2.00 / 2.00 / 2.00 s | 10.0 / 10.0 ms |"
         );
         assert!(lines[3].starts_with("| round-robin (legacy) · run 2 |"));
-        let v = versus(&rows, 12);
-        assert!(v.starts_with("Over the runs, against the best peer arm (round-robin (legacy)):"), "{v}");
-        assert_eq!(
-            v.lines().nth(4),
-            Some("| 1,000,000 | 1 | 100.0 (100.0–100.0) | 1.000 | 1.000 | 1.000 |"),
+        // Paired by run: both rows are run 1.
+        let paired: Vec<(Label, &Report)> =
+            rows.iter().map(|(l, r)| (Label { run: None, ..*l }, *r)).collect();
+        let v = versus(&paired, 12, Arm::Weight(1e6), 10.0);
+        assert!(
+            v.starts_with(
+                "Over the paired runs, against the best peer arm (round-robin (legacy)), with 95 % intervals:"
+            ),
             "{v}"
         );
+        assert_eq!(
+            v.lines().nth(4),
+            Some(
+                "| 1,000,000 | 1 | 0 (ledger; KV room polled every 0.1 s) | 100.0 (100.0–100.0) | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] |"
+            ),
+            "{v}"
+        );
+        assert!(
+            v.contains("Verdict: W = 1,000,000 at 1.000× [1.000, 1.000] (1 runs) the best peer arm"),
+            "{v}"
+        );
+        assert!(v.contains("lower bound is not above 1."), "{v}");
         let k = ranks(&rows);
         assert_eq!(k.lines().nth(2), Some("| 1,000,000 | 4.00 | 6 / 6 | 1.50 / 1.50 | 1.50 / 1.50 | – ms |"));
     }
