@@ -22,6 +22,7 @@ pub(crate) mod deploy;
 mod e2e;
 mod events;
 mod output;
+mod pairing;
 mod plot;
 mod scenario;
 mod smg;
@@ -37,6 +38,7 @@ use arm::Arm;
 use deploy::Routing;
 use events::Applied;
 use infera_sim::params::TimingParams;
+use pairing::{Pairing, screened};
 use scenario::{Scenario, Topology, Window};
 use table::Label;
 
@@ -329,7 +331,9 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
                         format!("{} {} arm {arm} run {run}", scenario.name(), load.name())
                     })?;
                     eprintln!(
-                        "   {arm} run {run}: {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
+                        "   {arm} run {run}: p90 interactivity {}, {:.0} tok/s/GPU; {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
+                        done.report.interactivity.p90.map_or_else(|| "–".to_owned(), |p| format!("{p:.1}")),
+                        done.report.total_tokens_per_s / f64::from(topology.gpus(args.prefill_gpus)),
                         done.report.completed,
                         done.report.warmup,
                         done.report.failed,
@@ -352,45 +356,6 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
         }
     }
     Ok(cells)
-}
-
-/// What run `run` of every arm shares: the seed and the trace window, and the order its arms
-/// run in (drawn from the seed, so a rerun repeats it).
-pub(crate) struct Pairing {
-    /// 1-based.
-    pub(crate) run: usize,
-    pub(crate) seed: u64,
-    /// Sessions of the trace skipped (and replayed after its end).
-    pub(crate) session_offset: usize,
-}
-
-impl Pairing {
-    fn of(args: &DecodeWeightArgs, run: usize) -> Self {
-        Self { run, seed: args.seed + run as u64 - 1, session_offset: (run - 1) * args.window_stride }
-    }
-
-    /// `arms` shuffled by the run's seed.
-    fn order(&self, arms: &[Arm]) -> Vec<Arm> {
-        use rand::SeedableRng as _;
-        use rand::seq::SliceRandom as _;
-        let mut order = arms.to_vec();
-        order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(self.seed ^ 0x5eed_0bde));
-        order
-    }
-}
-
-/// After the screen (run 1 of every arm): the recommended arm, the `--screen-keep` peer arms with
-/// the highest p90 interactivity, and nothing else.
-fn screened(args: &DecodeWeightArgs, done: &[ArmRun]) -> Vec<Arm> {
-    let mut peers: Vec<(Arm, f64)> = done
-        .iter()
-        .filter(|a| a.arm.is_peer())
-        .map(|a| (a.arm, a.report.interactivity.p90.unwrap_or(0.0)))
-        .collect();
-    peers.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut keep = vec![args.recommended];
-    keep.extend(peers.into_iter().take(args.screen_keep).map(|(a, _)| a));
-    keep
 }
 
 /// Emulated seconds between readings of control's W.

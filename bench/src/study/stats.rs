@@ -52,6 +52,18 @@ pub(crate) fn paired_ratio(
     Some(RatioInterval { ratio, low: at(0.025), high: at(0.975), runs: n })
 }
 
+/// How much less than the best-serving arm an arm may serve (tok/s) and still be a reference:
+/// an arm that serves far less runs fewer requests at once on the decode, so its interactivity
+/// is not measured at the same operating point (a router that starves its decode of work
+/// decodes the little it lets through fast).
+pub(crate) const THROTTLED_SHARE: f64 = 0.10;
+
+/// For each throughput, whether it is within [`THROTTLED_SHARE`] of the highest.
+pub(crate) fn serves_the_load(throughputs: &[f64]) -> Vec<bool> {
+    let best = throughputs.iter().copied().fold(0.0, f64::max);
+    throughputs.iter().map(|&t| t >= (1.0 - THROTTLED_SHARE) * best).collect()
+}
+
 /// The mean of `xs` (0 when empty).
 pub(crate) fn mean(xs: &[f64]) -> f64 {
     if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 }
@@ -89,5 +101,6 @@ mod tests {
         assert!(paired_ratio(&[], &[], RESAMPLES, &mut rng).is_none());
         assert!(paired_ratio(&[1.0, 2.0], &[0.0, 0.0], RESAMPLES, &mut rng).is_none());
         assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
+        assert_eq!(serves_the_load(&[100.0, 91.0, 89.0]), [true, true, false]);
     }
 }

@@ -111,11 +111,17 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, spe
         let v: Vec<f64> = series(arm, &p90).into_iter().map(|(_, x)| x).collect();
         (!v.is_empty()).then(|| stats::mean(&v))
     };
+    let mean_per_gpu =
+        |arm: Arm| stats::mean(&series(arm, &per_gpu).into_iter().map(|(_, x)| x).collect::<Vec<_>>());
+    // A reference ran every run and serves the load (its tok/s/GPU within
+    // `THROTTLED_SHARE` of the best-serving candidate's).
     let best = |of: &dyn Fn(&Arm) -> bool| {
-        arms.iter()
-            .copied()
-            .filter(|a| of(a) && runs_of(*a) == most)
-            .filter_map(|a| Some((a, mean_p90(a)?)))
+        let full: Vec<Arm> = arms.iter().copied().filter(|a| of(a) && runs_of(*a) == most).collect();
+        let serving = stats::serves_the_load(&full.iter().map(|a| mean_per_gpu(*a)).collect::<Vec<_>>());
+        full.iter()
+            .zip(serving)
+            .filter(|(_, serves)| *serves)
+            .filter_map(|(a, _)| Some((*a, mean_p90(*a)?)))
             .max_by(|x, y| x.1.total_cmp(&y.1))
             .map(|(a, _)| a)
     };
@@ -138,7 +144,10 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, spe
     };
     let mut out = match peer {
         Some(p) => {
-            format!("Over the paired runs, against the best {what} arm ({p}), with 95 % intervals:\n\n")
+            format!(
+                "Over the paired runs, against the best {what} arm ({p}; the highest mean p90 among those that ran every run and serve within {:.0} % of the best-serving one's tok/s/GPU), with 95 % intervals:\n\n",
+                stats::THROTTLED_SHARE * 100.0
+            )
         }
         None => "Over the runs:\n\n".to_owned(),
     };
@@ -244,7 +253,7 @@ mod tests {
         let v = versus(&paired, 12, Arm::Weight(1e6), 10.0);
         assert!(
             v.starts_with(
-                "Over the paired runs, against the best peer arm (round-robin (legacy)), with 95 % intervals:"
+                "Over the paired runs, against the best peer arm (round-robin (legacy); the highest mean p90"
             ),
             "{v}"
         );
