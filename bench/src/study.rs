@@ -1,20 +1,24 @@
 //! `infera-bench study decode-weight`: the seeds' decode request-weight study on the emulated
 //! engine. For each scenario ([`scenario`]: steady state, scale-out, mixed DP sizes, KV
-//! pressure, several routers), each load point, each arm (W = 0, 180,000, 1,000,000 and the
-//! legacy round-robin and power-of-two by default) and each of `--runs` runs, a **fresh**
-//! in-process deployment ([`deploy`]) replays the same trace window with the same seed
-//! through its routers while the scenario's events ([`events`]) change the decode pool and
-//! the decodes' per-rank load is sampled from their `/v1/loads` at a fixed emulated interval.
-//! It prints the seeds' two tables per scenario and load point ([`table`]), writes every run
-//! to `study.json` and draws the plots ([`plot`]) under `--out` ([`output`]). An `smg:POLICY`
-//! arm puts SMG ([`smg`]) in front of the same sims instead of control and the proxies, and
-//! reports SMG's own counters.
+//! pressure, several routers, an unsaturated prefill), each load point, each of `--runs` paired
+//! runs ([`pairing`]: run r of every arm shares a seed and a trace window, the arms in a random
+//! order of the run's own; a screen may narrow the arms after run 1) and each arm (W = 0,
+//! 180,000, 1,000,000 and the legacy round-robin and power-of-two by default), a **fresh**
+//! in-process deployment ([`deploy`]) replays the run's trace window through its routers while
+//! the scenario's events ([`events`]) change the decode pool and the decodes' per-rank load is
+//! sampled from their `/v1/loads` at a fixed emulated interval. It prints the seeds' two tables
+//! per scenario and load point and each arm against the best peer with a paired-bootstrap
+//! interval ([`table`], [`stats`]), writes every run to `study.json` and draws the plots
+//! ([`plot`]) under `--out` ([`output`]). An `smg:POLICY` (or `sglang-router:POLICY`) arm puts
+//! that gateway ([`smg`]) in front of the same sims instead of control and the proxies, and
+//! reports its own counters.
 //!
 //! Load points: `published` replays the trace as it is (think time and output lengths ×1,
 //! idle gaps capped at 300 s like AgentX); `seed` is `--match-seed-load` (the seeds' ≈ 9 s
 //! think time and ≈ 1,000 output tokens, see [`crate::replay::seed_load`]). Time is compressed:
 //! the sims run `--speedup` times faster than the wall clock and the replay divides its waits
-//! by the same factor, so every number is reported in emulated time.
+//! by the same factor, so every number is reported in emulated time; every router's load
+//! polling is divided by it too (fair clocks: each polls at its default in emulated time).
 
 mod arm;
 pub(crate) mod deploy;
@@ -98,7 +102,8 @@ pub(crate) struct DecodeWeightArgs {
     #[arg(long, env = "INFERA_BENCH_WINDOW_STRIDE", default_value_t = 50)]
     window_stride: usize,
     /// Run 1 is a screen of every arm; runs 2… go on with the recommended arm and the
-    /// `--screen-keep` peer arms with the highest p90 interactivity in it.
+    /// `--screen-keep` peer arms with the highest p90 interactivity in it among those that serve
+    /// within 10 % of the best-serving peer's tok/s.
     #[arg(long, env = "INFERA_BENCH_SCREEN")]
     screen: bool,
     /// Peer arms (SMG, infera's legacy policies) the screen keeps.

@@ -42,7 +42,8 @@ pub enum AgeDecay {
     /// Every prefilling request counts whole: the cost as without the decay.
     Off,
     /// Prefilling requests older than their model's median prefill phase count less (the
-    /// default: measured in `manual/features/decode_balancing.md`, "Age decay, measured").
+    /// default: measured in `bench/results/2026-12-05-decode-study-history.md`, "Age decay,
+    /// measured").
     #[default]
     On,
 }
