@@ -24,6 +24,9 @@ use infera_proto::types::{Role, WorkerRecord};
 use serde_json::Value;
 
 use self::child::{ChildSpec, EngineChild, free_ports};
+
+/// Starts of one engine tried when another process took one of its ports first.
+const PORT_RACE_ATTEMPTS: u32 = 3;
 use crate::http;
 
 /// The SGLang release the kit runs.
@@ -262,13 +265,27 @@ impl EngineSpec {
     /// # Errors
     /// When it cannot start or is not ready in time.
     pub async fn start(self) -> anyhow::Result<Engine> {
-        let plan = self.plan()?;
-        let spec = ChildSpec {
-            name: self.name.clone(),
-            argv: plan.argv(),
-            env: plan.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        // SGLang cannot bind port 0, so its ports are found free and released; it binds its HTTP
+        // port only after tens of seconds of start-up, and another engine starting beside it
+        // may take one meanwhile. A start that loses that race is retried on fresh ports.
+        let mut attempt = 1;
+        let (plan, child) = loop {
+            let plan = self.plan()?;
+            let spec = ChildSpec {
+                name: self.name.clone(),
+                argv: plan.argv(),
+                env: plan.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            };
+            match tokio::task::spawn_blocking(move || EngineChild::start(&spec, READY_DEADLINE)).await? {
+                Ok(child) => break (plan, child),
+                Err(e)
+                    if attempt < PORT_RACE_ATTEMPTS && e.to_string().contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
         };
-        let child = tokio::task::spawn_blocking(move || EngineChild::start(&spec, READY_DEADLINE)).await??;
         let record = worker_record(&plan);
         let http: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, plan.args.server.port).into();
         let bootstrap = record.bootstrap_port.map(|p| SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, p)));

@@ -103,9 +103,15 @@ impl EngineChild {
             if let Some(status) = me.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!("{} exited before it was ready ({status}); its log:\n{}", me.name, me.log_tail());
             }
+            // Uvicorn failing to bind leaves SGLang's schedulers running: no exit to wait for.
+            let tail = me.log_tail();
+            if tail.contains("address already in use") {
+                me.kill();
+                bail!("{} could not bind a port (address already in use); its log:\n{tail}", me.name);
+            }
             if start.elapsed() > deadline {
                 me.kill();
-                bail!("{} was not ready within {deadline:?}; its log:\n{}", me.name, me.log_tail());
+                bail!("{} was not ready within {deadline:?}; its log:\n{tail}", me.name);
             }
         }
     }
