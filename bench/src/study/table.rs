@@ -84,7 +84,8 @@ pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
 
 /// Each arm over its runs against the best peer arm of the cell (a peer is SMG or one of
 /// infera's legacy policies; the best is the one with the highest mean p90 interactivity among
-/// those that ran every run — a screen drops the others after run 1), paired run by run: the
+/// those that ran every run — a screen drops the others after run 1 — and serve within
+/// [`stats::THROTTLED_SHARE`] of the best-serving one's tok/s/GPU), paired run by run: the
 /// ratio of the means with its paired-bootstrap 95 % interval ([`stats`]). Without a peer, the
 /// fixed weights are the reference (what `auto` is measured against). The last line is the
 /// verdict on `recommended`.
@@ -107,17 +108,19 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, spe
     let p90 = |r: &Report| r.interactivity.p90;
     let per_gpu = |r: &Report| Some(r.total_tokens_per_s / f64::from(gpus.max(1)));
     let ttft = |r: &Report| r.ttft_ms.p90;
-    let mean_p90 = |arm: Arm| {
-        let v: Vec<f64> = series(arm, &p90).into_iter().map(|(_, x)| x).collect();
+    // An arm's mean of one metric over its runs.
+    let mean_of = |arm: Arm, metric: &dyn Fn(&Report) -> Option<f64>| {
+        let v: Vec<f64> = series(arm, metric).into_iter().map(|(_, x)| x).collect();
         (!v.is_empty()).then(|| stats::mean(&v))
     };
-    let mean_per_gpu =
-        |arm: Arm| stats::mean(&series(arm, &per_gpu).into_iter().map(|(_, x)| x).collect::<Vec<_>>());
+    let mean_p90 = |arm: Arm| mean_of(arm, &p90);
     // A reference ran every run and serves the load (its tok/s/GPU within
     // `THROTTLED_SHARE` of the best-serving candidate's).
     let best = |of: &dyn Fn(&Arm) -> bool| {
         let full: Vec<Arm> = arms.iter().copied().filter(|a| of(a) && runs_of(*a) == most).collect();
-        let serving = stats::serves_the_load(&full.iter().map(|a| mean_per_gpu(*a)).collect::<Vec<_>>());
+        let serving = stats::serves_the_load(
+            &full.iter().map(|a| mean_of(*a, &per_gpu).unwrap_or(0.0)).collect::<Vec<_>>(),
+        );
         full.iter()
             .zip(serving)
             .filter(|(_, serves)| *serves)
