@@ -93,7 +93,7 @@ impl Arm {
     /// `speedup`: the ledger is exact; the least-running policy reads control's engine poll;
     /// SMG reads its load monitor (its overload protection too); round-robin reads nothing.
     pub(crate) fn load_view(&self, speedup: f64) -> String {
-        let engine_s = super::deploy::engine_poll_ms(speedup) as f64 * speedup / 1e3;
+        let engine_s = engine_poll_ms(speedup) as f64 * speedup / 1e3;
         match self {
             Arm::Weight(_) | Arm::Auto | Arm::Phased { .. } | Arm::Legacy(Legacy::PowerOfTwo) => {
                 format!("0 (ledger; KV room polled every {engine_s:.1} s)")
@@ -126,6 +126,15 @@ impl Arm {
         }
     }
 }
+
+/// Control's `--engine-poll-ms` at `speedup`: its default 100 ms in emulated time (at least
+/// 1 ms of wall clock).
+pub(crate) fn engine_poll_ms(speedup: f64) -> u64 {
+    (ENGINE_POLL_EMULATED_MS / speedup).round().max(1.0) as u64
+}
+
+/// Control's default `--engine-poll-ms`.
+const ENGINE_POLL_EMULATED_MS: f64 = 100.0;
 
 /// Demand on with W = `weight`, the prefilling age decay named either way.
 fn demand_flags(weight: f64, age_decay: bool) -> Vec<String> {

@@ -117,15 +117,6 @@ pub(crate) fn prefill_policy(name: &str) -> anyhow::Result<SchedulePolicy> {
     }
 }
 
-/// Control's `--engine-poll-ms` at `speedup`: its default 100 ms in emulated time (at least
-/// 1 ms of wall clock).
-pub(crate) fn engine_poll_ms(speedup: f64) -> u64 {
-    (ENGINE_POLL_EMULATED_MS / speedup).round().max(1.0) as u64
-}
-
-/// Control's default `--engine-poll-ms`.
-const ENGINE_POLL_EMULATED_MS: f64 = 100.0;
-
 /// A sim of the seeds' kit: GLM-5.2 with 64-token pages and EAGLE 5/1/6 on both roles.
 fn kit_sim(spec: SimSpec, study: &Spec) -> SimSpec {
     spec.model_path("zai-org/GLM-5.2")
@@ -212,7 +203,7 @@ impl Deployment {
         // Fair clocks: control reads the engines' /v1/loads at its default 100 ms of emulated time
         // (what the least-running arm picks on; the ledger arms' KV view), not 100 ms of wall.
         let mut flags = spec.arm.control_flags();
-        flags.extend(["--engine-poll-ms".to_owned(), engine_poll_ms(spec.speedup).to_string()]);
+        flags.extend(["--engine-poll-ms".to_owned(), super::arm::engine_poll_ms(spec.speedup).to_string()]);
         cluster.control = ControlSpec::new(Workers::None).flags(flags);
         cluster.control.seed = Some(spec.seed);
         cluster.proxies = spec.topology.routers;
