@@ -77,8 +77,8 @@ pub(crate) struct ChaosArgs {
     #[arg(long, env = "INFERA_BENCH_SIM_SPEEDUP", default_value_t = 10.0)]
     pub(crate) sim_speedup: f64,
     /// The sims' `--sim-bootstrap-timeout-ms`: how long a decode waits for its KV (SGLang's
-    /// bootstrap / waiting timeout).
-    #[arg(long, env = "INFERA_BENCH_SIM_BOOTSTRAP_TIMEOUT_MS", default_value_t = 10_000)]
+    /// bootstrap / waiting timeout), in model ms: 100 s is 10 s of wall clock at the default 10x.
+    #[arg(long, env = "INFERA_BENCH_SIM_BOOTSTRAP_TIMEOUT_MS", default_value_t = 100_000)]
     pub(crate) sim_bootstrap_timeout_ms: u64,
     /// How long the killed proxy stays down before its restart (ms).
     #[arg(long, env = "INFERA_BENCH_PROXY_DOWN_MS", default_value_t = 1_000)]

@@ -35,7 +35,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             };
             let query = req.uri().query().unwrap_or("");
             let timeout =
-                param(query, "timeout_ms").map_or(app.config.bootstrap_timeout, Duration::from_millis);
+                param(query, "timeout_ms").map_or(app.config.bootstrap_wait(), Duration::from_millis);
             let expect_rank = param(query, "dp_rank").and_then(|r| u32::try_from(r).ok());
             pull(&app, room, timeout.min(MAX_POLL), expect_rank).await
         }

@@ -173,7 +173,8 @@ struct SimOnlyArgs {
     /// The SGLang version the emulator reports and mimics.
     #[arg(long, env = "INFERA_SIM_SGLANG_VERSION", default_value = DEFAULT_SGLANG_VERSION)]
     sim_sglang_version: String,
-    /// Bootstrap / waiting timeout of a PD request, wall-clock ms (SGLang: 300 s).
+    /// Bootstrap / waiting timeout of a PD request, model ms (SGLang: 300 s); divided by the
+    /// speedup like every other modeled duration.
     #[arg(long, env = "INFERA_SIM_BOOTSTRAP_TIMEOUT_MS", default_value_t = 300_000)]
     sim_bootstrap_timeout_ms: u64,
     /// Fault: the next N data-plane requests fail at once with 500.
@@ -304,7 +305,7 @@ pub struct SimConfig {
     pub params: TimingParams,
     /// Emulated SGLang version.
     pub sglang_version: String,
-    /// PD bootstrap / waiting timeout (wall clock).
+    /// PD bootstrap / waiting timeout, model time (SGLang's 300 s by default).
     pub bootstrap_timeout: Duration,
     /// Fault knobs at start.
     pub faults: Faults,
@@ -399,5 +400,11 @@ impl SimConfig {
         T: Into<OsString>,
     {
         Ok(Self::try_from(SimArgs::parse_lenient(argv)?)?)
+    }
+
+    /// How long a PD request waits for its peer on the wall clock: the model-time timeout
+    /// compressed by the speedup, so a study at 10x times out where SGLang would.
+    pub fn bootstrap_wait(&self) -> Duration {
+        self.bootstrap_timeout.div_f64(self.speedup)
     }
 }

@@ -193,7 +193,7 @@ fn admit(app: &Arc<App>, rid: &str, req: GenRequest, started: Instant) -> Result
         prompt_tokens: req.prompt.len() as u32,
         want: max_new_tokens,
         die_after,
-        deadline: started + app.config.bootstrap_timeout,
+        deadline: started + app.config.bootstrap_wait(),
         sent: 0,
         cached: 0,
         stop: StopScanner::new(&req.sampling.stop, app.seed, crate::tokens::hash_str(rid)),

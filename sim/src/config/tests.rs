@@ -91,6 +91,9 @@ fn the_seed_and_speedup_flags_have_short_aliases() {
     let c = config(&["--sim-seed", "5", "--sim-speedup", "3"]).unwrap();
     assert_eq!((c.seed, c.speedup), (Some(5), 3.0));
     assert!(matches!(config(&["--speedup", "0"]), Err(ConfigError::Speedup(_))));
+    // The PD timeout is model time: SGLang's 300 s is 30 s of wall clock at 10x.
+    let c = config(&["--speedup", "10"]).unwrap();
+    assert_eq!(c.bootstrap_wait(), Duration::from_secs(30));
     // One flag under two names is given once.
     assert!(
         SimArgs::parse_lenient(["infera-sim", "--model-path", "m", "--seed", "1", "--sim-seed", "2"])
