@@ -464,6 +464,42 @@ pub(crate) fn describe(s: &Shaping) -> String {
 #[cfg(test)]
 mod tests {
     use clap::Args as _;
+    use clap::Parser as _;
+
+    /// `bench/study-fair.sh --list`: every step's command parses and validates as the study's
+    /// own command line, and the whole plan fits one night (8 h).
+    #[test]
+    fn the_night_plan_runs_valid_commands_within_a_night() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/study-fair.sh");
+        let out = std::process::Command::new("bash").args([script, "--list"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let listing = String::from_utf8(out.stdout).unwrap();
+        let mut steps = 0;
+        let mut minutes = 0;
+        for line in listing.lines().filter(|l| !l.starts_with("==")) {
+            let (head, command) = line.split_once("  target/release/infera-bench ").expect(line);
+            minutes += head
+                .split('~')
+                .nth(1)
+                .and_then(|m| m.trim().strip_suffix(" min"))
+                .unwrap()
+                .trim()
+                .parse::<u32>()
+                .unwrap();
+            let argv = std::iter::once("infera-bench").chain(command.split_whitespace());
+            let args = crate::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let crate::Cmd::Study(super::StudyArgs { study: super::Which::DecodeWeight(args) }) =
+                args.command
+            else {
+                panic!("{line}: not the study");
+            };
+            args.validate().unwrap_or_else(|e| panic!("{line}: {e}"));
+            steps += 1;
+        }
+        assert_eq!(steps, 7, "{listing}");
+        assert!(listing.contains(&format!("budget of these steps: {minutes} min")), "{listing}");
+        assert!(minutes <= 8 * 60, "{minutes} min is more than a night");
+    }
 
     #[test]
     fn every_flag_follows_the_cli_conventions() {
