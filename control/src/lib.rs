@@ -23,6 +23,8 @@
 //! - [`capacity`]: per-rank caps; a pick whose every candidate is full is refused.
 //! - [`affinity`]: session → prefill target.
 //! - [`persist`]: W and the mode persisted in etcd across restarts.
+//! - [`drains`]: the drains the workers' registrars ask for before a stop, and the reports of
+//!   what each still holds.
 //! - [`decisions`]: decision events for `WatchDecisions`.
 //! - [`leader`]: HA replicas — the election through etcd, the booking gate, the warm rebuild.
 //! - [`workers_file`]: the static registry.
@@ -39,6 +41,7 @@ pub mod bounds;
 pub mod capacity;
 pub mod config;
 pub mod decisions;
+pub mod drains;
 pub mod ejection;
 pub mod engine;
 pub mod engine_facts;
@@ -227,6 +230,7 @@ pub async fn run(
         // A replica campaigns once it sees the registry: a leader without the view would refuse
         // picks it could serve.
         let synced = follow_registry(state.clone(), etcd.clone(), stop.receiver());
+        tokio::spawn(drains::run(state.clone(), etcd.clone(), stop.receiver()));
         let election = leader::election::ElectionConfig { etcd, url, admin_url, ttl: config.leader_ttl };
         let (takeover, stop) = (state::takeover(&state), stop.receiver());
         let discovered = state.clone();

@@ -48,7 +48,8 @@ use candidates::{
     OverlapScratch, credit_overlap, decay_prefilling, screen, skip_overflowing, within_capacity,
 };
 pub use outcome::{
-    Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow, TargetRow,
+    DrainHolding, Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow,
+    TargetRow,
 };
 pub use overlaps::{KvIndex, OverlapSource, Overlaps};
 pub use redeclare::{Declared, Redeclared};
@@ -358,6 +359,24 @@ impl<R: Rng> RoutingCore<R> {
         let keys = self.view.worker_targets(worker, rank)?;
         self.view.set_drained(&keys, drained);
         Ok(keys)
+    }
+
+    /// The workers whose registrars asked for a drain (`/infera/v1/drains/`): they take no new
+    /// picks. Returns the workers whose drain began or ended.
+    pub fn set_draining(&mut self, workers: std::collections::BTreeSet<WorkerId>) -> Vec<WorkerId> {
+        self.view.set_draining(workers)
+    }
+
+    /// What each registered worker being drained still holds.
+    pub fn drain_holdings(&self) -> Vec<DrainHolding> {
+        self.view
+            .draining_workers()
+            .into_iter()
+            .map(|(worker, keys)| DrainHolding {
+                worker,
+                held_requests: keys.iter().map(|k| self.ledger.load(*k).held_requests).sum(),
+            })
+            .collect()
     }
 
     /// Live targets (filtered) with their loads and health at `now`.

@@ -402,6 +402,25 @@ impl ControlState {
         Ok(core.target_rows(&keys, Instant::now()))
     }
 
+    /// The workers whose registrars asked for a drain: they take no new picks from now on.
+    pub fn set_draining(&self, workers: std::collections::BTreeSet<WorkerId>) {
+        let changed = self.core().set_draining(workers.clone());
+        for worker in changed {
+            let asked = workers.contains(&worker);
+            tracing::info!(%worker, asked, "drain {} by the worker's registrar",
+                if asked { "asked: no new picks" } else { "ended" });
+        }
+    }
+
+    /// What each worker being drained still holds, when this control books (standalone, or
+    /// the leader) and its ledger is warm; `None` otherwise: a follower's ledger, or a new
+    /// leader's before the proxies have re-declared, is not the truth.
+    pub fn drain_holdings(&self) -> Option<Vec<crate::routing::DrainHolding>> {
+        self.leadership().check(Instant::now()).ok()?;
+        let (_, warm) = self.leadership_view();
+        warm.then(|| self.core().drain_holdings())
+    }
+
     /// Live targets with loads.
     pub fn targets(&self, model: Option<&str>, role: Option<Role>) -> Vec<TargetRow> {
         self.core().targets(model, role, Instant::now())

@@ -7,7 +7,7 @@
 //! the life of the process (a worker that leaves and comes back gets its old key), so a
 //! reservation booked before a worker left still points at the right place when it ends.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use infera_proto::types::{DpRank, ModelName, PickKind, Role, Target, WorkerId, WorkerRecord};
@@ -28,6 +28,8 @@ pub struct Slot {
     pub live: bool,
     /// Takes no new picks.
     pub drained: bool,
+    /// Its worker's registrar asked for a drain before stopping it: no new picks either.
+    pub draining: bool,
     /// Takes no picks because its worker is unpaired: why.
     pub unpaired: Option<Arc<str>>,
 }
@@ -63,6 +65,8 @@ pub struct View {
     next_pool: u32,
     /// Drains persisted for targets not registered yet: applied when they first appear.
     pending_drains: HashSet<Target>,
+    /// Workers whose registrars asked for a drain (`/infera/v1/drains/`), registered or not.
+    draining: BTreeSet<WorkerId>,
     /// Each model's PD pairing (absent: nothing to pair).
     pairings: HashMap<ModelName, ModelPairing>,
     /// Pairing changes not yet taken ([`View::take_pairing_changes`]).
@@ -91,10 +95,12 @@ impl View {
                 self.pair(&old.model);
             }
         }
+        let draining = self.draining.contains(&record.id);
         for key in keys {
             let slot = &mut self.slots[key.index()];
             slot.worker = record.clone();
             slot.live = true;
+            slot.draining = draining;
         }
         self.rebuild_pool(&record.model, record.role);
         self.pair(&record.model);
@@ -171,6 +177,27 @@ impl View {
         for k in keys {
             self.slots[k.index()].drained = drained;
         }
+    }
+
+    /// The workers whose registrars asked for a drain, now: their targets take no new picks.
+    /// Returns the workers that changed (asked or no longer asked).
+    pub fn set_draining(&mut self, workers: BTreeSet<WorkerId>) -> Vec<WorkerId> {
+        let changed: Vec<WorkerId> = self.draining.symmetric_difference(&workers).cloned().collect();
+        self.draining = workers;
+        for slot in &mut self.slots {
+            slot.draining = self.draining.contains(&slot.worker.id);
+        }
+        changed
+    }
+
+    /// The workers asked to drain that are registered now, each with its targets' keys.
+    pub fn draining_workers(&self) -> Vec<(WorkerId, Vec<TargetKey>)> {
+        self.draining
+            .iter()
+            .filter_map(|id| {
+                Some((id.clone(), self.workers.get(id)?.targets().map(|t| self.keys[&t]).collect()))
+            })
+            .collect()
     }
 
     /// Drains targets by name, whether they are registered yet or not (persisted drains read at
@@ -254,7 +281,7 @@ impl View {
         let slots = &self.slots;
         out.extend(pool.keys.iter().enumerate().filter_map(|(position, &key)| {
             let s = &slots[key.index()];
-            (s.live && !s.drained && s.unpaired.is_none())
+            (s.live && !s.drained && !s.draining && s.unpaired.is_none())
                 .then(|| Candidate::new(key, position, load(key), s.worker.page_size))
         }));
         if out.is_empty() {
@@ -278,6 +305,7 @@ impl View {
             worker: record.clone(),
             live: false,
             drained,
+            draining: self.draining.contains(&record.id),
             unpaired: None,
         });
         self.keys.insert(target.clone(), key);

@@ -39,6 +39,8 @@ $etcdctl role grant-permission --prefix=true infera-control read /infera/v1/work
 $etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/config/
 # the leader key (campaign, watch, revoke on stop) and the proxies' book
 $etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/control/
+# the registrars' drain requests (watched) and the leader's reports of what each draining worker still holds
+$etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/drains/
 user infera-control
 $etcdctl user grant-role infera-control infera-control
 
@@ -46,6 +48,8 @@ $etcdctl user grant-role infera-control infera-control
 role infera-launch
 # each worker's record under its lease; revoking the lease on stop deletes it
 $etcdctl role grant-permission --prefix=true infera-launch write /infera/v1/workers/
+# a stopping worker's drain request under its lease, and control's report of what it still holds
+$etcdctl role grant-permission --prefix=true infera-launch readwrite /infera/v1/drains/
 user infera-launch
 $etcdctl user grant-role infera-launch infera-launch
 

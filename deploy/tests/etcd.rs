@@ -68,8 +68,21 @@ fn the_roles_script_gives_each_part_its_role_and_nothing_more() {
         })
         .await
         .unwrap();
+        // A drain: the registrar puts its request, control reports, the registrar reads it.
+        let since = reg.drain().await.expect("registered");
+        assert!(etcd.infera_keys().await.contains_key("/infera/v1/drains/decode-0/request"));
+        let id = infera_proto::types::WorkerId::new("decode-0");
+        infera_registry::drain::report(&mut c, &id, 0).await.unwrap();
+        let launch = etcd.client_as(LAUNCH.name, Auth::Certificate);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let drained = infera_registry::drain::wait_drained(&launch, &id, since, deadline).await;
+        assert_eq!(drained, infera_registry::drain::Drained::Empty);
         reg.stop().await;
         assert!(!etcd.infera_keys().await.contains_key("/infera/v1/workers/decode-0"), "revoked");
+        assert!(
+            !etcd.infera_keys().await.contains_key("/infera/v1/drains/decode-0/request"),
+            "with the lease"
+        );
         let e =
             infera_registry::config::load(&etcd.client_as(LAUNCH.name, Auth::Certificate)).await.unwrap_err();
         assert_eq!(e.failure(), Some(EtcdFailure::PermissionDenied), "{e}");

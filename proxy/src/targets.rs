@@ -52,7 +52,7 @@ struct Listed {
     worker: WorkerRecord,
     /// The target's rank.
     rank: DpRank,
-    /// Whether an operator drained it (no new picks).
+    /// Whether an operator drained it, or its registrar is draining it before a stop (no new picks).
     drained: bool,
     /// Whether control ejected it for failing (outlier ejection).
     ejected: bool,
@@ -69,7 +69,7 @@ impl Listed {
         Ok(Self {
             worker,
             rank: target.rank,
-            drained: t.drained,
+            drained: t.drained || t.draining,
             ejected: t.health == "ejected",
             unpaired: Some(t.unpaired_reason.clone()).filter(|r| !r.is_empty()),
         })
@@ -266,7 +266,24 @@ mod tests {
             consecutive_failures: 0,
             ejected_for_ms: 0,
             unpaired_reason: String::new(),
+            draining: false,
         }
+    }
+
+    #[test]
+    fn the_fallback_passes_a_worker_its_registrar_is_draining_by() {
+        let draining = pb::TargetStatus { draining: true, ..status("d", pb::Role::Decode, "m", 0, false) };
+        let list = TargetList::new(vec![draining.clone(), status("p", pb::Role::Prefill, "m", 0, false)]);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let m = ModelName::new("m");
+        assert!(LocalLoad::default().choose(&list, &m, PickKind::Decode, &[], &mut rng).is_none());
+        let list = TargetList::new(vec![
+            draining,
+            status("e", pb::Role::Decode, "m", 0, false),
+            status("p", pb::Role::Prefill, "m", 0, false),
+        ]);
+        let picked = LocalLoad::default().choose(&list, &m, PickKind::Decode, &[], &mut rng).unwrap();
+        assert_eq!(picked.worker_id.as_str(), "e");
     }
 
     #[test]

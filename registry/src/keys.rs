@@ -9,6 +9,10 @@ pub const WORKERS: &str = "/infera/v1/workers/";
 /// Persisted admin settings: `/infera/v1/config/{name}`.
 pub const CONFIG: &str = "/infera/v1/config/";
 
+/// Drains: a registrar's request and control's report, `/infera/v1/drains/{worker_id}/…`
+/// ([`crate::drain`]).
+pub const DRAINS: &str = "/infera/v1/drains/";
+
 /// Everything control keeps about its replicas and their proxies.
 pub const CONTROL: &str = "/infera/v1/control/";
 /// The control replicas' leader: `/infera/v1/control/leader` → JSON `{url, epoch}` of the leader,

@@ -7,6 +7,8 @@
 //! - [`keys`]: the key layout, in one place (`/infera/v1/workers/{id}`, `/infera/v1/config/…`).
 //! - [`register`]: a worker record bound to a lease (TTL 10 s, keep-alive every TTL/3), kept
 //!   alive by whoever registers the worker; lease gone ⇒ key gone ⇒ worker gone.
+//! - [`drain`]: a worker drained before it stops — the registrar's request, control's report of
+//!   what the ledger still holds on it, the registrar's wait.
 //! - [`config`]: persisted admin settings (`/infera/v1/config/{name}`).
 //! - [`watch`]: the prefix watched from a revision, resumed after errors and compaction; a
 //!   resync is applied as a diff ([`diff`]), never a drop-all; an outage keeps the last view.
@@ -17,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod diff;
+pub mod drain;
 mod error;
 pub mod keys;
 pub mod register;

@@ -4,8 +4,8 @@
 //!
 //! | part | role | needs |
 //! |---|---|---|
-//! | `infera-control` (every replica) | `infera-control` | read `/infera/v1/workers/`; read and write `/infera/v1/config/` and `/infera/v1/control/` |
-//! | `infera-launch up` (the registrar) | `infera-launch` | write `/infera/v1/workers/` |
+//! | `infera-control` (every replica) | `infera-control` | read `/infera/v1/workers/`; read and write `/infera/v1/config/`, `/infera/v1/control/` and `/infera/v1/drains/` |
+//! | `infera-launch up` (the registrar) | `infera-launch` | write `/infera/v1/workers/`; read and write `/infera/v1/drains/` |
 //! | `infera-proxy` | none | it never talks to etcd |
 //!
 //! Leases need no role: etcd grants and renews them for any client it accepts, and checks the
@@ -83,6 +83,11 @@ pub const CONTROL: Role = Role {
             prefix: keys::CONTROL,
             why: "the leader key (campaign, watch, revoke on stop) and the proxies' book",
         },
+        Grant {
+            access: Access::ReadWrite,
+            prefix: keys::DRAINS,
+            why: "the registrars' drain requests (watched) and the leader's reports of what each draining worker still holds",
+        },
     ],
 };
 
@@ -90,11 +95,18 @@ pub const CONTROL: Role = Role {
 pub const LAUNCH: Role = Role {
     name: "infera-launch",
     part: "infera-launch up, the workers' registrar",
-    grants: &[Grant {
-        access: Access::Write,
-        prefix: keys::WORKERS,
-        why: "each worker's record under its lease; revoking the lease on stop deletes it",
-    }],
+    grants: &[
+        Grant {
+            access: Access::Write,
+            prefix: keys::WORKERS,
+            why: "each worker's record under its lease; revoking the lease on stop deletes it",
+        },
+        Grant {
+            access: Access::ReadWrite,
+            prefix: keys::DRAINS,
+            why: "a stopping worker's drain request under its lease, and control's report of what it still holds",
+        },
+    ],
 };
 
 /// Every role infera uses.

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use infera_proto::types::{
-    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Role, Target, WorkerRecord,
+    DecodeInputDemand, LeaseId, ModelName, PickKind, RequestWeight, ReservationId, Role, Target, WorkerId,
+    WorkerRecord,
 };
 
 use crate::decisions::{CandidateTerms, Decision};
@@ -106,6 +107,15 @@ pub struct OpenedLease {
     pub lease: LeaseId,
     /// The TTL granted (the default, or the one asked for clamped to the range).
     pub ttl: Duration,
+}
+
+/// A worker being drained before its stop, and what the ledger still holds on its ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainHolding {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Requests booked on its ranks.
+    pub held_requests: u64,
 }
 
 /// A target as operators list it: the view's slot and the ledger's load.

@@ -103,6 +103,7 @@ pub(super) fn target_status(
         consecutive_failures: health.failures,
         ejected_for_ms: u64::try_from(health.ejected_for.as_millis()).unwrap_or(u64::MAX),
         unpaired_reason: slot.unpaired.as_deref().unwrap_or_default().to_owned(),
+        draining: slot.draining,
     }
 }
 

@@ -168,3 +168,72 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
     drop(reg);
     second.stop().await;
 }
+
+/// A registrar's drain request: the worker's targets take no new picks (the other worker gets
+/// them), ListTargets says `draining`, and control reports what the worker still holds, down to
+/// 0 when its last request ends; the request goes with the registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrars_drain_stops_new_picks_and_control_reports_the_holdings_to_zero() {
+    use infera_registry::drain::{self, Drained};
+
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    let control = Control::start_with(&["--etcd", &url, "--decode-input-demand", "on"]).await;
+    let lease = control.lease(0).await;
+    let mut router = control.router().await;
+    let (_a_engine, a) = decode("decode-a", 1).await;
+    let (_b_engine, b) = decode("decode-b", 1).await;
+    let reg_a = Registration::start(vec![url.clone()], a, Duration::from_secs(5));
+    let _reg_b = Registration::start(vec![url.clone()], b, Duration::from_secs(5));
+    eventually(Duration::from_secs(10), "both decodes are targets", || async {
+        decode_targets(&control).await == 2
+    })
+    .await;
+    // Two requests on each worker (the cheaper one is picked each time).
+    let mut on_a = Vec::new();
+    for _ in 0..4 {
+        let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+        if target_of(&p).0 == "decode-a" {
+            on_a.push(p.reservation_id);
+        }
+    }
+    assert_eq!(on_a.len(), 2, "the picks spread over both workers");
+
+    let since = reg_a.drain().await.expect("registered");
+    let etcd_config = etcd.root();
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(10);
+    eventually(Duration::from_secs(10), "decode-a is draining", || async {
+        let req = pb::ListTargetsRequest { model: "m".into(), role: pb::Role::Decode as i32 };
+        let targets = control.admin().await.list_targets(req).await.unwrap().into_inner().targets;
+        targets.iter().any(|t| t.draining && t.target.as_ref().unwrap().worker_id == "decode-a")
+    })
+    .await;
+    // What it holds is reported; new picks all go to decode-b.
+    let soon = tokio::time::Instant::now() + Duration::from_secs(1);
+    assert_eq!(
+        drain::wait_drained(&etcd_config, &a_id(), since, soon).await,
+        Drained::Deadline { held: Some(2) }
+    );
+    for _ in 0..4 {
+        let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
+        assert_eq!(target_of(&p).0, "decode-b", "a draining worker takes no new picks");
+    }
+    router.release(release(&on_a[0], ReleaseReason::Eof)).await.unwrap();
+    let waiting = tokio::spawn({
+        let etcd_config = etcd_config.clone();
+        async move { drain::wait_drained(&etcd_config, &a_id(), since, deadline()).await }
+    });
+    router.release(release(&on_a[1], ReleaseReason::Eof)).await.unwrap();
+    assert_eq!(waiting.await.unwrap(), Drained::Empty);
+    // Deregistered: the request went with the lease, and the report with it.
+    reg_a.stop().await;
+    eventually(Duration::from_secs(10), "the report is gone with the request", || async {
+        !etcd.infera_keys().await.keys().any(|k| k.starts_with("/infera/v1/drains/decode-a/"))
+    })
+    .await;
+    control.stop().await;
+}
+
+fn a_id() -> infera_proto::types::WorkerId {
+    infera_proto::types::WorkerId::new("decode-a")
+}

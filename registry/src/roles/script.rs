@@ -87,7 +87,9 @@ mod tests {
                 "$etcdctl role grant-permission --prefix=true infera-control read /infera/v1/workers/",
                 "$etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/config/",
                 "$etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/control/",
+                "$etcdctl role grant-permission --prefix=true infera-control readwrite /infera/v1/drains/",
                 "$etcdctl role grant-permission --prefix=true infera-launch write /infera/v1/workers/",
+                "$etcdctl role grant-permission --prefix=true infera-launch readwrite /infera/v1/drains/",
             ]
         );
         assert!(script.ends_with("$etcdctl auth enable\n"));
