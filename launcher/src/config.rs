@@ -65,6 +65,13 @@ struct UpArgs {
     /// Milliseconds a worker has to exit after SIGTERM before SIGKILL.
     #[arg(long, env = "INFERA_LAUNCH_STOP_TIMEOUT_MS", default_value_t = 20_000)]
     stop_timeout_ms: u64,
+    /// On stop (SIGTERM, SIGINT), how long each worker is drained first, with --etcd and
+    /// --no-router: control takes it out of new picks and reports what its ledger still holds
+    /// on it; the worker is deregistered and stopped once that is nothing, or at this deadline
+    /// (the streams still on it are cut). 0: no drain. Without --no-router the launcher's own
+    /// proxies finish their streams before the workers stop, and nothing is drained.
+    #[arg(long, env = "INFERA_LAUNCH_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    drain_timeout_ms: u64,
     /// Directory of infera-sim, infera-control and infera-proxy. Unset: the directory of the
     /// infera-launch executable.
     #[arg(long, env = "INFERA_LAUNCH_BIN_DIR")]
@@ -168,6 +175,7 @@ fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
             stable_after: Duration::from_secs(60),
             health_timeout: Duration::from_millis(a.health_timeout_ms.unwrap_or(health_default)),
             stop_timeout: Duration::from_millis(a.stop_timeout_ms),
+            drain_timeout: Duration::from_millis(a.drain_timeout_ms),
         },
     })
 }

@@ -1,13 +1,16 @@
 //! One worker, kept running: spawn, wait for `/health` with a deadline, register (etcd, under
 //! a lease), and on a failure (spawn error, exit, health deadline) report why — exit status
 //! and the last lines of stderr — deregister and restart per the policy, with a bounded
-//! backoff and a bounded number of restarts. On stop: deregister, then stop the child.
+//! backoff and a bounded number of restarts. On stop: drain (control takes the worker out of new
+//! picks and reports what it still holds; manual/operations/rollouts.md), deregister, then stop
+//! the child.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use infera_proto::types::WorkerRecord;
+use infera_proto::types::{WorkerId, WorkerRecord};
+use infera_registry::drain::Drained;
 use infera_registry::register::DEFAULT_TTL;
 use infera_registry::{EtcdConfig, Registration};
 use tokio::sync::{mpsc, watch};
@@ -43,6 +46,9 @@ pub struct Policy {
     pub health_timeout: Duration,
     /// SIGTERM → SIGKILL grace on stop.
     pub stop_timeout: Duration,
+    /// On stop, how long to wait for control to report the worker empty before deregistering
+    /// it (zero: no drain). Needs etcd.
+    pub drain_timeout: Duration,
 }
 
 /// What a worker supervisor reports to `up`.
@@ -209,10 +215,47 @@ async fn run_once(
         _ = stop.wait_for(|s| *s) => Outcome::Stop,
     };
     if let Some(r) = registration {
+        if let (Outcome::Stop, Some(etcd)) = (&outcome, etcd)
+            && !policy.drain_timeout.is_zero()
+        {
+            drain(name, &spec.record.id, &r, etcd, policy.drain_timeout).await;
+        }
         r.stop().await;
         eprintln!("infera-launch: {name}: deregistered");
     }
     outcome
+}
+
+/// Asks control to drain the worker and waits, at most `timeout`, for its leader to report that
+/// the ledger holds nothing on it: the streams in flight end before the worker stops.
+async fn drain(name: &str, id: &WorkerId, registration: &Registration, etcd: &EtcdConfig, timeout: Duration) {
+    let started = Instant::now();
+    let deadline = started + timeout;
+    eprintln!(
+        "infera-launch: {name}: draining (at most {timeout:?}): no new requests; waiting for those in flight"
+    );
+    let Ok(Some(since)) = tokio::time::timeout_at(deadline, registration.drain()).await else {
+        eprintln!(
+            "infera-launch: {name}: the drain request did not reach etcd within {timeout:?}; stopping it as it is"
+        );
+        return;
+    };
+    match infera_registry::drain::wait_drained(etcd, id, since, deadline).await {
+        Drained::Empty => {
+            eprintln!(
+                "infera-launch: {name}: drained in {:?}: control holds nothing on it",
+                started.elapsed()
+            );
+        }
+        Drained::Deadline { held: Some(held) } => eprintln!(
+            "infera-launch: {name}: drain deadline ({timeout:?}) passed with {held} requests still held; \
+             stopping it: what the engine does not finish within --stop-timeout-ms is cut"
+        ),
+        Drained::Deadline { held: None } => eprintln!(
+            "infera-launch: {name}: drain deadline ({timeout:?}) passed without a report from control's \
+             leader (is a control following this etcd?); stopping it as it is"
+        ),
+    }
 }
 
 fn exited(child: &Child, status: std::io::Result<std::process::ExitStatus>, when: &str) -> Outcome {

@@ -146,14 +146,20 @@ pub async fn run(config: UpConfig) -> anyhow::Result<()> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (stop_workers, workers_stopped) = watch::channel(false);
     let mut workers = Vec::new();
+    // With the router here, its proxies let their streams finish before the workers stop, and
+    // control is gone by then: nothing is left to drain.
+    let policy = if config.router.is_some() {
+        Policy { drain_timeout: Duration::ZERO, ..config.policy }
+    } else {
+        config.policy
+    };
     for (w, record) in config.plan.workers.iter().zip(records) {
         let (program, args) = match &engine_bin {
             Some(sim) => (sim.clone(), w.argv()[1..].to_vec()),
             None => (PathBuf::from(&w.program[0]), w.argv()[1..].to_vec()),
         };
         let spec = WorkerSpec { name: w.name.clone(), program, args, env: w.env.clone(), record };
-        let task =
-            supervise(spec, config.policy, config.etcd.clone(), events_tx.clone(), workers_stopped.clone());
+        let task = supervise(spec, policy, config.etcd.clone(), events_tx.clone(), workers_stopped.clone());
         workers.push(tokio::spawn(task));
     }
     drop(events_tx);

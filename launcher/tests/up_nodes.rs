@@ -39,7 +39,11 @@ fn each_node_starts_its_own_workers_and_one_runs_the_router() {
     let file = deployment_on(dir.path(), None, ["127.0.0.1", "127.0.0.2"]);
 
     // The decode node: its worker only, registered; no control, no proxy.
-    let mut decode_node = Launch::start(&file, &["--etcd", &url, "--only-host", "127.0.0.2", "--no-router"]);
+    // Its worker is drained on stop; a short deadline, for it stops after the router is gone.
+    let mut decode_node = Launch::start(
+        &file,
+        &["--etcd", &url, "--only-host", "127.0.0.2", "--no-router", "--drain-timeout-ms", "500"],
+    );
     let ready =
         decode_node.until("infera-launch ready").unwrap_or_else(|| panic!("{}", decode_node.stderr()));
     assert_eq!(ready, "infera-launch ready workers=decode-0");
@@ -72,6 +76,8 @@ fn each_node_starts_its_own_workers_and_one_runs_the_router() {
     );
     decode_node.signal("INT");
     assert!(decode_node.wait().success(), "{}", decode_node.stderr());
+    // No control answers its drain any more: it waits out the deadline, and says why.
+    assert!(decode_node.stderr().contains("decode-0: drain deadline (500ms) passed without a report"));
     decode_node.assert_children_gone();
     assert_eq!(etcd_workers(&url), []);
 }
