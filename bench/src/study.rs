@@ -28,6 +28,7 @@ mod events;
 mod output;
 mod pairing;
 mod plot;
+mod prefill_cache;
 mod scenario;
 mod smg;
 mod stats;
@@ -211,6 +212,8 @@ pub(crate) struct ArmRun {
     pub(crate) weights: weight::WeightSeries,
     /// What the router says it did (control's picks, or SMG's counters).
     pub(crate) routing: Routing,
+    /// What the prefills' prefix caches saved (the router's prefill picks, with two prefills).
+    pub(crate) prefill_cache: prefill_cache::PrefillCache,
     pub(crate) wall_s: f64,
 }
 
@@ -336,9 +339,12 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
                         format!("{} {} arm {arm} run {run}", scenario.name(), load.name())
                     })?;
                     eprintln!(
-                        "   {arm} run {run}: p90 interactivity {}, {:.0} tok/s/GPU; {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
+                        "   {arm} run {run}: p90 interactivity {}, {:.0} tok/s/GPU, prefill cache hits {}; {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
                         done.report.interactivity.p90.map_or_else(|| "–".to_owned(), |p| format!("{p:.1}")),
                         done.report.total_tokens_per_s / f64::from(topology.gpus(args.prefill_gpus)),
+                        done.prefill_cache
+                            .hit_ratio()
+                            .map_or_else(|| "–".to_owned(), |r| format!("{:.1} %", 100.0 * r)),
                         done.report.completed,
                         done.report.warmup,
                         done.report.failed,
@@ -433,6 +439,7 @@ async fn run_arm(
         weight::sample(&deployment, WEIGHT_INTERVAL_S, args.speedup, stopped)
     );
     let routing = deployment.routing(picks_at_start).await;
+    let prefill_cache = prefill_cache::PrefillCache::read(&deployment.prefill_urls()).await;
     deployment.stop().await?;
     Ok(ArmRun {
         arm,
@@ -443,6 +450,7 @@ async fn run_arm(
         applied: applied?,
         weights,
         routing: routing?,
+        prefill_cache: prefill_cache.context("reading the prefills' request logs")?,
         wall_s: started.elapsed().as_secs_f64(),
     })
 }

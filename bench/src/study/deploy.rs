@@ -231,6 +231,18 @@ impl Deployment {
         Ok(Self { urls, pool, decodes, router })
     }
 
+    /// The prefill sims' URLs.
+    pub(crate) fn prefill_urls(&self) -> Vec<String> {
+        let sims: Vec<&Sim> = match &self.router {
+            Router::Infera { cluster, .. } => cluster.sims.iter().collect(),
+            Router::Smg { sims, .. } => sims.iter().collect(),
+        };
+        sims.into_iter()
+            .filter(|s| s.record.role == infera_proto::types::Role::Prefill)
+            .map(|s| s.url.clone())
+            .collect()
+    }
+
     /// Applies a change to the decode pool and waits (bounded) until the routers see it; the
     /// sampled pool follows. The decode it changed.
     pub(crate) async fn apply(&self, change: Change) -> anyhow::Result<Decode> {

@@ -90,6 +90,10 @@ async fn every_arm_runs_on_a_fresh_deployment_and_the_tables_have_one_row_each()
                 panic!("{}: control routes", arm.arm)
             };
             assert_eq!((picks_at_start, picks, fallback_picks), (0.0, 7.0, 0.0), "{}", arm.arm);
+            // The one prefill's log: a leg per request, and prompts that grow turn by turn
+            // within a session, so its cache held some of them.
+            assert_eq!(arm.prefill_cache.legs, 7, "{}", arm.arm);
+            assert!(arm.prefill_cache.cached_tokens > 0, "{}: {:?}", arm.arm, arm.prefill_cache);
             assert!(
                 r.rank_series.iter().any(|s| s.busiest() > 0),
                 "{}: the decode was sampled busy",

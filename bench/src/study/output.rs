@@ -22,6 +22,24 @@ fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
 pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
     let rows = rows(cell, args.runs);
     println!("\n{}", table::results(&rows, cell.topology.gpus(args.prefill_gpus)));
+    // With several prefills the router's prefill pick decides how much of each conversation
+    // a prefill recomputes.
+    let hits: Vec<String> = cell
+        .arms
+        .iter()
+        .map(|a| {
+            let ratio = a.prefill_cache.hit_ratio();
+            format!(
+                "{} {}",
+                a.label(args.runs),
+                ratio.map_or_else(|| "–".to_owned(), |r| format!("{:.1} %", 100.0 * r))
+            )
+        })
+        .collect();
+    println!(
+        "Prefill cache hits (prompt tokens a prefill's cache held, warm-up included): {}\n",
+        hits.join(" · ")
+    );
     println!(
         "Decode ranks over the measured window (/v1/loads every {} s emulated; every rank of the decodes in the pool):\n",
         args.sample_interval_s
@@ -121,6 +139,7 @@ fn arm_json(a: &ArmRun, gpus: u32) -> Value {
         "wall_s": a.wall_s,
         "events": a.applied.iter().map(|e| e.json(catch_up(a, e).flatten())).collect::<Vec<_>>(),
         "decode_weight": a.weights.json(),
+        "prefill_cache": a.prefill_cache.json(),
         "report": a.report.json(),
     });
     match &a.routing {
