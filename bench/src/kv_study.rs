@@ -138,6 +138,7 @@ async fn arm(name: &str, spec: &Spec, model_dir: &std::path::Path, args: &Args) 
         model: MODEL.into(),
         mode: Some(Mode::Open),
         session_offset: 0,
+        session_header: false,
         shaping: Shaping {
             speedup: args.speedup,
             think_time_scale: 1.0,

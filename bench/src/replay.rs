@@ -111,6 +111,11 @@ pub(crate) struct ReplayArgs {
     /// Also write the report as JSON to this file.
     #[arg(long, env = "INFERA_BENCH_JSON")]
     json: Option<PathBuf>,
+    /// Each request carries its session's name in `x-session-id`, as agentic clients name their
+    /// conversation (OpenAI's `prompt_cache_key`, Anthropic's `metadata.user_id`): infera's
+    /// prefill session affinity reads it; SGLang and SMG ignore the header.
+    #[arg(long, env = "INFERA_BENCH_SESSION_HEADER")]
+    session_header: bool,
     /// No progress line on stderr.
     #[arg(long, env = "INFERA_BENCH_QUIET")]
     quiet: bool,
@@ -175,6 +180,7 @@ impl ReplayArgs {
                 interval_s: self.sample_interval_s,
                 model: None,
             }),
+            session_header: self.session_header,
         })
     }
 }
@@ -207,6 +213,8 @@ pub(crate) struct Plan {
     pub(crate) shaping: Shaping,
     pub(crate) quiet: bool,
     pub(crate) loads: Option<Loads>,
+    /// Each request names its session in `x-session-id`.
+    pub(crate) session_header: bool,
 }
 
 pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
@@ -253,13 +261,15 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
     });
     let ticker = (!plan.quiet).then(|| tokio::spawn(progress_line(first)));
     let send_shaping = shaping.clone();
+    let session_header = plan.session_header;
     let send = move |job: Job| {
         let target = targets[(job.session.index % targets.len() as u64) as usize].clone();
         let shaping = send_shaping.clone();
         async move {
             let turn = &job.session.turns[job.turn];
             let max_tokens = shaping.max_tokens(turn.output_tokens);
-            target.send(prompt::prompt(&job.session, job.turn), turn.input_tokens, max_tokens).await
+            let session = session_header.then_some(job.session.name.as_str());
+            target.send(prompt::prompt(&job.session, job.turn), session, turn.input_tokens, max_tokens).await
         }
     };
     let ran: Ran<Result<Sample, DriveError>> = match mode {

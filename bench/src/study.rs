@@ -193,6 +193,11 @@ pub(crate) struct DecodeWeightArgs {
     /// Where `study.json`, the plots and the SMG arms' logs go.
     #[arg(long, env = "INFERA_BENCH_OUT", default_value = "target/study")]
     out: PathBuf,
+    /// Each request carries its session's name in `x-session-id`, as agentic clients name their
+    /// conversation (OpenAI's `prompt_cache_key`, Anthropic's `metadata.user_id`): infera's
+    /// prefill session affinity reads it; SGLang and SMG ignore the header.
+    #[arg(long, env = "INFERA_BENCH_SESSION_HEADER")]
+    session_header: bool,
     /// No progress line on stderr.
     #[arg(long, env = "INFERA_BENCH_QUIET")]
     quiet: bool,
@@ -335,9 +340,19 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
                     names.join(" · ")
                 );
                 for arm in order {
-                    let done = run_arm(args, arm, &pairing, &cell).await.with_context(|| {
-                        format!("{} {} arm {arm} run {run}", scenario.name(), load.name())
-                    })?;
+                    // An arm that cannot run here (its gateway does not start on this topology)
+                    // is reported and left out; the night goes on with the others.
+                    let done = match run_arm(args, arm, &pairing, &cell).await {
+                        Ok(done) => done,
+                        Err(e) => {
+                            eprintln!("   {arm} run {run} DID NOT RUN: {e:#}");
+                            println!(
+                                "   {arm} run {run} did not run: {}",
+                                format!("{e:#}").lines().next().unwrap_or("")
+                            );
+                            continue;
+                        }
+                    };
                     eprintln!(
                         "   {arm} run {run}: p90 interactivity {}, {:.0} tok/s/GPU, prefill cache hits {}; {} measured, {} warm-up, {} failed, {} cut at the end; {:.0} s wall",
                         done.report.interactivity.p90.map_or_else(|| "–".to_owned(), |p| format!("{p:.1}")),
@@ -416,6 +431,7 @@ async fn run_arm(
         model: deploy::MODEL.to_owned(),
         mode: Some(Mode::Closed),
         session_offset: pairing.session_offset,
+        session_header: args.session_header,
         shaping: cell.shaping.clone(),
         quiet: args.quiet,
         loads: Some(Loads {

@@ -80,17 +80,24 @@ impl Target {
     pub(crate) async fn send(
         &self,
         prompt: String,
+        session: Option<&str>,
         input_tokens: u32,
         max_tokens: u32,
     ) -> Result<Sample, DriveError> {
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let out = self.stream(prompt, input_tokens, max_tokens).await;
+        let out = self.stream(prompt, session, input_tokens, max_tokens).await;
         let counter = if out.is_ok() { &self.progress.done } else { &self.progress.failed };
         counter.fetch_add(1, Ordering::Relaxed);
         out
     }
 
-    async fn stream(&self, prompt: String, input_tokens: u32, max_tokens: u32) -> Result<Sample, DriveError> {
+    async fn stream(
+        &self,
+        prompt: String,
+        session: Option<&str>,
+        input_tokens: u32,
+        max_tokens: u32,
+    ) -> Result<Sample, DriveError> {
         let body = json!({
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -98,10 +105,12 @@ impl Target {
             "stream": true,
             "stream_options": {"include_usage": true},
         });
-        let req = http::Request::post(self.url.clone())
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| DriveError::Url(e.to_string()))?;
+        let mut req = http::Request::post(self.url.clone()).header("content-type", "application/json");
+        if let Some(session) = session {
+            req = req.header("x-session-id", session);
+        }
+        let req =
+            req.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| DriveError::Url(e.to_string()))?;
         let sent = Instant::now();
         let resp = self.client.request(req).await?;
         let status = resp.status();
@@ -190,6 +199,37 @@ impl SseLines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves one request on a fresh socket with a one-token stream; the request's head.
+    async fn one_answer() -> (String, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = conn.read(&mut buf).await.unwrap();
+            let body = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            conn.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&buf[..n]).to_lowercase()
+        });
+        (base, served)
+    }
+
+    #[tokio::test]
+    async fn a_session_is_named_in_x_session_id_only_when_asked() {
+        for session in [Some("session-7"), None] {
+            let (base, served) = one_answer().await;
+            let target = Target::new(&base, "m", Instant::now()).unwrap();
+            target.send("hello".into(), session, 2, 1).await.unwrap();
+            let head = served.await.unwrap();
+            assert_eq!(head.contains("x-session-id: session-7"), session.is_some(), "{head}");
+        }
+    }
 
     #[test]
     fn sse_lines_survive_split_frames() {

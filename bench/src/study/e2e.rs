@@ -312,3 +312,20 @@ async fn mixed_dp_and_kv_pressure_deploy_their_decodes() {
     }
     assert_eq!(cells[1].topology.decodes[0].kv_tokens, Some(50_000));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arm_that_cannot_start_is_left_out_and_the_others_run() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let missing = out.path().join("no-smg-here");
+    let missing = missing.to_str().unwrap();
+    let cli = tiny_study(
+        &trace,
+        &out,
+        &["--arms", "1e6,smg:round_robin", "--loads", "seed", "--smg", missing, "--session-header"],
+    );
+    let loads = decode_weight(&cli.study).await.unwrap();
+    let arms: Vec<String> = loads[0].arms.iter().map(|a| a.arm.to_string()).collect();
+    assert_eq!(arms.len(), 1, "{arms:?}");
+    assert_eq!(loads[0].arms[0].report.completed, 7, "the infera arm ran whole");
+}
