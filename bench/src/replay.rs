@@ -269,7 +269,8 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
             let turn = &job.session.turns[job.turn];
             let max_tokens = shaping.max_tokens(turn.output_tokens);
             let session = session_header.then_some(job.session.name.as_str());
-            target.send(prompt::prompt(&job.session, job.turn), session, turn.input_tokens, max_tokens).await
+            let prompt = prompt::prompt(&job.session, job.turn);
+            target.send(drive::Ask { prompt, session, input_tokens: turn.input_tokens, max_tokens }).await
         }
     };
     let ran: Ran<Result<Sample, DriveError>> = match mode {

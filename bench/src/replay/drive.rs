@@ -51,6 +51,19 @@ pub(crate) struct Target {
     pub(crate) progress: Arc<Progress>,
 }
 
+/// One request of the replay.
+#[derive(Debug)]
+pub(crate) struct Ask<'a> {
+    /// The prompt text.
+    pub(crate) prompt: String,
+    /// The session named in `x-session-id` (`None`: not named).
+    pub(crate) session: Option<&'a str>,
+    /// The prompt's length by the trace (when the answer reports none).
+    pub(crate) input_tokens: u32,
+    /// The answer's length asked for.
+    pub(crate) max_tokens: u32,
+}
+
 impl Target {
     /// `base_url` like `http://127.0.0.1:8000` or `http://host:8000/v1`.
     pub(crate) fn new(base_url: &str, model: &str, origin: Instant) -> Result<Self, DriveError> {
@@ -75,17 +88,11 @@ impl Target {
         t.duration_since(self.origin).as_secs_f64() * 1e3
     }
 
-    /// Sends `prompt` (`input_tokens` long by the trace) asking for `max_tokens` and times the
-    /// stream.
-    pub(crate) async fn send(
-        &self,
-        prompt: String,
-        session: Option<&str>,
-        input_tokens: u32,
-        max_tokens: u32,
-    ) -> Result<Sample, DriveError> {
+    /// Sends `ask.prompt` (`ask.input_tokens` long by the trace) asking for `ask.max_tokens`
+    /// and times the stream.
+    pub(crate) async fn send(&self, ask: Ask<'_>) -> Result<Sample, DriveError> {
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let out = self.stream(prompt, session, input_tokens, max_tokens).await;
+        let out = self.stream(ask).await;
         let counter = if out.is_ok() { &self.progress.done } else { &self.progress.failed };
         counter.fetch_add(1, Ordering::Relaxed);
         out
@@ -93,10 +100,7 @@ impl Target {
 
     async fn stream(
         &self,
-        prompt: String,
-        session: Option<&str>,
-        input_tokens: u32,
-        max_tokens: u32,
+        Ask { prompt, session, input_tokens, max_tokens }: Ask<'_>,
     ) -> Result<Sample, DriveError> {
         let body = json!({
             "model": self.model,
@@ -225,7 +229,8 @@ mod tests {
         for session in [Some("session-7"), None] {
             let (base, served) = one_answer().await;
             let target = Target::new(&base, "m", Instant::now()).unwrap();
-            target.send("hello".into(), session, 2, 1).await.unwrap();
+            let ask = Ask { prompt: "hello".into(), session, input_tokens: 2, max_tokens: 1 };
+            target.send(ask).await.unwrap();
             let head = served.await.unwrap();
             assert_eq!(head.contains("x-session-id: session-7"), session.is_some(), "{head}");
         }
