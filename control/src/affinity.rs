@@ -15,12 +15,24 @@ use prometheus_client::registry::Registry;
 
 use crate::target::TargetKey;
 
-/// A remembered session: its target, when it was last used, and its place in the use order.
+/// A remembered session: its target, the prompt tokens of its last pick there, when it was last
+/// used, and its place in the use order.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     target: TargetKey,
+    tokens: u64,
     at: Instant,
     seq: u64,
+}
+
+/// Where a session was last prefilled, and how long its prompt was: what that target's prefix
+/// cache holds of the session's next turn, as far as routing alone can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastPrefill {
+    /// The target.
+    pub target: TargetKey,
+    /// The prompt tokens of the session's last request there.
+    pub tokens: u64,
 }
 
 /// Session → last prefill target, at most a cap of them.
@@ -36,12 +48,20 @@ pub struct Sessions {
 impl Sessions {
     /// The session's target if it was used within `ttl`.
     pub fn get(&self, session: &SessionKey, now: Instant, ttl: Duration) -> Option<TargetKey> {
-        self.map.get(session).filter(|e| now.duration_since(e.at) < ttl).map(|e| e.target)
+        self.last(session, now, ttl).map(|l| l.target)
     }
 
-    /// Records the session's target; a new session past `max` makes room by forgetting the one
-    /// used least recently.
-    pub fn remember(&mut self, session: SessionKey, target: TargetKey, now: Instant, max: usize) {
+    /// The session's last prefill if it was within `ttl`.
+    pub fn last(&self, session: &SessionKey, now: Instant, ttl: Duration) -> Option<LastPrefill> {
+        self.map
+            .get(session)
+            .filter(|e| now.duration_since(e.at) < ttl)
+            .map(|e| LastPrefill { target: e.target, tokens: e.tokens })
+    }
+
+    /// Records the session's target and the prompt tokens it prefilled there; a new session past
+    /// `max` makes room by forgetting the one used least recently.
+    pub fn remember(&mut self, session: SessionKey, last: LastPrefill, now: Instant, max: usize) {
         let seq = self.next_seq;
         self.next_seq += 1;
         if let Some(old) = self.map.get(&session) {
@@ -54,7 +74,7 @@ impl Sessions {
             }
         }
         self.order.insert(seq, session.clone());
-        self.map.insert(session, Entry { target, at: now, seq });
+        self.map.insert(session, Entry { target: last.target, tokens: last.tokens, at: now, seq });
     }
 
     /// Drops the sessions idle for `ttl` or longer.
@@ -121,8 +141,8 @@ mod tests {
         SessionKey::new(format!("s-{n}"))
     }
 
-    fn target(n: u32) -> TargetKey {
-        TargetKey::from_index(n)
+    fn target(n: u32) -> LastPrefill {
+        LastPrefill { target: TargetKey::from_index(n), tokens: 1_000 }
     }
 
     #[test]
@@ -138,8 +158,8 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(s.evicted(), 1);
         assert_eq!(s.get(&key(1), t0, ttl), None, "the least recently used one went");
-        assert_eq!(s.get(&key(0), t0, ttl), Some(target(1)));
-        assert_eq!(s.get(&key(3), t0, ttl), Some(target(2)));
+        assert_eq!(s.last(&key(0), t0, ttl), Some(target(1)));
+        assert_eq!(s.last(&key(3), t0, ttl), Some(target(2)));
         // A flood of new keys never holds more than the cap.
         for n in 10..10_000 {
             s.remember(key(n), target(0), t0, 3);

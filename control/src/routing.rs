@@ -45,7 +45,8 @@ mod tests;
 mod weights;
 
 use candidates::{
-    OverlapScratch, credit_overlap, decay_prefilling, screen, skip_overflowing, within_capacity,
+    OverlapScratch, credit_overlap, credit_session, decay_prefilling, screen, skip_overflowing,
+    within_capacity,
 };
 pub use outcome::{
     DrainHolding, Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow,
@@ -157,6 +158,11 @@ impl<R: Rng> RoutingCore<R> {
         {
             credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
         }
+        if kind == PickKind::Prefill && req.page_hashes.is_empty() {
+            let last =
+                req.session.as_ref().and_then(|s| self.sessions.last(s, now, self.settings.session_ttl));
+            credit_session(&mut self.candidates, last, req.input_tokens);
+        }
         if let (PickKind::Decode, DecodePolicy::LeastRunning, Some(engines)) =
             (kind, self.settings.policy, kv_room)
         {
@@ -206,7 +212,8 @@ impl<R: Rng> RoutingCore<R> {
         let (reservation, load) = self.ledger.book(req.lease, caller, booking, now, wall)?;
         self.breakers.picked(chosen.key, now);
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
-            self.sessions.remember(session.clone(), chosen.key, now, self.settings.session_max);
+            let last = crate::affinity::LastPrefill { target: chosen.key, tokens: req.input_tokens };
+            self.sessions.remember(session.clone(), last, now, self.settings.session_max);
         }
         let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, weight, wall));
         let slot = self.view.slot(chosen.key);

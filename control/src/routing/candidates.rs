@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use infera_proto::types::PickRequest;
 
 use super::OverlapSource;
+use crate::affinity::LastPrefill;
 use crate::capacity::Capacity;
 use crate::ejection::{Admit, Breakers};
 use crate::ledger::Ledger;
@@ -82,6 +83,17 @@ pub(super) fn credit_overlap(
             c.overlap_pages = pages;
             c.cached_tokens = (u64::from(pages) * u64::from(c.page_size)).min(req.input_tokens);
         }
+    }
+}
+
+/// Without page hashes (no tokenizer in the proxy) the KV index cannot say what a prefill
+/// holds; a session's previous prefill target holds at least its last prompt, which it just
+/// computed. That target is credited with it as cached (at most this request's tokens), as the
+/// index would credit the pages, and books only the rest (`manual/features/kv_aware_routing.md`).
+pub(super) fn credit_session(candidates: &mut [Candidate], last: Option<LastPrefill>, request_tokens: u64) {
+    let Some(last) = last else { return };
+    if let Some(c) = candidates.iter_mut().find(|c| c.key == last.target) {
+        c.cached_tokens = last.tokens.min(request_tokens);
     }
 }
 

@@ -67,18 +67,20 @@ impl Fixture {
 
     fn pick(&mut self, kind: PickKind, model: &str, tokens: u64) -> Result<Picked, ControlError> {
         let req = self.req(model, tokens, None);
-        self.core.pick(
-            kind,
-            &req,
-            PickContext {
-                caller: anon(),
-                kv: None,
-                record_decision: true,
-                now: self.now,
-                wall: SystemTime::now(),
-                kv_room: None,
-            },
-        )
+        self.pick_req(kind, &req)
+    }
+
+    /// `req` picked now, with the decision recorded, without KV index or KV room.
+    fn pick_req(&mut self, kind: PickKind, req: &PickRequest) -> Result<Picked, ControlError> {
+        let ctx = PickContext {
+            caller: anon(),
+            kv: None,
+            record_decision: true,
+            now: self.now,
+            wall: SystemTime::now(),
+            kv_room: None,
+        };
+        self.core.pick(kind, req, ctx)
     }
 
     fn decode(&mut self, tokens: u64) -> Picked {
@@ -227,29 +229,18 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     );
     let pick = |f: &mut Fixture, tokens, session| {
         let req = f.req("m", tokens, Some(session));
-        f.core
-            .pick(
-                PickKind::Prefill,
-                &req,
-                PickContext {
-                    caller: anon(),
-                    kv: None,
-                    record_decision: true,
-                    now: f.now,
-                    wall: SystemTime::now(),
-                    kv_room: None,
-                },
-            )
-            .unwrap()
+        f.pick_req(PickKind::Prefill, &req).unwrap()
     };
     let home = rank(&pick(&mut f, 100, "s1"));
-    // Home costs 200 against 100 elsewhere: within the 1,000-token slack, the session stays.
+    // Home holds the session's last 100 tokens (credit 1, no page hashes: the session's
+    // estimate): 100 booked + 100 − 100 cached, against 100 elsewhere. The session stays.
     let second = pick(&mut f, 100, "s1");
     assert_eq!(rank(&second), home);
     assert!(second.chosen.session_affinity);
-    // 5,200 against 5,000: still within the slack.
+    // 100 + 5,000 − 100 against 5,000: still within the slack; home books 4,900.
     assert_eq!(rank(&pick(&mut f, 5_000, "s1")), home);
-    // 5,300 against 100: home is overloaded, the session moves and remembers its new target.
+    // 5,000 + 100 − 100 against 100: home is overloaded beyond its cache and the 1,000-token
+    // slack; the session moves and remembers its new target.
     let moved = pick(&mut f, 100, "s1");
     assert_ne!(rank(&moved), home);
     assert!(!moved.chosen.session_affinity);
@@ -262,6 +253,39 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
     assert!(d.weight.is_zero(), "the prefill cost has no held-request term");
+}
+
+/// Without page hashes, a session's previous prefill target is credited with the session's last
+/// prompt as cached, as the KV index would credit its pages: a long conversation stays where its
+/// prefix is even when that target is busier by more than the slack, and books only what it adds.
+#[test]
+fn a_session_without_page_hashes_is_credited_with_its_last_prompt_where_it_ran() {
+    let mut s = settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin);
+    s.overlap_credit = crate::settings::OverlapCredit::new(8.0).unwrap();
+    let mut f = Fixture::new(vec![worker("p", Role::Prefill, "m", 2)], s);
+    let pick = |f: &mut Fixture, tokens, session: Option<&str>| {
+        let req = f.req("m", tokens, session);
+        f.pick_req(PickKind::Prefill, &req).unwrap()
+    };
+    // The session's first turn: 100,000 tokens, booked whole on its home.
+    let home = pick(&mut f, 100_000, Some("s1"));
+    let other = 1 - rank(&home);
+    // 60,000 tokens of another request: the idle rank takes them.
+    let busy = pick(&mut f, 60_000, None);
+    assert_eq!(rank(&busy), other);
+    // Home is 40,000 tokens busier, far past the 1,000-token slack. The next turn (104,000
+    // tokens) costs 100,000 + 104,000 − 8 × 100,000 at home against 60,000 + 104,000 elsewhere.
+    let next = pick(&mut f, 104_000, Some("s1"));
+    assert_eq!(rank(&next), rank(&home), "the conversation stays with its prefix");
+    assert!(next.chosen.session_affinity);
+    assert_eq!(next.chosen.cached_tokens, 100_000);
+    let loads = f.core.targets(Some("m"), Some(Role::Prefill), f.now);
+    let home_load = loads.iter().find(|t| t.slot.target.rank.0 == rank(&home)).unwrap().load;
+    assert_eq!(home_load.booked_input_tokens, 100_000 + 4_000, "only the new tokens are booked");
+    // Without a session the same request has no estimate: the less loaded rank takes it.
+    let anonymous = pick(&mut f, 104_000, None);
+    assert_eq!(rank(&anonymous), other);
+    assert_eq!(anonymous.chosen.cached_tokens, 0);
 }
 
 #[test]
