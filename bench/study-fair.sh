@@ -25,7 +25,9 @@ TRACES=${INFERA_STUDY_TRACES:-../shared/traces/agentx}
 OUT=${INFERA_STUDY_OUT:-target/study-fair}
 ARMS=1e6/age,least-running,round-robin,smg:round_robin,smg:least_load,smg:power_of_two,smg:cache_aware,smg:least_load:no-overload,sglang-router:cache_aware
 BEST_PEER=${INFERA_STUDY_BEST_PEER:-smg:least_load:no-overload}
-V8="--trace $TRACES/weka_v8.jsonl.gz"
+# Agentic clients name their conversation (prompt_cache_key, metadata.user_id): every request
+# carries its session in x-session-id, which infera's prefill affinity reads and SMG ignores.
+V8="--trace $TRACES/weka_v8.jsonl.gz --session-header"
 SCREENED="--arms $ARMS --screen"
 
 # step | minutes | flags after `study decode-weight`
@@ -34,7 +36,7 @@ STEPS=(
   "ledger|111|$V8 --loads seed --scenarios scale-out,mixed-dp,kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
   "unsaturated|37|$V8 --loads seed --scenarios unsaturated-prefill $SCREENED --runs 5"
   "hrrn|26|$V8 --loads seed --scenarios steady --prefill-schedule-policy hrrn $SCREENED --runs 3"
-  "weka-v6|26|--trace $TRACES/weka_v6.jsonl.gz --loads seed --scenarios steady $SCREENED --runs 3"
+  "weka-v6|26|--trace $TRACES/weka_v6.jsonl.gz --session-header --loads seed --scenarios steady $SCREENED --runs 3"
   "published|26|$V8 --loads published --scenarios steady $SCREENED --runs 3"
   "realtime|68|$V8 --loads seed --scenarios steady --arms 1e6/age,$BEST_PEER --runs 2 --speedup 1"
 )
