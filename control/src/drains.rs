@@ -41,12 +41,15 @@ pub async fn run(state: Arc<ControlState>, etcd: EtcdConfig, mut stop: watch::Re
                 if changed.is_err() {
                     return;
                 }
-                let asked = requests.borrow_and_update().clone();
-                state.set_draining(asked.keys().cloned().collect());
+                state.set_draining(requests.borrow_and_update().keys().cloned().collect());
             }
             _ = every.tick() => {}
         }
         let asked = requests.borrow().clone();
+        if asked.is_empty() && written.is_empty() {
+            // Nothing asked and nothing to take back: no need for the core lock.
+            continue;
+        }
         let Some(holdings) = state.drain_holdings() else {
             // Not booking: another replica reports; a later lead writes every report afresh.
             written.clear();
