@@ -19,26 +19,11 @@ use infera_proto::types::WorkerId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{EtcdConfig, RegistryError, connect, keys};
+use crate::keys::{self, report_key, requested_worker};
+use crate::{EtcdConfig, RegistryError, connect};
 
 /// How often [`wait_drained`] reads the leader's report.
 const POLL: Duration = Duration::from_millis(100);
-
-/// The key of a worker's drain request.
-pub fn request_key(id: &WorkerId) -> String {
-    format!("{}{id}/request", keys::DRAINS)
-}
-
-/// The key of the leader's report on a worker's drain.
-pub fn report_key(id: &WorkerId) -> String {
-    format!("{}{id}/held", keys::DRAINS)
-}
-
-/// The worker of a request key (`None` for any other key).
-pub fn requested_worker(key: &str) -> Option<WorkerId> {
-    let id = key.strip_prefix(keys::DRAINS)?.strip_suffix("/request")?;
-    (!id.is_empty() && !id.contains('/')).then(|| WorkerId::new(id))
-}
 
 /// How a registrar's wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,20 +163,4 @@ pub async fn report(
 pub async fn clear_report(client: &mut etcd_client::Client, worker: &WorkerId) -> Result<(), RegistryError> {
     client.delete(report_key(worker), None).await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_keys_round_trip_and_nothing_else_parses() {
-        let id = WorkerId::new("decode-0");
-        assert_eq!(request_key(&id), "/infera/v1/drains/decode-0/request");
-        assert_eq!(requested_worker(&request_key(&id)), Some(id.clone()));
-        assert_eq!(requested_worker(&report_key(&id)), None);
-        assert_eq!(requested_worker("/infera/v1/drains//request"), None);
-        assert_eq!(requested_worker("/infera/v1/drains/a/b/request"), None);
-        assert_eq!(requested_worker("/infera/v1/workers/decode-0"), None);
-    }
 }

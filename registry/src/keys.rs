@@ -32,6 +32,22 @@ pub fn worker_id(key: &str) -> Option<WorkerId> {
     key.strip_prefix(WORKERS).filter(|id| !id.is_empty() && !id.contains('/')).map(WorkerId::new)
 }
 
+/// The key of a worker's drain request ([`crate::drain`]).
+pub fn request_key(id: &WorkerId) -> String {
+    format!("{DRAINS}{id}/request")
+}
+
+/// The key of the leader's report on a worker's drain.
+pub fn report_key(id: &WorkerId) -> String {
+    format!("{DRAINS}{id}/held")
+}
+
+/// The worker of a drain request key (`None` for any other key).
+pub fn requested_worker(key: &str) -> Option<WorkerId> {
+    let id = key.strip_prefix(DRAINS)?.strip_suffix("/request")?;
+    (!id.is_empty() && !id.contains('/')).then(|| WorkerId::new(id))
+}
+
 /// The key of a proxy holding a lease.
 pub fn control_proxy(holder: &str) -> String {
     format!("{CONTROL_PROXIES}{holder}")
@@ -54,5 +70,16 @@ mod tests {
         assert_eq!(worker_id("/infera/v1/workers/"), None);
         assert_eq!(worker_id("/infera/v1/config/x"), None);
         assert_eq!(worker_id("/infera/v1/workers/a/b"), None);
+    }
+
+    #[test]
+    fn request_keys_round_trip_and_nothing_else_parses() {
+        let id = WorkerId::new("decode-0");
+        assert_eq!(request_key(&id), "/infera/v1/drains/decode-0/request");
+        assert_eq!(requested_worker(&request_key(&id)), Some(id.clone()));
+        assert_eq!(requested_worker(&report_key(&id)), None);
+        assert_eq!(requested_worker("/infera/v1/drains//request"), None);
+        assert_eq!(requested_worker("/infera/v1/drains/a/b/request"), None);
+        assert_eq!(requested_worker("/infera/v1/workers/decode-0"), None);
     }
 }

@@ -91,7 +91,7 @@ impl Drains {
         if !self.draining {
             return Ok(());
         }
-        let key = crate::drain::request_key(&record.id);
+        let key = keys::request_key(&record.id);
         let put = client.put(key, "", Some(PutOptions::new().with_lease(lease))).await?;
         let revision = put.header().map_or(0, etcd_client::ResponseHeader::revision);
         tracing::info!(worker = %record.id, revision, "drain asked");
