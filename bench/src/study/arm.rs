@@ -36,6 +36,8 @@ pub(crate) enum Arm {
         prefilling: f64,
         /// `--decode-prefilling-age-decay on`.
         age_decay: bool,
+        /// `--prefill-overlap-credit C` (`/cC`); control's default without.
+        overlap_credit: Option<f64>,
     },
     /// Demand off; the legacy policy selects.
     Legacy(Legacy),
@@ -71,9 +73,12 @@ impl Arm {
             Arm::Auto => {
                 ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
             }
-            Arm::Phased { weight, prefilling, age_decay } => {
+            Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
+                if let Some(c) = overlap_credit {
+                    flags.extend(["--prefill-overlap-credit".into(), c.to_string()]);
+                }
                 flags
             }
             Arm::Legacy(p) => {
@@ -119,8 +124,11 @@ impl Arm {
         match self {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Auto => "auto".to_owned(),
-            Arm::Phased { weight, prefilling, age_decay: false } => format!("w{weight}-p{prefilling}"),
-            Arm::Phased { weight, prefilling, age_decay: true } => format!("w{weight}-p{prefilling}-age"),
+            Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
+                let age = if *age_decay { "-age" } else { "" };
+                let credit = overlap_credit.map(|c| format!("-c{c}")).unwrap_or_default();
+                format!("w{weight}-p{prefilling}{age}{credit}")
+            }
             Arm::Legacy(p) => p.name().to_owned(),
             Arm::Smg(a) => a.spec().replace(':', "-"),
         }
@@ -172,9 +180,15 @@ impl fmt::Display for Arm {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
             Arm::Auto => f.write_str("W = auto"),
-            Arm::Phased { weight, prefilling, age_decay } => {
+            Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
-                if *age_decay { write!(f, ", age-decayed") } else { Ok(()) }
+                if *age_decay {
+                    write!(f, ", age-decayed")?;
+                }
+                match overlap_credit {
+                    Some(c) => write!(f, ", prefill overlap credit {c}"),
+                    None => Ok(()),
+                }
             }
             Arm::Legacy(p) => write!(f, "{} (legacy)", p.name()),
             Arm::Smg(a) if a.gateway == Gateway::SglangRouter => {
@@ -210,11 +224,32 @@ impl FromStr for Arm {
         if let Some(rest) = s.strip_prefix("sglang-router:") {
             return SmgArm::parse_sglang_router(rest).map(Arm::Smg);
         }
+        if let Some((w, c)) = s.rsplit_once("/c") {
+            let credit: f64 =
+                c.parse().map_err(|_| format!("{s:?}: the overlap credit after /c is not a number"))?;
+            if !(credit.is_finite() && (0.0..=1e6).contains(&credit)) {
+                return Err(format!("{s:?}: the overlap credit must be between 0 and 1e6"));
+            }
+            return match w.parse()? {
+                Arm::Weight(weight) => Ok(Arm::Phased {
+                    weight,
+                    prefilling: 1.0,
+                    age_decay: false,
+                    overlap_credit: Some(credit),
+                }),
+                Arm::Phased { weight, prefilling, age_decay, overlap_credit: None } => {
+                    Ok(Arm::Phased { weight, prefilling, age_decay, overlap_credit: Some(credit) })
+                }
+                _ => Err(format!("{s:?}: /cC follows a weight, W/pP or W[/pP]/age")),
+            };
+        }
         if let Some(w) = s.strip_suffix("/age") {
             return match w.parse()? {
-                Arm::Weight(weight) => Ok(Arm::Phased { weight, prefilling: 1.0, age_decay: true }),
-                Arm::Phased { weight, prefilling, age_decay: false } => {
-                    Ok(Arm::Phased { weight, prefilling, age_decay: true })
+                Arm::Weight(weight) => {
+                    Ok(Arm::Phased { weight, prefilling: 1.0, age_decay: true, overlap_credit: None })
+                }
+                Arm::Phased { weight, prefilling, age_decay: false, overlap_credit: None } => {
+                    Ok(Arm::Phased { weight, prefilling, age_decay: true, overlap_credit: None })
                 }
                 _ => Err(format!("{s:?}: /age follows a weight or W/pP")),
             };
@@ -228,7 +263,7 @@ impl FromStr for Arm {
             if !(prefilling.is_finite() && (0.0..=4.0).contains(&prefilling)) {
                 return Err(format!("{s:?}: the prefilling weight must be between 0 and 4"));
             }
-            return Ok(Arm::Phased { weight, prefilling, age_decay: false });
+            return Ok(Arm::Phased { weight, prefilling, age_decay: false, overlap_credit: None });
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
@@ -254,14 +289,17 @@ mod tests {
             .collect();
         assert_eq!(arms[2], Arm::Weight(1e6));
         let phased: Arm = "1e6/p0.5".parse().unwrap();
-        assert_eq!(phased, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false });
+        assert_eq!(
+            phased,
+            Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false, overlap_credit: None }
+        );
         assert_eq!(
             phased.control_flags()[4..].join(" "),
             "--decode-prefilling-age-decay off --decode-prefilling-weight 0.5"
         );
         assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
         let aged: Arm = "1e6/age".parse().unwrap();
-        assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true });
+        assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true, overlap_credit: None });
         assert_eq!(
             aged.control_flags()[4..].join(" "),
             "--decode-prefilling-age-decay on --decode-prefilling-weight 1"
@@ -271,7 +309,26 @@ mod tests {
             ("w1000000-p1-age".into(), "W = 1,000,000, prefilling ×1, age-decayed".into())
         );
         let half: Arm = "1e6/p0.5/age".parse().unwrap();
-        assert_eq!(half, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: true });
+        assert_eq!(half, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: true, overlap_credit: None });
+        let credited: Arm = "1e6/age/c1".parse().unwrap();
+        assert_eq!(
+            credited,
+            Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true, overlap_credit: Some(1.0) }
+        );
+        assert_eq!(
+            credited.control_flags()[4..].join(" "),
+            "--decode-prefilling-age-decay on --decode-prefilling-weight 1 --prefill-overlap-credit 1"
+        );
+        assert_eq!(
+            (credited.key(), credited.to_string()),
+            (
+                "w1000000-p1-age-c1".into(),
+                "W = 1,000,000, prefilling ×1, age-decayed, prefill overlap credit 1".into()
+            )
+        );
+        for bad in ["1e6/c1/c2", "1e6/cx", "round-robin/c1", "1e6/c-1", "1e6/c1/age"] {
+            assert!(bad.parse::<Arm>().is_err(), "{bad}");
+        }
         assert_eq!(phased.key(), "w1000000-p0.5", "no /age: no decay, the key as before");
         for bad in ["round-robin/age", "1e6/age/age", "/age", "1e6/age/p1"] {
             assert!(bad.parse::<Arm>().is_err(), "{bad}");
