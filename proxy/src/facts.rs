@@ -94,12 +94,15 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         Some(Value::String(m)) if !m.trim().is_empty() => Some(ModelName::new(m)),
         Some(_) => return Err(ProxyError::BadRequest("model must be a non-empty string")),
     };
-    if model.is_none() && api != Api::Generate {
+    // SGLang's rerank has no `model` field (a client may name one for routing); its other
+    // OpenAI-style routes take one.
+    if model.is_none() && !matches!(api, Api::Generate | Api::Rerank) {
         return Err(ProxyError::BadRequest("model is required"));
     }
     let stream = match body.get("stream") {
         None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+        // A pooling answer is one JSON body, whatever the client asked.
+        Some(Value::Bool(b)) => *b && api.generates(),
         Some(_) => return Err(ProxyError::BadRequest("stream must be a boolean")),
     };
     let header =
@@ -166,6 +169,22 @@ fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyErro
         Api::Responses => {
             text_tokens(content_bytes(body.get("input")) + content_bytes(body.get("instructions")))
         }
+        Api::Embeddings | Api::Classify => match body.get("input") {
+            Some(Value::Array(items)) if items.first().is_some_and(Value::is_number) => items.len() as u64,
+            Some(Value::Array(items)) if items.first().is_some_and(Value::is_array) => {
+                items.iter().map(|x| x.as_array().map_or(0, |ids| ids.len() as u64)).sum()
+            }
+            Some(input @ (Value::String(_) | Value::Array(_))) => text_tokens(content_bytes(Some(input))),
+            _ => return Err(ProxyError::BadRequest("input must be a string, strings or token ids")),
+        },
+        // The query is scored with each document: one pass per document.
+        Api::Rerank => match (body.get("query"), body.get("documents")) {
+            (Some(query), Some(Value::Array(documents))) => {
+                let query = text_tokens(content_bytes(Some(query)));
+                documents.iter().map(|d| query + text_tokens(content_bytes(Some(d)))).sum()
+            }
+            _ => return Err(ProxyError::BadRequest("query and a list of documents are required")),
+        },
     })
 }
 
@@ -258,6 +277,20 @@ mod tests {
         assert_eq!(salt(serde_json::json!(["t1", "t2"])).unwrap(), CacheSalt::PerPrompt);
         assert!(matches!(salt(7.into()), Err(ProxyError::BadRequest(_))));
         assert!(matches!(salt(serde_json::json!(["t1", 7])), Err(ProxyError::BadRequest(_))));
+    }
+
+    #[test]
+    fn pooling_requests_are_counted_and_never_stream() {
+        let e = facts(Api::Embeddings, r#"{"model":"m","input":["abcd","abcdefgh"],"stream":true}"#).unwrap();
+        assert_eq!((e.input_tokens, e.stream), (3, false));
+        assert_eq!(facts(Api::Embeddings, r#"{"model":"m","input":[1,2,3]}"#).unwrap().input_tokens, 3);
+        assert_eq!(facts(Api::Classify, r#"{"model":"m","input":[[1,2],[3]]}"#).unwrap().input_tokens, 3);
+        assert!(matches!(facts(Api::Embeddings, r#"{"model":"m"}"#), Err(ProxyError::BadRequest(_))));
+        assert!(matches!(facts(Api::Classify, r#"{"input":"x"}"#), Err(ProxyError::BadRequest(_))));
+        // Rerank: no model needed; the query counts once per document.
+        let r = facts(Api::Rerank, r#"{"query":"abcd","documents":["abcd","abcdefgh"]}"#).unwrap();
+        assert_eq!((r.input_tokens, r.model), (2 + 3, None));
+        assert!(matches!(facts(Api::Rerank, r#"{"query":"q"}"#), Err(ProxyError::BadRequest(_))));
     }
 
     #[test]

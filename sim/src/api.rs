@@ -5,13 +5,17 @@
 //! | `GET /health`, `/health_generate`, `/ready` | empty 200 (503 once shutting down) |
 //! | `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`, `/v1/models`, `/v1/loads` | `info` |
 //! | `GET\|POST /flush_cache`, `POST /abort_request`, `GET /sim/requests`, `GET\|POST /sim/faults` | `admin` |
-//! | `POST /generate`, `/v1/chat/completions`, `/v1/completions`, `/v1/responses` | `data` |
+//! | `POST /generate` (also `PUT`), `/v1/chat/completions`, `/v1/completions`, `/v1/responses` | `data` |
+//! | `POST /v1/embeddings`, `/v1/classify`, `/v1/rerank` (also `PUT`) | `pooling` |
+//! | `POST /v1/tokenize`, `/tokenize`, `/v1/detokenize`, `/detokenize` | `tokenize` |
 
 mod admin;
 mod data;
 pub(crate) mod info;
 pub mod input;
+mod pooling;
 pub mod render;
+mod tokenize;
 
 use std::sync::Arc;
 
@@ -46,10 +50,14 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/abort_request") => admin::abort_request(&app, req).await,
         (&Method::GET, "/sim/requests") => admin::requests(&app),
         (&Method::GET | &Method::POST, "/sim/faults") => admin::faults(&app, req).await,
-        // SGLang also takes `PUT /generate`.
+        // SGLang also takes `PUT /generate` and `PUT /v1/rerank`.
         (&Method::PUT, "/generate") => data::handle(app, Api::Generate, req).await,
+        (&Method::PUT, "/v1/rerank") => pooling::handle(app, Api::Rerank, req).await,
+        (&Method::POST, "/v1/tokenize" | "/tokenize") => tokenize::tokenize(&app, req).await,
+        (&Method::POST, "/v1/detokenize" | "/detokenize") => tokenize::detokenize(&app, req).await,
         (&Method::POST, _) if Api::from_path(&path).is_some() => match Api::from_path(&path) {
-            Some(route) => data::handle(app, route, req).await,
+            Some(route) if route.generates() => data::handle(app, route, req).await,
+            Some(route) => pooling::handle(app, route, req).await,
             None => not_found(),
         },
         // A known path with another method: Starlette's 405.
@@ -61,9 +69,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-/// Paths the SGLang API serves (with some method).
+/// Paths the SGLang API serves (with some method): these, and every [`Api`]'s.
 fn known_path(path: &str) -> bool {
-    const PATHS: [&str; 13] = [
+    const PATHS: [&str; 17] = [
         "/health",
         "/health_generate",
         "/ready",
@@ -77,6 +85,10 @@ fn known_path(path: &str) -> bool {
         "/abort_request",
         "/sim/requests",
         "/sim/faults",
+        "/v1/tokenize",
+        "/tokenize",
+        "/v1/detokenize",
+        "/detokenize",
     ];
     PATHS.contains(&path) || Api::from_path(path).is_some()
 }

@@ -96,6 +96,10 @@ struct ServerArgs {
     /// Context length (default: the model directory's `config.json`, else the default model's).
     #[arg(long, env = "INFERA_SIM_CONTEXT_LENGTH")]
     context_length: Option<u32>,
+    /// Serve the model as an embedding model: `/v1/embeddings` and `/v1/classify` answer, the
+    /// generation routes refuse.
+    #[arg(long, env = "INFERA_SIM_IS_EMBEDDING")]
+    is_embedding: bool,
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -273,6 +277,8 @@ pub struct SimConfig {
     pub context_length_flag: Option<u32>,
     /// What the model directory's `config.json` says (or the default model).
     pub model: crate::model_config::ModelFacts,
+    /// `--is-embedding` as given (`/server_info`'s `is_embedding`).
+    pub is_embedding: bool,
     /// Each DP rank's KV pool, sized as SGLang sizes it.
     pub pool: crate::kv_pool::KvPool,
     /// `--max-total-tokens` as given.
@@ -400,6 +406,15 @@ impl SimConfig {
         T: Into<OsString>,
     {
         Ok(Self::try_from(SimArgs::parse_lenient(argv)?)?)
+    }
+
+    /// Whether the model generates (`/model_info`'s `is_generation`): not with `--is-embedding`,
+    /// nor for an architecture SGLang always serves as a pooling model
+    /// (`is_generation_model` in python/sglang/srt/configs/model_config.py). A model that does
+    /// not generate answers `/v1/embeddings` and `/v1/classify`; one that does, the generation
+    /// routes.
+    pub fn generates(&self) -> bool {
+        !self.is_embedding && !self.model.pooling_architecture()
     }
 
     /// How long a PD request waits for its peer on the wall clock: the model-time timeout

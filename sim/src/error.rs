@@ -33,6 +33,24 @@ pub enum ApiError {
     /// `--sim-fail-next` / `POST /sim/faults`.
     #[error("Internal server error: injected failure (infera-sim fail_next)")]
     Injected,
+    /// A pooling request (embeddings, classify, a cross-encoder rerank) to a model that
+    /// generates, in SGLang's words (`_validate_one_request` in
+    /// python/sglang/srt/managers/tokenizer_manager.py).
+    #[error(
+        "This model does not appear to be an embedding model by default. Please add `--is-embedding` when launching the server or try another model."
+    )]
+    NotEmbedding,
+    /// A generation request to a model that does not generate. SGLang has no check of its own
+    /// (the request reaches the pooling model's forward pass, whose output is no generation);
+    /// the sim refuses it up front.
+    #[error(
+        "This model is served as an embedding model (`--is-embedding` or a pooling architecture) and does not generate; send it /v1/embeddings, /v1/classify or /v1/rerank."
+    )]
+    NotGenerative,
+    /// What SGLang answers when a Python exception escapes a handler (`handle_request` in
+    /// python/sglang/srt/entrypoints/openai/serving_base.py): the exception's text.
+    #[error("Internal server error: {0}")]
+    Internal(String),
     /// The decode did not get its KV.
     #[error(transparent)]
     Pull(#[from] PullError),
@@ -58,12 +76,15 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Input(_) | ApiError::Room(_) | ApiError::MissingBootstrap { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::Input(_)
+            | ApiError::Room(_)
+            | ApiError::MissingBootstrap { .. }
+            | ApiError::NotEmbedding
+            | ApiError::NotGenerative => StatusCode::BAD_REQUEST,
             ApiError::Rank(RankError::OutOfRange { .. }) => StatusCode::BAD_REQUEST,
             ApiError::Rank(RankError::FollowConflict { .. })
             | ApiError::Injected
+            | ApiError::Internal(_)
             | ApiError::Pull(_)
             | ApiError::Transfer { .. }
             | ApiError::PrefillTimeout { .. } => StatusCode::INTERNAL_SERVER_ERROR,

@@ -6,6 +6,8 @@
 //!   ([`infera_kv::hash`], see [`crate::prefix_cache::PromptPages`]).
 //! - Output token `i` of a request is a word picked by a hash of (seed, rid, i): the same seed
 //!   and rid always produce the same text.
+//! - `/v1/detokenize` without a tokenizer: see [`detokenize`] (prompt tokens are hashes and
+//!   cannot be turned back into their text).
 
 /// Size of the emulated vocabulary.
 const VOCAB: u64 = 151_552;
@@ -51,6 +53,14 @@ pub fn output_token(seed: u64, rid: u64, i: u32) -> (u32, &'static str) {
     ((h % VOCAB) as u32, WORDS[(h >> 32) as usize % WORDS.len()])
 }
 
+/// The text of `ids` without a tokenizer: token id `t` is the word `WORDS[t % 32]` of the sim's
+/// output vocabulary, words joined by one space (`""` for no ids). Deterministic, not the
+/// inverse of [`tokenize`] (whose ids are hashes of text): the same ids always read the same.
+pub fn detokenize(ids: &[u32]) -> String {
+    let words: Vec<&str> = ids.iter().map(|&t| WORDS[t as usize % WORDS.len()]).collect();
+    words.join(" ")
+}
+
 /// The first `n` output tokens of a request: ids and text (`"w0 w1 …"`).
 pub fn output(seed: u64, rid: u64, n: u32) -> (Vec<u32>, String) {
     let mut ids = Vec::with_capacity(n as usize);
@@ -79,6 +89,12 @@ mod tests {
         let b = tokenize("system: you are helpful\nuser: bye");
         assert_eq!(a[..7], b[..7]);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn detokenized_ids_read_as_words() {
+        assert_eq!(detokenize(&[]), "");
+        assert_eq!(detokenize(&[0, 1, 33]), "the of of");
     }
 
     #[test]

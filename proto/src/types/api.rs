@@ -1,9 +1,10 @@
-//! The generation APIs of the SGLang HTTP server that infera serves, routes and emulates: SGLang's
-//! native `/generate` and its OpenAI-compatible routes (SGLang 0.5.23
+//! The model APIs of the SGLang HTTP server that infera serves, routes and emulates: SGLang's
+//! native `/generate`, its OpenAI-compatible generation routes and its pooling routes
+//! (embeddings, rerank, classify: one forward pass, no decode; SGLang 0.5.23
 //! python/sglang/srt/entrypoints/http_server.py). The proxy routes them, the tokenizer reads their
 //! prompts, the emulated engine answers them; all three name them with [`Api`].
 
-/// One generation API.
+/// One model API: a request a worker computes, which the proxy routes through control.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Api {
     /// `POST /v1/chat/completions` (OpenAI chat).
@@ -14,11 +15,25 @@ pub enum Api {
     Generate,
     /// `POST /v1/responses` (OpenAI responses).
     Responses,
+    /// `POST /v1/embeddings` (OpenAI embeddings; a model SGLang serves with `--is-embedding`).
+    Embeddings,
+    /// `POST /v1/rerank` (SGLang's rerank: a `query` scored against `documents`).
+    Rerank,
+    /// `POST /v1/classify` (SGLang's sequence classification).
+    Classify,
 }
 
 impl Api {
     /// Every API.
-    pub const ALL: [Self; 4] = [Self::ChatCompletions, Self::Completions, Self::Generate, Self::Responses];
+    pub const ALL: [Self; 7] = [
+        Self::ChatCompletions,
+        Self::Completions,
+        Self::Generate,
+        Self::Responses,
+        Self::Embeddings,
+        Self::Rerank,
+        Self::Classify,
+    ];
 
     /// The request path, on the proxy and on the workers alike.
     pub fn path(self) -> &'static str {
@@ -27,6 +42,9 @@ impl Api {
             Self::Completions => "/v1/completions",
             Self::Generate => "/generate",
             Self::Responses => "/v1/responses",
+            Self::Embeddings => "/v1/embeddings",
+            Self::Rerank => "/v1/rerank",
+            Self::Classify => "/v1/classify",
         }
     }
 
@@ -42,6 +60,9 @@ impl Api {
             Self::Completions => "completions",
             Self::Generate => "generate",
             Self::Responses => "responses",
+            Self::Embeddings => "embeddings",
+            Self::Rerank => "rerank",
+            Self::Classify => "classify",
         }
     }
 
@@ -49,6 +70,13 @@ impl Api {
     /// has SGLang's own.
     pub fn is_openai(self) -> bool {
         self != Self::Generate
+    }
+
+    /// Whether it generates tokens (a prefill, then decode steps, maybe streamed, maybe through a
+    /// prefill/decode pair). The pooling APIs do not: one forward pass over the input on one
+    /// worker, answered in one JSON body; SGLang serves them on aggregated workers only.
+    pub fn generates(self) -> bool {
+        !matches!(self, Self::Embeddings | Self::Rerank | Self::Classify)
     }
 }
 
@@ -63,5 +91,11 @@ mod tests {
         }
         assert_eq!(Api::from_path("/v1/models"), None);
         assert_eq!(Api::from_path("/generate/"), None);
+    }
+
+    #[test]
+    fn the_pooling_apis_do_not_generate() {
+        let pooling: Vec<Api> = Api::ALL.into_iter().filter(|a| !a.generates()).collect();
+        assert_eq!(pooling, [Api::Embeddings, Api::Rerank, Api::Classify]);
     }
 }

@@ -14,8 +14,20 @@ pub(crate) fn text() -> impl Strategy<Value = String> {
 }
 
 pub(crate) fn key() -> impl Strategy<Value = String> {
-    let known =
-        ["model", "messages", "prompt", "input_ids", "text", "input", "instructions", "stream", "n", "user"];
+    let known = [
+        "model",
+        "messages",
+        "prompt",
+        "input_ids",
+        "text",
+        "input",
+        "instructions",
+        "stream",
+        "n",
+        "user",
+        "query",
+        "documents",
+    ];
     prop_oneof![prop::sample::select(known.to_vec()).prop_map(str::to_owned), "[a-z_]{1,8}"]
 }
 
@@ -71,6 +83,17 @@ pub(crate) fn valid(api: Api) -> BoxedStrategy<Map<String, Value>> {
         Api::Responses => {
             content().prop_map(|c| json!({"model": "m", "input": c, "instructions": "be brief"})).boxed()
         }
+        Api::Embeddings | Api::Classify => prop_oneof![
+            text().prop_map(Value::from),
+            prop::collection::vec(text(), 0..3).prop_map(|t| json!(t)),
+            ids.clone().prop_map(|i| json!(i)),
+            prop::collection::vec(ids, 0..3).prop_map(|i| json!(i)),
+        ]
+        .prop_map(|input| json!({"model": "m", "input": input}))
+        .boxed(),
+        Api::Rerank => (text(), prop::collection::vec(text(), 0..3))
+            .prop_map(|(query, documents)| json!({"query": query, "documents": documents}))
+            .boxed(),
     };
     (body, any::<Option<bool>>(), prop::option::of(1u64..4))
         .prop_map(|(mut b, stream, n)| {

@@ -30,12 +30,13 @@ fn expected(api: Api, v: &Value) -> Result<(Option<String>, bool), &'static str>
         Some(Value::String(m)) if !m.trim().is_empty() => Some(m.clone()),
         Some(_) => return Err("model must be a non-empty string"),
     };
-    if model.is_none() && api != Api::Generate {
+    if model.is_none() && !matches!(api, Api::Generate | Api::Rerank) {
         return Err("model is required");
     }
     let stream = match o.get("stream") {
         None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+        // A pooling answer never streams.
+        Some(Value::Bool(b)) => *b && api.generates(),
         Some(_) => return Err("stream must be a boolean"),
     };
     match api {
@@ -45,6 +46,12 @@ fn expected(api: Api, v: &Value) -> Result<(Option<String>, bool), &'static str>
         Api::Completions if !o.contains_key("prompt") => Err("prompt is required"),
         Api::Generate if !o.get("input_ids").is_some_and(Value::is_array) && !o.contains_key("text") => {
             Err("text or input_ids is required")
+        }
+        Api::Embeddings | Api::Classify if !o.get("input").is_some_and(|i| i.is_string() || i.is_array()) => {
+            Err("input must be a string, strings or token ids")
+        }
+        Api::Rerank if !(o.contains_key("query") && o.get("documents").is_some_and(Value::is_array)) => {
+            Err("query and a list of documents are required")
         }
         _ => Ok((model, stream)),
     }

@@ -55,6 +55,14 @@ pub(crate) fn parse(api: Api, body: &Map<String, Value>) -> Result<Prompt, Token
                 _ => Err(TokenizeError::Request("text or input_ids is required".into())),
             }
         }
+        // SGLang encodes a pooling input as it encodes a `/v1/completions` prompt
+        // (python/sglang/srt/entrypoints/openai/serving_embedding.py).
+        Api::Embeddings | Api::Classify => match body.get("input") {
+            Some(i) if !i.is_null() => text_or_ids(i),
+            _ => Err(TokenizeError::Request("input is required".into())),
+        },
+        // The query with each document: one prompt per document, no one prefix.
+        Api::Rerank => Ok(Prompt::Skip(Skip::Batch)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The data-plane handler: body → [`GenRequest`](super::input::GenRequest) → SGLang's checks →
+//! The generation handler: body → [`GenRequest`](super::input::GenRequest) → SGLang's checks →
 //! [`flow::start`] → SSE stream or one JSON body. A stream's body owns the flow's receiver: when
 //! the client goes away hyper drops the body, the flow sees its channel closed and aborts the
 //! request. A request with `n > 1` runs as `n` requests, as SGLang expands it, answered
@@ -32,6 +32,9 @@ pub(super) async fn handle(app: Arc<App>, route: Api, req: Request<Incoming>) ->
         Ok(r) => r,
         Err(e) => return ApiError::Input(e).response(route),
     };
+    if !app.config.generates() {
+        return ApiError::NotGenerative.response(route);
+    }
     // SGLang's checks before admission: the sampling parameters, then the lengths.
     let checked = request
         .sampling

@@ -91,6 +91,7 @@ fn legacy_server_info(app: &App) -> Value {
         "schedule_policy": c.schedule_policy,
         "max_running_requests": c.max_running_requests_flag,
         "context_length": c.context_length_flag,
+        "is_embedding": c.is_embedding,
         "speculative_algorithm": c.speculative.algorithm,
         "speculative_num_steps": c.speculative.num_steps,
         "speculative_eagle_topk": c.speculative.eagle_topk,
@@ -131,7 +132,7 @@ pub(super) fn model_info(app: &App) -> Value {
         "model_path": c.model_path,
         "served_model_name": c.served_model_name,
         "tokenizer_path": c.model_path,
-        "is_generation": true,
+        "is_generation": c.generates(),
         "preferred_sampling_params": null,
         "weight_version": "default",
         "load_format": "auto",
@@ -144,7 +145,7 @@ pub(super) fn model_info(app: &App) -> Value {
         "architectures": c.model.architectures,
     });
     if server_info::reports_full_record(c) {
-        info["embedding"] = server_info::embedding();
+        info["embedding"] = server_info::embedding(c);
     }
     info
 }

@@ -1,14 +1,15 @@
-//! Request bodies of the four data-plane routes → one [`GenRequest`]. Prompts become tokens
-//! with [`crate::tokens::tokenize`] (chat messages rendered as `role: content\n`). Batches are
-//! not emulated: a list field must hold exactly one item.
+//! Request bodies of the four generation routes → one [`GenRequest`]. Prompts become tokens
+//! by [`prompt::of_route`] (the emulator's tokens, chat messages rendered as `role: content\n`,
+//! or a real tokenizer's). Batches are not emulated: a list field must hold exactly one item.
+//! The pooling routes read their own bodies (`crate::api::pooling`) but run as a [`GenRequest`]
+//! too.
 
 use hyper::HeaderMap;
 use infera_proto::types::Api;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::tokens;
-
+pub(crate) mod prompt;
 mod sampling;
 
 pub use sampling::{LogprobRequest, Sampling};
@@ -155,40 +156,7 @@ pub fn parse(
     let value: Value = serde_json::from_slice(body).map_err(InputError::Json)?;
     let Value::Object(_) = &value else { return Err(InputError::NotObject) };
     let b = &value;
-    let prompt = match route {
-        Api::Generate => match (one::<String>(b, "text")?, one::<Vec<u32>>(b, "input_ids")?) {
-            (Some(text), _) => tokens::tokenize(&text),
-            (None, Some(ids)) => ids,
-            (None, None) => {
-                return Err(InputError::NoPrompt(
-                    "Either text, input_ids or input_embeds should be provided.",
-                ));
-            }
-        },
-        Api::ChatCompletions => {
-            let messages =
-                field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
-            tokens::tokenize(&render_messages(&messages))
-        }
-        Api::Completions => match b.get("prompt") {
-            Some(Value::String(s)) => tokens::tokenize(s),
-            Some(_) => match one::<String>(b, "prompt") {
-                Ok(Some(s)) => tokens::tokenize(&s),
-                _ => one::<Vec<u32>>(b, "prompt")?.unwrap_or_default(),
-            },
-            None => return Err(InputError::NoPrompt("prompt is required")),
-        },
-        Api::Responses => {
-            let mut text =
-                field::<String>(b, "instructions")?.map(|s| format!("system: {s}\n")).unwrap_or_default();
-            match b.get("input") {
-                Some(Value::String(s)) => text.push_str(&format!("user: {s}\n")),
-                Some(Value::Array(items)) => text.push_str(&render_messages(items)),
-                _ => return Err(InputError::NoPrompt("input is required")),
-            }
-            tokens::tokenize(&text)
-        }
-    };
+    let prompt = prompt::of_route(route, b, tokenizer)?;
     let sampling = Sampling::of(route, b);
     let mut pd = PdFields {
         bootstrap_host: one(b, "bootstrap_host")?,
@@ -203,10 +171,6 @@ pub fn parse(
         let rank = h.to_str().ok().and_then(|s| s.trim().parse().ok()).ok_or(InputError::RankHeader)?;
         pd.routed_dp_rank = Some(rank);
     }
-    let prompt = match tokenizer {
-        Some(t) => sglang_prompt(t, route, b)?.unwrap_or(prompt),
-        None => prompt,
-    };
     let prompt = if prompt.is_empty() { vec![0] } else { prompt };
     Ok(GenRequest {
         // SGLang's ResponsesRequest names its id `request_id`.
@@ -223,48 +187,8 @@ pub fn parse(
     })
 }
 
-/// The token ids SGLang prefills for the request, by the real tokenizer and chat template.
-/// `None` where the emulator keeps its own tokens: a batch, media, or a `/v1/responses` prompt
-/// whose system messages SGLang versions render differently.
-fn sglang_prompt(
-    t: &infera_tokenize::Tokenizer,
-    route: Api,
-    body: &Value,
-) -> Result<Option<Vec<u32>>, InputError> {
-    use infera_tokenize::Outcome;
-    let Value::Object(map) = body else { return Ok(None) };
-    match t.tokenize(route, map, None) {
-        Ok(Outcome::Tokens(tokens)) => Ok(Some(tokens.ids.to_vec())),
-        Ok(Outcome::Ambiguous(_) | Outcome::Skipped(_)) => Ok(None),
-        Err(e) => Err(InputError::Tokenize(e.to_string())),
-    }
-}
-
-/// `role: content\n` per message; content is a string or a list of text parts.
-fn render_messages(messages: &[Value]) -> String {
-    let mut out = String::new();
-    for m in messages {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        out.push_str(role);
-        out.push_str(": ");
-        match m.get("content") {
-            Some(Value::String(s)) => out.push_str(s),
-            Some(Value::Array(parts)) => {
-                for part in parts {
-                    if let Some(t) = part.get("text").and_then(Value::as_str) {
-                        out.push_str(t);
-                    }
-                }
-            }
-            _ => {}
-        }
-        out.push('\n');
-    }
-    out
-}
-
 /// An optional field (`null` = absent).
-fn field<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
+pub(crate) fn field<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
     match body.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => {
@@ -287,7 +211,7 @@ fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
         Api::Completions => {
             b.get("prompt").and_then(Value::as_array).is_some_and(|p| p.iter().any(|x| !x.is_number()))
         }
-        Api::ChatCompletions | Api::Responses => false,
+        Api::ChatCompletions | Api::Responses | Api::Embeddings | Api::Rerank | Api::Classify => false,
     };
     if b.get(KEY).is_some_and(Value::is_array) && !listed_prompt {
         return Err(InputError::SingleRequestList { key: KEY });
@@ -296,7 +220,7 @@ fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
 }
 
 /// An optional field given as a scalar or as a list of exactly one item.
-fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
+pub(crate) fn one<T: DeserializeOwned>(body: &Value, key: &'static str) -> Result<Option<T>, InputError> {
     match body.get(key) {
         Some(Value::Array(items))
             if !items.is_empty() && serde_json::from_value::<T>(body[key].clone()).is_err() =>

@@ -144,6 +144,8 @@ impl Render {
             Api::ChatCompletions => chat::chunks(r, s),
             Api::Completions => completions::chunks(r, s),
             Api::Responses => responses::events(r, s),
+            // The pooling routes answer in one body of their own (`crate::api::pooling`).
+            Api::Embeddings | Api::Rerank | Api::Classify => Vec::new(),
         });
         if self.route == Api::Responses {
             for (_, data) in &mut events {
@@ -168,6 +170,7 @@ impl Render {
             Api::ChatCompletions => chat::body(r, s),
             Api::Completions => completions::body(r, s),
             Api::Responses => responses::body(r, s),
+            Api::Embeddings | Api::Rerank | Api::Classify => Value::Null,
         })
     }
 

@@ -179,3 +179,19 @@ fn a_decode_without_max_total_tokens_reports_its_pool() {
     let prefill = config(&["--disaggregation-mode", "prefill"]).unwrap();
     assert_eq!(reported_kv_capacity(&prefill), prefill.pool.max_total_num_tokens);
 }
+
+#[test]
+fn is_embedding_is_modelled_and_pooling_architectures_never_generate() {
+    let plain = config(&[]).unwrap();
+    assert!(!plain.is_embedding && plain.generates());
+    let embedding = config(&["--is-embedding"]).unwrap();
+    assert!(embedding.is_embedding && !embedding.generates());
+    assert!(embedding.inert_flags.is_empty(), "no longer a dropped flag");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), r#"{"architectures": ["BertModel"], "hidden_size": 384}"#)
+        .unwrap();
+    let argv = ["infera-sim", "--model-path", dir.path().to_str().unwrap()];
+    let bert = SimConfig::try_from(SimArgs::parse_lenient(argv).unwrap()).unwrap();
+    assert!(!bert.is_embedding && !bert.generates(), "SGLang's is_generation_model");
+    assert_eq!(bert.model.hidden_size, 384);
+}

@@ -117,6 +117,7 @@ impl TryFrom<SimArgs> for SimConfig {
             context_length,
             context_length_flag: server.context_length,
             model,
+            is_embedding: server.is_embedding,
             max_total_tokens_flag: a.memory.max_total_tokens,
             pool,
             kv,

@@ -31,12 +31,18 @@ fn template() -> Map<String, Value> {
     }
 }
 
-/// `/model_info`'s `embedding` plan of a generation model, as 0.5.23 reports it.
-pub(super) fn embedding() -> Value {
-    serde_json::from_str::<Value>(TEMPLATE)
+/// `/model_info`'s `embedding` plan, as 0.5.23 reports it for a generation model, with
+/// `enabled` set by `--is-embedding` (`resolved_embedding_plan` in
+/// python/sglang/srt/configs/embedding_model_spec.py).
+pub(super) fn embedding(c: &SimConfig) -> Value {
+    let mut plan = serde_json::from_str::<Value>(TEMPLATE)
         .ok()
         .and_then(|mut t| t.get_mut("embedding").map(Value::take))
-        .unwrap_or(Value::Null)
+        .unwrap_or(Value::Null);
+    if let Some(enabled) = plan.get_mut("enabled") {
+        *enabled = json!(c.is_embedding);
+    }
+    plan
 }
 
 /// The resolved `--load-balance-method`: `auto` is `follow_bootstrap_room` on a prefill,
@@ -65,6 +71,7 @@ pub(super) fn server_args(app: &App) -> Map<String, Value> {
         "host": c.host,
         "port": c.port,
         "context_length": c.context_length_flag,
+        "is_embedding": c.is_embedding,
         "mem_fraction_static": c.pool.mem_fraction_static,
         "max_running_requests": c.max_running_requests_flag,
         "max_total_tokens": c.max_total_tokens_flag,
@@ -233,7 +240,8 @@ mod tests {
         let t = template();
         assert_eq!(t.len(), 546);
         assert_eq!(t["device"], "cuda");
-        assert!(embedding().is_object());
+        let c = SimConfig::from_argv(["infera-sim", "--model-path", "m", "--is-embedding"]).unwrap();
+        assert_eq!(embedding(&c)["enabled"], true, "the plan follows --is-embedding");
     }
 
     #[test]

@@ -50,6 +50,9 @@ impl Sampling {
     pub fn of(route: Api, body: &Value) -> Self {
         let (params, openai) = match route {
             Api::Generate => (body.get("sampling_params").unwrap_or(&Value::Null), false),
+            // A pooling request samples nothing: SGLang sets `max_new_tokens = 0`
+            // (`EmbeddingReqInput.normalize_batch_and_arguments`, python/sglang/srt/managers/io_struct.py).
+            Api::Embeddings | Api::Rerank | Api::Classify => (&Value::Null, true),
             _ => (body, true),
         };
         let num = |k: &str| params.get(k).and_then(Value::as_f64);
@@ -58,6 +61,7 @@ impl Sampling {
             Api::ChatCompletions => num("max_completion_tokens").or_else(|| num("max_tokens")),
             Api::Completions => num("max_tokens"),
             Api::Responses => num("max_output_tokens"),
+            Api::Embeddings | Api::Rerank | Api::Classify => Some(0.0),
         };
         let logprobs = match route {
             Api::Generate => {
@@ -71,7 +75,7 @@ impl Sampling {
             Api::ChatCompletions => body.get("logprobs").and_then(Value::as_bool).filter(|b| *b).map(|_| {
                 LogprobRequest { top: body.get("top_logprobs").and_then(Value::as_u64).unwrap_or(0) as u32 }
             }),
-            Api::Responses => None,
+            Api::Responses | Api::Embeddings | Api::Rerank | Api::Classify => None,
         };
         let stop = match params.get("stop") {
             Some(Value::String(s)) => vec![s.clone()],
@@ -197,6 +201,8 @@ mod tests {
         let p = Sampling::of(Api::Completions, &json!({"logprobs": 0}));
         assert_eq!(p.logprobs, Some(LogprobRequest { top: 0 }));
         assert_eq!(Sampling::of(Api::ChatCompletions, &json!({"logprobs": false})).logprobs, None);
+        let e = Sampling::of(Api::Embeddings, &json!({"max_tokens": 9, "logprobs": true, "n": 3}));
+        assert_eq!((e.max_new_tokens, e.logprobs, e.n), (Some(0.0), None, 1), "pooling samples nothing");
     }
 
     #[test]
