@@ -84,6 +84,10 @@ struct UpArgs {
     /// runs on another node, following the same etcd). Needs --etcd.
     #[arg(long, env = "INFERA_LAUNCH_NO_ROUTER")]
     no_router: bool,
+    /// The launcher's own logs (the registrar's and the drain's among them); the workers,
+    /// control and the proxies log on their own, and inherit the environment.
+    #[command(flatten)]
+    telemetry: infera_proto::telemetry::TelemetryArgs,
 }
 
 infera_registry::etcd_security_args!(
@@ -159,7 +163,9 @@ fn up_config(a: UpArgs) -> Result<UpConfig, LaunchError> {
             .and_then(|p| p.parent().map(ToOwned::to_owned))
             .unwrap_or_else(|| PathBuf::from(".")),
     };
+    let telemetry = a.telemetry.into_config("infera-launch")?;
     Ok(UpConfig {
+        telemetry,
         plan,
         engine: file.engine,
         router,
@@ -197,7 +203,10 @@ mod tests {
         for sub in cmd.get_subcommands() {
             for arg in sub.get_arguments().filter(|a| !["help", "version"].contains(&a.get_id().as_str())) {
                 let env = arg.get_env().unwrap_or_else(|| panic!("{} has no env var", arg.get_id()));
-                assert!(env.to_str().unwrap().starts_with("INFERA_LAUNCH_"), "{env:?}");
+                let env = env.to_str().unwrap();
+                // The telemetry flags every infera binary shares keep their shared names.
+                let shared = ["INFERA_LOG", "INFERA_LOG_FORMAT", "INFERA_OTLP_ENDPOINT"];
+                assert!(env.starts_with("INFERA_LAUNCH_") || shared.contains(&env), "{env:?}");
             }
         }
     }

@@ -20,4 +20,7 @@ pub enum LaunchError {
     /// (the launcher's `--etcd-*` flags, or `[router.etcd]`).
     #[error("etcd: {0}")]
     Etcd(#[from] infera_registry::EtcdConfigError),
+    /// `up`: a `--log` filter (or `RUST_LOG`) that does not parse.
+    #[error(transparent)]
+    Telemetry(#[from] infera_proto::telemetry::LogFilterError),
 }

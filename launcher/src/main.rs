@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use infera_launcher::{Args, Command, Config};
-use infera_proto::telemetry;
+use infera_proto::telemetry::{self, Telemetry};
 
 fn main() -> ExitCode {
     telemetry::main::<Args, Config, _, _, _>("infera-launch", run)
@@ -13,7 +13,13 @@ fn main() -> ExitCode {
 async fn run(config: Config) -> anyhow::Result<()> {
     match config.command {
         Command::Plan(plan) => print!("{}", plan.render()),
-        Command::Up(up) => infera_launcher::up::run(*up).await?,
+        Command::Up(up) => {
+            // Logs first: the registrar and the drain report through `tracing`.
+            let telemetry = Telemetry::init(&up.telemetry)?;
+            let ran = infera_launcher::up::run(*up).await;
+            telemetry.shutdown().await;
+            ran?;
+        }
     }
     Ok(())
 }

@@ -33,6 +33,8 @@ const ROUTER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Everything `up` needs, checked.
 #[derive(Debug)]
 pub struct UpConfig {
+    /// The launcher's logs (and traces).
+    pub telemetry: infera_proto::telemetry::TelemetryConfig,
     /// The workers to run, with their command lines.
     pub plan: Plan,
     /// What runs them.

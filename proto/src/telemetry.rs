@@ -1,8 +1,10 @@
 //! The one tracing set-up every infera binary shares: logs (`tracing`, text or JSON) and, with
 //! `--otlp-endpoint`, OpenTelemetry traces over OTLP gRPC; plus W3C trace-context propagation
 //! across the wire (HTTP headers and gRPC metadata), so one trace runs proxy → control →
-//! workers.
+//! workers. `RUST_LOG` and the `OTEL_*` variables fill in what the flags leave unset
+//! ([`conventions`]).
 
+mod conventions;
 pub mod open_files;
 
 use std::io::IsTerminal;
@@ -31,13 +33,15 @@ pub enum LogFormat {
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Telemetry")]
 pub struct TelemetryArgs {
-    /// Log filter (tracing directives), e.g. `info,decode_demand=debug`.
-    #[arg(long, env = "INFERA_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (tracing directives), e.g. `info,decode_demand=debug`. Unset: `RUST_LOG`, else
+    /// `info`.
+    #[arg(long, env = "INFERA_LOG")]
+    log: Option<String>,
     /// Log format.
     #[arg(long, env = "INFERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// OTLP gRPC endpoint for traces, e.g. http://127.0.0.1:4317. Unset = no export.
+    /// OTLP gRPC endpoint for traces, e.g. http://127.0.0.1:4317. Unset:
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, then `OTEL_EXPORTER_OTLP_ENDPOINT`; none = no export.
     #[arg(long, env = "INFERA_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
 }
@@ -52,16 +56,20 @@ pub struct LogFilterError {
 }
 
 impl TelemetryArgs {
-    /// Checks the flags; `service_name` names the exported spans.
-    pub fn into_config(self, service_name: &'static str) -> Result<TelemetryConfig, LogFilterError> {
-        if let Err(source) = EnvFilter::try_new(&self.log) {
-            return Err(LogFilterError { filter: self.log, source });
+    /// Checks the flags, filled in from the process's environment ([`conventions`]);
+    /// `binary` names the exported spans unless `OTEL_SERVICE_NAME` does.
+    pub fn into_config(self, binary: &str) -> Result<TelemetryConfig, LogFilterError> {
+        let settled =
+            conventions::settle(self.log, self.otlp_endpoint, binary, |name| std::env::var(name).ok());
+        if let Err(source) = EnvFilter::try_new(&settled.log_filter) {
+            return Err(LogFilterError { filter: settled.log_filter, source });
         }
         Ok(TelemetryConfig {
-            log_filter: self.log,
+            log_filter: settled.log_filter,
             log_format: self.log_format,
-            otlp_endpoint: self.otlp_endpoint,
-            service_name,
+            otlp_endpoint: settled.otlp_endpoint,
+            service_name: settled.service_name,
+            warnings: settled.warnings,
         })
     }
 }
@@ -76,7 +84,9 @@ pub struct TelemetryConfig {
     /// OTLP gRPC endpoint, e.g. `http://127.0.0.1:4317`.
     pub otlp_endpoint: Option<String>,
     /// `service.name` of exported spans.
-    pub service_name: &'static str,
+    pub service_name: String,
+    /// Logged once logging runs (a setting read but not followed).
+    pub warnings: Vec<String>,
 }
 
 /// Installed telemetry; call [`Telemetry::shutdown`] before exit to flush spans.
@@ -103,7 +113,7 @@ impl Telemetry {
                         .with_batch_exporter(exporter)
                         .with_resource(
                             opentelemetry_sdk::Resource::builder()
-                                .with_service_name(cfg.service_name)
+                                .with_service_name(cfg.service_name.clone())
                                 .build(),
                         )
                         .build(),
@@ -115,7 +125,7 @@ impl Telemetry {
         // even when the log filter is quieter.
         let otel = provider.as_ref().map(|p| {
             tracing_opentelemetry::layer()
-                .with_tracer(p.tracer(cfg.service_name))
+                .with_tracer(p.tracer(cfg.service_name.clone()))
                 .with_filter(LevelFilter::INFO)
         });
         let ansi = std::io::stderr().is_terminal();
@@ -132,6 +142,9 @@ impl Telemetry {
                 .boxed(),
         };
         tracing_subscriber::registry().with(otel).with(logs).try_init()?;
+        for warning in &cfg.warnings {
+            tracing::warn!("{warning}");
+        }
         Ok(Self { provider })
     }
 
