@@ -101,6 +101,10 @@ struct ClientArgs {
     /// workers started with their own `--api-key`). Without `--api-keys` it is always sent.
     #[arg(long, env = "INFERA_PROXY_FORWARD_AUTHORIZATION")]
     forward_authorization: bool,
+    /// One access log line per request (`tracing` target `access`, at info: its id, API, model,
+    /// key name, prefill and decode targets, status, outcome, tokens and durations).
+    #[arg(long, env = "INFERA_PROXY_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    access_log: bool,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -232,6 +236,8 @@ pub struct Config {
     pub api_keys: Option<Arc<crate::keys::Keys>>,
     /// Whether the client's `Authorization` goes on to the workers.
     pub forward_authorization: bool,
+    /// Whether each request writes an access log line.
+    pub access_log: bool,
     /// Retries before the first byte.
     pub retries: u32,
     /// The retries' backoff base.
@@ -357,6 +363,7 @@ impl TryFrom<Args> for Config {
                 queue_timeout: Duration::from_millis(a.limits.queue_timeout_ms),
             },
             forward_authorization: a.clients.forward_authorization || a.clients.api_keys.is_none(),
+            access_log: a.clients.access_log,
             api_keys: a.clients.api_keys.map(crate::keys::Keys::load).transpose()?.map(Arc::new),
             retries: a.limits.retries,
             retry_backoff: Duration::from_millis(a.limits.retry_backoff_ms),

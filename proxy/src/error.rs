@@ -135,6 +135,17 @@ pub enum ProxyError {
         /// The leg that found no target.
         leg: Leg,
     },
+    /// A pooling API (embeddings, rerank, classify) for a model served prefill/decode: SGLang
+    /// serves pooling models on aggregated workers only.
+    #[error(
+        "model \"{model}\" is served by prefill/decode workers; {path} needs a worker that serves it whole (SGLang runs pooling models without --disaggregation-mode)"
+    )]
+    NotAggregated {
+        /// The model.
+        model: ModelName,
+        /// The API's path.
+        path: &'static str,
+    },
     /// The model's prefill and decode workers cannot pair (KV page size, transfer backend or KV
     /// cache dtype differ): no request can be served until a compatible one registers.
     #[error("{0}")]
@@ -198,6 +209,7 @@ impl ProxyError {
             | Self::BodyTimeout(_)
             | Self::BadJson(_)
             | Self::BadRequest(_)
+            | Self::NotAggregated { .. }
             | Self::NoRoute { .. }
             | Self::Unauthorized
             | Self::RateLimited { .. } => ErrorSource::Downstream,
@@ -252,7 +264,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } | Self::BodyTooComplex { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TooLong { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::BadJson(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadJson(_) | Self::BadRequest(_) | Self::NotAggregated { .. } => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::NoTarget { .. } | Self::NoCompatiblePair(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream { failure: LegFailure::Timeout, .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -274,6 +286,7 @@ impl ProxyError {
             Self::TooLong { .. } => ("invalid_request_error", "invalid_request"),
             Self::BodyTimeout(_) => ("invalid_request_error", "request_timeout"),
             Self::BadJson(_) | Self::BadRequest(_) => ("invalid_request_error", "invalid_request"),
+            Self::NotAggregated { .. } => ("invalid_request_error", "model_not_served_aggregated"),
             Self::NoRoute { .. } => ("invalid_request_error", "not_found"),
             Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),
             Self::NoTarget { .. } => ("server_error", "no_healthy_target"),

@@ -160,7 +160,16 @@ pub fn leg_bodies(
 
 fn is_batch(facts: &Facts) -> bool {
     let b = &facts.body;
-    b.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1)
+    // SGLang's rerank takes no id (V1RerankReqInput): one pass per document.
+    let pooled_batch = match facts.api {
+        Api::Rerank => true,
+        Api::Embeddings | Api::Classify => {
+            matches!(b.get("input"), Some(Value::Array(a)) if a.iter().any(|x| !x.is_number()))
+        }
+        _ => false,
+    };
+    pooled_batch
+        || b.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1)
         || matches!(b.get("prompt"), Some(Value::Array(a)) if a.iter().any(|x| !x.is_number()))
         || matches!(b.get("text"), Some(Value::Array(_)))
         || matches!(b.get("input_ids"), Some(Value::Array(a)) if a.first().is_some_and(Value::is_array))

@@ -4,7 +4,9 @@
 //! Module map, in request order:
 //!
 //! - [`config`]: flags and env → validated [`Config`].
-//! - [`server`]: accept, route by path, one request's steps.
+//! - [`server`]: accept, route by path, one request's steps; [`any_worker`]: the requests any
+//!   worker of a model answers (tokenize, model and server info, `/health_generate`), sent
+//!   without a pick.
 //! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
 //!   prompt's token ids and exact input tokens when a tokenizer is configured.
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once (the picks asked together
@@ -16,9 +18,13 @@
 //!   worker client, control and metrics they share, and `/abort_request`.
 //! - [`first_byte`]: what counts as an attempt's first byte, and whose failure it was before.
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
+//! - [`access`]: the request seen whole at its end — the access log line, tokens ([`usage`]) and
+//!   durations per model and worker.
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
 
+pub mod access;
 pub mod admission;
+pub mod any_worker;
 pub mod body;
 pub mod bounds;
 pub mod config;
@@ -38,6 +44,7 @@ pub mod server;
 pub mod targets;
 pub mod tokens;
 pub mod upstream;
+pub mod usage;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,8 +1,10 @@
 //! Prometheus metrics of the proxy, registered once and passed down.
 
 mod connections;
+mod served;
 
 pub use connections::ConnectionMetrics;
+pub use served::ServedMetrics;
 
 use infera_proto::types::{PickKind, ReleaseReason};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -19,12 +21,14 @@ use crate::error::Leg;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     api: &'static str,
+    model: Arc<str>,
     code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
     api: &'static str,
+    model: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -99,12 +103,16 @@ pub struct ProxyMetrics {
     tokenize_seconds: Histogram,
     tokenize_cache: Family<ResultLabels, Counter>,
     tokenizer_checks: Family<ResultLabels, Counter>,
+    /// Per model and per worker: tokens, durations, TTFT and ITL.
+    pub served: ServedMetrics,
 }
 
 impl ProxyMetrics {
     /// Registers every metric in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
+        let r = registry.sub_registry_with_prefix("infera_proxy");
         let m = Self {
+            served: ServedMetrics::register(r),
             requests: Family::default(),
             ttft: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1e-3, 2.0, 18))),
             itl: Histogram::new(exponential_buckets(1e-4, 2.0, 16)),
@@ -133,11 +141,14 @@ impl ProxyMetrics {
             tokenize_cache: Family::default(),
             tokenizer_checks: Family::default(),
         };
-        let r = registry.sub_registry_with_prefix("infera_proxy");
-        r.register("requests", "Requests answered, by API and HTTP status", m.requests.clone());
+        r.register(
+            "requests",
+            "Requests answered, by API, model (once control routed to it; else empty) and HTTP status",
+            m.requests.clone(),
+        );
         r.register(
             "ttft_seconds",
-            "Time to the first byte of the answer's body, as the proxy sees it",
+            "Time to the first byte of the answer's body, as the proxy sees it, by API and model",
             m.ttft.clone(),
         );
         r.register("itl_seconds", "Time between streamed chunks of an answer", m.itl.clone());
@@ -245,14 +256,15 @@ impl ProxyMetrics {
         m
     }
 
-    /// A request was answered with `code` (for streams: the status of the head).
-    pub fn answered(&self, api: &'static str, code: u16) {
-        self.requests.get_or_create(&RequestLabels { api, code }).inc();
+    /// A request for `model` (empty: none known) was answered with `code` (for streams: the
+    /// status of the head).
+    pub fn answered(&self, api: &'static str, model: &Arc<str>, code: u16) {
+        self.requests.get_or_create(&RequestLabels { api, model: model.clone(), code }).inc();
     }
 
     /// The first body byte of an answer left after `seconds`.
-    pub fn ttft(&self, api: &'static str, seconds: f64) {
-        self.ttft.get_or_create(&ApiLabels { api }).observe(seconds);
+    pub fn ttft(&self, api: &'static str, model: &Arc<str>, seconds: f64) {
+        self.ttft.get_or_create(&ApiLabels { api, model: model.clone() }).observe(seconds);
     }
 
     /// Gap between two streamed chunks.

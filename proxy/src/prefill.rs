@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use infera_proto::types::{LegFailure, ReleaseReason, RequestId};
+use infera_proto::types::{LegFailure, ReleaseReason, RequestId, Target};
 use tokio::sync::oneshot;
 
 use crate::control::Pick;
@@ -22,6 +22,8 @@ pub struct PrefillLeg {
     pub failed: Option<oneshot::Receiver<ProxyError>>,
     /// Ends the leg from outside its task.
     pub cancel: PrefillCancel,
+    /// Where it went.
+    pub target: Target,
 }
 
 impl PrefillLeg {
@@ -30,8 +32,9 @@ impl PrefillLeg {
     pub fn spawn(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: RequestId) -> Self {
         let (failed_tx, failed) = oneshot::channel();
         let (cancel, cancel_rx) = oneshot::channel();
+        let target = pick.endpoint.target();
         tokio::spawn(run(up, pick, req, rid, failed_tx, cancel_rx));
-        Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)) }
+        Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)), target }
     }
 
     /// The leg's failure if it has failed by now (without waiting); a leg found finished is no

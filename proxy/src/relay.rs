@@ -5,6 +5,7 @@
 //! and aborts both upstream legs.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use infera_proto::types::{Api, LegFailure, ReleaseReason, RequestId};
 use tokio::sync::oneshot;
 
+use crate::access::{Access, Seen};
 use crate::admission::Admitted;
 use crate::body::BodyError;
 use crate::control::Pick;
@@ -21,6 +23,7 @@ use crate::error::{Leg, ProxyError};
 use crate::metrics::InflightGuard;
 use crate::prefill::{PrefillCancel, PrefillLeg};
 use crate::upstream::{Upstreams, abort};
+use crate::usage::UsageTap;
 
 /// The end of a request: releases the decode reservation exactly once, cancels the prefill
 /// leg and aborts upstream work when the request did not end normally.
@@ -31,12 +34,24 @@ pub struct EndGuard {
     prefill_cancel: Option<PrefillCancel>,
     rid: RequestId,
     done: bool,
+    /// The request's record, written at its end (`None` once written, or never kept).
+    access: Option<Access>,
+    /// What the relay saw of the answer.
+    seen: Seen,
 }
 
 impl EndGuard {
     /// Guards the decode pick of a dispatched request.
     pub fn new(up: Upstreams, decode: Pick, prefill_cancel: Option<PrefillCancel>, rid: RequestId) -> Self {
-        Self { up, decode: Some(decode), prefill_cancel, rid, done: false }
+        let seen = Seen { first_byte: None, usage: UsageTap::new(false) };
+        Self { up, decode: Some(decode), prefill_cancel, rid, done: false, access: None, seen }
+    }
+
+    /// Writes `access` when the request ends (the access line, tokens, duration).
+    pub fn with_access(mut self, access: Access, stream: bool) -> Self {
+        self.access = Some(access);
+        self.seen.usage = UsageTap::new(stream);
+        self
     }
 
     /// Ends the request with `reason` (once; later calls do nothing).
@@ -63,6 +78,9 @@ impl EndGuard {
         // On EOF the prefill leg finishes on its own.
         if let Some(cancel) = self.prefill_cancel.take() {
             cancel.detach();
+        }
+        if let Some(access) = self.access.take() {
+            access.end(Some(&self.seen), reason.as_str(), &self.up.metrics);
         }
     }
 }
@@ -99,6 +117,8 @@ pub struct Relayed {
     pub request_id: RequestId,
     /// Which API (the TTFT label).
     pub api: Api,
+    /// The request's record, written at its end.
+    pub access: Access,
     /// Whether the answer is an SSE stream: errors are then reported as an SSE event.
     pub stream: bool,
     /// When it started.
@@ -113,6 +133,9 @@ pub struct Relay {
     stream: bool,
     done: bool,
     api: Api,
+    /// The model and worker labels of the answer's metrics.
+    model: Arc<str>,
+    worker: Arc<str>,
     started: Instant,
     last_data: Option<Instant>,
     /// Bytes still to come of a body with a `content-length`.
@@ -134,15 +157,19 @@ impl std::fmt::Debug for Relay {
 impl Relay {
     /// Relays `inner`, the decode answer of `request`.
     pub fn new(inner: Incoming, request: Relayed) -> Self {
-        let Relayed { up, decode, prefill, request_id, api, stream, started } = request;
+        let Relayed { up, decode, prefill, request_id, api, access, stream, started } = request;
         let (failed, cancel) = match prefill {
             Some(p) => (p.failed, Some(p.cancel)),
             None => (None, None),
         };
+        let worker = Arc::from(decode.endpoint.worker_id.as_str());
+        let model = access.model.clone();
         Self {
             inner,
             prefill_failed: failed,
-            guard: EndGuard::new(up, decode, cancel, request_id),
+            guard: EndGuard::new(up, decode, cancel, request_id).with_access(access, stream),
+            model,
+            worker,
             stream,
             done: false,
             api,
@@ -204,14 +231,23 @@ impl Relay {
     }
 
     fn observe(&mut self, frame: &Frame<Bytes>) {
-        if frame.data_ref().is_some_and(|d| !d.is_empty()) {
-            let now = Instant::now();
-            match self.last_data {
-                None => self.guard.up.metrics.ttft(self.api.as_str(), (now - self.started).as_secs_f64()),
-                Some(prev) => self.guard.up.metrics.itl((now - prev).as_secs_f64()),
+        let Some(data) = frame.data_ref().filter(|d| !d.is_empty()) else { return };
+        let now = Instant::now();
+        let metrics = &self.guard.up.metrics;
+        match self.last_data {
+            None => {
+                let ttft = (now - self.started).as_secs_f64();
+                metrics.ttft(self.api.as_str(), &self.model, ttft);
+                metrics.served.worker_ttft(&self.model, &self.worker, ttft);
+                self.guard.seen.first_byte = Some(now);
             }
-            self.last_data = Some(now);
+            Some(prev) => {
+                metrics.itl((now - prev).as_secs_f64());
+                metrics.served.worker_itl(&self.model, &self.worker, (now - prev).as_secs_f64());
+            }
         }
+        self.last_data = Some(now);
+        self.guard.seen.usage.feed(data);
     }
 }
 

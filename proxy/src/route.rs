@@ -1,5 +1,5 @@
 //! Route one request: both picks at once for a PD model (one round trip), one pick for an
-//! aggregated model.
+//! aggregated model or a pooling API (embeddings, rerank, classify).
 
 use std::sync::Arc;
 
@@ -40,6 +40,15 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
             return Err(ProxyError::BadRequest("model is required: the deployment serves several models"));
         }
     };
+    if !facts.api.generates() {
+        // One forward pass on one worker (`Api::generates`): on load, never through a PD pair.
+        if list.is_pd(&model) == Some(true) {
+            return Err(ProxyError::NotAggregated { model, path: facts.api.path() });
+        }
+        let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
+        let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
+        return Ok(Route { model, prefill: None, decode });
+    }
     if list.is_pd(&model) == Some(false) {
         let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;

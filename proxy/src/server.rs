@@ -15,7 +15,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
+use crate::access::{self, Access, Relaying, Trail};
 use crate::admission::Admission;
+use crate::any_worker;
 use crate::body::{Body, full};
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -94,16 +96,46 @@ pub async fn serve_metrics(
 }
 
 async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(info) = any_worker::Info::of(req.method(), req.uri().path()) {
+        let resp = any_worker(&ctx, info, req).await;
+        ctx.up.metrics.answered(info.label(), &Arc::from(""), resp.status().as_u16());
+        return resp;
+    }
     let api = match (req.method(), req.uri().path()) {
         (&Method::POST, "/v1/chat/completions") => Api::ChatCompletions,
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::POST, "/generate") => Api::Generate,
         (&Method::POST, "/v1/responses") => Api::Responses,
+        (&Method::POST, "/v1/embeddings") => Api::Embeddings,
+        // SGLang takes PUT too.
+        (&Method::POST | &Method::PUT, "/v1/rerank") => Api::Rerank,
+        (&Method::POST, "/v1/classify") => Api::Classify,
         (&Method::GET, "/v1/models") => {
             if let Err(e) = identify(&ctx, req.headers()) {
                 return e.into_response(&facts::new_request_id());
             }
             return models(&ctx);
+        }
+        (&Method::GET, path) if path.starts_with("/v1/models/") => {
+            let id = &path["/v1/models/".len()..];
+            let request_id = facts::new_request_id();
+            return match identify(&ctx, req.headers()).and_then(|_| any_worker::model(&ctx.up, id)) {
+                Ok(model) => json_response(StatusCode::OK, model),
+                Err(e) => e.into_response(&request_id),
+            };
+        }
+        (&Method::GET, "/health_generate") => {
+            let request_id = facts::client_request_id(req.headers()).unwrap_or_else(facts::new_request_id);
+            let asked = any_worker::Asked {
+                up: &ctx.up,
+                request_id: &request_id,
+                authorization: None,
+                timeout: ctx.config.request_timeout,
+            };
+            let model = any_worker::model_of_query(req.uri().query());
+            let resp = any_worker::health_generate(&asked, model).await;
+            ctx.up.metrics.answered("health_generate", &Arc::from(""), resp.status().as_u16());
+            return resp;
         }
         (&Method::GET, "/health" | "/liveness") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readiness") => return readiness(&ctx),
@@ -123,9 +155,74 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         api_key = tracing::field::Empty
     );
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
-    let resp = generate(&ctx, api, req, started).instrument(span).await;
-    ctx.up.metrics.answered(api.as_str(), resp.status().as_u16());
+    let mut trail = Trail::new(started.at, ctx.config.access_log);
+    let resp = generate(&ctx, api, req, started, &mut trail).instrument(span).await;
+    ctx.up.metrics.answered(api.as_str(), &trail.model, resp.status().as_u16());
+    if resp.extensions().get::<Relaying>().is_none() {
+        // Answered without a worker's answer: its access line now (a relayed one writes its own
+        // at its end), under the id the client was given.
+        let given = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok());
+        if let Some(id) = given {
+            trail.request_id = Some(infera_proto::types::RequestId::new(id));
+        }
+        trail.refused(api, resp.status(), &ctx.up.metrics);
+    }
     resp
+}
+
+/// A request any worker of the model answers ([`any_worker`]): the caller identified, its body
+/// read within the proxy's limits, then sent on.
+async fn any_worker(ctx: &Ctx, info: any_worker::Info, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let request_id = facts::client_request_id(&parts.headers).unwrap_or_else(facts::new_request_id);
+    if let Err(e) = identify(ctx, &parts.headers) {
+        return e.into_response(&request_id);
+    }
+    let (bytes, _hold) = match read_body(ctx, body, &parts.headers).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(&request_id),
+    };
+    let model = if parts.method == Method::POST {
+        match crate::bounds::check_values(&bytes, ctx.config.max_body_values)
+            .and_then(|()| any_worker::model_of_body(&bytes))
+        {
+            Ok(m) => m,
+            Err(e) => return e.into_response(&request_id),
+        }
+    } else {
+        any_worker::model_of_query(parts.uri.query())
+    };
+    let asked = any_worker::Asked {
+        up: &ctx.up,
+        request_id: &request_id,
+        authorization: parts.headers.get(header::AUTHORIZATION).filter(|_| ctx.config.forward_authorization),
+        timeout: ctx.config.request_timeout,
+    };
+    match any_worker::forward(&asked, info, model, bytes).await {
+        Ok(mut resp) => {
+            for h in [header::CONNECTION, header::TRANSFER_ENCODING] {
+                resp.headers_mut().remove(h);
+            }
+            if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
+                resp.headers_mut().insert("x-request-id", v);
+            }
+            resp
+        }
+        Err(e) => e.into_response(&request_id),
+    }
+}
+
+/// A request's body, read whole within `--max-body-bytes`, the bytes in flight and
+/// `--body-read-timeout-ms`; held against the budget while the hold lives.
+async fn read_body(
+    ctx: &Ctx,
+    body: Incoming,
+    headers: &http::HeaderMap,
+) -> Result<(bytes::Bytes, request_body::BodyHold), ProxyError> {
+    let limit = ctx.config.max_body_bytes;
+    let read = request_body::read_body(body, limit, headers, &ctx.body_budget, &ctx.up.metrics);
+    let timeout = ctx.config.connections.body_read_timeout;
+    tokio::time::timeout(timeout, read).await.map_err(|_| ProxyError::BodyTimeout(timeout))?
 }
 
 /// The key of a request, with `--api-keys` (`None` without): its name goes into the span and
@@ -162,13 +259,21 @@ fn charge(ctx: &Ctx, caller: Option<&keys::Caller>, tokens: u64) -> Result<(), P
 }
 
 /// One generation request, start to relay.
-async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Started) -> Response<Body> {
+async fn generate(
+    ctx: &Ctx,
+    api: Api,
+    req: Request<Incoming>,
+    mut started: Started,
+    trail: &mut Trail,
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let header_id = facts::client_request_id(&parts.headers);
+    trail.request_id = header_id.clone();
     let caller = match identify(ctx, &parts.headers) {
         Ok(c) => c,
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
+    trail.key = caller.as_ref().map(|c| c.name.clone());
     // A place in flight first: a queued request holds nothing but its connection.
     let admitted = match ctx.admission.admit(&ctx.up.metrics).await {
         Ok(a) => a,
@@ -176,22 +281,10 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
     };
     let deadline = admitted.deadline;
     started.admitted = Some(admitted);
-    let read = request_body::read_body(
-        body,
-        ctx.config.max_body_bytes,
-        &parts.headers,
-        &ctx.body_budget,
-        &ctx.up.metrics,
-    );
-    let body_read = ctx.config.connections.body_read_timeout;
     // The body's share of --max-body-bytes-in-flight lasts as long as this request is served.
-    let (bytes, _body_hold) = match tokio::time::timeout(body_read, read).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
-        Err(_) => {
-            return ProxyError::BodyTimeout(body_read)
-                .into_response(&header_id.unwrap_or_else(facts::new_request_id));
-        }
+    let (bytes, _body_hold) = match read_body(ctx, body, &parts.headers).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
     if let Err(e) = crate::bounds::check_values(&bytes, ctx.config.max_body_values) {
         return e.into_response(&header_id.unwrap_or_else(facts::new_request_id));
@@ -201,6 +294,9 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
     let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
+    trail.request_id = Some(facts.request_id.clone());
+    trail.model = access::model_label(&ctx.up.link.targets(), facts.model.as_ref());
+    trail.input_tokens = facts.input_tokens;
     tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {
         return e.into_response(&facts.request_id);
@@ -231,12 +327,19 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
     if let Ok(v) = header::HeaderValue::from_str(facts.request_id.as_str()) {
         head.headers.insert("x-request-id", v);
     }
+    let access = Access {
+        prefill: dispatched.prefill.as_ref().map(|p| p.target.clone()),
+        decode: Some(decode.endpoint.target()),
+        ..trail.access(api, head.status)
+    };
+    head.extensions.insert(Relaying);
     let relayed = Relayed {
         up: ctx.up.clone(),
         decode,
         prefill: dispatched.prefill,
         request_id: dispatched.rid,
         api,
+        access,
         stream: facts.stream,
         started,
     };
@@ -253,14 +356,8 @@ async fn generate(ctx: &Ctx, api: Api, req: Request<Incoming>, mut started: Star
 }
 
 fn models(ctx: &Ctx) -> Response<Body> {
-    let data: Vec<_> = ctx
-        .up
-        .link
-        .targets()
-        .models()
-        .into_iter()
-        .map(|id| json!({"id": id.as_str(), "object": "model", "created": 0, "owned_by": "infera"}))
-        .collect();
+    let data: Vec<_> =
+        ctx.up.link.targets().models().into_iter().map(|id| any_worker::model_object(&id)).collect();
     json_response(StatusCode::OK, json!({"object": "list", "data": data}))
 }
 

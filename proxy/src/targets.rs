@@ -157,6 +157,27 @@ impl TargetList {
             .map(|t| t.worker.page_size)
     }
 
+    /// One endpoint (rank 0) per worker of `model` that takes requests now (not drained, not
+    /// ejected, paired), in the list's order: those a request any worker answers alike can go
+    /// to (`crate::any_worker`). Prefill workers last: a decode or mixed worker is the one a
+    /// client's generation ends on.
+    pub fn workers_of(&self, model: &ModelName) -> Vec<Endpoint> {
+        let mut seen: Vec<&WorkerId> = Vec::new();
+        let mut out: Vec<Endpoint> = Vec::new();
+        let open = self
+            .targets
+            .iter()
+            .filter(|t| !t.drained && !t.ejected && t.unpaired.is_none() && t.worker.model == *model);
+        for t in open {
+            if !seen.contains(&&t.worker.id) {
+                seen.push(&t.worker.id);
+                out.push(Endpoint::new(&t.worker, DpRank(0)));
+            }
+        }
+        out.sort_by_key(|e| e.role == Role::Prefill);
+        out
+    }
+
     /// Eligible endpoints of a pool: paired and not drained, and neither ejected by control nor
     /// in `exclude` (the request failed there) — unless that leaves none.
     fn pool(&self, model: &ModelName, kind: PickKind, exclude: &[Target]) -> Vec<Endpoint> {

@@ -30,7 +30,7 @@ const FILLED: Duration = Duration::from_secs(60);
 
 /// Series that must have a sample before the scrape is taken, so that their labels are
 /// checked: each is what one part of the traffic makes.
-const AWAITED: [(&str, &str); 15] = [
+const AWAITED: [(&str, &str); 19] = [
     ("control", "infera_router_ejections_total"),
     ("control", "infera_router_target_ejected"),
     ("control", "infera_router_decode_demand_requests"),
@@ -46,6 +46,10 @@ const AWAITED: [(&str, &str); 15] = [
     ("proxy", "infera_proxy_rejected_total"),
     ("proxy", "infera_proxy_tokenizer_checks_total"),
     ("proxy", "infera_proxy_tokenize_cache_total"),
+    ("proxy", "infera_proxy_prompt_tokens_total"),
+    ("proxy", "infera_proxy_request_duration_seconds_bucket"),
+    ("proxy", "infera_proxy_worker_ttft_seconds_bucket"),
+    ("proxy", "infera_proxy_build_info"),
 ];
 
 /// Runs the deployment and its traffic; the scrape of every `/metrics` endpoint at the end.

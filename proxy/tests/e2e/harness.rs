@@ -37,6 +37,8 @@ pub(crate) struct Shape {
     pub(crate) proxy_flags: Vec<&'static str>,
     /// Extra flags of the prefill sim.
     pub(crate) prefill_flags: Vec<String>,
+    /// Extra flags of the decode (or mixed) sim.
+    pub(crate) decode_flags: Vec<String>,
 }
 
 impl Default for Shape {
@@ -49,6 +51,7 @@ impl Default for Shape {
             control_flags: vec!["--decode-input-demand", "on"],
             proxy_flags: Vec::new(),
             prefill_flags: Vec::new(),
+            decode_flags: Vec::new(),
         }
     }
 }
@@ -60,9 +63,11 @@ impl Cluster {
             // One prefill with DP ranks: the rank follows the bootstrap room, as SGLang's does.
             let prefill = SimSpec::prefill("prefill-0", MODEL).ranks(shape.prefill_dp);
             sims.push(sim(prefill).extra(shape.prefill_flags.iter().cloned()));
-            sims.push(sim(SimSpec::decode("decode-0", MODEL, shape.decode_dp)));
+            let decode = SimSpec::decode("decode-0", MODEL, shape.decode_dp);
+            sims.push(sim(decode).extra(shape.decode_flags.iter().cloned()));
         } else {
-            sims.push(sim(SimSpec::mixed("decode-0", MODEL, shape.decode_dp)));
+            let mixed = SimSpec::mixed("decode-0", MODEL, shape.decode_dp);
+            sims.push(sim(mixed).extra(shape.decode_flags.iter().cloned()));
         }
         let mut spec = ClusterSpec::new(MODEL, sims);
         spec.control = ControlSpec::new(Workers::None).flags(shape.control_flags.iter().copied());

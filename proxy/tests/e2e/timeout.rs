@@ -91,7 +91,7 @@ async fn a_request_without_an_answer_head_in_time_is_a_504_and_both_legs_are_let
 
     let (_, metrics) = get(&format!("{proxy}/metrics")).await;
     assert!(
-        metrics.contains("infera_proxy_requests_total{api=\"chat_completions\",code=\"504\"} 2"),
+        metrics.contains("infera_proxy_requests_total{api=\"chat_completions\",model=\"m\",code=\"504\"} 2"),
         "{metrics}"
     );
     // Once the faults are gone, the same proxy answers again.
