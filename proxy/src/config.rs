@@ -194,6 +194,16 @@ struct TokenizerArgs {
     /// (`infera_proxy_tokenizer_checks_total`). 0: no checks.
     #[arg(long, env = "INFERA_PROXY_TOKENIZER_CHECK_EVERY", value_name = "N", default_value_t = 1000)]
     tokenizer_check_every: u64,
+    /// With --tokenizer: how often each worker is probed again for render parity (its
+    /// /v1/tokenize on fixed conversations against the proxy's; a new worker at once). A model
+    /// with a worker that renders apart routes its chat prompts on load. 0: no probes.
+    #[arg(
+        long,
+        env = "INFERA_PROXY_RENDER_PARITY_INTERVAL_MS",
+        value_name = "MS",
+        default_value_t = 300_000
+    )]
+    render_parity_interval_ms: u64,
 }
 
 /// `--tokenizer-encoder`.
@@ -254,6 +264,8 @@ pub struct Config {
     pub tls: TlsConfig,
     /// The tokenizer, loaded once at start (`--tokenizer`).
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// How often workers are probed for render parity (`None`: never).
+    pub render_parity_interval: Option<Duration>,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
 }
@@ -374,6 +386,8 @@ impl TryFrom<Args> for Config {
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
             worker_tls,
             tls,
+            render_parity_interval: (a.tokenizer.render_parity_interval_ms > 0)
+                .then(|| Duration::from_millis(a.tokenizer.render_parity_interval_ms)),
             tokenizer: a.tokenizer.load()?,
             telemetry: a.telemetry.into_config("infera-proxy")?,
         })

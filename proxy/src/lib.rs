@@ -8,7 +8,8 @@
 //!   worker of a model answers (tokenize, model and server info, `/health_generate`), sent
 //!   without a pick.
 //! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
-//!   prompt's token ids and exact input tokens when a tokenizer is configured.
+//!   prompt's token ids and exact input tokens when a tokenizer is configured; [`parity`]:
+//!   whether each worker renders chat prompts as the proxy does (else they route on load).
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once (the picks asked together
 //!   go out in one `PickMany`), with a local fallback from [`targets`] when control does not
 //!   answer in time; the lease; releases (the `control` module's own doc says which file holds
@@ -35,6 +36,7 @@ pub mod first_byte;
 pub mod forward;
 pub mod keys;
 pub mod metrics;
+pub mod parity;
 pub mod prefill;
 pub mod relay;
 pub mod request_body;
@@ -163,7 +165,11 @@ pub async fn run(
     reloadable.on_sighup()?;
     let admission = admission::Admission::new(config.admission);
     let body_budget = request_body::BodyBudget::new(config.max_body_bytes_in_flight);
-    let ctx = Arc::new(Ctx { up, registry, config, admission, connections, body_budget });
+    let parity = Arc::new(parity::Parity::register(&mut registry));
+    if let (Some(tokenizer), Some(interval)) = (&config.tokenizer, config.render_parity_interval) {
+        parity::spawn(parity.clone(), tokenizer.clone(), up.clone(), interval, stop.receiver());
+    }
+    let ctx = Arc::new(Ctx { up, registry, config, admission, connections, body_budget, parity });
     let metrics_server =
         metrics_listener.map(|l| tokio::spawn(server::serve_metrics(ctx.clone(), l, stop.wait())));
     server::serve(ctx, listener, listening, stop.wait()).await;

@@ -44,6 +44,8 @@ pub struct Ctx {
     pub connections: crate::metrics::ConnectionMetrics,
     /// What every request body held now may add up to (`--max-body-bytes-in-flight`).
     pub body_budget: crate::request_body::BodyBudget,
+    /// Whether each worker renders chat prompts as this proxy does.
+    pub parity: Arc<crate::parity::Parity>,
 }
 
 /// Where the proxy serves: the API, and `/metrics` apart (`--metrics-listen`) or not.
@@ -293,7 +295,8 @@ async fn generate(
         Ok(f) => facts::Facts { tenant: caller.as_ref().map(keys::Caller::tenant), ..f },
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
-    let facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
+    let mut facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
+    ctx.parity.guard(&mut facts, &ctx.up.link.targets());
     trail.request_id = Some(facts.request_id.clone());
     trail.model = access::model_label(&ctx.up.link.targets(), facts.model.as_ref());
     trail.input_tokens = facts.input_tokens;

@@ -17,6 +17,7 @@ mod load;
 mod observability;
 mod openai;
 mod pairing;
+mod parity;
 mod pd;
 mod rebuild;
 mod router_auth;

@@ -1,0 +1,128 @@
+//! The probes of [`super::Parity`]: every second, each worker of each model that control lists
+//! and that was never probed, or not for an interval, is asked to tokenize the probe
+//! conversations; the verdict is recorded. Workers gone from the list are forgotten.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, header};
+use http_body_util::{BodyExt, Full};
+use infera_proto::types::{Api, ModelName};
+use infera_tokenize::{Outcome, Tokenizer};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::{CONVERSATIONS, Parity, compare};
+use crate::targets::Endpoint;
+use crate::upstream::Upstreams;
+
+/// How long a worker has to answer one `/v1/tokenize`.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Probes the workers control lists, due ones every second, until `stop` fires.
+pub fn spawn(
+    parity: Arc<Parity>,
+    tokenizer: Arc<Tokenizer>,
+    up: Upstreams,
+    interval: Duration,
+    mut stop: watch::Receiver<()>,
+) {
+    tokio::spawn(async move {
+        let tick = interval.min(Duration::from_secs(1));
+        loop {
+            probe_due(&parity, &tokenizer, &up, interval).await;
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+async fn probe_due(parity: &Parity, tokenizer: &Tokenizer, up: &Upstreams, interval: Duration) {
+    let list = up.link.targets();
+    if list.is_empty() {
+        return;
+    }
+    let mut present = Vec::new();
+    for model in list.models() {
+        for endpoint in list.workers_of(&model) {
+            present.push(endpoint.worker_id.clone());
+            let due = parity.probed_at(&endpoint.worker_id).is_none_or(|at| at.elapsed() >= interval);
+            if due {
+                let same = probe(tokenizer, up, &model, &endpoint).await;
+                parity.record(&endpoint.worker_id, &model, same, Instant::now());
+            }
+        }
+    }
+    parity.retain(&present);
+}
+
+/// Whether `endpoint` tokenizes every probe conversation as the proxy does (`None`: it could
+/// not be asked, or the proxy cannot render them).
+async fn probe(
+    tokenizer: &Tokenizer,
+    up: &Upstreams,
+    model: &ModelName,
+    endpoint: &Endpoint,
+) -> Option<bool> {
+    for (i, conversation) in CONVERSATIONS.iter().enumerate() {
+        let messages: Value = serde_json::from_str(conversation).expect("a probe conversation is JSON");
+        let body = json!({"model": model.as_str(), "messages": messages});
+        let ours = match tokenizer.tokenize(Api::ChatCompletions, body.as_object()?, None) {
+            Ok(Outcome::Tokens(t)) => t.ids,
+            other => {
+                tracing::debug!(?other, "render parity: the proxy cannot render the probe conversations");
+                return None;
+            }
+        };
+        let theirs = match worker_tokens(up, endpoint, &body).await {
+            Ok(ids) => ids,
+            Err(why) => {
+                tracing::debug!(worker = %endpoint.worker_id, %why, "render parity: no answer to compare");
+                return None;
+            }
+        };
+        if let Some(d) = compare(&ours, &theirs) {
+            tracing::warn!(
+                worker = %endpoint.worker_id,
+                model = model.as_str(),
+                conversation = i,
+                at = d.at,
+                proxy_token = d.proxy,
+                worker_token = d.worker,
+                "render parity: the worker tokenizes chat prompts differently from this proxy's \
+                 --tokenizer/--chat-template; the model's chat prompts route on load until they agree"
+            );
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
+/// The ids `endpoint`'s `/v1/tokenize` gives for `body`.
+async fn worker_tokens(up: &Upstreams, endpoint: &Endpoint, body: &Value) -> Result<Vec<u32>, String> {
+    let req = Request::post(format!("{}/v1/tokenize", endpoint.url))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    let answer = async {
+        let response = up.client.request(req).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        if !status.is_success() {
+            return Err(format!("answered {status}"));
+        }
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        let ids = v.get("tokens").and_then(Value::as_array).ok_or("no tokens in the answer")?;
+        ids.iter()
+            .map(|x| {
+                x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| "a token id out of range".into())
+            })
+            .collect()
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, answer)
+        .await
+        .map_err(|_| format!("no answer in {ANSWER_TIMEOUT:?}"))?
+}
