@@ -9,10 +9,11 @@
 //! messages (SGLang renders them as for a chat completion:
 //! python/sglang/srt/entrypoints/openai/serving_tokenize.py). The verdict is exported as
 //! `infera_render_parity{worker,model}` (1: the same ids; 0: not), and a worker whose ids differ
-//! is logged with the conversation and the first differing token. While any worker of a model
-//! renders apart, the model's chat prompts carry no token ids to control
-//! ([`Parity::renders_apart`]): its prefill picks go on load, never on wrong hashes. A worker
-//! that cannot be probed (no `/v1/tokenize`, unreachable) has no verdict and changes nothing.
+//! is logged with the conversation and the first differing token. While a prefill (or an
+//! aggregated worker) of a model renders apart, the model's chat prompts carry no token ids to
+//! control ([`Parity::renders_apart`]): its prefill picks go on load, never on wrong hashes. A
+//! PD decode's verdict is exported only: no pick hashes its cache. A worker that cannot be
+//! probed (no `/v1/tokenize`, unreachable) has no verdict and changes nothing.
 
 mod probe;
 
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use infera_proto::types::{Api, ModelName, WorkerId};
+use infera_proto::types::{Api, ModelName, Role, WorkerId};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -73,6 +74,9 @@ struct ParityLabels {
 #[derive(Clone, Debug)]
 struct Probed {
     model: ModelName,
+    /// Its role: only the workers whose caches the page hashes address (prefill, aggregated)
+    /// turn the hashes off.
+    role: Role,
     /// `Some(true)`: the same ids; `Some(false)`: different; `None`: not probed successfully.
     same: Option<bool>,
     at: Instant,
@@ -118,10 +122,12 @@ impl Parity {
         }
     }
 
-    /// Whether some worker of `model` renders its chat prompts apart from the proxy.
+    /// Whether some worker of `model` whose cache the page hashes address (a prefill, or an
+    /// aggregated worker) renders its chat prompts apart from the proxy. A PD decode's rendering
+    /// is exported but does not count: prefill picks never hash its cache.
     pub fn renders_apart(&self, model: &ModelName) -> bool {
         let workers = self.workers.lock().expect("parity lock");
-        workers.values().any(|p| p.model == *model && p.same == Some(false))
+        workers.values().any(|p| p.model == *model && p.role != Role::Decode && p.same == Some(false))
     }
 
     /// When `worker` was last probed, if ever.
@@ -129,8 +135,8 @@ impl Parity {
         self.workers.lock().expect("parity lock").get(worker).map(|p| p.at)
     }
 
-    /// Records a probe of `worker` (serving `model`) that ended at `at`.
-    fn record(&self, worker: &WorkerId, model: &ModelName, same: Option<bool>, at: Instant) {
+    /// Records a probe of `worker` (serving `model` as `role`) that ended at `at`.
+    fn record(&self, worker: &WorkerId, model: &ModelName, role: Role, same: Option<bool>, at: Instant) {
         let labels = ParityLabels { worker: worker.as_str().to_owned(), model: model.as_str().to_owned() };
         match same {
             Some(s) => {
@@ -140,7 +146,7 @@ impl Parity {
                 self.gauge.remove(&labels);
             }
         }
-        let probed = Probed { model: model.clone(), same, at };
+        let probed = Probed { model: model.clone(), role, same, at };
         self.workers.lock().expect("parity lock").insert(worker.clone(), probed);
     }
 
@@ -180,19 +186,21 @@ mod tests {
         let parity = Parity::register(&mut Registry::default());
         let (m, other) = (ModelName::new("m"), ModelName::new("other"));
         let now = Instant::now();
-        parity.record(&WorkerId::new("a"), &m, Some(true), now);
-        parity.record(&WorkerId::new("b"), &m, None, now);
+        parity.record(&WorkerId::new("a"), &m, Role::Prefill, Some(true), now);
+        parity.record(&WorkerId::new("b"), &m, Role::Prefill, None, now);
         assert!(!parity.renders_apart(&m), "an unprobed worker changes nothing");
-        parity.record(&WorkerId::new("c"), &other, Some(false), now);
+        parity.record(&WorkerId::new("c"), &other, Role::Mixed, Some(false), now);
         assert!(!parity.renders_apart(&m) && parity.renders_apart(&other));
-        parity.record(&WorkerId::new("b"), &m, Some(false), now);
+        parity.record(&WorkerId::new("d"), &m, Role::Decode, Some(false), now);
+        assert!(!parity.renders_apart(&m), "a PD decode's cache is never hashed");
+        parity.record(&WorkerId::new("b"), &m, Role::Prefill, Some(false), now);
         assert!(parity.renders_apart(&m));
-        parity.retain(&[WorkerId::new("a")]);
+        parity.retain(&[WorkerId::new("a"), WorkerId::new("d")]);
         assert!(!parity.renders_apart(&m), "gone workers are forgotten");
         let mut out = String::new();
         let mut registry = Registry::default();
         let registered = Parity::register(&mut registry);
-        registered.record(&WorkerId::new("a"), &m, Some(false), now);
+        registered.record(&WorkerId::new("a"), &m, Role::Decode, Some(false), now);
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         assert!(out.contains(r#"infera_render_parity{worker="a",model="m"} 0"#), "{out}");
     }

@@ -73,6 +73,8 @@ fn the_openai_client_gets_what_sglang_answers_through_a_proxy() {
         );
         assert_eq!(proxied("responses")["object"], "response");
         assert_eq!(proxied("generate")["meta_info"]["completion_tokens"], 8);
+        assert_eq!(proxied("completion_batch")["choices"].as_array().map(Vec::len), Some(2));
+        assert_eq!(proxied("generate_batch").as_array().map(Vec::len), Some(2));
         engine_idle(&w.single).await;
         cluster.ledger_returns_to_zero().await.unwrap();
         cluster.stop().await.unwrap();

@@ -52,7 +52,7 @@ async fn probe_due(parity: &Parity, tokenizer: &Tokenizer, up: &Upstreams, inter
             let due = parity.probed_at(&endpoint.worker_id).is_none_or(|at| at.elapsed() >= interval);
             if due {
                 let same = probe(tokenizer, up, &model, &endpoint).await;
-                parity.record(&endpoint.worker_id, &model, same, Instant::now());
+                parity.record(&endpoint.worker_id, &model, endpoint.role, same, Instant::now());
             }
         }
     }

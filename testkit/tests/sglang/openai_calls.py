@@ -66,6 +66,9 @@ def cases(client, base, model):
     yield "completion_logprobs", lambda: comp.create(
         model=model, prompt="The quick brown fox", max_tokens=4, temperature=0, logprobs=2
     )
+    yield "completion_batch", lambda: comp.create(
+        model=model, prompt=["The quick brown fox", "Hello there"], max_tokens=4, temperature=0
+    )
     yield "responses", lambda: client.responses.create(
         model=model, input="What is the capital of France?", max_output_tokens=8, temperature=0
     )
@@ -77,6 +80,8 @@ def cases(client, base, model):
     generate = {"text": "The quick brown fox", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
     yield "generate", lambda: post(base + "/generate", generate)["body"]
     yield "generate_stream", lambda: sse(base + "/generate", {**generate, "stream": True})
+    batch = {"text": ["The quick brown fox", "Hello there"], "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    yield "generate_batch", lambda: post(base + "/generate", batch)["body"]
 
 
 def post(url, body, stream=False):

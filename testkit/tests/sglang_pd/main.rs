@@ -88,6 +88,9 @@ fn every_api_goes_through_both_legs_and_streams_the_decode() {
         let text = |case: &str| answers[case]["proxy"]["choices"][0]["message"]["content"].clone();
         assert!(text("chat").as_str().is_some_and(|t| !t.is_empty()), "{}", answers["chat"]);
         assert_eq!(answers["generate"]["proxy"]["meta_info"]["completion_tokens"], 8);
+        // A batch goes through the pair on one room: SGLang gives item i room + i on both legs.
+        assert_eq!(answers["completion_batch"]["proxy"]["choices"].as_array().map(Vec::len), Some(2));
+        assert_eq!(answers["generate_batch"]["proxy"].as_array().map(Vec::len), Some(2));
         let streamed = answers["chat_stream"]["proxy"].as_array().unwrap();
         assert!(streamed.len() >= 3, "a stream of chunks: {streamed:?}");
         assert_eq!(streamed.last().unwrap()["usage"]["completion_tokens"], 8);
