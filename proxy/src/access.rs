@@ -16,7 +16,7 @@ use crate::usage::{Usage, UsageTap};
 /// never becomes a label), else empty.
 pub fn model_label(list: &TargetList, model: Option<&ModelName>) -> Arc<str> {
     match model.cloned().or_else(|| list.only_model()) {
-        Some(m) if list.models().contains(&m) => Arc::from(m.as_str()),
+        Some(m) if list.serves(&m) => Arc::from(m.as_str()),
         _ => Arc::from(""),
     }
 }

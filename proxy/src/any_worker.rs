@@ -179,7 +179,7 @@ pub async fn health_generate(asked: &Asked<'_>, model: Option<ModelName>) -> Res
 /// 404 `model_not_found` for a model no worker serves.
 pub fn model(up: &Upstreams, id: &str) -> Result<Value, ProxyError> {
     let model = ModelName::new(id);
-    if !up.link.targets().models().contains(&model) {
+    if !up.link.targets().serves(&model) {
         return Err(ProxyError::UnknownModel(model));
     }
     Ok(model_object(&model))
@@ -217,7 +217,7 @@ pub fn model_of_query(query: Option<&str>) -> Option<ModelName> {
 fn model_or_only(up: &Upstreams, model: Option<ModelName>) -> Result<ModelName, ProxyError> {
     let list = up.link.targets();
     match model.or_else(|| list.only_model()) {
-        Some(m) if list.models().contains(&m) => Ok(m),
+        Some(m) if list.serves(&m) => Ok(m),
         Some(m) => Err(ProxyError::UnknownModel(m)),
         None => Err(ProxyError::BadRequest("model is required: the deployment serves several models")),
     }

@@ -114,6 +114,11 @@ impl TargetList {
         m
     }
 
+    /// Whether some worker serves `model` (without building the list of models).
+    pub fn serves(&self, model: &ModelName) -> bool {
+        self.workers().any(|w| w.model == *model)
+    }
+
     /// Whether `model` is served by PD workers (`Some(true)`), mixed ones (`Some(false)`), or
     /// not known (`None`).
     pub fn is_pd(&self, model: &ModelName) -> Option<bool> {

@@ -8,8 +8,9 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-/// The longest whole answer read for its usage; a longer one reports none.
-pub const BODY_CAP: usize = 4 << 20;
+/// The longest whole answer read for its usage; a longer one (a large batch of embeddings)
+/// reports none, so that no answer costs the proxy more than parsing this much JSON.
+pub const BODY_CAP: usize = 256 << 10;
 
 /// Token counts an answer reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
