@@ -15,7 +15,7 @@ use crate::usage::{Usage, UsageTap};
 /// The `model` label of a request: its model once control lists it (a client's unknown name
 /// never becomes a label), else empty.
 pub fn model_label(list: &TargetList, model: Option<&ModelName>) -> Arc<str> {
-    match model.cloned().or_else(|| list.only_model()) {
+    match list.model_for(model) {
         Some(m) if list.serves(&m) => Arc::from(m.as_str()),
         _ => Arc::from(""),
     }

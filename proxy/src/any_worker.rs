@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use infera_proto::types::{ModelName, RequestId, Role};
 use serde_json::{Value, json};
 
-use crate::body::{Body, full};
+use crate::body::Body;
 use crate::error::{Leg, ProxyError};
 use crate::targets::Endpoint;
 use crate::upstream::Upstreams;
@@ -122,7 +122,7 @@ pub async fn forward(
 /// `GET /health_generate`: one worker of each role of each model (or of `model`) generates a
 /// token (SGLang's own `/health_generate` on it), all at once. 200 when every one answered 200;
 /// 503 with each failure named otherwise, or when a model has no worker taking requests.
-pub async fn health_generate(asked: &Asked<'_>, model: Option<ModelName>) -> Response<Body> {
+pub async fn health_generate(asked: &Asked<'_>, model: Option<ModelName>) -> (StatusCode, Value) {
     let list = asked.up.link.targets();
     let models = match model {
         Some(m) => vec![m],
@@ -159,18 +159,14 @@ pub async fn health_generate(asked: &Asked<'_>, model: Option<ModelName>) -> Res
     });
     failures.extend(futures_util::future::join_all(checks).await.into_iter().flatten());
     let checked = probes.len();
-    let (status, body) = if failures.is_empty() && checked > 0 {
+    if failures.is_empty() && checked > 0 {
         (StatusCode::OK, json!({"status": "ok", "workers_checked": checked}))
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "unhealthy", "workers_checked": checked, "failures": failures}),
         )
-    };
-    let mut r = Response::new(full(body.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    r
+    }
 }
 
 /// `GET /v1/models/{id}`: the model as `/v1/models` lists it, or 404.
@@ -216,7 +212,7 @@ pub fn model_of_query(query: Option<&str>) -> Option<ModelName> {
 
 fn model_or_only(up: &Upstreams, model: Option<ModelName>) -> Result<ModelName, ProxyError> {
     let list = up.link.targets();
-    match model.or_else(|| list.only_model()) {
+    match list.model_for(model.as_ref()) {
         Some(m) if list.serves(&m) => Ok(m),
         Some(m) => Err(ProxyError::UnknownModel(m)),
         None => Err(ProxyError::BadRequest("model is required: the deployment serves several models")),

@@ -115,7 +115,7 @@ impl Parity {
         if facts.token_ids.is_none() || !matches!(facts.api, Api::ChatCompletions | Api::Responses) {
             return;
         }
-        let model = facts.model.clone().or_else(|| list.only_model());
+        let model = list.model_for(facts.model.as_ref());
         if model.is_some_and(|m| self.renders_apart(&m)) {
             facts.token_ids = None;
             self.routed_on_load.inc();

@@ -34,7 +34,7 @@ pub struct Exclude {
 /// `NO_POOL`.
 pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) -> Result<Route, ProxyError> {
     let list = link.targets();
-    let model = match facts.model.clone().or_else(|| list.only_model()) {
+    let model = match list.model_for(facts.model.as_ref()) {
         Some(m) => m,
         None => {
             return Err(ProxyError::BadRequest("model is required: the deployment serves several models"));

@@ -135,7 +135,8 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
                 timeout: ctx.config.request_timeout,
             };
             let model = any_worker::model_of_query(req.uri().query());
-            let resp = any_worker::health_generate(&asked, model).await;
+            let (status, answer) = any_worker::health_generate(&asked, model).await;
+            let resp = json_response(status, answer);
             ctx.up.metrics.answered("health_generate", &Arc::from(""), resp.status().as_u16());
             return resp;
         }
@@ -296,9 +297,10 @@ async fn generate(
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
     let mut facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
-    ctx.parity.guard(&mut facts, &ctx.up.link.targets());
+    let targets = ctx.up.link.targets();
+    ctx.parity.guard(&mut facts, &targets);
     trail.request_id = Some(facts.request_id.clone());
-    trail.model = access::model_label(&ctx.up.link.targets(), facts.model.as_ref());
+    trail.model = access::model_label(&targets, facts.model.as_ref());
     trail.input_tokens = facts.input_tokens;
     tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {

@@ -114,6 +114,12 @@ impl TargetList {
         m
     }
 
+    /// The model a request is for: the one it names, else the deployment's only model (`None`
+    /// when it names none and several are served).
+    pub fn model_for(&self, named: Option<&ModelName>) -> Option<ModelName> {
+        named.cloned().or_else(|| self.only_model())
+    }
+
     /// Whether some worker serves `model` (without building the list of models).
     pub fn serves(&self, model: &ModelName) -> bool {
         self.workers().any(|w| w.model == *model)
@@ -164,22 +170,18 @@ impl TargetList {
 
     /// One endpoint (rank 0) per worker of `model` that takes requests now (not drained, not
     /// ejected, paired), in the list's order: those a request any worker answers alike can go
-    /// to (`crate::any_worker`). Prefill workers last: a decode or mixed worker is the one a
-    /// client's generation ends on.
+    /// to (`crate::any_worker`).
     pub fn workers_of(&self, model: &ModelName) -> Vec<Endpoint> {
-        let mut seen: Vec<&WorkerId> = Vec::new();
         let mut out: Vec<Endpoint> = Vec::new();
         let open = self
             .targets
             .iter()
             .filter(|t| !t.drained && !t.ejected && t.unpaired.is_none() && t.worker.model == *model);
         for t in open {
-            if !seen.contains(&&t.worker.id) {
-                seen.push(&t.worker.id);
+            if !out.iter().any(|e| e.worker_id == t.worker.id) {
                 out.push(Endpoint::new(&t.worker, DpRank(0)));
             }
         }
-        out.sort_by_key(|e| e.role == Role::Prefill);
         out
     }
 
