@@ -22,7 +22,10 @@ use tokio::net::TcpListener;
 use crate::engine_facts::discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
 
+mod prefix_hits;
 mod view;
+
+pub use prefix_hits::{PrefillPickTokens, PrefixHitMetrics};
 
 pub use view::ViewMetrics;
 
@@ -92,6 +95,8 @@ pub struct ControlMetrics {
     discovery: DiscoveryMetrics,
     /// Session affinity's map.
     pub sessions: crate::affinity::SessionMetrics,
+    /// The KV prefix hits of prefill picks.
+    pub prefix_hits: PrefixHitMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
     view: ViewMetrics,
     foreign_ids: Family<RpcLabels, Counter>,
@@ -122,6 +127,7 @@ impl ControlMetrics {
             registry_changes: Family::default(),
             discovery: DiscoveryMetrics::default(),
             sessions: Default::default(),
+            prefix_hits: PrefixHitMetrics::default(),
             prefill_phase_median: Family::default(),
             view: ViewMetrics::default(),
             foreign_ids: Family::default(),
@@ -149,6 +155,7 @@ impl ControlMetrics {
         );
         r.register("picks", "Picks by kind, demand mode and outcome", m.picks.clone());
         m.sessions.register(r);
+        m.prefix_hits.register(r);
         r.register("pick_duration_seconds", "Time to pick and book, inside control", m.pick_seconds.clone());
         r.register("releases", "Reservations ended, by kind and reason", m.releases.clone());
         r.register(

@@ -231,6 +231,7 @@ impl<R: Rng> RoutingCore<R> {
             change: self.change(chosen.key, load),
             decision,
             bypassed_ejections: screened.bypassed,
+            best_cached_tokens: self.candidates.iter().map(|c| c.cached_tokens).max().unwrap_or(0),
         })
     }
 

@@ -19,7 +19,7 @@ use crate::fit::WeightMode;
 use crate::fit::metrics::FitMetrics;
 use crate::identity::Identity;
 use crate::kv_feed::KvFeed;
-use crate::metrics::ControlMetrics;
+use crate::metrics::{ControlMetrics, PrefillPickTokens};
 use crate::routing::{
     Ended, LeaseExpired, OpenedLease, OverlapSource, Overlaps, PickContext, Picked, ReleasedNow,
     ReservationRow, RoutingCore, TargetRow,
@@ -192,6 +192,15 @@ impl ControlState {
                     self.ejection_metrics.probe();
                 }
                 self.metrics.load(&picked.change);
+                if kind == PickKind::Prefill {
+                    let tokens = PrefillPickTokens {
+                        hashed: !req.page_hashes.is_empty(),
+                        prompt: req.input_tokens,
+                        cached: picked.chosen.cached_tokens,
+                        best_cached: picked.best_cached_tokens,
+                    };
+                    self.metrics.prefix_hits.pick(&req.model, tokens);
+                }
                 if let Some(agree) = picked.agree {
                     self.metrics.shadow(agree);
                 }

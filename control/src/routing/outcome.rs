@@ -45,6 +45,8 @@ pub struct Picked {
     pub decision: Option<Decision>,
     /// Every candidate was ejected (or excluded), so the ejections were ignored for this pick.
     pub bypassed_ejections: bool,
+    /// Prefill: the most prompt tokens any candidate was credited as holding.
+    pub best_cached_tokens: u64,
 }
 
 /// A reservation as operators list it.

@@ -30,13 +30,14 @@ const FILLED: Duration = Duration::from_secs(60);
 
 /// Series that must have a sample before the scrape is taken, so that their labels are
 /// checked: each is what one part of the traffic makes.
-const AWAITED: [(&str, &str); 19] = [
+const AWAITED: [(&str, &str); 20] = [
     ("control", "infera_router_ejections_total"),
     ("control", "infera_router_target_ejected"),
     ("control", "infera_router_decode_demand_requests"),
     ("control", "infera_router_pick_duration_seconds_bucket"),
     ("control", "infera_router_demand_drift_requests"),
     ("control", "infera_kv_batches_total"),
+    ("control", "infera_router_prefill_pick_cached_tokens_total"),
     ("control", "infera_router_decode_request_weight"),
     ("control", "infera_router_decode_request_weight_fitted"),
     ("control", "infera_router_decode_request_weight_fit_r_squared"),

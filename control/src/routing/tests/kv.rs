@@ -70,6 +70,7 @@ fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
     let p = kv_pick(&mut f, &index, &prompt, PS);
     assert_eq!(rank(&p), 1);
     assert_eq!((p.chosen.overlap_pages, p.chosen.cached_tokens), (40, 640));
+    assert_eq!(p.best_cached_tokens, 640, "the holder was the best-placed candidate");
     let d = p.decision.unwrap();
     let other = d.candidates.iter().find(|c| c.target.rank.0 == 0).unwrap();
     assert_eq!((other.overlap_pages, other.cached_tokens), (0, 0), "the decision shows every overlap");
@@ -84,25 +85,26 @@ fn the_prefill_that_holds_the_prefix_wins_and_books_only_what_it_computes() {
 
 #[test]
 fn load_outweighs_an_overlap_that_saves_less_than_it_costs() {
-    let (chosen, costs) = holder_under_load(1.0);
-    assert_eq!(chosen, 0);
-    assert_eq!(costs, vec![1_000.0, 5_360.0]);
+    let p = holder_under_load(1.0);
+    assert_eq!((p.chosen, p.costs), (0, vec![1_000.0, 5_360.0]));
+    // What the pick gave up for load, as the prefix metrics count it (`metrics/prefix_hits.rs`).
+    assert_eq!((p.chosen_cached, p.best_cached), (0, 640));
 }
 
 #[test]
 fn a_larger_overlap_credit_keeps_the_holder_under_the_same_load() {
     // 640 cached tokens × 10 outweigh the 4,000 more tokens rank 1 has queued.
-    let (chosen, costs) = holder_under_load(10.0);
-    assert_eq!(chosen, 1);
-    assert_eq!(costs, vec![1_000.0, 5_000.0 + 1_000.0 - 6_400.0]);
+    let p = holder_under_load(10.0);
+    assert_eq!((p.chosen, p.costs), (1, vec![1_000.0, 5_000.0 + 1_000.0 - 6_400.0]));
+    assert_eq!((p.chosen_cached, p.best_cached), (640, 640));
     // Credit 0 is load only: the holder's overlap does not count at all.
-    let (chosen, costs) = holder_under_load(0.0);
-    assert_eq!((chosen, costs), (0, vec![1_000.0, 6_000.0]));
+    let p = holder_under_load(0.0);
+    assert_eq!((p.chosen, p.costs), (0, vec![1_000.0, 6_000.0]));
 }
 
 /// Rank 1 holds 40 pages (640 tokens) of a 1,000-token prompt and already computes 5,000
-/// tokens; rank 0 is idle. The rank the prompt goes to and every candidate's cost.
-fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
+/// tokens; rank 0 is idle.
+fn holder_under_load(credit: f64) -> HolderPick {
     let mut f = prefill_pool_with_credit(PS, credit);
     let prompt: Vec<u32> = (0..1_000).collect();
     let holder = key(&mut f, 1);
@@ -132,7 +134,24 @@ fn holder_under_load(credit: f64) -> (u32, Vec<f64>) {
     }
     let p = kv_pick(&mut f, &index, &prompt, PS);
     let costs = p.decision.as_ref().unwrap().candidates.iter().map(|c| c.cost).collect();
-    (rank(&p), costs)
+    HolderPick {
+        chosen: rank(&p),
+        costs,
+        chosen_cached: p.chosen.cached_tokens,
+        best_cached: p.best_cached_tokens,
+    }
+}
+
+/// Where [`holder_under_load`]'s prompt went.
+struct HolderPick {
+    /// The rank it went to.
+    chosen: u32,
+    /// Every candidate's cost.
+    costs: Vec<f64>,
+    /// Tokens the chosen rank held.
+    chosen_cached: u64,
+    /// Tokens the best-placed rank held.
+    best_cached: u64,
 }
 
 #[test]
