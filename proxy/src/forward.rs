@@ -204,7 +204,8 @@ pub async fn dispatch(
     let mut prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
             let req = leg_request(&pick.endpoint, facts.api, headers, body.to_bytes(&facts.body));
-            Some(PrefillLeg::spawn(up.clone(), pick, req, rid.clone()))
+            let keep_logprobs = facts.api == Api::Generate && crate::prompt_logprobs::wanted(&facts.body);
+            Some(PrefillLeg::spawn(up.clone(), pick, req, rid.clone(), keep_logprobs))
         }
         _ => None,
     };

@@ -18,7 +18,8 @@
 //!   [`prefill`]: the prefill leg's own task and the handle that cancels it; [`upstream`]: the
 //!   worker client, control and metrics they share, and `/abort_request`.
 //! - [`first_byte`]: what counts as an attempt's first byte, and whose failure it was before.
-//! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel).
+//! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel);
+//!   [`prompt_logprobs`]: a `/generate` answer's prompt logprobs, from the prefill's into it.
 //! - [`access`]: the request seen whole at its end — the access log line, tokens ([`usage`]) and
 //!   durations per model and worker.
 //! - [`error`]: errors → OpenAI JSON or an SSE error event; [`body`], [`metrics`].
@@ -38,6 +39,7 @@ pub mod keys;
 pub mod metrics;
 pub mod parity;
 pub mod prefill;
+pub mod prompt_logprobs;
 pub mod relay;
 pub mod request_body;
 pub mod retry;

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use infera_proto::types::{LegFailure, ReleaseReason, RequestId, Target};
 use tokio::sync::oneshot;
 
 use crate::control::Pick;
 use crate::error::{Leg, ProxyError, upstream_error_text};
+use crate::prompt_logprobs::{self, MAX_PREFILL_BYTES, PrefillLogprobs};
 use crate::upstream::{Upstreams, abort};
 
 /// A prefill leg in flight; its task releases its own reservation.
@@ -24,17 +25,33 @@ pub struct PrefillLeg {
     pub cancel: PrefillCancel,
     /// Where it went.
     pub target: Target,
+    /// The prompt logprobs of its answer, when kept ([`crate::prompt_logprobs`]).
+    pub logprobs: Option<oneshot::Receiver<PrefillLogprobs>>,
 }
 
 impl PrefillLeg {
     /// Sends `req` to the prefill `pick` chose, in a task of its own; `rid` names the request
-    /// when the worker is asked to abort it.
-    pub fn spawn(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: RequestId) -> Self {
+    /// when the worker is asked to abort it. With `keep_logprobs` the prompt logprobs of its
+    /// answer are kept for the decode's ([`PrefillLeg::logprobs`]).
+    pub fn spawn(
+        up: Upstreams,
+        pick: Pick,
+        req: Request<Full<Bytes>>,
+        rid: RequestId,
+        keep_logprobs: bool,
+    ) -> Self {
         let (failed_tx, failed) = oneshot::channel();
         let (cancel, cancel_rx) = oneshot::channel();
+        let (logprobs_tx, logprobs) = if keep_logprobs {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let target = pick.endpoint.target();
-        tokio::spawn(run(up, pick, req, rid, failed_tx, cancel_rx));
-        Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)), target }
+        let ends = LegEnds { failed: failed_tx, cancel: cancel_rx, logprobs: logprobs_tx };
+        tokio::spawn(run(up, pick, req, rid, ends));
+        Self { failed: Some(failed), cancel: PrefillCancel(Some(cancel)), target, logprobs }
     }
 
     /// The leg's failure if it has failed by now (without waiting); a leg found finished is no
@@ -84,16 +101,20 @@ impl Drop for PrefillCancel {
     }
 }
 
+/// How a leg's task talks to its request.
+struct LegEnds {
+    /// Its failure, reported.
+    failed: oneshot::Sender<ProxyError>,
+    /// A cancel, with its reason (closed: the request ended normally).
+    cancel: oneshot::Receiver<ReleaseReason>,
+    /// Where the prompt logprobs of its answer go, when kept.
+    logprobs: Option<oneshot::Sender<PrefillLogprobs>>,
+}
+
 /// The leg's task: sends, drains, releases; a cancel ends it at once (release + abort), a
 /// failure is reported on `failed`.
-async fn run(
-    up: Upstreams,
-    pick: Pick,
-    req: Request<Full<Bytes>>,
-    rid: RequestId,
-    failed: oneshot::Sender<ProxyError>,
-    cancel: oneshot::Receiver<ReleaseReason>,
-) {
+async fn run(up: Upstreams, pick: Pick, req: Request<Full<Bytes>>, rid: RequestId, ends: LegEnds) {
+    let LegEnds { failed, cancel, logprobs } = ends;
     let url = pick.endpoint.url.clone();
     let run = async {
         let resp = up.client.request(req).await.map_err(|e| ProxyError::upstream(Leg::Prefill, &url, &e))?;
@@ -102,13 +123,29 @@ async fn run(
             let body = upstream_error_text(resp.into_body()).await;
             return Err(ProxyError::UpstreamStatus { leg: Leg::Prefill, url: url.clone(), status, body });
         }
-        // The prefill answers once the decode pulled the KV; its body is drained, not relayed.
-        resp.into_body().collect().await.map(|_| ()).map_err(|e| ProxyError::Upstream {
+        // The prefill answers once the decode pulled the KV; its body is drained, not relayed,
+        // and read only for the prompt logprobs the decode's answer lacks.
+        let cut = |reason: String| ProxyError::Upstream {
             leg: Leg::Prefill,
             url: url.clone(),
-            reason: e.to_string(),
+            reason,
             failure: LegFailure::StreamCut,
-        })
+        };
+        let Some(tx) = logprobs else {
+            return resp.into_body().collect().await.map(|_| ()).map_err(|e| cut(e.to_string()));
+        };
+        let body = Limited::new(resp.into_body(), MAX_PREFILL_BYTES).collect().await;
+        match body {
+            Ok(body) => {
+                let _ = tx.send(prompt_logprobs::from_prefill(&body.to_bytes()));
+                Ok(())
+            }
+            Err(e) if e.is::<LengthLimitError>() => {
+                tracing::warn!(%url, max_bytes = MAX_PREFILL_BYTES, "a prefill answer too large to read its prompt logprobs");
+                Ok(())
+            }
+            Err(e) => Err(cut(e.to_string())),
+        }
     };
     match drive(run, cancel, DETACHED_GRACE).await {
         Ending::Finished(Ok(())) => pick.release(ReleaseReason::Eof),

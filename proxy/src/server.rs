@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::error::ProxyError;
 use crate::facts;
 use crate::keys;
+use crate::prompt_logprobs::Merged;
 use crate::relay::{Relay, Relayed, Started};
 use crate::request_body;
 use crate::retry::{self, Sent};
@@ -338,10 +339,16 @@ async fn generate(
         ..trail.access(api, head.status)
     };
     head.extensions.insert(Relaying);
+    let mut prefill = dispatched.prefill;
+    let prompt_logprobs = prefill.as_mut().and_then(|p| p.logprobs.take());
+    if prompt_logprobs.is_some() {
+        // The merged answer is longer than the decode's.
+        head.headers.remove(header::CONTENT_LENGTH);
+    }
     let relayed = Relayed {
         up: ctx.up.clone(),
         decode,
-        prefill: dispatched.prefill,
+        prefill,
         request_id: dispatched.rid,
         api,
         access,
@@ -357,7 +364,10 @@ async fn generate(
         )
         .with_first(dispatched.first)
         .with_idle_timeout(ctx.config.stream_idle_timeout.filter(|_| facts.stream));
-    Response::from_parts(head, relay.boxed())
+    match prompt_logprobs {
+        Some(rx) => Response::from_parts(head, Merged::new(relay, rx, facts.stream).boxed()),
+        None => Response::from_parts(head, relay.boxed()),
+    }
 }
 
 fn models(ctx: &Ctx) -> Response<Body> {

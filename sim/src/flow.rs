@@ -78,10 +78,23 @@ pub struct Run {
     pub prompt_tokens: u32,
     /// Whether this runs on a PD prefill (SGLang reports `length: 0`).
     pub prefill_leg: bool,
+    /// The prompt ids whose logprobs were asked for (`logprob_start_len`) from the first, and
+    /// its position; empty on a PD decode, which computes no prompt (SGLang's decode leaves
+    /// `input_token_logprobs` empty: python/sglang/srt/disaggregation/decode.py).
+    pub prompt_logprobs: PromptSpan,
     /// Events, ending with `Done`, `Failed` or `Died`.
     pub events: mpsc::Receiver<FlowEvent>,
     /// Arrival (for `e2e_latency`).
     pub started: Instant,
+}
+
+/// Prompt positions whose logprobs a request asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromptSpan {
+    /// The first position (`logprob_start_len`).
+    pub from: u32,
+    /// The prompt's ids from there.
+    pub ids: Vec<u32>,
 }
 
 /// The decode's bootstrap peer.
@@ -98,6 +111,13 @@ pub fn start(app: &Arc<App>, route: Api, req: GenRequest) -> Result<Run, ApiErro
     let started = Instant::now();
     let rid = req.rid.clone().unwrap_or_else(|| app.new_rid());
     let prompt_tokens = req.prompt.len() as u32;
+    let prompt_logprobs = match req.sampling.logprobs.and_then(|l| l.prompt_from) {
+        Some(from) if app.config.mode != DisaggregationMode::Decode => {
+            let from = from.min(prompt_tokens);
+            PromptSpan { from, ids: req.prompt[from as usize..].to_vec() }
+        }
+        _ => PromptSpan::default(),
+    };
     let seq = app.log.push(Entry {
         rid: rid.clone(),
         path: route.path().to_owned(),
@@ -123,7 +143,7 @@ pub fn start(app: &Arc<App>, route: Api, req: GenRequest) -> Result<Run, ApiErro
     app.log.update(seq, |entry| entry.dp_rank_used = Some(job.rank));
     let (tx, events) = mpsc::channel(64);
     let prefill_leg = app.config.mode == DisaggregationMode::Prefill;
-    let run = Run { rid, rank: job.rank, prompt_tokens, prefill_leg, events, started };
+    let run = Run { rid, rank: job.rank, prompt_tokens, prefill_leg, prompt_logprobs, events, started };
     tokio::spawn(drive(job, tx, seq, started));
     Ok(run)
 }

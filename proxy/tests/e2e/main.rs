@@ -19,6 +19,7 @@ mod openai;
 mod pairing;
 mod parity;
 mod pd;
+mod prompt_logprobs;
 mod rebuild;
 mod router_auth;
 mod slow_control;

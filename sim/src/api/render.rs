@@ -78,6 +78,8 @@ pub struct Render {
     pub rank: u32,
     /// PD prefill leg (`finish_reason.length` is 0).
     pub prefill_leg: bool,
+    /// The prompt positions whose logprobs were asked for.
+    pub prompt_logprobs: crate::flow::PromptSpan,
     /// The request's options.
     pub options: RenderOptions,
     started: tokio::time::Instant,
@@ -110,6 +112,7 @@ impl Render {
             prompt_tokens: run.prompt_tokens,
             rank: run.rank,
             prefill_leg: run.prefill_leg,
+            prompt_logprobs: run.prompt_logprobs.clone(),
             options,
             started: run.started,
             seed,

@@ -7,6 +7,7 @@ mod sglang;
 
 mod hang_up;
 mod kv_aware;
+mod logprobs;
 mod pairing;
 
 use infera_testkit::{Engine, EngineSpec, http};

@@ -12,6 +12,9 @@ use serde_json::Value;
 pub struct LogprobRequest {
     /// Alternatives per position (`top_logprobs_num`, `logprobs`, `top_logprobs`).
     pub top: u32,
+    /// `/generate`'s `logprob_start_len` when it asks for prompt logprobs (≥ 0; SGLang's default
+    /// -1 asks for none).
+    pub prompt_from: Option<u32>,
 }
 
 /// The sampling parameters the sim reads.
@@ -67,14 +70,19 @@ impl Sampling {
             Api::Generate => {
                 body.get("return_logprob").and_then(Value::as_bool).filter(|b| *b).map(|_| LogprobRequest {
                     top: body.get("top_logprobs_num").and_then(Value::as_u64).unwrap_or(0) as u32,
+                    prompt_from: body.get("logprob_start_len").and_then(Value::as_u64).map(|n| n as u32),
                 })
             }
-            Api::Completions => {
-                body.get("logprobs").and_then(Value::as_u64).map(|n| LogprobRequest { top: n as u32 })
+            Api::Completions => body
+                .get("logprobs")
+                .and_then(Value::as_u64)
+                .map(|n| LogprobRequest { top: n as u32, prompt_from: None }),
+            Api::ChatCompletions => {
+                body.get("logprobs").and_then(Value::as_bool).filter(|b| *b).map(|_| LogprobRequest {
+                    top: body.get("top_logprobs").and_then(Value::as_u64).unwrap_or(0) as u32,
+                    prompt_from: None,
+                })
             }
-            Api::ChatCompletions => body.get("logprobs").and_then(Value::as_bool).filter(|b| *b).map(|_| {
-                LogprobRequest { top: body.get("top_logprobs").and_then(Value::as_u64).unwrap_or(0) as u32 }
-            }),
             Api::Responses | Api::Embeddings | Api::Rerank | Api::Classify => None,
         };
         let stop = match params.get("stop") {
@@ -188,7 +196,7 @@ mod tests {
                     "top_logprobs_num": 3}),
         );
         assert_eq!((g.max_new_tokens, g.n, g.stop.as_slice()), (Some(8.0), 2, &["x".to_owned()][..]));
-        assert_eq!(g.logprobs, Some(LogprobRequest { top: 3 }));
+        assert_eq!(g.logprobs, Some(LogprobRequest { top: 3, prompt_from: None }));
         let c = Sampling::of(
             Api::ChatCompletions,
             &json!({"max_tokens": 9, "max_completion_tokens": 4,
@@ -196,10 +204,10 @@ mod tests {
         );
         assert_eq!(
             (c.max_new_tokens, c.logprobs, c.stop.len()),
-            (Some(4.0), Some(LogprobRequest { top: 2 }), 1)
+            (Some(4.0), Some(LogprobRequest { top: 2, prompt_from: None }), 1)
         );
         let p = Sampling::of(Api::Completions, &json!({"logprobs": 0}));
-        assert_eq!(p.logprobs, Some(LogprobRequest { top: 0 }));
+        assert_eq!(p.logprobs, Some(LogprobRequest { top: 0, prompt_from: None }));
         assert_eq!(Sampling::of(Api::ChatCompletions, &json!({"logprobs": false})).logprobs, None);
         let e = Sampling::of(Api::Embeddings, &json!({"max_tokens": 9, "logprobs": true, "n": 3}));
         assert_eq!((e.max_new_tokens, e.logprobs, e.n), (Some(0.0), None, 1), "pooling samples nothing");

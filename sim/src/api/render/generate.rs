@@ -31,8 +31,9 @@ pub(super) fn event(r: &Render, s: &Step<'_>) -> (Option<&'static str>, Value) {
     meta.insert("num_retractions".into(), json!(0));
     if let Some(positions) = r.positions(s, true) {
         let (tokens, tops) = logprobs::generate(&positions);
-        // Prompt logprobs only from `logprob_start_len`, which defaults to none.
-        meta.insert("input_token_logprobs".into(), json!([]));
+        // Prompt logprobs only from `logprob_start_len`, which defaults to none; a PD decode
+        // has none (its prefill computed the prompt).
+        meta.insert("input_token_logprobs".into(), logprobs::prompt(r.seed, r.rid_hash, &r.prompt_logprobs));
         meta.insert("output_token_logprobs".into(), tokens);
         meta.insert("output_token_logprobs_length".into(), json!(positions.len()));
         meta.insert("input_top_logprobs".into(), json!([]));

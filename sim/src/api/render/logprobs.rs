@@ -43,6 +43,20 @@ pub(super) fn positions(seed: u64, rid_hash: u64, from: u32, to: u32, top: u32) 
         .collect()
 }
 
+/// `/generate`'s `input_token_logprobs` for the prompt positions of `span`: `[logprob, id, null]`,
+/// the first with a `null` logprob, as SGLang's scheduler puts it (`[None] + input_token_logprobs[:-1]`,
+/// python/sglang/srt/managers/scheduler_components/logprob_result_processor.py).
+pub(super) fn prompt(seed: u64, rid_hash: u64, span: &crate::flow::PromptSpan) -> Value {
+    let entries = span.ids.iter().zip(span.from..).map(|(&id, i)| {
+        if i == span.from {
+            return json!([null, id, null]);
+        }
+        let h = tokens::mix(seed ^ rid_hash.rotate_left(29) ^ u64::from(i));
+        json!([-0.05 - (h % 6000) as f64 / 1000.0, id, null])
+    });
+    Value::Array(entries.collect())
+}
+
 /// `/generate`: `(output_token_logprobs, output_top_logprobs)`.
 pub(super) fn generate(p: &[Position]) -> (Value, Value) {
     let tokens = p.iter().map(|x| json!([x.logprob, x.id, null])).collect();
@@ -84,6 +98,20 @@ pub(super) fn chat(p: &[Position]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prompt_logprobs_name_each_prompt_id_from_the_start_with_the_first_null() {
+        let span = crate::flow::PromptSpan { from: 3, ids: vec![11, 12, 13] };
+        let v = prompt(7, 9, &span);
+        let entries = v.as_array().unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[0], json!([null, 11, null]));
+        for (e, id) in entries[1..].iter().zip([12, 13]) {
+            assert!(e[0].as_f64().unwrap() < 0.0);
+            assert_eq!((e[1].as_u64(), e[2].is_null()), (Some(id), true));
+        }
+        assert_eq!(prompt(7, 9, &crate::flow::PromptSpan::default()), json!([]), "none asked: none");
+    }
 
     #[test]
     fn positions_are_deterministic_with_the_choice_first() {
