@@ -90,6 +90,17 @@ pub enum ControlError {
     /// No such worker.
     #[error("unknown worker {0}")]
     UnknownWorker(WorkerId),
+    /// A worker's launcher is asked through etcd, and this control has none.
+    #[error("stop_when_drained asks the worker's launcher through etcd; this control runs without --etcd")]
+    NoRegistry,
+    /// etcd did not take the stop request.
+    #[error("cannot put the stop request for {worker} in etcd: {reason}")]
+    RegistryUnavailable {
+        /// The worker.
+        worker: WorkerId,
+        /// etcd's error.
+        reason: String,
+    },
     /// No such rank on a known worker.
     #[error("unknown target {0}")]
     UnknownTarget(Target),
@@ -156,6 +167,8 @@ impl ControlError {
             Self::RouterUnauthenticated(_) => ErrorReason::Unauthenticated,
             Self::PlaintextLeader { .. } => ErrorReason::PlaintextLeader,
             Self::UnknownWorker(_) => ErrorReason::UnknownWorker,
+            Self::NoRegistry => ErrorReason::NoRegistry,
+            Self::RegistryUnavailable { .. } => ErrorReason::RegistryUnavailable,
             Self::UnknownTarget(_) => ErrorReason::UnknownTarget,
             Self::WeightNeedsDemand { .. } => ErrorReason::WeightNeedsDemand,
             Self::Unauthenticated => ErrorReason::Unauthenticated,

@@ -3,7 +3,8 @@
 //! and the last lines of stderr — deregister and restart per the policy, with a bounded
 //! backoff and a bounded number of restarts. On stop: drain (control takes the worker out of new
 //! picks and reports what it still holds; manual/operations/rollouts.md), deregister, then stop
-//! the child.
+//! the child. The same when an operator asks for it (`Admin/DrainTarget` with
+//! `stop_when_drained`, a stop request in etcd), after which the worker stays stopped.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -66,6 +67,12 @@ pub enum Event {
         /// The worker's name (as in the plan).
         name: String,
     },
+    /// An operator had the worker drained and stopped (`Admin/DrainTarget` with
+    /// `stop_when_drained`); it is not restarted.
+    Retired {
+        /// The worker's name (as in the plan).
+        name: String,
+    },
     /// The worker failed and will not be restarted.
     GaveUp {
         /// The worker's name (as in the plan).
@@ -92,6 +99,8 @@ pub struct WorkerSpec {
 
 enum Outcome {
     Stop,
+    /// An operator asked for the worker to be drained and stopped.
+    Retire,
     Failed(String),
     ExitedCleanly,
 }
@@ -137,7 +146,7 @@ pub async fn supervise(
                 if let Outcome::Failed(_) = &outcome {
                     let _ = child.stop(policy.stop_timeout).await;
                 }
-                if let Outcome::Stop = &outcome {
+                if let Outcome::Stop | Outcome::Retire = &outcome {
                     match child.stop(policy.stop_timeout).await {
                         Ok(status) => say(format!("stopped ({status})")),
                         Err(e) => say(format!("stop: {e}")),
@@ -148,6 +157,16 @@ pub async fn supervise(
         };
         let reason = match outcome {
             Outcome::Stop => return,
+            Outcome::Retire => {
+                if let Some(etcd) = &etcd
+                    && let Err(e) = infera_registry::retire::clear(etcd, &spec.record.id).await
+                {
+                    say(format!("cannot delete its stop request from etcd: {e}"));
+                }
+                say("retired: stopped as asked; not restarted".to_owned());
+                let _ = events.send(Event::Retired { name: name.clone() });
+                return;
+            }
             Outcome::ExitedCleanly => {
                 say("exited with status 0; not restarted".to_owned());
                 let _ =
@@ -205,17 +224,32 @@ async fn run_once(
     }
     *healthy_since = Some(Instant::now());
     eprintln!("infera-launch: {name}: healthy at {}", spec.record.url);
+    if let Some(etcd) = etcd
+        && let Err(e) = infera_registry::retire::clear(etcd, &spec.record.id).await
+    {
+        eprintln!("infera-launch: {name}: cannot clear an earlier stop request in etcd: {e}");
+    }
     let registration = etcd.map(|etcd| {
         eprintln!("infera-launch: {name}: registering in etcd ({})", etcd.endpoints().join(","));
         Registration::start(etcd, spec.record.clone(), DEFAULT_TTL)
     });
     let _ = events.send(Event::Healthy { name: name.clone() });
+    let asked = async {
+        match etcd {
+            Some(etcd) => infera_registry::retire::wait_asked(etcd, &spec.record.id).await,
+            None => std::future::pending().await,
+        }
+    };
     let outcome = tokio::select! {
         status = child.wait() => exited(child, status, "while serving"),
         _ = stop.wait_for(|s| *s) => Outcome::Stop,
+        by = asked => {
+            eprintln!("infera-launch: {name}: {by} asked to drain and stop it");
+            Outcome::Retire
+        }
     };
     if let Some(r) = registration {
-        if let (Outcome::Stop, Some(etcd)) = (&outcome, etcd)
+        if let (Outcome::Stop | Outcome::Retire, Some(etcd)) = (&outcome, etcd)
             && !policy.drain_timeout.is_zero()
         {
             drain(name, &spec.record.id, &r, etcd, policy.drain_timeout).await;

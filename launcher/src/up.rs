@@ -219,6 +219,7 @@ async fn start(
                 Some(Event::GaveUp { name, reason }) => {
                     return Err(Reason::Failed(anyhow!("worker {name} did not start: {reason}")));
                 }
+                Some(Event::Retired { name }) => println!("infera-launch retired {name}"),
                 None => return Err(Reason::Failed(anyhow!("every worker supervisor ended"))),
             },
         }
@@ -320,6 +321,7 @@ async fn serve(
             Some(e) = events.recv() => match e {
                 Event::Started { name, pid } => println!("infera-launch started {name} pid={pid}"),
                 Event::Healthy { name } => println!("infera-launch healthy {name}"),
+                Event::Retired { name } => println!("infera-launch retired {name}"),
                 Event::GaveUp { name, reason } => {
                     println!("infera-launch failed {name}");
                     eprintln!("infera-launch: {name} is down for good: {reason}");

@@ -321,8 +321,26 @@ pub fn worker_id(field: &'static str, s: String) -> Result<WorkerId, ConvertErro
 }
 
 /// A drain/resume selector: a worker and optionally one rank.
-pub fn drain_request(m: pb::DrainTargetRequest) -> Result<(WorkerId, Option<DpRank>), ConvertError> {
-    Ok((worker_id("worker_id", m.worker_id)?, m.dp_rank.map(DpRank)))
+pub fn drain_request(m: pb::DrainTargetRequest) -> Result<DrainAsk, ConvertError> {
+    let worker = worker_id("worker_id", m.worker_id)?;
+    if m.stop_when_drained && m.dp_rank.is_some() {
+        return Err(err(
+            "dp_rank",
+            Problem::NotAllowed("a worker is stopped whole: leave dp_rank unset with stop_when_drained"),
+        ));
+    }
+    Ok(DrainAsk { worker, rank: m.dp_rank.map(DpRank), stop_when_drained: m.stop_when_drained })
+}
+
+/// A `DrainTarget` or `ResumeTarget` request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainAsk {
+    /// The worker.
+    pub worker: WorkerId,
+    /// One rank of it (`None`: every rank).
+    pub rank: Option<DpRank>,
+    /// Have its launcher drain and stop it (a whole worker).
+    pub stop_when_drained: bool,
 }
 
 /// A role that must be given (a worker's own).

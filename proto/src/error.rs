@@ -67,11 +67,15 @@ pub enum ErrorReason {
     /// The leader's advertised URL is plain `http://` while this link uses TLS: it is not
     /// followed, so that nothing sent over TLS (a token, a ledger) goes out in clear.
     PlaintextLeader,
+    /// The call needs the worker registry (etcd), and control runs without one (`--etcd`).
+    NoRegistry,
+    /// The worker registry (etcd) did not take a write the call needs: try again.
+    RegistryUnavailable,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 18] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -88,6 +92,8 @@ impl ErrorReason {
         Self::TooManyLeases,
         Self::RedeclareTooLarge,
         Self::PlaintextLeader,
+        Self::NoRegistry,
+        Self::RegistryUnavailable,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -110,6 +116,8 @@ impl ErrorReason {
             Self::TooManyLeases => "too_many_leases",
             Self::RedeclareTooLarge => "redeclare_too_large",
             Self::PlaintextLeader => "plaintext_leader",
+            Self::NoRegistry => "no_registry",
+            Self::RegistryUnavailable => "registry_unavailable",
         }
     }
 
@@ -133,6 +141,8 @@ impl ErrorReason {
             Self::TooManyLeases => "TOO_MANY_LEASES",
             Self::RedeclareTooLarge => "REDECLARE_TOO_LARGE",
             Self::PlaintextLeader => "PLAINTEXT_LEADER",
+            Self::NoRegistry => "NO_REGISTRY",
+            Self::RegistryUnavailable => "REGISTRY_UNAVAILABLE",
         }
     }
 
@@ -150,8 +160,12 @@ impl ErrorReason {
             | Self::UnknownReservation
             | Self::UnknownWorker
             | Self::UnknownTarget => Code::NotFound,
-            Self::NoPool | Self::WeightNeedsDemand | Self::NoCompatiblePair => Code::FailedPrecondition,
-            Self::NoEligibleTarget | Self::NotLeader | Self::PlaintextLeader => Code::Unavailable,
+            Self::NoPool | Self::WeightNeedsDemand | Self::NoCompatiblePair | Self::NoRegistry => {
+                Code::FailedPrecondition
+            }
+            Self::NoEligibleTarget | Self::NotLeader | Self::PlaintextLeader | Self::RegistryUnavailable => {
+                Code::Unavailable
+            }
             Self::Unauthenticated => Code::Unauthenticated,
             Self::AtCapacity | Self::TooManyLeases | Self::RedeclareTooLarge => Code::ResourceExhausted,
         }

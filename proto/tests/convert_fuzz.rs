@@ -297,10 +297,15 @@ proptest! {
 
     #[test]
     fn drains_and_endpoints_convert_or_name_the_bad_field(
-        worker_id in text(), dp_rank in any::<Option<u32>>(), m in endpoint(),
+        worker_id in text(), dp_rank in any::<Option<u32>>(), stop_when_drained in any::<bool>(), m in endpoint(),
     ) {
-        let drain = drain_request(pb::DrainTargetRequest { worker_id: worker_id.clone(), dp_rank });
-        assert_outcome!(drain, blank(&worker_id).then_some(("worker_id", Want::Empty)));
+        let drain = drain_request(pb::DrainTargetRequest { worker_id: worker_id.clone(), dp_rank, stop_when_drained });
+        let expected = if blank(&worker_id) {
+            Some(("worker_id", Want::Empty))
+        } else {
+            (stop_when_drained && dp_rank.is_some()).then_some(("dp_rank", Want::NotAllowed))
+        };
+        assert_outcome!(drain, expected);
         let expected = endpoint_expected(&m);
         let result = worker_endpoint(&m);
         if let Ok(w) = &result {

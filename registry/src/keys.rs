@@ -42,6 +42,11 @@ pub fn report_key(id: &WorkerId) -> String {
     format!("{DRAINS}{id}/held")
 }
 
+/// The key of an operator's request that a worker be drained and stopped ([`crate::retire`]).
+pub fn stop_key(id: &WorkerId) -> String {
+    format!("{DRAINS}{id}/stop")
+}
+
 /// The worker of a drain request key (`None` for any other key).
 pub fn requested_worker(key: &str) -> Option<WorkerId> {
     let id = key.strip_prefix(DRAINS)?.strip_suffix("/request")?;

@@ -23,6 +23,7 @@ pub mod drain;
 mod error;
 pub mod keys;
 pub mod register;
+pub mod retire;
 pub mod roles;
 pub mod test_server;
 pub mod watch;

@@ -3,8 +3,10 @@
 //! a new prefill comes up, the old one's supervisor gets SIGTERM and drains (control takes it
 //! out of new picks and reports what its ledger still holds; the worker stops at 0), then the
 //! same for the decode. Nothing fails. With a drain deadline (and a stop grace) shorter than the
-//! streams, the supervisor says how many it cut, and no more fail than that. Control and the proxy come from
-//! the test kit, following the same etcd (manual/operations/rollouts.md).
+//! streams, the supervisor says how many it cut, and no more fail than that. An operator's
+//! `Admin/DrainTarget` with `stop_when_drained` takes the same path, and the worker stays
+//! stopped. Control and the proxy come from the test kit, following the same etcd
+//! (manual/operations/rollouts.md).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -280,6 +282,66 @@ async fn a_drain_deadline_shorter_than_the_streams_says_how_many_it_cut() {
     proxy.stop().await.unwrap();
     cluster.ledger_returns_to_zero().await.unwrap();
     // While control still answers their drains.
+    prefill_a.terminate().await;
+    decode_b.terminate().await;
+    cluster.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_drain_with_stop_drains_and_stops_the_worker_and_fails_nothing() {
+    let (cluster, _dir, file) = deployment_under_load().await;
+    let etcd = cluster.etcd.as_ref().unwrap().url();
+    let prefill_a = Node::start(&file, &etcd, "127.0.0.2", 30_000);
+    let decode_a = Node::start(&file, &etcd, "127.0.0.3", 30_000);
+    let decode_b = Node::start(&file, &etcd, "127.0.0.5", 30_000);
+    serving(&cluster, &["decode-a", "decode-b", "prefill-a"]).await;
+    let mut proxy = ProxySpec::new(cluster.control.url()).start().await.unwrap();
+    proxy.wait_ready(MODEL).await.unwrap();
+    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let running = clients(&proxy.url, 200, &stop, &tally);
+    holding(&cluster, "decode-a", 2).await;
+    // The operator's call: the same path as SIGTERM to the worker's launcher, which then
+    // keeps the worker stopped.
+    let ask = infera_proto::pb::DrainTargetRequest {
+        worker_id: "decode-a".into(),
+        dp_rank: None,
+        stop_when_drained: true,
+    };
+    cluster.control.admin().await.drain_target(ask).await.unwrap();
+    serving(&cluster, &["decode-b", "prefill-a"]).await;
+    let log = poll(Duration::from_secs(60), "decode-a's launcher to stop it", async || {
+        let log = decode_a.log();
+        log.contains("decode-a: retired").then_some(log)
+    })
+    .await
+    .unwrap();
+    assert!(log.contains("decode-a: Admin/DrainTarget asked to drain and stop it"), "{log}");
+    assert!(log.contains("decode-a: drained in"), "{log}");
+    for line in log
+        .lines()
+        .filter(|l| l.contains("asked to drain") || l.contains("drained in") || l.contains("retired"))
+    {
+        eprintln!("{line}");
+    }
+    // Serving on decode-b alone.
+    let before = tally.ok.load(Ordering::Relaxed);
+    poll(Duration::from_secs(30), "answers after the stop", async || {
+        (tally.ok.load(Ordering::Relaxed) >= before + CLIENTS as u64).then_some(())
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for c in running {
+        c.await.unwrap();
+    }
+    let (ok, failed) = (tally.ok.load(Ordering::Relaxed), tally.failed.load(Ordering::Relaxed));
+    eprintln!("operator's drain with stop: {ok} streams answered, {failed} failed");
+    assert_eq!(failed, 0, "a drained stop loses nothing");
+    proxy.stop().await.unwrap();
+    cluster.ledger_returns_to_zero().await.unwrap();
+    // The launcher stays up without its worker, and stops cleanly.
+    let log = decode_a.terminate().await;
+    assert_eq!(log.matches("decode-a: starting:").count(), 1, "not restarted:\n{log}");
     prefill_a.terminate().await;
     decode_b.terminate().await;
     cluster.stop().await.unwrap();

@@ -276,7 +276,8 @@ impl Deployment {
                 .await?;
             }
             Router::Infera { cluster, .. } => {
-                let request = pb::DrainTargetRequest { worker_id: d.name.clone(), dp_rank: None };
+                let request =
+                    pb::DrainTargetRequest { worker_id: d.name.clone(), dp_rank: None, ..Default::default() };
                 cluster.control.admin().await.drain_target(request).await.context("draining")?;
             }
             Router::Smg { smgs, .. } => {

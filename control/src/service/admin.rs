@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt};
 use infera_proto::convert;
 use infera_proto::pb::{self, admin_server::Admin};
+use infera_proto::types::WorkerId;
 use tokio::sync::watch;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
@@ -67,8 +68,32 @@ impl AdminService {
         req: Request<pb::DrainTargetRequest>,
         drained: bool,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
-        let (worker, rank) = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
-        let rows = self.state.set_drained(&worker, rank, drained)?;
+        let ask = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
+        if ask.stop_when_drained {
+            let invalid = convert::ConvertError {
+                field: "stop_when_drained",
+                problem: convert::Problem::NotAllowed("ResumeTarget does not stop a worker"),
+            };
+            return Err(ControlError::from(invalid).into());
+        }
+        let rows = self.state.set_drained(&ask.worker, ask.rank, drained)?;
+        Ok(Response::new(wire::targets(&rows, self.state.engine())))
+    }
+
+    /// `DrainTarget` with `stop_when_drained`: the worker's launcher is asked, through etcd, to
+    /// drain and stop it as it does on SIGTERM (manual/operations/rollouts.md); nothing is
+    /// persisted here.
+    async fn retire(&self, worker: WorkerId) -> Result<Response<pb::ListTargetsResponse>, Status> {
+        let rows: Vec<_> =
+            self.state.targets(None, None).into_iter().filter(|r| r.slot.target.worker == worker).collect();
+        if rows.is_empty() {
+            return Err(ControlError::UnknownWorker(worker).into());
+        }
+        let etcd = self.state.etcd().ok_or(ControlError::NoRegistry)?;
+        infera_registry::retire::ask(etcd, &worker, "Admin/DrainTarget").await.map_err(|e| {
+            ControlError::RegistryUnavailable { worker: worker.clone(), reason: e.to_string() }
+        })?;
+        tracing::info!(%worker, "asked the worker's launcher to drain and stop it (Admin/DrainTarget)");
         Ok(Response::new(wire::targets(&rows, self.state.engine())))
     }
 }
@@ -144,6 +169,10 @@ impl Admin for AdminService {
         req: Request<pb::DrainTargetRequest>,
     ) -> Result<Response<pb::ListTargetsResponse>, Status> {
         or_forward!(self, req, drain_target);
+        if req.get_ref().stop_when_drained {
+            let ask = convert::drain_request(req.into_inner()).map_err(ControlError::from)?;
+            return self.retire(ask.worker).await;
+        }
         self.drain(req, true)
     }
 

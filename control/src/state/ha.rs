@@ -69,6 +69,11 @@ impl Ha {
 }
 
 impl ControlState {
+    /// The worker registry this control follows (`None`: standalone).
+    pub fn etcd(&self) -> Option<&EtcdConfig> {
+        self.ha.etcd.as_ref()
+    }
+
     /// Some targets were ejected or re-admitted: the metrics, and the leader's ejections to
     /// etcd for the next leader to carry on (a follower's engine checks eject in its own
     /// breakers only).

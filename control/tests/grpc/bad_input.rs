@@ -25,7 +25,14 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
     let mut admin = control.admin().await;
     let held_one = router.pick_decode(pick(&lease, "m", 40)).await.unwrap().into_inner();
     let held_prefill = router.pick_prefill(pick(&lease, "m", 30)).await.unwrap().into_inner();
-    admin.drain_target(pb::DrainTargetRequest { worker_id: "x".into(), dp_rank: Some(1) }).await.unwrap();
+    admin
+        .drain_target(pb::DrainTargetRequest {
+            worker_id: "x".into(),
+            dp_rank: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let before = snapshot(&control).await;
     assert!(before.1.targets.iter().any(|t| t.drained) && before.2.reservations.len() == 2);
 
@@ -107,10 +114,26 @@ async fn bad_values_are_invalid_arguments_and_change_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     let err = admin
-        .drain_target(pb::DrainTargetRequest { worker_id: " ".into(), dp_rank: None })
+        .drain_target(pb::DrainTargetRequest { worker_id: " ".into(), dp_rank: None, ..Default::default() })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    // Stopping a worker: whole workers only, never on resume, a known worker, and only with the
+    // etcd its launcher reads (none behind this control).
+    let stop = |worker_id: &str, dp_rank| pb::DrainTargetRequest {
+        worker_id: worker_id.into(),
+        dp_rank,
+        stop_when_drained: true,
+    };
+    let err = admin.drain_target(stop("x", Some(1))).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let err = admin.resume_target(stop("x", None)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let err = admin.drain_target(stop("nope", None)).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let err = admin.drain_target(stop("x", None)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("--etcd"), "{err:?}");
     let err =
         admin.watch_decisions(pb::WatchDecisionsRequest { kind: 9, model: String::new() }).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);

@@ -198,7 +198,11 @@ async fn drained_targets_take_no_picks_until_resumed() {
     let lease = control.lease(0).await;
     let mut admin = control.admin().await;
     let drained = admin
-        .drain_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: Some(1) })
+        .drain_target(pb::DrainTargetRequest {
+            worker_id: "d".into(),
+            dp_rank: Some(1),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -209,14 +213,29 @@ async fn drained_targets_take_no_picks_until_resumed() {
         let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
         assert_ne!(target_of(&p).1, 1);
     }
-    admin.drain_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: None }).await.unwrap();
+    admin
+        .drain_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: None, ..Default::default() })
+        .await
+        .unwrap();
     let err = router.pick_decode(pick(&lease, "m", 10)).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    admin.resume_target(pb::DrainTargetRequest { worker_id: "d".into(), dp_rank: Some(1) }).await.unwrap();
+    admin
+        .resume_target(pb::DrainTargetRequest {
+            worker_id: "d".into(),
+            dp_rank: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let p = router.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
     assert_eq!(target_of(&p).1, 1);
-    let unknown =
-        admin.drain_target(pb::DrainTargetRequest { worker_id: "nope".into(), dp_rank: None }).await;
+    let unknown = admin
+        .drain_target(pb::DrainTargetRequest {
+            worker_id: "nope".into(),
+            dp_rank: None,
+            ..Default::default()
+        })
+        .await;
     assert_eq!(unknown.unwrap_err().code(), Code::NotFound);
     control.stop().await;
 }

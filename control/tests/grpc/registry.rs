@@ -122,7 +122,8 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
         decode_targets(&first).await == 2
     })
     .await;
-    let drain = pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1) };
+    let drain =
+        pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1), ..Default::default() };
     first.admin().await.drain_target(drain).await.unwrap();
     let endpoints = etcd.root();
     eventually(Duration::from_secs(10), "the drain persisted", || {
@@ -155,7 +156,8 @@ async fn drains_persist_in_etcd_and_apply_when_the_worker_registers_again() {
         router.release(release(&p.reservation_id, ReleaseReason::Eof)).await.unwrap();
     }
     // Resuming is persisted too.
-    let resume = pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1) };
+    let resume =
+        pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: Some(1), ..Default::default() };
     second.admin().await.resume_target(resume).await.unwrap();
     eventually(Duration::from_secs(10), "the resume persisted", || {
         let endpoints = endpoints.clone();

@@ -44,7 +44,11 @@ async fn bad_requests_get_openai_errors_and_book_nothing() {
     cluster
         .admin()
         .await
-        .drain_target(pb::DrainTargetRequest { worker_id: "decode-0".into(), dp_rank: None })
+        .drain_target(pb::DrainTargetRequest {
+            worker_id: "decode-0".into(),
+            dp_rank: None,
+            ..Default::default()
+        })
         .await
         .unwrap();
     let (s, v) = error(post_json(&chat_url, &chat(2, false), &[]).await).await;
