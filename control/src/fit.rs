@@ -10,6 +10,7 @@
 //! - [`interval`]: two readings → the busiest rank's interval (pure).
 //! - [`regress`]: the forgetting regression and its fit quality (pure).
 //! - [`estimate`]: one worker's verdict, bounds and smoothing → the W in force (pure).
+//! - [`predict`]: the step time a worker's load predicts, and with one more request (pure).
 //! - [`WeightFits`] (here): every followed worker's estimate, and each pool's W.
 //! - [`metrics`]: the gauges.
 //!
@@ -20,6 +21,7 @@
 pub mod estimate;
 pub mod interval;
 pub mod metrics;
+pub mod predict;
 pub mod regress;
 
 use std::collections::{BTreeMap, HashMap};
@@ -152,7 +154,14 @@ mod tests {
     fn row(worker: &str, weight: Option<f64>, samples: f64) -> WorkerRow {
         WorkerRow {
             worker: WorkerId::new(worker),
-            report: FitReport { solution: None, verdict: Verdict::Trusted, samples, weight, moved_at: None },
+            report: FitReport {
+                solution: None,
+                verdict: Verdict::Trusted,
+                samples,
+                weight,
+                moved_at: None,
+                interval: None,
+            },
         }
     }
 

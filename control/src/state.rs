@@ -29,6 +29,7 @@ use crate::target::TargetKey;
 
 mod gauges;
 mod ha;
+mod step_prediction;
 mod workers;
 
 pub use ha::{Ha, takeover};
@@ -130,6 +131,7 @@ impl ControlState {
         let weights = core.weights().clone();
         drop(core);
         self.fit_metrics.export(&pools, |p| weights.for_pool(&p.model, set).get());
+        self.compare_step_predictions(&pools);
     }
 
     /// How W is chosen, and every decode pool's fit.

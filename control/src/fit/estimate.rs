@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use super::interval::{self, NoInterval, WorkerReading};
-use super::regress::{Regression, Solution};
+use super::regress::{Regression, Sample, Solution};
 
 /// Fewest effective intervals before a fit counts.
 pub const MIN_SAMPLES: f64 = 20.0;
@@ -96,6 +96,8 @@ pub struct WorkerFit {
     /// The same intervals forgotten [`FAST`] times faster.
     fast: Regression,
     last: Option<WorkerReading>,
+    /// The latest interval of the busiest rank: the engine's measured step.
+    interval: Option<Sample>,
     solution: Option<Solution>,
     verdict: Verdict,
     in_force: Option<InForce>,
@@ -116,6 +118,8 @@ pub struct FitReport {
     pub weight: Option<f64>,
     /// When W in force last moved.
     pub moved_at: Option<Instant>,
+    /// The latest interval of the busiest rank (its mean step time is what the engine measured).
+    pub interval: Option<Sample>,
 }
 
 impl WorkerFit {
@@ -126,6 +130,7 @@ impl WorkerFit {
             regression: Regression::new(half_life),
             fast: Regression::new(half_life / FAST),
             last: None,
+            interval: None,
             solution: None,
             verdict: Verdict::TooFewSamples,
             in_force: None,
@@ -142,6 +147,7 @@ impl WorkerFit {
             Ok(sample) => {
                 self.regression.add(&sample);
                 self.fast.add(&sample);
+                self.interval = Some(sample);
             }
             Err(NoInterval::TooFewSteps) => return,
             Err(NoInterval::Reset) => {
@@ -176,6 +182,7 @@ impl WorkerFit {
             samples: self.regression.samples(),
             weight: self.in_force.map(|f| f.weight),
             moved_at: self.moved_at,
+            interval: self.interval,
         }
     }
 

@@ -1,9 +1,17 @@
 //! The fit's gauges: per decode worker, what its latest fit says
 //! (`infera_router_decode_request_weight_fitted`, `…_fit_r_squared`, `…_fit_samples`,
 //! `…_fit_trusted`), and per pool the W its decode picks use
-//! (`infera_router_decode_request_weight`: pinned, fitted or the fallback).
+//! (`infera_router_decode_request_weight`: pinned, fitted or the fallback). Beside them, the step
+//! time the fit predicts from the ledger and the one the engine measured
+//! (`infera_router_decode_step_predicted_ms`, `…_measured_ms`), and the prediction's error per
+//! interval (`infera_router_decode_step_prediction_error`).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use prometheus_client::metrics::histogram::Histogram;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -25,20 +33,44 @@ struct PoolLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+type ErrorHistogram = Family<PoolLabels, Histogram, fn() -> Histogram>;
+
+fn error_histogram() -> Histogram {
+    Histogram::new(ERROR_BUCKETS)
+}
+
 /// The fit's gauges.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FitMetrics {
     fitted: Family<WorkerLabels, FloatGauge>,
     r_squared: Family<WorkerLabels, FloatGauge>,
     samples: Family<WorkerLabels, FloatGauge>,
     trusted: Family<WorkerLabels, Gauge>,
     in_use: Family<PoolLabels, FloatGauge>,
+    predicted: Family<WorkerLabels, FloatGauge>,
+    measured: Family<WorkerLabels, FloatGauge>,
+    error: ErrorHistogram,
+    /// The latest interval compared per worker: each is counted once.
+    compared: Mutex<HashMap<WorkerLabels, Instant>>,
 }
+
+/// `predicted / measured − 1`, from 50 % short to 100 % over.
+const ERROR_BUCKETS: [f64; 11] = [-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 1.0];
 
 impl FitMetrics {
     /// Registers the gauges under `infera_router_`.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
+        let m = Self {
+            fitted: Family::default(),
+            r_squared: Family::default(),
+            samples: Family::default(),
+            trusted: Family::default(),
+            in_use: Family::default(),
+            predicted: Family::default(),
+            measured: Family::default(),
+            error: Family::new_with_constructor(error_histogram),
+            compared: Mutex::default(),
+        };
         let r = registry.sub_registry_with_prefix("infera_router");
         let per_worker = [
             (
@@ -66,7 +98,38 @@ impl FitMetrics {
             "W the pool's decode picks use: pinned, fitted (auto) or the fallback",
             m.in_use.clone(),
         );
+        r.register(
+            "decode_step_predicted_ms",
+            "Decode step time the worker's fit predicts from the ledger's load (its busiest rank's), ms",
+            m.predicted.clone(),
+        );
+        r.register(
+            "decode_step_measured_ms",
+            "The worker's mean decode step over its latest poll interval, from the engine's decode_moments, ms",
+            m.measured.clone(),
+        );
+        r.register(
+            "decode_step_prediction_error",
+            "predicted / measured - 1 of the decode step time, once per poll interval and worker",
+            m.error.clone(),
+        );
         m
+    }
+
+    /// A worker's predicted step against the interval the engine measured at `at` (counted in
+    /// the error once per interval).
+    pub fn prediction(&self, model: &str, worker: &str, at: Instant, predicted_ms: f64, measured_ms: f64) {
+        let labels = WorkerLabels { model: model.to_owned(), worker: worker.to_owned() };
+        self.predicted.get_or_create(&labels).set(predicted_ms);
+        self.measured.get_or_create(&labels).set(measured_ms);
+        let mut compared = self.compared.lock().expect("compared lock");
+        if compared.get(&labels).is_some_and(|last| *last >= at) {
+            return;
+        }
+        compared.insert(labels, at);
+        if let Some(e) = super::predict::relative_error(predicted_ms, measured_ms) {
+            self.error.get_or_create(&PoolLabels { model: model.to_owned() }).observe(e);
+        }
     }
 
     /// Sets every gauge; `in_use` is each pool's W.

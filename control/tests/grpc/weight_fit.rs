@@ -130,6 +130,15 @@ async fn auto_uses_the_fallback_then_the_w_fitted_from_the_engines_moments() {
     let gauge =
         http::metric_sum(&metrics, "infera_router_decode_request_weight_fitted", "worker=\"mixed-0\"");
     assert!((gauge / SIM_W - 1.0).abs() <= TOLERANCE, "{metrics}");
+    // The step predicted from the ledger beside the one measured: the lanes went to the sim
+    // directly, so the ledger knows of fewer requests than the engine runs, and predicts less.
+    let worker = "model=\"m\",worker=\"mixed-0\"";
+    let predicted = http::metric_sum(&metrics, "infera_router_decode_step_predicted_ms", worker);
+    let measured = http::metric_sum(&metrics, "infera_router_decode_step_measured_ms", worker);
+    assert!(measured > 30.0 && (0.0..measured).contains(&predicted), "{predicted} vs {measured}\n{metrics}");
+    let compared =
+        http::metric_sum(&metrics, "infera_router_decode_step_prediction_error_count", "model=\"m\"");
+    assert!(compared >= 10.0, "{metrics}");
 
     // The decision of the next pick carries the fitted W.
     router.pick_decode(pick(&lease.lease_id, "m", 1_000)).await.unwrap();

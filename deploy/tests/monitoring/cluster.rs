@@ -30,7 +30,7 @@ const FILLED: Duration = Duration::from_secs(60);
 
 /// Series that must have a sample before the scrape is taken, so that their labels are
 /// checked: each is what one part of the traffic makes.
-const AWAITED: [(&str, &str); 20] = [
+const AWAITED: [(&str, &str); 21] = [
     ("control", "infera_router_ejections_total"),
     ("control", "infera_router_target_ejected"),
     ("control", "infera_router_decode_demand_requests"),
@@ -41,6 +41,7 @@ const AWAITED: [(&str, &str); 20] = [
     ("control", "infera_router_decode_request_weight"),
     ("control", "infera_router_decode_request_weight_fitted"),
     ("control", "infera_router_decode_request_weight_fit_r_squared"),
+    ("control", "infera_router_decode_step_predicted_ms"),
     ("proxy", "infera_proxy_fallback_picks_total"),
     ("proxy", "infera_proxy_ttft_seconds_bucket"),
     ("proxy", "infera_proxy_retries_total"),

@@ -1,0 +1,122 @@
+//! The decode step time a worker's load predicts, from its fitted step model
+//! ([`super::regress`]: `step_ms = base + per_request · requests + per_mtoken · context`), and
+//! what one more request would make it: the prediction fleet-wide admission weighs
+//! (`manual/features/decode_weight_fit.md`).
+//!
+//! Under DP attention the ranks step in lockstep at the busiest one's pace, so a worker's step
+//! is the largest of its ranks' predictions. The ledger gives each rank's load phase-aware: a
+//! decode reservation whose prefill is still running does not step yet. It books input tokens;
+//! the tokens generated since are not in it, so a prediction from the ledger reads less context
+//! than the engine holds. Pure.
+
+use crate::target::Load;
+
+use super::regress::Solution;
+
+/// Context is fitted in millions of tokens.
+const TOKENS_PER_UNIT: f64 = 1e6;
+
+/// What one rank steps over.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RankLoad {
+    /// Requests in its decode batch.
+    pub requests: f64,
+    /// Their context, tokens.
+    pub context_tokens: f64,
+}
+
+impl RankLoad {
+    /// A decode rank's load as the ledger has it: its held requests past their prefill, and their
+    /// input tokens.
+    pub fn from_ledger(load: &Load) -> Self {
+        let requests = load.held_requests.saturating_sub(load.prefilling.requests);
+        let tokens = load.booked_input_tokens.saturating_sub(load.prefilling.tokens);
+        Self { requests: requests as f64, context_tokens: tokens as f64 }
+    }
+
+    /// The same with one more request of `tokens`.
+    pub fn with_request(self, tokens: u64) -> Self {
+        Self { requests: self.requests + 1.0, context_tokens: self.context_tokens + tokens as f64 }
+    }
+}
+
+impl Solution {
+    /// The step time `load` predicts on one rank, ms.
+    pub fn step_ms(&self, load: RankLoad) -> f64 {
+        self.base_ms
+            + self.ms_per_request * load.requests
+            + self.ms_per_mtoken * load.context_tokens / TOKENS_PER_UNIT
+    }
+
+    /// The worker's step with `ranks` loaded: its busiest rank's (`None` without ranks).
+    pub fn worker_step_ms(&self, ranks: &[RankLoad]) -> Option<f64> {
+        ranks.iter().map(|r| self.step_ms(*r)).reduce(f64::max)
+    }
+
+    /// The worker's step with one more request of `tokens` on rank `rank` (an index of `ranks`).
+    pub fn worker_step_ms_with(&self, ranks: &[RankLoad], rank: usize, tokens: u64) -> Option<f64> {
+        let added = ranks.get(rank)?.with_request(tokens);
+        let others = ranks.iter().enumerate().filter(|(i, _)| *i != rank).map(|(_, r)| self.step_ms(*r));
+        Some(others.fold(self.step_ms(added), f64::max))
+    }
+}
+
+/// How far a prediction is from what was measured: `predicted / measured − 1` (0 when exact,
+/// −0.1 when it predicted 10 % short).
+pub fn relative_error(predicted_ms: f64, measured_ms: f64) -> Option<f64> {
+    (measured_ms > 0.0 && predicted_ms.is_finite()).then(|| predicted_ms / measured_ms - 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::Prefilling;
+
+    fn model() -> Solution {
+        Solution {
+            base_ms: 30.0,
+            ms_per_request: 1.5,
+            ms_per_mtoken: 3.0,
+            r_squared: 0.99,
+            samples: 100.0,
+            weight_tokens: 500_000.0,
+            weight_rel_se: 0.01,
+            mean_requests: 6.0,
+            mean_context_tokens: 1e6,
+        }
+    }
+
+    #[test]
+    fn requests_still_in_prefill_do_not_step_yet() {
+        let load = Load {
+            booked_input_tokens: 900_000,
+            held_requests: 5,
+            prefilling: Prefilling { requests: 2, tokens: 400_000 },
+        };
+        let r = RankLoad::from_ledger(&load);
+        assert_eq!(r, RankLoad { requests: 3.0, context_tokens: 500_000.0 });
+        assert_eq!(model().step_ms(r), 30.0 + 4.5 + 1.5);
+    }
+
+    #[test]
+    fn the_busiest_rank_paces_the_worker_and_a_candidate_may_make_another_rank_the_busiest() {
+        let ranks = [
+            RankLoad { requests: 4.0, context_tokens: 0.0 },
+            RankLoad { requests: 2.0, context_tokens: 2e6 },
+        ];
+        let m = model();
+        assert_eq!(m.worker_step_ms(&ranks), Some(36.0 + 3.0), "rank 1: 30 + 3 + 6");
+        // One more 1 M-token request on rank 0: 30 + 7.5 + 3 = 40.5 > 39.
+        assert_eq!(m.worker_step_ms_with(&ranks, 0, 1_000_000), Some(40.5));
+        // On rank 1 instead: 30 + 4.5 + 9 = 43.5.
+        assert_eq!(m.worker_step_ms_with(&ranks, 1, 1_000_000), Some(43.5));
+        assert_eq!(m.worker_step_ms_with(&ranks, 2, 1), None);
+        assert_eq!(m.worker_step_ms(&[]), None);
+    }
+
+    #[test]
+    fn the_error_is_relative_to_what_was_measured() {
+        assert_eq!(relative_error(45.0, 50.0), Some(-0.1));
+        assert_eq!(relative_error(45.0, 0.0), None);
+    }
+}
