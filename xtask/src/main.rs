@@ -41,6 +41,7 @@ fn run() -> anyhow::Result<()> {
             cmd.env("INFERA_BIN_DIR", root.join("target/debug"));
             cmd.env("INFERA_DEPLOY_VENV", setup::deploy_venv(&root));
             cmd.env("INFERA_MODEL_TOKENIZERS", setup::model_tokenizers_dir(&root));
+            cmd.env("INFERA_SGLANG_WHEELS", setup::sglang_wheels_dir(&root));
             for v in setup::SGLANG_VENVS {
                 cmd.env(setup::sglang_python_var(v.version), setup::sglang_python(&root, v.version));
             }

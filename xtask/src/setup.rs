@@ -18,6 +18,7 @@ use crate::status;
 /// `g++`, `libssl-dev` and `python3-dev`: build SGLang's own page hash (`hash_binding.cpp`, what
 /// torch's extension loader builds in SGLang) for `control/kv/tests/sglang_hashes.rs`.
 /// `libibverbs1`: the Mooncake transfer engine links it, even when it moves KV over TCP.
+/// `patch`: GNU patch applies the SGLang image's patch set (`deploy/tests/sglang_patches.rs`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "protobuf-compiler",
     "libprotobuf-dev",
@@ -31,6 +32,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "libssl-dev",
     "python3-dev",
     "libibverbs1",
+    "patch",
 ];
 
 /// The deploy checks' Python tools (`deploy/tests/kubernetes.rs`): the Kubernetes OpenAPI
@@ -122,6 +124,12 @@ pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
     SglangVenv { version: "0.5.23", packages: &[SGLANG_PARSER_PACKAGES], no_deps: &[] },
 ];
 
+/// SGLang releases of which only the wheel is kept (downloaded, never installed), for the
+/// image patch set's test (`deploy/tests/sglang_patches.rs`), which applies
+/// `deploy/docker/sglang-patches/` to the files inside. The venvs' releases are checked from
+/// their installed packages.
+pub(crate) const SGLANG_WHEELS: &[&str] = &["0.5.22"];
+
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     debian_packages()?;
     python_tools(root)?;
@@ -131,7 +139,38 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     for venv in SGLANG_VENVS {
         sglang_venv(root, venv)?;
     }
+    sglang_wheels(root)?;
     engine::run(root)
+}
+
+/// Where [`SGLANG_WHEELS`] are kept (`INFERA_SGLANG_WHEELS`; gitignored and out of the Docker
+/// build context as `.venv-sglang-*`).
+pub(crate) fn sglang_wheels_dir(root: &Path) -> PathBuf {
+    root.join(".venv-sglang-wheels")
+}
+
+/// Downloads each of [`SGLANG_WHEELS`] not already there (`pip download --no-deps`).
+fn sglang_wheels(root: &Path) -> anyhow::Result<()> {
+    let dir = sglang_wheels_dir(root);
+    for version in SGLANG_WHEELS {
+        let prefix = format!("sglang-{version}-");
+        let present = std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(&prefix) && name.ends_with(".whl")
+            })
+        });
+        if present {
+            continue;
+        }
+        eprintln!("xtask: downloading the sglang {version} wheel into {}", dir.display());
+        std::fs::create_dir_all(&dir)?;
+        let mut download = Command::new(python(root));
+        download.args(["-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps"]);
+        download.args(["--only-binary", ":all:", "-d"]).arg(&dir).arg(format!("sglang=={version}"));
+        status(download)?;
+    }
+    Ok(())
 }
 
 /// Whether the system python3 can make a venv with pip (Debian splits `ensurepip` out).
