@@ -5,6 +5,7 @@
 #[path = "../sglang/mod.rs"]
 mod sglang;
 
+mod endpoints;
 mod hang_up;
 mod kv_aware;
 mod logprobs;
