@@ -36,6 +36,10 @@ pub struct Facts {
     pub session: Option<SessionKey>,
     /// The body's `cache_salt`, the namespace SGLang caches (and hashes) the prompt's pages in.
     pub cache_salt: CacheSalt,
+    /// The LoRA adapter the prompt is served with: the body's `lora_path` here, the one `model`
+    /// names once the server resolved it against the target list ([`crate::lora`]). Its pages
+    /// are in a namespace no router computes, so its picks carry no page hashes.
+    pub adapter: crate::lora::Adapter,
     /// Whether the answer is an SSE stream.
     pub stream: bool,
     /// The caller's tenant (its API key's, [`crate::keys::Caller::tenant`]): a request's own
@@ -126,6 +130,7 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         token_ids: None,
         session,
         cache_salt,
+        adapter: crate::lora::Adapter::in_body(&body),
         stream,
         tenant: None,
         body,

@@ -1,7 +1,9 @@
 //! The prompt's page hashes a KV-aware prefill pick carries: SGLang's page hash over the token
 //! ids (`infera_kv::hash`), at the page size of the model's prefill workers, after the seed of the
 //! request's `cache_salt` as SGLang's KV events hash a salted prompt: a salted prompt is credited
-//! only with pages stored under the same salt, as SGLang's radix cache shares them.
+//! only with pages stored under the same salt, as SGLang's radix cache shares them. A LoRA
+//! adapter's prompt has none: SGLang hashes its pages in a namespace no router computes
+//! ([`crate::lora`]).
 
 use infera_proto::types::{ModelName, PickKind};
 
@@ -19,9 +21,13 @@ pub(super) struct PageHashes {
 
 impl PageHashes {
     /// The hashes for a `kind` pick of `model`. Empty for decode picks, without token ids (no
-    /// tokenizer, an ambiguous prompt), with a salt per prompt, or before the target list is known.
+    /// tokenizer, an ambiguous prompt), with a salt per prompt, for a LoRA adapter's prompt, or
+    /// before the target list is known.
     pub(super) fn of(kind: PickKind, facts: &Facts, model: &ModelName, targets: &TargetList) -> Self {
         let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return Self::default() };
+        if facts.adapter.is_some() {
+            return Self::default();
+        }
         let salt = match &facts.cache_salt {
             CacheSalt::Unsalted => None,
             CacheSalt::Salted(salt) => Some(salt.as_str()),
