@@ -42,3 +42,44 @@ impl PageHashes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use infera_proto::pb;
+    use infera_proto::types::Api;
+
+    use super::*;
+
+    fn list() -> TargetList {
+        let worker = pb::WorkerEndpoint {
+            worker_id: "p".into(),
+            role: pb::Role::Prefill as i32,
+            model: "base".into(),
+            url: "http://p:1/".into(),
+            bootstrap_port: 8998,
+            dp_size: 1,
+            page_size: 2,
+            ..Default::default()
+        };
+        let target = Some(pb::Target { worker_id: "p".into(), dp_rank: 0 });
+        TargetList::new(vec![pb::TargetStatus { target, worker: Some(worker), ..Default::default() }])
+    }
+
+    /// The prefill pick's hashes of a prompt of 8 tokens sent as `body`.
+    fn hashes(body: &str) -> PageHashes {
+        let list = list();
+        let facts = crate::facts::derive(Api::Completions, &http::HeaderMap::new(), body.as_bytes()).unwrap();
+        let (model, mut facts) = crate::lora::resolved(facts, &list);
+        facts.token_ids = Some((1..=8).collect());
+        PageHashes::of(PickKind::Prefill, &facts, &model.unwrap(), &list)
+    }
+
+    #[test]
+    fn a_lora_adapters_prompt_is_picked_without_page_hashes() {
+        let base = hashes(r#"{"model": "base", "prompt": "x"}"#);
+        assert_eq!((base.hashes.len(), base.page_size), (4, 2));
+        assert_eq!(hashes(r#"{"model": "base:sql", "prompt": "x"}"#), PageHashes::default());
+        assert_eq!(hashes(r#"{"model": "base", "prompt": "x", "lora_path": "sql"}"#), PageHashes::default());
+        assert_eq!(hashes(r#"{"model": "base:", "prompt": "x"}"#), base, "an empty adapter is the base model");
+    }
+}
