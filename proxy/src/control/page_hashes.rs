@@ -80,6 +80,10 @@ mod tests {
         assert_eq!((base.hashes.len(), base.page_size), (4, 2));
         assert_eq!(hashes(r#"{"model": "base:sql", "prompt": "x"}"#), PageHashes::default());
         assert_eq!(hashes(r#"{"model": "base", "prompt": "x", "lora_path": "sql"}"#), PageHashes::default());
-        assert_eq!(hashes(r#"{"model": "base:", "prompt": "x"}"#), base, "an empty adapter is the base model");
+        assert_eq!(
+            hashes(r#"{"model": "base:", "prompt": "x"}"#),
+            base,
+            "an empty adapter is the base model"
+        );
     }
 }

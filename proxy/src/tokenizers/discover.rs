@@ -158,7 +158,9 @@ mod tests {
         assert_eq!(local_tokenizer(&json!({"tokenizer_path": null, "model_path": d})).unwrap(), json_path);
         // A hub id, or a path only the worker has: none.
         let hub = local_tokenizer(&json!({"tokenizer_path": "deepseek-ai/DeepSeek-V3", "model_path": d}));
-        assert!(matches!(hub, Err(NotFound::NotHere(p)) if p == std::path::Path::new("deepseek-ai/DeepSeek-V3")));
+        assert!(
+            matches!(hub, Err(NotFound::NotHere(p)) if p == std::path::Path::new("deepseek-ai/DeepSeek-V3"))
+        );
         let empty = tempfile::tempdir().unwrap();
         let elsewhere = local_tokenizer(&json!({"model_path": empty.path().to_str().unwrap()}));
         assert!(matches!(elsewhere, Err(NotFound::NotHere(_))));
