@@ -1,6 +1,6 @@
 //! Routing facts: what the proxy derives from a request before asking control — the request
 //! id, the model, the input-token count (estimated from the text; exact once the `tokens` module
-//! has the prompt's token ids from `--tokenizer`), the session key and whether the answer
+//! has the prompt's token ids from the model's tokenizer), the session key and whether the answer
 //! streams. The body is kept as a JSON object with its key
 //! order, so what reaches the workers is the client's JSON plus the injected keys.
 
@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ProxyError;
 
-/// Bytes of text per estimated token (no tokenizer configured).
+/// Bytes of text per estimated token (no tokenizer for the model).
 pub const BYTES_PER_TOKEN: u64 = 4;
 /// Tokens a chat message costs beyond its text (role markers, template).
 const TOKENS_PER_MESSAGE: u64 = 4;

@@ -91,15 +91,15 @@ pub struct Resolved {
 /// that starts with a served one and a colon is that model's adapter (the longest such model);
 /// else the text before the first colon is the base, if it is served. A name that resolves to no
 /// served model is kept whole (control refuses it as unknown), and `base:` is the base model.
-pub fn resolve(named: &ModelName, served: &[ModelName]) -> Resolved {
+pub fn resolve<'a>(named: &ModelName, served: impl Iterator<Item = &'a ModelName> + Clone) -> Resolved {
     let whole = || Resolved { base: named.clone(), adapter: Adapter::None };
-    let serves = |m: &str| served.iter().any(|s| s.as_str() == m);
+    let serves = |m: &str| served.clone().any(|s| s.as_str() == m);
     let text = named.as_str();
     if !text.contains(':') || serves(text) {
         return whole();
     }
     let prefixed = served
-        .iter()
+        .clone()
         .filter(|m| text.len() > m.as_str().len() && text.starts_with(m.as_str()))
         .filter(|m| text.as_bytes()[m.as_str().len()] == b':')
         .max_by_key(|m| m.as_str().len());
@@ -137,7 +137,7 @@ mod tests {
 
     fn resolved(named: &str, served: &[&str]) -> (String, Option<String>) {
         let served: Vec<ModelName> = served.iter().map(|m| ModelName::new(*m)).collect();
-        let r = resolve(&ModelName::new(named), &served);
+        let r = resolve(&ModelName::new(named), served.iter());
         let adapter = match r.adapter {
             Adapter::Named(a) => Some(a.as_str().to_owned()),
             Adapter::None => None,

@@ -126,10 +126,7 @@ impl TargetList {
 
     /// What `named` names: a served model, or an adapter of one ([`crate::lora::resolve`]).
     pub fn resolve(&self, named: &ModelName) -> crate::lora::Resolved {
-        if !named.as_str().contains(':') {
-            return crate::lora::Resolved { base: named.clone(), adapter: crate::lora::Adapter::None };
-        }
-        crate::lora::resolve(named, &self.models())
+        crate::lora::resolve(named, self.targets.iter().map(|t| &t.worker.model))
     }
 
     /// Whether some worker serves `model` (without building the list of models).
