@@ -38,7 +38,7 @@ pub struct Facts {
     pub cache_salt: CacheSalt,
     /// The LoRA adapter the prompt is served with: the body's `lora_path` here, the one `model`
     /// names once the server resolved it against the target list ([`crate::lora`]). Its pages
-    /// are in a namespace no router computes, so its picks carry no page hashes.
+    /// are hashed in the adapter's namespace.
     pub adapter: crate::lora::Adapter,
     /// Whether the answer is an SSE stream.
     pub stream: bool,

@@ -4,16 +4,18 @@
 //! body's `lora_path` (OpenAI requests and `/generate`). The proxy routes such a request as one
 //! of the base model: its workers, its tokenizer.
 //!
-//! Its KV pages, though, are a namespace of their own that no router can compute: SGLang appends
-//! the adapter's `lora_id` to the request's `extra_key` (`Req.__init__`,
-//! python/sglang/srt/managers/schedule_batch.py), and its KV events hash the pages after
-//! `kv_event_namespace_seed(extra_key)` (`_namespace_seed`, python/sglang/srt/mem_cache/events.py).
-//! The `lora_id` is a fresh `uuid4` for an adapter loaded at run time, and a `uuid5` of the
-//! adapter's name *and path* for one of `--lora-paths` (`LoRARef`,
-//! python/sglang/srt/lora/lora_registry.py): the name a request carries does not determine it.
-//! So an adapter's prompt goes to control without page hashes (routed on load), never with the
-//! base model's hashes, which would credit it with pages it cannot reuse
-//! (manual/features/kv_aware_routing.md, "Tokenization in the proxy").
+//! Its KV pages are a namespace of their own, which SGLang's KV events hash in a way no router
+//! can compute: SGLang appends the adapter's `lora_id` to the request's `extra_key`
+//! (`Req.__init__`, python/sglang/srt/managers/schedule_batch.py), and the events hash the pages
+//! after `kv_event_namespace_seed(extra_key)` (`_namespace_seed`,
+//! python/sglang/srt/mem_cache/events.py). The `lora_id` is a fresh `uuid4` for an adapter loaded
+//! at run time, and a `uuid5` of the adapter's name *and path* for one of `--lora-paths`
+//! (`LoRARef`, python/sglang/srt/lora/lora_registry.py): the name a request carries does not
+//! determine it. The events name the adapter (0.5.23's `lora_name`), though, so control's index
+//! keys its blocks by their tokens after infera's own seed for the adapter
+//! (`infera_kv::hash::adapter_seed`), and the proxy hashes the adapter's prompts after the same
+//! seed: a prompt is credited only with pages its own adapter stored
+//! (manual/features/kv_aware_routing.md, "LoRA adapters").
 
 use std::fmt;
 use std::sync::Arc;
@@ -59,7 +61,7 @@ pub enum Adapter {
 }
 
 impl Adapter {
-    /// Whether an adapter serves the prompt (its pages are in a namespace no router computes).
+    /// Whether an adapter serves the prompt.
     pub fn is_some(&self) -> bool {
         !matches!(self, Self::None)
     }
