@@ -3,9 +3,11 @@
 //! an adapter named `sql`, under the `lora_id`s SGLang mints for it (a `uuid4` each time it is
 //! loaded at run time, a `uuid5` of its name and path for `--lora-paths`). The published hashes
 //! differ with the id although the name is the same, and none is the base model's: the name a
-//! request carries (`base:sql`) does not determine them, so the proxy sends an adapter's prompt
-//! without page hashes (manual/features/kv_aware_routing.md, "LoRA adapters"). Should a release
-//! seed the namespace from the name alone, this test fails, and the proxy could hash it.
+//! request carries (`base:sql`) does not determine them, so the index keys an adapter's blocks,
+//! and the proxy hashes its prompts, after infera's own seed for the adapter's name
+//! (`infera_kv::hash::adapter_seed`; manual/features/kv_aware_routing.md, "LoRA adapters").
+//! Should a release seed the namespace from the name alone, this test fails, and SGLang's own
+//! hashes could be used as they are.
 //!
 //! The venv comes from `cargo xtask setup`, as for `sglang_hashes.rs`.
 
