@@ -102,18 +102,23 @@ impl Tokenizers {
         Self::new(None, HashMap::new(), settings)
     }
 
-    /// `model`'s tokenizer, if it has one.
+    /// `model`'s tokenizer, if it has one (the request path: one map lookup and an `Arc` clone).
     pub fn get(&self, model: &ModelName) -> Option<Arc<Tokenizer>> {
-        self.loaded(model).map(|l| l.tokenizer)
+        self.with(model, |l| l.tokenizer.clone())
     }
 
     /// `model`'s tokenizer and its source.
     pub fn loaded(&self, model: &ModelName) -> Option<Loaded> {
+        self.with(model, Loaded::clone)
+    }
+
+    /// `f` of `model`'s tokenizer, with the lock (if any) held for `f` only.
+    fn with<T>(&self, model: &ModelName, f: impl FnOnce(&Loaded) -> T) -> Option<T> {
         if let Some(l) = self.per_model.get(model).or(self.every.as_ref()) {
-            return Some(l.clone());
+            return Some(f(l));
         }
         match self.found.read().expect("tokenizers lock").get(model) {
-            Some(Found::Loaded(l)) => Some(l.clone()),
+            Some(Found::Loaded(l)) => Some(f(l)),
             _ => None,
         }
     }
