@@ -285,6 +285,7 @@ fn events(prompts: &[Vec<u32>], args: &Args) -> Vec<Store> {
                 block_size: args.page_size as u32,
                 medium: Medium::Gpu,
                 cache_salt: args.cache_salt.clone(),
+                lora_name: None,
             },
             pages: hashes.len() - have,
         });

@@ -101,7 +101,7 @@ fn proxy_unit_and_env_start_a_valid_secured_proxy() {
     let config = infera_proxy::Config::try_from(args).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.listen.port(), 8000);
     assert_eq!(config.name.as_deref(), Some("proxy-node-1-8000"));
-    assert!(config.tokenizer.is_some());
+    assert!(config.tokenizers.configured().any(|(model, _)| model.is_none()), "--tokenizer for every model");
 
     assert!(config.control.iter().all(|u| u.scheme_str() == Some("https")), "{:?}", config.control);
     let control = config.tls.control.as_ref().expect("control over TLS");

@@ -8,10 +8,10 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 
 use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
-use infera_tokenize::{ChatTemplateSource, EncoderChoice, LoadError, Tokenizer};
 
 mod connections;
 mod tls;
+mod tokenizer;
 mod workers;
 
 pub use connections::Connections;
@@ -35,7 +35,7 @@ pub struct Args {
     #[command(flatten)]
     clients: ClientArgs,
     #[command(flatten)]
-    tokenizer: TokenizerArgs,
+    tokenizer: tokenizer::TokenizerArgs,
     #[command(flatten)]
     tls: tls::TlsArgs,
     #[command(flatten)]
@@ -169,50 +169,6 @@ struct LimitArgs {
     connect_timeout_ms: u64,
 }
 
-#[derive(ClapArgs, Debug)]
-#[command(next_help_heading = "Tokenizer")]
-struct TokenizerArgs {
-    /// The model's Hugging Face tokenizer.json: the proxy then counts input tokens exactly and
-    /// knows the prompt's token ids (the chat template comes from chat_template.jinja or
-    /// tokenizer_config.json next to it). Unset: input tokens are estimated from the text.
-    #[arg(long, env = "INFERA_PROXY_TOKENIZER", value_name = "FILE")]
-    tokenizer: Option<PathBuf>,
-    /// A Jinja chat template to use instead of the one next to --tokenizer (the file given to
-    /// SGLang's --chat-template).
-    #[arg(long, env = "INFERA_PROXY_CHAT_TEMPLATE", value_name = "FILE", requires = "tokenizer")]
-    chat_template: Option<PathBuf>,
-    /// Memory for the last prompt of each session, so a new turn encodes only its new text
-    /// (0 turns the cache off).
-    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CACHE_BYTES", default_value_t = 64 << 20)]
-    tokenizer_cache_bytes: usize,
-    /// Which BPE encodes: `auto` uses the fast one (kitoken) when it gives the ids of Hugging Face
-    /// `tokenizers` on a probe at start, else `tokenizers`; `reference` always uses `tokenizers`.
-    #[arg(long, env = "INFERA_PROXY_TOKENIZER_ENCODER", value_enum, default_value_t = EncoderArg::Auto)]
-    tokenizer_encoder: EncoderArg,
-    /// While the fast encoder runs, encode the first prompt and then one in N again with
-    /// `tokenizers`, off the request's path, and compare; a difference turns the fast encoder off
-    /// (`infera_proxy_tokenizer_checks_total`). 0: no checks.
-    #[arg(long, env = "INFERA_PROXY_TOKENIZER_CHECK_EVERY", value_name = "N", default_value_t = 1000)]
-    tokenizer_check_every: u64,
-    /// With --tokenizer: how often each worker is probed again for render parity (its
-    /// /v1/tokenize on fixed conversations against the proxy's; a new worker at once). A model
-    /// with a worker that renders apart routes its chat prompts on load. 0: no probes.
-    #[arg(
-        long,
-        env = "INFERA_PROXY_RENDER_PARITY_INTERVAL_MS",
-        value_name = "MS",
-        default_value_t = 300_000
-    )]
-    render_parity_interval_ms: u64,
-}
-
-/// `--tokenizer-encoder`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum EncoderArg {
-    Auto,
-    Reference,
-}
-
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -262,8 +218,9 @@ pub struct Config {
     pub worker_tls: Option<infera_proto::serve::worker_client::WorkerTlsFiles>,
     /// HTTPS on the listener and to control.
     pub tls: TlsConfig,
-    /// The tokenizer, loaded once at start (`--tokenizer`).
-    pub tokenizer: Option<Arc<Tokenizer>>,
+    /// Each model's tokenizer: those of the flags, loaded at start, and those found from the
+    /// workers later.
+    pub tokenizers: Arc<crate::tokenizers::Tokenizers>,
     /// How often workers are probed for render parity (`None`: never).
     pub render_parity_interval: Option<Duration>,
     /// Logs and traces.
@@ -317,9 +274,9 @@ pub enum ConfigError {
     /// `--api-keys` cannot be loaded.
     #[error(transparent)]
     Keys(#[from] crate::keys::KeysError),
-    /// `--tokenizer` or `--chat-template` cannot be loaded.
-    #[error("--tokenizer: {0}")]
-    Tokenizer(#[from] LoadError),
+    /// `--tokenizer`, `--chat-template` or `--model-tokenizer` cannot be loaded.
+    #[error(transparent)]
+    Tokenizer(#[from] tokenizer::TokenizerFlagError),
 }
 
 impl TryFrom<Args> for Config {
@@ -386,9 +343,8 @@ impl TryFrom<Args> for Config {
             connect_timeout: Duration::from_millis(a.limits.connect_timeout_ms),
             worker_tls,
             tls,
-            render_parity_interval: (a.tokenizer.render_parity_interval_ms > 0)
-                .then(|| Duration::from_millis(a.tokenizer.render_parity_interval_ms)),
-            tokenizer: a.tokenizer.load()?,
+            render_parity_interval: a.tokenizer.render_parity_interval(),
+            tokenizers: Arc::new(a.tokenizer.load()?),
             telemetry: a.telemetry.into_config("infera-proxy")?,
         })
     }
@@ -401,21 +357,6 @@ fn control_url(url: &str) -> Result<http::Uri, ConfigError> {
         return Err(bad("expected http://host:port".into()));
     }
     Ok(parsed)
-}
-
-impl TokenizerArgs {
-    fn load(self) -> Result<Option<Arc<Tokenizer>>, LoadError> {
-        let Some(path) = self.tokenizer else { return Ok(None) };
-        let template = self.chat_template.map(ChatTemplateSource::File);
-        let choice = match self.tokenizer_encoder {
-            EncoderArg::Auto => EncoderChoice::Auto,
-            EncoderArg::Reference => EncoderChoice::Reference,
-        };
-        let tokenizer = Tokenizer::load_with(&path, template.as_ref(), choice)?
-            .with_session_cache(self.tokenizer_cache_bytes)
-            .with_checks(self.tokenizer_check_every);
-        Ok(Some(Arc::new(tokenizer)))
-    }
 }
 
 #[cfg(test)]
@@ -466,40 +407,5 @@ mod tests {
         let a = Args::try_parse_from(["infera-proxy", "--control-token-file", "/nonexistent/token"]).unwrap();
         let e = Config::try_from(a).unwrap_err();
         assert!(e.to_string().contains("--control-token-file /nonexistent/token"), "{e}");
-    }
-
-    #[test]
-    fn bad_tokenizer_files_are_config_errors() {
-        let a = Args::try_parse_from(["infera-proxy", "--tokenizer", "/nonexistent/tokenizer.json"]).unwrap();
-        let err = Config::try_from(a).unwrap_err();
-        assert!(matches!(err, ConfigError::Tokenizer(_)), "{err}");
-        assert!(err.to_string().contains("/nonexistent/tokenizer.json"), "{err}");
-        // A chat template needs a tokenizer.
-        assert!(Args::try_parse_from(["infera-proxy", "--chat-template", "t.jinja"]).is_err());
-        let a = Args::try_parse_from(["infera-proxy"]).unwrap();
-        assert!(Config::try_from(a).unwrap().tokenizer.is_none());
-    }
-
-    #[test]
-    fn the_encoder_is_the_fast_one_unless_the_reference_is_asked_for() {
-        use infera_tokenize::EncoderKind;
-        let dir = tempfile::tempdir().unwrap();
-        let json = infera_tokenize::fixture::write_model_dir(dir.path(), 300).unwrap();
-        let load = |extra: &[&str]| {
-            let argv = [&["infera-proxy", "--tokenizer", json.to_str().unwrap()], extra].concat();
-            Config::try_from(Args::try_parse_from(argv).unwrap()).unwrap().tokenizer.unwrap()
-        };
-        let fast = load(&[]);
-        assert!(matches!(fast.encoder(), EncoderKind::Fast { .. }));
-        // The first prompt is checked, then one in 1,000 (the default).
-        assert!(fast.check_due());
-        assert!((0..999).all(|_| !fast.check_due()));
-        assert!(fast.check_due());
-        assert!(!load(&["--tokenizer-check-every", "0"]).check_due());
-        let reference = load(&["--tokenizer-encoder", "reference"]);
-        assert_eq!(reference.encoder(), EncoderKind::Reference(infera_tokenize::ReferenceReason::AskedFor));
-        assert!(!reference.check_due(), "nothing to check without the fast encoder");
-        let err = Args::try_parse_from(["infera-proxy", "--tokenizer-encoder", "fastest"]).unwrap_err();
-        assert!(err.to_string().contains("auto") && err.to_string().contains("reference"), "{err}");
     }
 }

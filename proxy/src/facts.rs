@@ -1,6 +1,6 @@
 //! Routing facts: what the proxy derives from a request before asking control — the request
 //! id, the model, the input-token count (estimated from the text; exact once the `tokens` module
-//! has the prompt's token ids from `--tokenizer`), the session key and whether the answer
+//! has the prompt's token ids from the model's tokenizer), the session key and whether the answer
 //! streams. The body is kept as a JSON object with its key
 //! order, so what reaches the workers is the client's JSON plus the injected keys.
 
@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ProxyError;
 
-/// Bytes of text per estimated token (no tokenizer configured).
+/// Bytes of text per estimated token (no tokenizer for the model).
 pub const BYTES_PER_TOKEN: u64 = 4;
 /// Tokens a chat message costs beyond its text (role markers, template).
 const TOKENS_PER_MESSAGE: u64 = 4;
@@ -36,6 +36,10 @@ pub struct Facts {
     pub session: Option<SessionKey>,
     /// The body's `cache_salt`, the namespace SGLang caches (and hashes) the prompt's pages in.
     pub cache_salt: CacheSalt,
+    /// The LoRA adapter the prompt is served with: the body's `lora_path` here, the one `model`
+    /// names once the server resolved it against the target list ([`crate::lora`]). Its pages
+    /// are hashed in the adapter's namespace.
+    pub adapter: crate::lora::Adapter,
     /// Whether the answer is an SSE stream.
     pub stream: bool,
     /// The caller's tenant (its API key's, [`crate::keys::Caller::tenant`]): a request's own
@@ -126,6 +130,7 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         token_ids: None,
         session,
         cache_salt,
+        adapter: crate::lora::Adapter::in_body(&body),
         stream,
         tenant: None,
         body,

@@ -7,9 +7,11 @@
 //! - [`server`]: accept, route by path, one request's steps; [`any_worker`]: the requests any
 //!   worker of a model answers (tokenize, model and server info, `/health_generate`), sent
 //!   without a pick.
-//! - [`facts`]: request id, model, input-token estimate, session, stream; [`tokens`]: the
-//!   prompt's token ids and exact input tokens when a tokenizer is configured; [`parity`]:
-//!   whether each worker renders chat prompts as the proxy does (else they route on load).
+//! - [`facts`]: request id, model, input-token estimate, session, stream; [`lora`]: a LoRA
+//!   adapter's name resolved to its base model; [`tokenizers`]: each model's tokenizer (from the
+//!   flags, or found from its workers); [`tokens`]: the prompt's token ids and exact input tokens
+//!   when its model has a tokenizer; [`parity`]: whether each worker renders chat prompts as the
+//!   proxy does (else they route on load).
 //! - [`route`] → [`control`]: `PickPrefill` + `PickDecode` at once (the picks asked together
 //!   go out in one `PickMany`), with a local fallback from [`targets`] when control does not
 //!   answer in time; the lease; releases (the `control` module's own doc says which file holds
@@ -36,6 +38,7 @@ pub mod facts;
 pub mod first_byte;
 pub mod forward;
 pub mod keys;
+pub mod lora;
 pub mod metrics;
 pub mod parity;
 pub mod prefill;
@@ -46,6 +49,7 @@ pub mod retry;
 pub mod route;
 pub mod server;
 pub mod targets;
+pub mod tokenizers;
 pub mod tokens;
 pub mod upstream;
 pub mod usage;
@@ -168,8 +172,9 @@ pub async fn run(
     let admission = admission::Admission::new(config.admission);
     let body_budget = request_body::BodyBudget::new(config.max_body_bytes_in_flight);
     let parity = Arc::new(parity::Parity::register(&mut registry));
-    if let (Some(tokenizer), Some(interval)) = (&config.tokenizer, config.render_parity_interval) {
-        parity::spawn(parity.clone(), tokenizer.clone(), up.clone(), interval, stop.receiver());
+    tokenizers::discover::spawn(config.tokenizers.clone(), up.clone(), stop.receiver());
+    if let Some(interval) = config.render_parity_interval {
+        parity::spawn(parity.clone(), config.tokenizers.clone(), up.clone(), interval, stop.receiver());
     }
     let ctx = Arc::new(Ctx { up, registry, config, admission, connections, body_budget, parity });
     let metrics_server =

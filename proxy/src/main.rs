@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use infera_proto::telemetry::{self, Telemetry};
+use infera_proxy::tokenizers::Source;
 use infera_proxy::{Args, Config};
 use infera_tokenize::EncoderKind;
 use tokio::net::TcpListener;
@@ -41,16 +42,29 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         tracing::info!(open_files, "open-files limit");
     }
-    if let Some(tokenizer) = &config.tokenizer {
-        match tokenizer.encoder() {
-            EncoderKind::Fast { offsets_from_bytes } => {
-                tracing::info!(
-                    offsets_from_bytes,
-                    "tokenizer: encoding with kitoken (same ids as tokenizers on the probe)"
-                );
+    for (model, loaded) in config.tokenizers.configured() {
+        let model = model.map_or("(every model without its own)", |m| m.as_str());
+        let source = match &loaded.source {
+            Source::ModelFlag(path) => format!("--model-tokenizer {}", path.display()),
+            Source::EveryModel(path) => format!("--tokenizer {}", path.display()),
+            Source::Worker { worker, path } => format!("worker {worker}: {}", path.display()),
+        };
+        match loaded.tokenizer.encoder() {
+            EncoderKind::Fast { offsets_from_bytes } => tracing::info!(
+                model,
+                %source,
+                offsets_from_bytes,
+                "tokenizer: encoding with kitoken (same ids as tokenizers on the probe)"
+            ),
+            EncoderKind::Reference(reason) => {
+                tracing::warn!(model, %source, %reason, "tokenizer: encoding with tokenizers");
             }
-            EncoderKind::Reference(reason) => tracing::warn!(%reason, "tokenizer: encoding with tokenizers"),
         }
+    }
+    if !config.tokenizers.configured().any(|(model, _)| model.is_none()) {
+        tracing::info!(
+            "tokenizer: a model without --model-tokenizer gets the one its workers' /model_info names, when that path is on this host"
+        );
     }
     let listeners = infera_proxy::Listeners { api: listener, metrics };
     let result = infera_proxy::run(listeners, config, telemetry::stop_signal()).await;

@@ -63,6 +63,12 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenizeLabels {
+    outcome: &'static str,
+    model: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TlsReloadLabels {
     which: &'static str,
     outcome: &'static str,
@@ -99,7 +105,7 @@ pub struct ProxyMetrics {
     plaintext_leaders: Counter,
     late_picks: Counter,
     redeclared: Family<OutcomeLabels, Counter>,
-    tokenize: Family<OutcomeLabels, Counter>,
+    tokenize: Family<TokenizeLabels, Counter>,
     tokenize_seconds: Histogram,
     tokenize_cache: Family<ResultLabels, Counter>,
     tokenizer_checks: Family<ResultLabels, Counter>,
@@ -233,7 +239,8 @@ impl ProxyMetrics {
         r.register(
             "tokenize",
             "Requests by what tokenizing their prompt gave: ok, ambiguous (routed on load), skipped \
-             (batches, media, history held by the engine), error, none (no --tokenizer)",
+             (batches, media, history held by the engine), error, none (no tokenizer for the model), \
+             and by model (empty: one control does not list)",
             m.tokenize.clone(),
         );
         r.register(
@@ -338,9 +345,10 @@ impl ProxyMetrics {
         self.late_picks.inc();
     }
 
-    /// A prompt was tokenized (or not) with `outcome`, taking `seconds` when a tokenizer ran.
-    pub fn tokenized(&self, outcome: &'static str, seconds: Option<f64>) {
-        self.tokenize.get_or_create(&OutcomeLabels { outcome }).inc();
+    /// A prompt of `model` (its label, [`crate::access::model_label`]) was tokenized (or not)
+    /// with `outcome`, taking `seconds` when a tokenizer ran.
+    pub fn tokenized(&self, outcome: &'static str, model: &Arc<str>, seconds: Option<f64>) {
+        self.tokenize.get_or_create(&TokenizeLabels { outcome, model: model.clone() }).inc();
         if let Some(s) = seconds {
             self.tokenize_seconds.observe(s);
         }

@@ -1,5 +1,5 @@
 //! Render parity: whether the proxy renders and encodes chat prompts as each worker does. KV-aware
-//! prefill picks hash the token ids the proxy renders (`--tokenizer`); when its chat template or
+//! prefill picks hash the token ids the proxy renders (with the model's tokenizer); when its chat template or
 //! its defaults differ from a worker's, those hashes never match what the worker caches, and
 //! KV-aware routing silently becomes load-only — or worse, credits the wrong pages.
 //!

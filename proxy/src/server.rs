@@ -297,11 +297,15 @@ async fn generate(
         Ok(f) => facts::Facts { tenant: caller.as_ref().map(keys::Caller::tenant), ..f },
         Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
     };
-    let mut facts = tokens::attach(facts, bytes.len(), ctx.config.tokenizer.as_ref(), &ctx.up.metrics).await;
     let targets = ctx.up.link.targets();
+    // The base model of a LoRA adapter (`base:adapter`) serves it, with its tokenizer.
+    let (model, facts) = crate::lora::resolved(facts, &targets);
+    trail.model = access::model_label(&targets, model.as_ref());
+    let tokenizer = model.as_ref().and_then(|m| ctx.config.tokenizers.get(m));
+    let mut facts =
+        tokens::attach(facts, bytes.len(), tokenizer.as_ref(), &trail.model, &ctx.up.metrics).await;
     ctx.parity.guard(&mut facts, &targets);
     trail.request_id = Some(facts.request_id.clone());
-    trail.model = access::model_label(&targets, facts.model.as_ref());
     trail.input_tokens = facts.input_tokens;
     tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {

@@ -114,10 +114,19 @@ impl TargetList {
         m
     }
 
-    /// The model a request is for: the one it names, else the deployment's only model (`None`
-    /// when it names none and several are served).
+    /// The model a request is for: the one it names (the base model of a LoRA adapter it names,
+    /// [`crate::lora`]), else the deployment's only model (`None` when it names none and several
+    /// are served).
     pub fn model_for(&self, named: Option<&ModelName>) -> Option<ModelName> {
-        named.cloned().or_else(|| self.only_model())
+        match named {
+            Some(m) => Some(self.resolve(m).base),
+            None => self.only_model(),
+        }
+    }
+
+    /// What `named` names: a served model, or an adapter of one ([`crate::lora::resolve`]).
+    pub fn resolve(&self, named: &ModelName) -> crate::lora::Resolved {
+        crate::lora::resolve(named, self.targets.iter().map(|t| &t.worker.model))
     }
 
     /// Whether some worker serves `model` (without building the list of models).

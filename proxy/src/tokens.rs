@@ -1,6 +1,6 @@
-//! The prompt's token ids in the routing facts, when the proxy has a tokenizer (`--tokenizer`):
-//! rendered and encoded as SGLang will (`infera-tokenize`), reusing the session's previous turn,
-//! counted in `infera_proxy_tokenize_total{outcome}`. With ids the input-token count is exact;
+//! The prompt's token ids in the routing facts, when the request's model has a tokenizer
+//! ([`crate::tokenizers`]): rendered and encoded as SGLang will (`infera-tokenize`), reusing the
+//! session's previous turn, counted in `infera_proxy_tokenize_total{outcome,model}`. With ids the input-token count is exact;
 //! without them (no tokenizer, an ambiguous or skipped prompt, an error) the estimate stands
 //! and the request routes on load, as before.
 //!
@@ -22,16 +22,18 @@ use crate::metrics::ProxyMetrics;
 /// Bodies up to this size are tokenized inline.
 pub const INLINE_MAX_BODY_BYTES: usize = 1 << 10;
 
-/// Sets `facts.token_ids` (and the exact `input_tokens`) when `tokenizer` can tell them.
-/// `body_bytes` is the size of the request body as received.
+/// Sets `facts.token_ids` (and the exact `input_tokens`) when `tokenizer`, the one of the
+/// request's model (`model` is its label), can tell them. `body_bytes` is the size of the request
+/// body as received.
 pub async fn attach(
     mut facts: Facts,
     body_bytes: usize,
     tokenizer: Option<&Arc<Tokenizer>>,
+    model: &Arc<str>,
     metrics: &Arc<ProxyMetrics>,
 ) -> Facts {
     let Some(tokenizer) = tokenizer else {
-        metrics.tokenized("none", None);
+        metrics.tokenized("none", model, None);
         return facts;
     };
     let started = Instant::now();
@@ -53,7 +55,7 @@ pub async fn attach(
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "tokenizing on the blocking pool failed");
-                metrics.tokenized("error", None);
+                metrics.tokenized("error", model, None);
                 return facts;
             }
         }
@@ -77,19 +79,19 @@ pub async fn attach(
                 );
             }
             facts.token_ids = Some(tokens.ids);
-            metrics.tokenized("ok", seconds);
+            metrics.tokenized("ok", model, seconds);
         }
         Ok(Outcome::Ambiguous(why)) => {
             tracing::debug!(?why, "prompt rendering is ambiguous; routing on load");
-            metrics.tokenized("ambiguous", seconds);
+            metrics.tokenized("ambiguous", model, seconds);
         }
         Ok(Outcome::Skipped(why)) => {
             tracing::debug!(why = why.as_str(), "prompt not tokenized");
-            metrics.tokenized("skipped", seconds);
+            metrics.tokenized("skipped", model, seconds);
         }
         Err(e) => {
             tracing::debug!(error = %e, "prompt not tokenized");
-            metrics.tokenized("error", seconds);
+            metrics.tokenized("error", model, seconds);
         }
     }
     facts
@@ -158,7 +160,9 @@ mod tests {
         let json = dir.path().join("tokenizer.json");
         let args = Args::try_parse_from(["infera-proxy", "--tokenizer", json.to_str().unwrap()]).unwrap();
         let config = Config::try_from(args).unwrap();
-        let tokenizer = config.tokenizer.as_ref().expect("loaded at start");
+        let tokenizer =
+            &config.tokenizers.get(&infera_proto::types::ModelName::new("m")).expect("loaded at start");
+        let label: Arc<str> = Arc::from("m");
         let mut registry = Registry::default();
         let metrics = Arc::new(ProxyMetrics::register(&mut registry));
 
@@ -168,7 +172,7 @@ mod tests {
         let body = serde_json::to_vec(&fixture::chat_body(&messages)).unwrap();
         let f = facts::derive(Api::ChatCompletions, &headers, &body).unwrap();
         let estimate = f.input_tokens;
-        let f = attach(f, body.len(), Some(tokenizer), &metrics).await;
+        let f = attach(f, body.len(), Some(tokenizer), &label, &metrics).await;
         let ids = f.token_ids.clone().expect("token ids");
         assert_eq!(f.input_tokens, ids.len() as u64);
         assert_ne!(f.input_tokens, estimate, "the exact count replaces the estimate");
@@ -184,7 +188,7 @@ mod tests {
         let body = serde_json::to_vec(&fixture::chat_body(&messages)).unwrap();
         assert!(body.len() > INLINE_MAX_BODY_BYTES);
         let f = facts::derive(Api::ChatCompletions, &headers, &body).unwrap();
-        let f = attach(f, body.len(), Some(tokenizer), &metrics).await;
+        let f = attach(f, body.len(), Some(tokenizer), &label, &metrics).await;
         assert!(f.token_ids.as_ref().is_some_and(|t| t.starts_with(&ids[..ids.len() - 3])));
         assert_eq!(f.body.get("messages").and_then(|m| m.as_array()).map(Vec::len), Some(4), "body kept");
 
@@ -193,6 +197,7 @@ mod tests {
             facts::derive(Api::Completions, &headers, br#"{"model":"m","prompt":"x"}"#).unwrap(),
             0,
             None,
+            &label,
             &metrics,
         )
         .await;
@@ -202,6 +207,7 @@ mod tests {
             facts::derive(Api::Completions, &headers, batch).unwrap(),
             batch.len(),
             Some(tokenizer),
+            &label,
             &metrics,
         )
         .await;
@@ -218,9 +224,9 @@ mod tests {
 
         let text = metrics_text(&registry);
         for line in [
-            r#"infera_proxy_tokenize_total{outcome="ok"} 2"#,
-            r#"infera_proxy_tokenize_total{outcome="none"} 1"#,
-            r#"infera_proxy_tokenize_total{outcome="skipped"} 1"#,
+            r#"infera_proxy_tokenize_total{outcome="ok",model="m"} 2"#,
+            r#"infera_proxy_tokenize_total{outcome="none",model="m"} 1"#,
+            r#"infera_proxy_tokenize_total{outcome="skipped",model="m"} 1"#,
             r#"infera_proxy_tokenize_cache_total{result="miss"} 1"#,
             r#"infera_proxy_tokenize_cache_total{result="hit"} 1"#,
         ] {

@@ -239,6 +239,9 @@ pub struct SimConfig {
     pub port: u16,
     /// `--model-path`.
     pub model_path: String,
+    /// `--tokenizer-path`, else the model path: what `/model_info` reports as `tokenizer_path`
+    /// (SGLang's `ServerArgs.tokenizer_path` defaults to the model path).
+    pub tokenizer_path: String,
     /// The model id served.
     pub served_model_name: String,
     /// PD role.

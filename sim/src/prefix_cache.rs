@@ -73,6 +73,7 @@ impl Inserted {
                 block_size: pages.page_size,
                 medium: Medium::Gpu,
                 cache_salt: pages.cache_salt.clone(),
+                lora_name: None,
             });
             at = end;
         }
@@ -195,6 +196,7 @@ mod tests {
                     block_size: 2,
                     medium: Medium::Gpu,
                     cache_salt: None,
+                    lora_name: None,
                 },
                 KvEvent::BlockRemoved { block_hashes: vec![5], medium: Medium::Gpu },
             ]

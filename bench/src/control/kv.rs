@@ -39,6 +39,7 @@ fn stored(tokens: &[u32]) -> KvEvent {
         block_size: PAGE as u32,
         medium: Medium::Gpu,
         cache_salt: None,
+        lora_name: None,
     }
 }
 

@@ -43,6 +43,10 @@ pub enum KvEvent {
         /// The `cache_salt` of the request that stored them (0.5.18's `BlockStoredWithMetadata`,
         /// a field from 0.5.20): SGLang hashed the chain after its [`crate::hash::salt_seed`].
         cache_salt: Option<String>,
+        /// The name of the LoRA adapter whose requests stored them (0.5.23's `lora_name`): SGLang
+        /// hashed them in the adapter's namespace, which the index stands in for with
+        /// [`crate::hash::adapter_seed`].
+        lora_name: Option<String>,
     },
     /// Pages evicted from `medium`.
     BlockRemoved {

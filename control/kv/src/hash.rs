@@ -11,6 +11,9 @@
 //! `SHA256("sglang-cache-salt-v1\0" ‖ salt)` (`compute_node_event_hash_values`, 0.5.18–0.5.23;
 //! an empty salt is no salt, `GenerateReqInput._normalize_cache_salt`), see [`seed_of`].
 //!
+//! A LoRA adapter's pages are a namespace SGLang seeds with an engine-internal id; infera keys
+//! them after a seed of its own for the adapter's name instead ([`adapter_seed`]).
+//!
 //! Because every digest covers all pages before it, two prompts share the hash of page `i` exactly
 //! when they share the first `i + 1` pages: a page hash *is* a prefix. The proxy hashes prompts with
 //! this function; control keys KV events by it, taking an engine's published hashes as they are
@@ -71,6 +74,38 @@ pub fn seed_of(cache_salt: Option<&str>) -> Option<ChainDigest> {
     cache_salt.filter(|s| !s.is_empty()).map(salt_seed)
 }
 
+/// The digest a LoRA adapter's chain starts from, in the index and the proxy: **infera's own**
+/// stand-in for SGLang's namespace, which hashes the adapter's engine-internal `lora_id` and no
+/// router can compute (0.5.23: `kv_event_namespace_seed`, python/sglang/srt/mem_cache/events.py).
+/// The index keys an adapter's blocks (their events name `lora_name`) by their tokens chained
+/// after this seed, and the proxy hashes a `base:adapter` prompt after it, so a prompt is credited
+/// only with pages its own adapter stored (under its own salt). Lengths and a presence byte keep
+/// `("a", "bc")` and `("ab", "c")` apart, as SGLang's seeds do.
+pub fn adapter_seed(lora_name: &str, cache_salt: Option<&str>) -> ChainDigest {
+    let mut sha = Sha256::new();
+    sha.update(b"infera-lora-adapter-v1\0");
+    sha.update((lora_name.len() as u64).to_le_bytes());
+    sha.update(lora_name.as_bytes());
+    match cache_salt.filter(|s| !s.is_empty()) {
+        Some(salt) => {
+            sha.update([1]);
+            sha.update((salt.len() as u64).to_le_bytes());
+            sha.update(salt.as_bytes());
+        }
+        None => sha.update([0]),
+    }
+    ChainDigest(sha.finalize().into())
+}
+
+/// The seed of a chain stored under `cache_salt` by the LoRA adapter `lora_name`, if any: the
+/// adapter's ([`adapter_seed`]), else the salt's ([`seed_of`]).
+pub fn namespace_seed(cache_salt: Option<&str>, lora_name: Option<&str>) -> Option<ChainDigest> {
+    match lora_name.filter(|n| !n.is_empty()) {
+        Some(name) => Some(adapter_seed(name, cache_salt)),
+        None => seed_of(cache_salt),
+    }
+}
+
 /// The page-hash sequence of a prompt: one hash per *full* page of `page_size` tokens (a partial
 /// last page is not shareable between requests, so it is left out).
 ///
@@ -86,9 +121,23 @@ pub fn page_hashes(tokens: &[u32], page_size: usize) -> Vec<PageHash> {
 /// # Panics
 /// If `page_size` is 0.
 pub fn salted_page_hashes(cache_salt: Option<&str>, tokens: &[u32], page_size: usize) -> Vec<PageHash> {
+    namespaced_page_hashes(cache_salt, None, tokens, page_size)
+}
+
+/// [`salted_page_hashes`] of a prompt served by the LoRA adapter `lora_name` (`None`: the base
+/// model): the chain starts after [`namespace_seed`], as the index keys the adapter's blocks.
+///
+/// # Panics
+/// If `page_size` is 0.
+pub fn namespaced_page_hashes(
+    cache_salt: Option<&str>,
+    lora_name: Option<&str>,
+    tokens: &[u32],
+    page_size: usize,
+) -> Vec<PageHash> {
     assert!(page_size > 0, "page_size must be positive");
     let mut out = Vec::with_capacity(tokens.len() / page_size);
-    let mut prior = seed_of(cache_salt);
+    let mut prior = namespace_seed(cache_salt, lora_name);
     let mut page = Vec::with_capacity(page_size);
     for chunk in tokens.chunks_exact(page_size) {
         page.clear();
@@ -147,6 +196,22 @@ mod tests {
             page_hashes(&[1, 2, 3, 4], 2),
             "empty is none"
         );
+    }
+
+    #[test]
+    fn an_adapters_chain_is_a_namespace_of_its_own_per_salt() {
+        let tokens = [1, 2, 3, 4];
+        let base = page_hashes(&tokens, 2);
+        let sql = namespaced_page_hashes(None, Some("sql"), &tokens, 2);
+        assert_eq!(sql.len(), 2);
+        assert_eq!(sql[0], chain_page(Some(&adapter_seed("sql", None)), &[1, 2]).page_hash());
+        assert_ne!(sql, base);
+        assert_ne!(sql, namespaced_page_hashes(None, Some("chat"), &tokens, 2));
+        let salted = namespaced_page_hashes(Some("t"), Some("sql"), &tokens, 2);
+        assert!(salted != sql && salted != salted_page_hashes(Some("t"), &tokens, 2));
+        assert_eq!(namespaced_page_hashes(Some(""), Some("sql"), &tokens, 2), sql, "empty salt is none");
+        assert_eq!(namespaced_page_hashes(None, Some(""), &tokens, 2), base, "empty name is none");
+        assert_ne!(adapter_seed("a", Some("bc")), adapter_seed("ab", Some("c")));
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! ways no router can compute (a LoRA adapter's, `format: "dynamo"`) publishes other hashes for the
 //! same tokens: its blocks are keyed by hashing the token ids every
 //! `BlockStored` carries, chained on the parent block's digest, and its hashes are kept per target
-//! only to find a block again when it is removed or named as a parent.
+//! only to find a block again when it is removed or named as a parent. A LoRA adapter's chain
+//! (its event names `lora_name`, 0.5.23) starts after infera's seed for the adapter
+//! ([`crate::hash::adapter_seed`]), which the proxy hashes the adapter's prompts after: it
+//! matches that adapter's prompts alone, not the base model's.
 //!
 //! A page hash covers every page before it, so "target holds hash `h_i`" means "target holds the
 //! first `i + 1` pages"; the overlap of a prompt with a target is the length of the leading run of
@@ -38,7 +41,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::event::{EventBatch, KvEvent, Medium};
-use crate::hash::{PageHash, seed_of};
+use crate::hash::{PageHash, namespace_seed};
 
 mod pages;
 mod search;
@@ -199,6 +202,7 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                     token_ids,
                     block_size,
                     cache_salt,
+                    lora_name,
                     ..
                 } => {
                     let parent = parent_block_hash.map(|p| {
@@ -217,9 +221,13 @@ impl<K: Copy + Eq + Hash> PrefixIndex<K> {
                         }
                     };
                     let first_parent = prior.map(|l| l.page());
-                    // A salted chain's first page is hashed after the salt's seed; below a parent
-                    // the chain goes on from the parent's link.
-                    let seed = if first_parent.is_none() { seed_of(cache_salt.as_deref()) } else { None };
+                    // A salted chain's first page is hashed after the salt's seed, an adapter's
+                    // after infera's seed for the adapter (SGLang's needs its engine-internal
+                    // id); below a parent the chain goes on from the parent's link.
+                    let seed = match first_parent {
+                        None => namespace_seed(cache_salt.as_deref(), lora_name.as_deref()),
+                        Some(_) => None,
+                    };
                     let mut pages = token_ids.chunks((*block_size).max(1) as usize);
                     let mut blocks = Vec::with_capacity(block_hashes.len());
                     let mut short = false;

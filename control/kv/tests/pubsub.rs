@@ -31,6 +31,7 @@ fn batch(n: u64) -> EventBatch {
                 block_size: 2,
                 medium: Medium::Gpu,
                 cache_salt: None,
+                lora_name: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![n64], medium: Medium::CpuPinned },
         ],

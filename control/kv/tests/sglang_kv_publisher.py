@@ -66,19 +66,24 @@ def make_batch(kv, i):
                   block_size=2, lora_id=None, medium=medium)
     stored = kv.BlockStored(**fields)
     salt = None
+    lora_name = None
     if i % 7 in (2, 5):  # i = 5: CPU_PINNED, no bigrams: lossless
         if hasattr(kv, "BlockStoredWithMetadata"):  # 0.5.18/0.5.19: 8-element array
             stored = kv.BlockStoredWithMetadata(**fields, metadata=kv.BlockStoredMetadata(cache_salt="salt"))
             salt = "salt"
         elif "session_id" in kv.BlockStored.__struct_fields__:  # 0.5.20+: extra map keys
             extra = {"session_id": "sess"} if i % 7 == 2 else {}
+            if i % 7 == 5 and "lora_name" in kv.BlockStored.__struct_fields__:  # 0.5.23: kept
+                extra = {"lora_name": "sql"}
+                lora_name = "sql"
             stored = kv.BlockStored(**fields, cache_salt="salt", **extra)
             salt = "salt"
-            lossless = lossless and not extra  # session_id is not kept
+            lossless = lossless and "session_id" not in extra  # session_id is not kept
     events = [stored, kv.BlockRemoved(block_hashes=hashes[:2], medium=medium)]
     expect = [
         {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-         "token_ids": tokens, "block_size": 2, "medium": medium, "cache_salt": salt},
+         "token_ids": tokens, "block_size": 2, "medium": medium, "cache_salt": salt,
+         "lora_name": lora_name},
         {"type": "BlockRemoved", "block_hashes": hashes[:2], "medium": medium},
     ]
     if i % 3 == 0:
@@ -90,7 +95,7 @@ def make_batch(kv, i):
 
 def event_from_json(kv, e):
     """One event as SGLang's scheduler records it, from the test's JSON."""
-    fields = {k: v for k, v in e.items() if k != "type"}
+    fields = {k: v for k, v in e.items() if k != "type" and (k != "lora_name" or v is not None)}
     if e["type"] == "BlockStored":
         fields.setdefault("lora_id", None)
     return getattr(kv, e["type"])(**fields)

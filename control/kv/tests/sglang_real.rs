@@ -46,6 +46,7 @@ fn expected(v: &Value) -> EventBatch {
                 block_size: e["block_size"].as_u64().unwrap() as u32,
                 medium: medium(&e["medium"]),
                 cache_salt: e["cache_salt"].as_str().map(str::to_owned),
+                lora_name: e["lora_name"].as_str().map(str::to_owned),
             },
             "BlockRemoved" => {
                 KvEvent::BlockRemoved { block_hashes: ints(&e["block_hashes"]), medium: medium(&e["medium"]) }
@@ -159,6 +160,13 @@ async fn real_sglang_events_arrive_exactly(version: &str) {
     }
     assert!(
         published.iter().any(|a| a["lossless"] == true) && published.iter().any(|a| a["lossless"] == false)
+    );
+    let adapter =
+        published.iter().any(|a| a["lossless"] == true && a["expect"]["events"][0]["lora_name"] == "sql");
+    assert_eq!(
+        adapter,
+        version == "0.5.23",
+        "SGLang {version}: a lossless adapter's store (0.5.23's lora_name)"
     );
     let stats = sub.stats().snapshot();
     // The late join is caught up from SGLang's replay socket right after connecting; the dropped

@@ -134,6 +134,7 @@ mod tests {
             block_size: 4,
             medium: Medium::Gpu,
             cache_salt: None,
+            lora_name: None,
         }];
         let shared = SharedIndex::new(KvIndex::new(usize::MAX));
         let target = TargetKey::from_index(0);

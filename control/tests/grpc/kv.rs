@@ -38,6 +38,7 @@ fn stored(prompt: &[u32], from: usize, to: usize) -> KvEvent {
         block_size: PS as u32,
         medium: Medium::Gpu,
         cache_salt: None,
+        lora_name: None,
     }
 }
 

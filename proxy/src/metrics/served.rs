@@ -57,7 +57,7 @@ impl ServedMetrics {
         r.register(
             "prompt_tokens",
             "Prompt tokens of the requests answered, by model: the engine's count when its answer \
-             reports usage, else the proxy's (exact with --tokenizer, estimated without)",
+             reports usage, else the proxy's (exact when the model has a tokenizer, estimated without)",
             m.prompt_tokens.clone(),
         );
         r.register(

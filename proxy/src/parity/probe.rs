@@ -1,6 +1,7 @@
-//! The probes of [`super::Parity`]: every second, each worker of each model that control lists
-//! and that was never probed, or not for an interval, is asked to tokenize the probe
-//! conversations; the verdict is recorded. Workers gone from the list are forgotten.
+//! The probes of [`super::Parity`]: every second, each worker of each model that control lists,
+//! that has a tokenizer ([`crate::tokenizers`]) and that was never probed, or not for an
+//! interval, is asked to tokenize the probe conversations, which the proxy tokenizes with that
+//! model's tokenizer; the verdict is recorded. Workers gone from the list are forgotten.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +11,8 @@ use http::{Request, header};
 use http_body_util::{BodyExt, Full};
 use infera_proto::types::{Api, ModelName};
 use infera_tokenize::{Outcome, Tokenizer};
+
+use crate::tokenizers::Tokenizers;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -23,7 +26,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Probes the workers control lists, due ones every second, until `stop` fires.
 pub fn spawn(
     parity: Arc<Parity>,
-    tokenizer: Arc<Tokenizer>,
+    tokenizers: Arc<Tokenizers>,
     up: Upstreams,
     interval: Duration,
     mut stop: watch::Receiver<()>,
@@ -31,7 +34,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let tick = interval.min(Duration::from_secs(1));
         loop {
-            probe_due(&parity, &tokenizer, &up, interval).await;
+            probe_due(&parity, &tokenizers, &up, interval).await;
             tokio::select! {
                 () = tokio::time::sleep(tick) => {}
                 _ = stop.changed() => return,
@@ -40,15 +43,17 @@ pub fn spawn(
     });
 }
 
-async fn probe_due(parity: &Parity, tokenizer: &Tokenizer, up: &Upstreams, interval: Duration) {
+async fn probe_due(parity: &Parity, tokenizers: &Tokenizers, up: &Upstreams, interval: Duration) {
     let list = up.link.targets();
     if list.is_empty() {
         return;
     }
     let mut present = Vec::new();
     for model in list.models() {
+        let tokenizer = tokenizers.get(&model);
         for endpoint in list.workers_of(&model) {
             present.push(endpoint.worker_id.clone());
+            let Some(tokenizer) = &tokenizer else { continue };
             let due = parity.probed_at(&endpoint.worker_id).is_none_or(|at| at.elapsed() >= interval);
             if due {
                 let same = probe(tokenizer, up, &model, &endpoint).await;
@@ -93,7 +98,7 @@ async fn probe(
                 proxy_token = d.proxy,
                 worker_token = d.worker,
                 "render parity: the worker tokenizes chat prompts differently from this proxy's \
-                 --tokenizer/--chat-template; the model's chat prompts route on load until they agree"
+                 tokenizer and chat template for the model; its chat prompts route on load until they agree"
             );
             return Some(false);
         }

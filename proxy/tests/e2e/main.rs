@@ -25,5 +25,6 @@ mod router_auth;
 mod slow_control;
 mod timeout;
 mod tls;
+mod tokenizers;
 mod trace;
 mod worker_tls;

@@ -75,7 +75,7 @@ fn legacy_server_info(app: &App) -> Value {
     let mut info = json!({
         "model_path": c.model_path,
         "served_model_name": c.served_model_name,
-        "tokenizer_path": c.model_path,
+        "tokenizer_path": c.tokenizer_path,
         "host": c.host,
         "port": c.port,
         "tp_size": c.tp_size,
@@ -131,7 +131,7 @@ pub(super) fn model_info(app: &App) -> Value {
     let mut info = json!({
         "model_path": c.model_path,
         "served_model_name": c.served_model_name,
-        "tokenizer_path": c.model_path,
+        "tokenizer_path": c.tokenizer_path,
         "is_generation": c.generates(),
         "preferred_sampling_params": null,
         "weight_version": "default",

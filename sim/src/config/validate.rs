@@ -93,6 +93,10 @@ impl TryFrom<SimArgs> for SimConfig {
             served_model_name: server.served_model_name.unwrap_or_else(|| server.model_path.clone()),
             host: server.host,
             port: server.port,
+            tokenizer_path: server
+                .tokenizer_path
+                .as_ref()
+                .map_or_else(|| server.model_path.clone(), |p| p.display().to_string()),
             model_path: server.model_path,
             mode,
             bootstrap_port: server.disaggregation_bootstrap_port,

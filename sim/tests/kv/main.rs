@@ -76,6 +76,7 @@ fn stored(ids: &[u32], pages: usize) -> KvEvent {
         block_size: 4,
         medium: Medium::Gpu,
         cache_salt: None,
+        lora_name: None,
     }
 }
 
@@ -154,6 +155,7 @@ async fn a_rank_publishes_its_stored_pages_and_their_eviction() {
                 block_size: 4,
                 medium: Medium::Gpu,
                 cache_salt: None,
+                lora_name: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![c_hashes[1].0], medium: Medium::Gpu },
         ]

@@ -60,6 +60,7 @@ fn event(e: &Ev) -> KvEvent {
                 block_size: PS as u32,
                 medium: Medium::Gpu,
                 cache_salt: None,
+                lora_name: None,
             }
         }
         Ev::Remove { d, pages, salt } => {

@@ -39,6 +39,7 @@ fn salted_stored(tokens: &[u32], from: usize, to: usize, cache_salt: Option<&str
         block_size: PS,
         medium: Medium::Gpu,
         cache_salt: cache_salt.map(str::to_owned),
+        lora_name: None,
     }
 }
 
@@ -325,5 +326,36 @@ fn a_salted_chain_counts_for_its_salt_alone() {
     assert_eq!(index.targets[&3].namespaced(), 2);
     let stats = index.stats();
     assert_eq!((stats.blocks, stats.rehashed), (4 + 3 + 2, 3 + 2), "the stats count what was rehashed");
+    index.check();
+}
+
+/// A LoRA adapter's blocks (their events name `lora_name`; SGLang's hashes are namespaced past
+/// any router) are keyed by their tokens after infera's seed for the adapter and its salt: they
+/// count for the prompts of the same adapter (and salt) alone, never for the base model's.
+#[test]
+fn an_adapters_blocks_count_for_its_own_prompts_alone() {
+    use crate::hash::namespaced_page_hashes;
+    let p = prompt(4, 3);
+    let adapter = |from, to, salt: Option<&str>, name: &str| {
+        let mut e = salted_stored(&p, from, to, salt, 0x77);
+        let KvEvent::BlockStored { lora_name, .. } = &mut e else { unreachable!() };
+        *lora_name = Some(name.to_owned());
+        e
+    };
+    let query = |salt, name| namespaced_page_hashes(salt, name, &p, PS as usize);
+    let mut index = PrefixIndex::new(100);
+    index.apply(1u32, &adapter(0, 2, None, "sql"));
+    index.apply(1, &adapter(2, 3, None, "sql"));
+    assert_eq!(index.overlap(&query(None, Some("sql")), 1), 3, "its own adapter's prompt");
+    assert_eq!(index.overlap(&query(None, None), 1), 0, "not the base model's");
+    assert_eq!(index.overlap(&query(None, Some("chat")), 1), 0, "nor another adapter's");
+    assert_eq!(index.targets[&1].namespaced(), 3);
+    index.apply(2u32, &adapter(0, 2, Some("t"), "sql"));
+    assert_eq!(index.overlap(&query(Some("t"), Some("sql")), 2), 2);
+    assert_eq!(index.overlap(&query(None, Some("sql")), 2), 0, "a salt splits an adapter's pages too");
+    assert_eq!(index.overlap(&query(Some("t"), None), 2), 0);
+    // Removed by the engine's hashes, as any namespaced block.
+    index.apply(1, &removed(&p, &[2], 0x77));
+    assert_eq!(index.overlap(&query(None, Some("sql")), 1), 2);
     index.check();
 }

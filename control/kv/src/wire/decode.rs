@@ -100,6 +100,7 @@ fn tagged_array(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
                 block_size,
                 medium: medium_,
                 cache_salt,
+                lora_name: None,
             };
             (stored, used)
         }
@@ -131,6 +132,7 @@ struct MapFields<'a> {
     block_size: Option<u32>,
     medium: Option<Medium>,
     cache_salt: Option<String>,
+    lora_name: Option<String>,
 }
 
 /// `{"type": tag, field: value, …}` (≥ 0.5.20): fields equal to their default are omitted,
@@ -148,6 +150,7 @@ fn tagged_map(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
             "block_size" => f.block_size = Some(block_size(r, at("block_size"))?),
             "medium" => f.medium = Some(medium(r, at("medium"))?),
             "cache_salt" => f.cache_salt = opt_str(r, at("cache_salt"))?,
+            "lora_name" => f.lora_name = opt_str(r, at("lora_name"))?,
             _ => r.skip(at("unknown key"))?,
         }
     }
@@ -161,6 +164,7 @@ fn tagged_map(r: &mut Reader<'_>, i: usize) -> Result<KvEvent, WireError> {
             block_size: f.block_size.ok_or_else(|| missing("block_size"))?,
             medium,
             cache_salt: f.cache_salt,
+            lora_name: f.lora_name,
         }),
         BLOCK_REMOVED => Ok(KvEvent::BlockRemoved {
             block_hashes: f.block_hashes.ok_or_else(|| missing("block_hashes"))?,

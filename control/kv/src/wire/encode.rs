@@ -116,6 +116,8 @@ fn array_event(w: &mut Writer, e: &KvEvent) {
             block_size,
             medium,
             cache_salt,
+            // 0.5.18's array form has no adapter name.
+            lora_name: _,
         } => {
             w.array(if cache_salt.is_some() { 8 } else { 7 });
             w.str("BlockStored");
@@ -157,8 +159,9 @@ fn map_event(w: &mut Writer, e: &KvEvent) {
             block_size,
             medium,
             cache_salt,
+            lora_name,
         } => {
-            w.map(if cache_salt.is_some() { 8 } else { 7 });
+            w.map(7 + u32::from(cache_salt.is_some()) + u32::from(lora_name.is_some()));
             w.str("type");
             w.str("BlockStored");
             w.str("block_hashes");
@@ -177,6 +180,10 @@ fn map_event(w: &mut Writer, e: &KvEvent) {
             if let Some(salt) = cache_salt {
                 w.str("cache_salt");
                 w.str(salt);
+            }
+            if let Some(name) = lora_name {
+                w.str("lora_name");
+                w.str(name);
             }
         }
         KvEvent::BlockRemoved { block_hashes, medium } => {

@@ -25,6 +25,7 @@ fn golden_batch() -> EventBatch {
                 block_size: 2,
                 medium: Medium::Gpu,
                 cache_salt: None,
+                lora_name: None,
             },
             KvEvent::BlockRemoved { block_hashes: vec![-2], medium: Medium::Gpu },
             KvEvent::AllBlocksCleared,
@@ -118,6 +119,7 @@ fn eagle_bigrams_become_their_first_token_and_rank_may_be_nil_or_missing() {
                 block_size: 2,
                 medium: Medium::Gpu,
                 cache_salt: None,
+                lora_name: None,
             }],
             "omitted parent, lora_id and medium take their defaults"
         );
@@ -166,6 +168,7 @@ fn unknown_map_keys_are_skipped_and_the_cache_salt_is_read() {
             block_size: 1,
             medium: Medium::CpuPinned,
             cache_salt: Some("s".to_owned()),
+            lora_name: None,
         }]
     );
     // 0.5.20+: a `cache_salt` key.
@@ -301,6 +304,7 @@ fn event() -> impl Strategy<Value = KvEvent> {
                         block_size,
                         medium,
                         cache_salt,
+                        lora_name: None,
                     }
                 }
             ),

@@ -36,6 +36,7 @@ fn index_holding(key: TargetKey, prompt: &[u32], pages: usize) -> KvIndex {
             block_size: PS,
             medium: Medium::Gpu,
             cache_salt: None,
+            lora_name: None,
         },
     );
     index

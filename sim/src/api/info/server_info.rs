@@ -66,7 +66,7 @@ pub(super) fn server_args(app: &App) -> Map<String, Value> {
     let (dp_size, attn_dp_size) = if c.attention_dp { (1, c.ranks) } else { (c.ranks, 1) };
     let modeled = json!({
         "model_path": c.model_path,
-        "tokenizer_path": c.model_path,
+        "tokenizer_path": c.tokenizer_path,
         "served_model_name": c.served_model_name,
         "host": c.host,
         "port": c.port,
