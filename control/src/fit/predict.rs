@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn the_error_is_relative_to_what_was_measured() {
-        assert_eq!(relative_error(45.0, 50.0), Some(-0.1));
+        assert!(relative_error(45.0, 50.0).is_some_and(|e| (e + 0.1).abs() < 1e-12));
+        assert_eq!(relative_error(50.0, 50.0), Some(0.0));
         assert_eq!(relative_error(45.0, 0.0), None);
     }
 }
