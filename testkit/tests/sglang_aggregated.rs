@@ -230,3 +230,108 @@ fn the_load_socket_feeds_control_without_polling() {
         control.stop().await.unwrap();
     });
 }
+
+/// Buckets of `infera_router_decode_step_prediction_error` for `model`: `(le, cumulative count)`.
+fn error_buckets(metrics: &str, model: &str) -> Vec<(f64, f64)> {
+    let prefix = "infera_router_decode_step_prediction_error_bucket{";
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(&format!("model=\"{model}\"")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Control predicts the decode step from the ledger under the fit of the engine's own
+/// `decode_moments` and compares every poll interval with the step the engine measured
+/// (`control/src/fit/predict.rs`), from a trusted fit only. With one, this prints how close the
+/// prediction came (how close it must come is not asserted: CPU steps on a shared machine are
+/// noisy); without one, as the tiny model's CPU steps give (they hardly move with context), it
+/// checks that nothing is predicted.
+#[test]
+fn the_step_predicted_from_the_ledger_is_checked_against_the_engines_own() {
+    run(async {
+        let w = world().await;
+        let mut spec = infera_testkit::ClusterSpec::new(MODEL, Vec::new()).running([w.single.record.clone()]);
+        spec.proxies = 1;
+        spec.proxy_flags = sglang::tokenizer_flags();
+        spec.control
+            .flags
+            .extend(["--decode-request-weight", "auto", "--engine-poll-ms", "100"].map(String::from));
+        let cluster = spec.start().await.expect("cluster");
+        let url = format!("{}/v1/completions", cluster.proxies[0].url);
+        // Lanes of streams of varied prompt lengths, so the fit sees requests and context move.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lanes: Vec<_> = (0..6u32)
+            .map(|lane| {
+                let (url, stop) = (url.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u32;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        n += 1;
+                        let words = 20 + (lane * 37 + n * 53) % 400;
+                        let prompt =
+                            "The quick brown fox jumps over the lazy dog. ".repeat(words as usize / 9);
+                        let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 48 + (n % 4) * 16,
+                            "ignore_eos": true});
+                        let (status, text) = http::post_json(&url, &body).await.unwrap();
+                        assert!(status.is_success(), "{status} {text}");
+                    }
+                })
+            })
+            .collect();
+        // Enough intervals for a verdict (the fit needs 20 at least; `fit/estimate.rs`), then
+        // either a trusted fit and its predictions compared, or no prediction at all.
+        let verdict = eventually(Duration::from_secs(240), "a fit of 60 intervals", async || {
+            let mut admin = cluster.control.admin().await;
+            let config = admin.get_config(pb::GetConfigRequest {}).await.ok()?.into_inner();
+            let fit = config.decode_pool_weights.first()?.workers.first()?.clone();
+            let compared =
+                error_buckets(&cluster.control.metrics().await.ok()?, MODEL).last().map_or(0.0, |b| b.1);
+            let done = fit.samples >= 60.0 && (fit.verdict != "trusted" || compared >= 50.0);
+            done.then_some(fit)
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for l in lanes {
+            l.await.unwrap();
+        }
+        let metrics = cluster.control.metrics().await.unwrap();
+        let buckets = error_buckets(&metrics, MODEL);
+        eprintln!("real engine: fit {verdict:?}");
+        if verdict.verdict == "trusted" {
+            let total = buckets.last().unwrap().1;
+            let share = |lo: f64, hi: f64| {
+                let at =
+                    |x: f64| buckets.iter().filter(|(le, _)| *le <= x).map(|(_, c)| *c).fold(0.0, f64::max);
+                (at(hi) - at(lo)) / total
+            };
+            eprintln!(
+                "real engine, {total} intervals: predicted/measured − 1 within ±5 %: {:.0} %, ±10 %: {:.0} %, ±25 %: {:.0} %",
+                100.0 * share(-0.05 - 1e-9, 0.05),
+                100.0 * share(-0.1 - 1e-9, 0.1),
+                100.0 * share(-0.25 - 1e-9, 0.25),
+            );
+            let predicted =
+                http::metric_sum(&metrics, "infera_router_decode_step_predicted_ms", "worker=\"mixed-0\"");
+            assert!(predicted > 0.0, "{metrics}");
+        } else {
+            // An untrusted fit (the tiny model's CPU steps hardly move with context) predicts
+            // nothing rather than anything.
+            assert!(buckets.is_empty(), "{buckets:?}");
+            assert!(!metrics.contains("infera_router_decode_step_predicted_ms{"), "{metrics}");
+        }
+        let measured = http::metric_sum(
+            &metrics,
+            "infera_router_decode_request_weight_fit_samples",
+            "worker=\"mixed-0\"",
+        );
+        assert!(measured >= 60.0, "{metrics}");
+        engine_idle(&w.single).await;
+        cluster.ledger_returns_to_zero().await.unwrap();
+        cluster.stop().await.unwrap();
+    });
+}

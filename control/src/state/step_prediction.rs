@@ -12,6 +12,11 @@ impl ControlState {
         let rows = self.targets(None, None);
         for pool in pools {
             for w in &pool.workers {
+                // Only a trusted fit predicts: an unidentified one (no load variety, a CPU's
+                // noise) can predict anything, negative steps included.
+                if w.report.verdict != crate::fit::Verdict::Trusted {
+                    continue;
+                }
                 let (Some(fit), Some(interval)) = (w.report.solution, w.report.interval) else { continue };
                 let ranks: Vec<RankLoad> = rows
                     .iter()

@@ -151,7 +151,9 @@ impl Run {
                     .collect();
                 // The prediction control makes as the interval ends: the ledger's load under the
                 // fit so far.
-                let predicted = self.fit.report().solution.and_then(|s| s.worker_step_ms(&self.ledger));
+                let report = self.fit.report();
+                let trusted = report.solution.filter(|_| report.verdict == Verdict::Trusted);
+                let predicted = trusted.and_then(|s| s.worker_step_ms(&self.ledger));
                 self.fit.observe(WorkerReading { at: self.t0 + next, ranks });
                 let measured = self.fit.report().interval.filter(|i| i.at == self.t0 + next);
                 if let (Some(p), Some(m)) = (predicted, measured) {
