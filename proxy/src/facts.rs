@@ -169,6 +169,24 @@ fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyErro
         Api::Responses => {
             text_tokens(content_bytes(body.get("input")) + content_bytes(body.get("instructions")))
         }
+        // Anthropic's `max_tokens` is required and positive (SGLang's `AnthropicMessagesRequest`,
+        // python/sglang/srt/entrypoints/anthropic/protocol.py); `system` is the leading system
+        // message SGLang builds.
+        Api::Messages => {
+            if !body.get("max_tokens").and_then(Value::as_i64).is_some_and(|n| n > 0) {
+                return Err(ProxyError::BadRequest("max_tokens is required and must be a positive integer"));
+            }
+            let Some(Value::Array(messages)) = body.get("messages") else {
+                return Err(ProxyError::BadRequest("messages must be an array"));
+            };
+            let system =
+                body.get("system").map_or(0, |s| TOKENS_PER_MESSAGE + text_tokens(content_bytes(Some(s))));
+            system
+                + messages
+                    .iter()
+                    .map(|m| TOKENS_PER_MESSAGE + text_tokens(content_bytes(m.get("content"))))
+                    .sum::<u64>()
+        }
         Api::Embeddings | Api::Classify => match body.get("input") {
             Some(Value::Array(items)) if items.first().is_some_and(Value::is_number) => items.len() as u64,
             Some(Value::Array(items)) if items.first().is_some_and(Value::is_array) => {
@@ -225,6 +243,26 @@ mod tests {
         assert!(f.stream);
         // Key order is kept.
         assert_eq!(f.body.keys().collect::<Vec<_>>(), ["model", "messages", "stream", "user"]);
+    }
+
+    #[test]
+    fn messages_need_max_tokens_and_count_the_system_prompt() {
+        let f = facts(
+            Api::Messages,
+            r#"{"model":"m","max_tokens":8,"system":"12345678","messages":[{"role":"user","content":[{"type":"text","text":"1234"}]}],"stream":true}"#,
+        )
+        .unwrap();
+        assert_eq!(f.input_tokens, (4 + 2) + (4 + 1));
+        assert!(f.stream);
+        for bad in [
+            r#"{"model":"m","messages":[]}"#,
+            r#"{"model":"m","max_tokens":0,"messages":[]}"#,
+            r#"{"model":"m","max_tokens":"8","messages":[]}"#,
+            r#"{"model":"m","max_tokens":8}"#,
+            r#"{"max_tokens":8,"messages":[]}"#,
+        ] {
+            assert!(matches!(facts(Api::Messages, bad), Err(ProxyError::BadRequest(_))), "{bad}");
+        }
     }
 
     #[test]

@@ -247,9 +247,20 @@ impl KeySet {
 
     /// The key an `Authorization` header names, if the file lists it.
     pub fn identify(&self, authorization: Option<&[u8]>) -> Result<Caller, Refusal> {
-        let hash = authorization
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+        let key =
+            authorization.and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.strip_prefix("Bearer "));
+        self.listed(key)
+    }
+
+    /// The key a request presents, if the file lists it: `Authorization: Bearer <key>`, else
+    /// `x-api-key: <key>`, the header Anthropic's clients send.
+    pub fn identify_request(&self, headers: &http::HeaderMap) -> Result<Caller, Refusal> {
+        self.identify(headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes()))
+            .or_else(|_| self.listed(headers.get("x-api-key").and_then(|v| v.to_str().ok())))
+    }
+
+    fn listed(&self, key: Option<&str>) -> Result<Caller, Refusal> {
+        let hash = key
             .map(|k| sha256(k.trim()))
             .filter(|h| self.keys.contains_key(h))
             .ok_or(Refusal::Unauthorized)?;
@@ -378,6 +389,28 @@ mod tests {
         // A request bigger than a second's worth passes once the bucket is full.
         assert!(set.check(Some(b"Bearer k"), 10_000, t0 + Duration::from_secs(5)).is_ok());
         assert!(set.check(Some(b"Bearer k"), 1, t0 + Duration::from_secs(5)).is_err());
+    }
+
+    #[test]
+    fn a_key_is_taken_from_authorization_or_from_x_api_key() {
+        let set = KeySet::parse(&toml_of("anthropic", "k", None), Instant::now()).unwrap();
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut h = http::HeaderMap::new();
+            for (name, value) in pairs {
+                h.insert(*name, value.parse().unwrap());
+            }
+            h
+        };
+        let name = |h: &http::HeaderMap| set.identify_request(h).map(|c| c.name);
+        assert_eq!(name(&headers(&[("x-api-key", "k")])).unwrap().as_ref(), "anthropic");
+        assert_eq!(name(&headers(&[("authorization", "Bearer k")])).unwrap().as_ref(), "anthropic");
+        assert_eq!(
+            name(&headers(&[("authorization", "Bearer x"), ("x-api-key", "k")])).unwrap().as_ref(),
+            "anthropic"
+        );
+        assert!(name(&headers(&[("x-api-key", "x")])).is_err());
+        assert!(name(&headers(&[("x-api-key", "Bearer k")])).is_err(), "x-api-key holds the bare key");
+        assert!(name(&headers(&[])).is_err());
     }
 
     #[test]
