@@ -14,6 +14,7 @@ mod first_byte;
 mod kv;
 mod ledger;
 mod load;
+mod messages;
 mod observability;
 mod openai;
 mod pairing;
