@@ -4,6 +4,7 @@ mod client;
 mod harness;
 
 mod admission;
+mod anthropic;
 mod api_keys;
 mod chaos;
 mod endpoints;
