@@ -173,7 +173,7 @@ fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyErro
         // python/sglang/srt/entrypoints/anthropic/protocol.py); `system` is the leading system
         // message SGLang builds.
         Api::Messages => {
-            if !body.get("max_tokens").and_then(Value::as_i64).is_some_and(|n| n > 0) {
+            if body.get("max_tokens").and_then(Value::as_i64).is_none_or(|n| n <= 0) {
                 return Err(ProxyError::BadRequest("max_tokens is required and must be a positive integer"));
             }
             let Some(Value::Array(messages)) = body.get("messages") else {
