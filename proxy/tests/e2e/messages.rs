@@ -212,3 +212,32 @@ async fn a_pd_model_of_sglang_0_5_18_refuses_messages_but_counts_their_tokens() 
     kit.ledger_returns_to_zero().await.unwrap();
     kit.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_stream_cut_by_its_decode_ends_with_anthropic_error_and_message_stop() {
+    let cluster = Cluster::start(Shape { decode_dp: 1, proxies: 1, ..Shape::default() }).await;
+    let url = format!("{}/v1/messages", cluster.proxies[0]);
+    cluster.decode().faults(json!({"die_after_tokens": 3})).await;
+    let mut long = message(true);
+    long["max_tokens"] = json!(16);
+    let (status, text) = post_json(&url, &long, &[]).await;
+    assert_eq!(status, StatusCode::OK, "the stream had begun: {text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    let events = named_events(&text);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{names:?}");
+    assert_eq!(&names[names.len() - 2..], ["error", "message_stop"], "{names:?}");
+    let error = &events[events.len() - 2].1;
+    assert_eq!(
+        (error["type"].as_str(), error["error"]["type"].as_str()),
+        (Some("error"), Some("api_error")),
+        "{error}"
+    );
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains("decode worker")), "{error}");
+    cluster.decode().faults(json!({"die_after_tokens": null})).await;
+    let (status, text) = post_json(&url, &message(true), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(named_events(&text).last().map(|(n, _)| n.as_str()), Some("message_stop"), "{text}");
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
