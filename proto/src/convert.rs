@@ -376,7 +376,7 @@ pub fn worker_endpoint(m: &pb::WorkerEndpoint) -> Result<WorkerRecord, ConvertEr
         page_size: m.page_size,
         transfer_backend: Some(m.transfer_backend.clone()).filter(|s| !s.is_empty()),
         kv_cache_dtype: Some(m.kv_cache_dtype.clone()).filter(|s| !s.is_empty()),
-        sglang_version: None,
+        sglang_version: Some(m.sglang_version.clone()).filter(|s| !s.is_empty()),
         kv_events: None,
         load_events: None,
         labels: Default::default(),

@@ -1,6 +1,6 @@
 //! Requests any worker of a model answers alike, sent to one without a pick: they hold nothing
-//! the ledger counts. SGLang's tokenizer routes (`POST /v1/tokenize`, `/v1/detokenize`), the
-//! model's and the server's facts (`GET /get_model_info`, `/get_server_info`), and
+//! the ledger counts. SGLang's tokenizer routes (`POST /v1/tokenize`, `/v1/detokenize`,
+//! Anthropic's `/v1/messages/count_tokens`), the model's and the server's facts (`GET /get_model_info`, `/get_server_info`), and
 //! `GET /health_generate`, which asks one worker of each role of a model to generate.
 //!
 //! The model is the body's `model` (POST), `?model=` (GET), or the deployment's only model. A
@@ -28,6 +28,9 @@ pub enum Info {
     Tokenize,
     /// `POST /v1/detokenize` (alias `/detokenize`).
     Detokenize,
+    /// `POST /v1/messages/count_tokens` (Anthropic's; SGLang renders the messages as
+    /// `/v1/messages` would and counts the prompt's tokens).
+    CountTokens,
     /// `GET /get_model_info` (alias `/model_info`).
     ModelInfo,
     /// `GET /get_server_info` (alias `/server_info`).
@@ -41,6 +44,7 @@ impl Info {
         match (method, path) {
             (&Method::POST, "/v1/tokenize" | "/tokenize") => Some(Self::Tokenize),
             (&Method::POST, "/v1/detokenize" | "/detokenize") => Some(Self::Detokenize),
+            (&Method::POST, "/v1/messages/count_tokens") => Some(Self::CountTokens),
             (&Method::GET, "/get_model_info" | "/model_info") => Some(Self::ModelInfo),
             (&Method::GET, "/get_server_info" | "/server_info") => Some(Self::ServerInfo),
             _ => None,
@@ -52,6 +56,7 @@ impl Info {
         match self {
             Self::Tokenize => "/v1/tokenize",
             Self::Detokenize => "/v1/detokenize",
+            Self::CountTokens => "/v1/messages/count_tokens",
             Self::ModelInfo => "/get_model_info",
             Self::ServerInfo => "/get_server_info",
         }
@@ -62,13 +67,27 @@ impl Info {
         match self {
             Self::Tokenize => "tokenize",
             Self::Detokenize => "detokenize",
+            Self::CountTokens => "count_tokens",
             Self::ModelInfo => "get_model_info",
             Self::ServerInfo => "get_server_info",
         }
     }
 
     fn method(self) -> Method {
-        if matches!(self, Self::Tokenize | Self::Detokenize) { Method::POST } else { Method::GET }
+        if matches!(self, Self::Tokenize | Self::Detokenize | Self::CountTokens) {
+            Method::POST
+        } else {
+            Method::GET
+        }
+    }
+
+    /// The envelope of the errors the proxy answers on this route (Anthropic's on
+    /// `/v1/messages/count_tokens`, as SGLang's).
+    pub fn envelope(self) -> crate::envelope::Envelope {
+        match self {
+            Self::CountTokens => crate::envelope::Envelope::Anthropic,
+            _ => crate::envelope::Envelope::OpenAi,
+        }
     }
 }
 
@@ -246,6 +265,11 @@ mod tests {
         assert_eq!(Info::of(&Method::GET, "/get_server_info"), Some(Info::ServerInfo));
         assert_eq!(Info::of(&Method::GET, "/v1/tokenize"), None, "tokenize is a POST");
         assert_eq!(Info::of(&Method::POST, "/get_model_info"), None);
+        let count = Info::of(&Method::POST, "/v1/messages/count_tokens");
+        assert_eq!(
+            count.map(|i| (i.worker_path(), i.envelope())),
+            Some(("/v1/messages/count_tokens", crate::envelope::Envelope::Anthropic))
+        );
     }
 
     #[test]

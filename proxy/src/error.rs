@@ -1,6 +1,6 @@
 //! The proxy's errors, classified by where they came from and whether a retry can help, and
-//! the one mapping of them to HTTP: an OpenAI-style error JSON, or an SSE error event once a
-//! stream has begun.
+//! the one mapping of them to HTTP: an OpenAI-style error JSON (Anthropic's on `/v1/messages`,
+//! [`Envelope`]), or an SSE error event once a stream has begun.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use infera_proto::types::{LegFailure, ModelName, RequestId};
 use serde_json::json;
 
 use crate::body::{Body, full};
+use crate::envelope::Envelope;
 
 /// Which side of the proxy an error came from (labels metrics; decides retries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +147,19 @@ pub enum ProxyError {
         /// The API's path.
         path: &'static str,
     },
+    /// An API the SGLang release of the model's prefill/decode workers cannot serve through a
+    /// pair (`/v1/messages` before 0.5.23 drops the bootstrap fields).
+    #[error(
+        "model \"{model}\" is served by prefill/decode workers running SGLang {version}, which cannot serve {path} through a prefill/decode pair (its request drops the bootstrap fields; SGLang 0.5.23 serves it)"
+    )]
+    NotServedPd {
+        /// The model.
+        model: ModelName,
+        /// The API's path.
+        path: &'static str,
+        /// The release of the worker that cannot.
+        version: String,
+    },
     /// The model's prefill and decode workers cannot pair (KV page size, transfer backend or KV
     /// cache dtype differ): no request can be served until a compatible one registers.
     #[error("{0}")]
@@ -178,7 +192,9 @@ pub enum ProxyError {
     #[error("request timed out after {0:?}")]
     Timeout(Duration),
     /// `--api-keys` is set and the request carries no listed key.
-    #[error("invalid API key: send `Authorization: Bearer <key>` with a key this proxy lists")]
+    #[error(
+        "invalid API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`) with a key this proxy lists"
+    )]
     Unauthorized,
     /// The key is over its tokens-per-second limit.
     #[error("API key {key} is over its rate limit; retry after {}s", retry_after.as_secs().max(1))]
@@ -210,6 +226,7 @@ impl ProxyError {
             | Self::BadJson(_)
             | Self::BadRequest(_)
             | Self::NotAggregated { .. }
+            | Self::NotServedPd { .. }
             | Self::NoRoute { .. }
             | Self::Unauthorized
             | Self::RateLimited { .. } => ErrorSource::Downstream,
@@ -264,7 +281,10 @@ impl ProxyError {
             Self::BodyTooLarge { .. } | Self::BodyTooComplex { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::TooLong { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::BadJson(_) | Self::BadRequest(_) | Self::NotAggregated { .. } => StatusCode::BAD_REQUEST,
+            Self::BadJson(_)
+            | Self::BadRequest(_)
+            | Self::NotAggregated { .. }
+            | Self::NotServedPd { .. } => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::NoTarget { .. } | Self::NoCompatiblePair(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream { failure: LegFailure::Timeout, .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -287,6 +307,7 @@ impl ProxyError {
             Self::BodyTimeout(_) => ("invalid_request_error", "request_timeout"),
             Self::BadJson(_) | Self::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             Self::NotAggregated { .. } => ("invalid_request_error", "model_not_served_aggregated"),
+            Self::NotServedPd { .. } => ("invalid_request_error", "model_not_served_pd"),
             Self::NoRoute { .. } => ("invalid_request_error", "not_found"),
             Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),
             Self::NoTarget { .. } => ("server_error", "no_healthy_target"),
@@ -317,9 +338,15 @@ impl ProxyError {
         }
     }
 
-    /// The error as the client sees it before any byte of an answer was sent.
+    /// The error as the client sees it before any byte of an answer was sent, in OpenAI's
+    /// envelope.
     pub fn into_response(self, request_id: &RequestId) -> Response<Body> {
-        let mut r = Response::new(full(self.json().to_string()));
+        self.respond(Envelope::OpenAi, request_id)
+    }
+
+    /// The error as the client sees it before any byte of an answer was sent, in `envelope`.
+    pub fn respond(self, envelope: Envelope, request_id: &RequestId) -> Response<Body> {
+        let mut r = Response::new(full(envelope.body(self.status(), self.json()).to_string()));
         *r.status_mut() = self.status();
         r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
         if let Ok(v) = header::HeaderValue::from_str(request_id.as_str()) {
@@ -333,9 +360,10 @@ impl ProxyError {
         r
     }
 
-    /// The error as an SSE event, once a stream has begun: `data: {"error": …}` and `[DONE]`.
-    pub fn sse_event(&self) -> Bytes {
-        Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.json()))
+    /// The error as the last SSE events, once a stream has begun: `data: {"error": …}` and
+    /// `[DONE]` (Anthropic's `error` and `message_stop` events on `/v1/messages`).
+    pub fn sse_event(&self, envelope: Envelope) -> Bytes {
+        envelope.stream_end(self.status(), self.json())
     }
 }
 
@@ -360,50 +388,4 @@ pub async fn upstream_error_text(body: hyper::body::Incoming) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_map_to_openai_json_with_the_right_status() {
-        let e = ProxyError::UnknownModel(ModelName::new("x"));
-        assert_eq!(e.status(), StatusCode::NOT_FOUND);
-        assert_eq!(e.json()["error"]["code"], "model_not_found");
-        let upstream = ProxyError::UpstreamStatus {
-            leg: Leg::Decode,
-            url: "http://10.1.2.3:30000".into(),
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            body: "boom".into(),
-        };
-        let shown = upstream.json()["error"]["message"].as_str().unwrap().to_owned();
-        assert_eq!(shown, "decode worker answered 500 Internal Server Error: boom");
-        assert!(upstream.to_string().contains("10.1.2.3"), "the log keeps the address");
-        assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        let unpaired =
-            ProxyError::NoCompatiblePair("model \"m\" has no prefill and decode that can pair".into());
-        assert_eq!(unpaired.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(unpaired.json()["error"]["code"], "no_compatible_pd_pair");
-        assert_eq!(unpaired.json()["error"]["type"], "server_error");
-        assert!(!unpaired.retryable());
-        let up = ProxyError::UpstreamStatus {
-            leg: Leg::Decode,
-            url: "u".into(),
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            body: "busy".into(),
-        };
-        assert!(up.retryable());
-        assert_eq!(up.source_side(), ErrorSource::Upstream);
-        let bad = ProxyError::UpstreamStatus {
-            leg: Leg::Decode,
-            url: "u".into(),
-            status: StatusCode::BAD_REQUEST,
-            body: "no".into(),
-        };
-        assert!(!bad.retryable());
-        assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "a worker's 4xx is the client's problem");
-        assert_eq!(up.leg_failure(), Some((Leg::Decode, Some(LegFailure::ServerError))));
-        assert_eq!(bad.leg_failure(), Some((Leg::Decode, None)), "a 4xx counts against no worker");
-        assert_eq!(ProxyError::BodyTooLarge { limit: 1 }.leg_failure(), None);
-        let sse = String::from_utf8(up.sse_event().to_vec()).unwrap();
-        assert!(sse.starts_with("data: {\"error\":") && sse.ends_with("data: [DONE]\n\n"), "{sse}");
-    }
-}
+mod tests;

@@ -32,7 +32,8 @@ pub struct Facts {
     /// The prompt's token ids as SGLang prefills them, when the proxy has a tokenizer and the
     /// prompt is unambiguous (set by `tokens::attach`).
     pub token_ids: Option<Arc<[u32]>>,
-    /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`.
+    /// Session key: `x-session-id` header, else `user`, else `prompt_cache_key`, else (on
+    /// `/v1/messages`) `metadata.user_id`.
     pub session: Option<SessionKey>,
     /// The body's `cache_salt`, the namespace SGLang caches (and hashes) the prompt's pages in.
     pub cache_salt: CacheSalt,
@@ -115,10 +116,16 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     // An empty `user` names no session: `prompt_cache_key` still may.
     let field =
         |name: &str| body.get(name).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    // Anthropic's clients name their user in `metadata.user_id`.
+    let anthropic_user = || {
+        let user = body.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str);
+        user.filter(|s| api == Api::Messages && !s.is_empty()).map(str::to_owned)
+    };
     let session = header("x-session-id")
         .map(str::to_owned)
         .or_else(|| field("user"))
-        .or_else(|| field("prompt_cache_key"));
+        .or_else(|| field("prompt_cache_key"))
+        .or_else(anthropic_user);
     let session = session.map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
     let cache_salt = CacheSalt::of(&body)?;
@@ -173,6 +180,24 @@ fn estimate_tokens(api: Api, body: &Map<String, Value>) -> Result<u64, ProxyErro
         },
         Api::Responses => {
             text_tokens(content_bytes(body.get("input")) + content_bytes(body.get("instructions")))
+        }
+        // Anthropic's `max_tokens` is required and positive (SGLang's `AnthropicMessagesRequest`,
+        // python/sglang/srt/entrypoints/anthropic/protocol.py); `system` is the leading system
+        // message SGLang builds.
+        Api::Messages => {
+            if body.get("max_tokens").and_then(Value::as_i64).is_none_or(|n| n <= 0) {
+                return Err(ProxyError::BadRequest("max_tokens is required and must be a positive integer"));
+            }
+            let Some(Value::Array(messages)) = body.get("messages") else {
+                return Err(ProxyError::BadRequest("messages must be an array"));
+            };
+            let system =
+                body.get("system").map_or(0, |s| TOKENS_PER_MESSAGE + text_tokens(content_bytes(Some(s))));
+            system
+                + messages
+                    .iter()
+                    .map(|m| TOKENS_PER_MESSAGE + text_tokens(content_bytes(m.get("content"))))
+                    .sum::<u64>()
         }
         Api::Embeddings | Api::Classify => match body.get("input") {
             Some(Value::Array(items)) if items.first().is_some_and(Value::is_number) => items.len() as u64,
@@ -230,6 +255,35 @@ mod tests {
         assert!(f.stream);
         // Key order is kept.
         assert_eq!(f.body.keys().collect::<Vec<_>>(), ["model", "messages", "stream", "user"]);
+    }
+
+    #[test]
+    fn messages_need_max_tokens_and_count_the_system_prompt() {
+        let f = facts(
+            Api::Messages,
+            r#"{"model":"m","max_tokens":8,"system":"12345678","messages":[{"role":"user","content":[{"type":"text","text":"1234"}]}],"stream":true}"#,
+        )
+        .unwrap();
+        assert_eq!(f.input_tokens, (4 + 2) + (4 + 1));
+        assert!(f.stream);
+        assert_eq!(f.session, None);
+        let user = r#"{"model":"m","max_tokens":1,"messages":[],"metadata":{"user_id":"u7"}}"#;
+        assert_eq!(facts(Api::Messages, user).unwrap().session.as_ref().map(SessionKey::as_str), Some("u7"));
+        let chat = r#"{"model":"m","messages":[],"metadata":{"user_id":"u7"}}"#;
+        assert_eq!(
+            facts(Api::ChatCompletions, chat).unwrap().session,
+            None,
+            "OpenAI's metadata is not a user"
+        );
+        for bad in [
+            r#"{"model":"m","messages":[]}"#,
+            r#"{"model":"m","max_tokens":0,"messages":[]}"#,
+            r#"{"model":"m","max_tokens":"8","messages":[]}"#,
+            r#"{"model":"m","max_tokens":8}"#,
+            r#"{"max_tokens":8,"messages":[]}"#,
+        ] {
+            assert!(matches!(facts(Api::Messages, bad), Err(ProxyError::BadRequest(_))), "{bad}");
+        }
     }
 
     #[test]

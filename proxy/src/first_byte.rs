@@ -85,14 +85,23 @@ pub async fn blame(
 }
 
 /// The message of an engine error event (`data: {"error": …}`, which SGLang writes into a
-/// stream whose request failed), if `data` starts with one.
+/// stream whose request failed), if `data` starts with one. On `/v1/messages` SGLang opens even a
+/// failed stream with `message_start`, then its `error` event (`event: error`, `data: {"type":
+/// "error", "error": …}`; `_flush_on_error` in python/sglang/srt/entrypoints/anthropic/serving.py):
+/// a leading `message_start` is passed over.
 pub fn engine_error(data: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(data).ok()?.trim_start();
-    let event = text.strip_prefix("data:")?.lines().next()?.trim();
-    let v: serde_json::Value = serde_json::from_str(event).ok()?;
-    let error = v.get("error")?;
-    let message = error.get("message").and_then(|m| m.as_str()).or_else(|| error.as_str());
-    Some(message.unwrap_or("engine error").to_owned())
+    for event in text.split("\n\n") {
+        let data = event.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
+        let v: serde_json::Value = serde_json::from_str(data).ok()?;
+        if v.get("type").and_then(|t| t.as_str()) == Some("message_start") {
+            continue;
+        }
+        let error = v.get("error")?;
+        let message = error.get("message").and_then(|m| m.as_str()).or_else(|| error.as_str());
+        return Some(message.unwrap_or("engine error").to_owned());
+    }
+    None
 }
 
 /// The attempt's deadline passed before its first byte.
@@ -215,5 +224,16 @@ data: [DONE]
         assert_eq!(engine_error(b"data: [DONE]\n\n"), None);
         assert_eq!(engine_error(b"{\"error\": 1}"), None, "not an SSE event");
         assert_eq!(engine_error(&[0xff, 0xfe]), None);
+        let start =
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n";
+        let failed = format!(
+            "{start}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"KV transfer failed\"}}}}\n\n"
+        );
+        assert_eq!(engine_error(failed.as_bytes()).as_deref(), Some("KV transfer failed"), "Anthropic's");
+        let text = format!(
+            "{start}event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0}}\n\n"
+        );
+        assert_eq!(engine_error(text.as_bytes()), None, "an Anthropic stream that began");
+        assert_eq!(engine_error(start.as_bytes()), None, "message_start alone");
     }
 }

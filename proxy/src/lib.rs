@@ -33,6 +33,7 @@ pub mod body;
 pub mod bounds;
 pub mod config;
 pub mod control;
+pub mod envelope;
 pub mod error;
 pub mod facts;
 pub mod first_byte;

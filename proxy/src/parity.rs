@@ -108,11 +108,14 @@ impl Parity {
         parity
     }
 
-    /// Takes the token ids off a chat prompt (`/v1/chat/completions`, `/v1/responses`) whose
-    /// model has a worker that renders apart: its prefill pick then carries no page hashes.
+    /// Takes the token ids off a chat prompt (`/v1/chat/completions`, `/v1/responses`,
+    /// `/v1/messages`) whose model has a worker that renders apart: its prefill pick then
+    /// carries no page hashes.
     /// The exact token count stays. Other prompts are not rendered with the chat template.
     pub fn guard(&self, facts: &mut Facts, list: &TargetList) {
-        if facts.token_ids.is_none() || !matches!(facts.api, Api::ChatCompletions | Api::Responses) {
+        if facts.token_ids.is_none()
+            || !matches!(facts.api, Api::ChatCompletions | Api::Responses | Api::Messages)
+        {
             return;
         }
         let model = list.model_for(facts.model.as_ref());

@@ -224,7 +224,7 @@ impl Relay {
         self.guard.end_with(ReleaseReason::Failed, failure);
         self.done = true;
         if self.stream {
-            Poll::Ready(Some(Ok(Frame::data(e.sse_event()))))
+            Poll::Ready(Some(Ok(Frame::data(e.sse_event(crate::envelope::Envelope::of(self.api))))))
         } else {
             Poll::Ready(Some(Err(Box::new(e))))
         }

@@ -1,6 +1,8 @@
 //! Route one request: both picks at once for a PD model (one round trip), one pick for an
 //! aggregated model or a pooling API (embeddings, rerank, classify).
 
+mod releases;
+
 use std::sync::Arc;
 
 use infera_proto::types::{ModelName, PickKind, ReleaseReason, Target};
@@ -53,6 +55,11 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
         let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
         return Ok(Route { model, prefill: None, decode });
+    }
+    if list.is_pd(&model) == Some(true)
+        && let Some(version) = releases::unable_in_pd(&list, &model, facts.api)
+    {
+        return Err(ProxyError::NotServedPd { model, path: facts.api.path(), version });
     }
     if list.is_pd(&model) == Some(true) && parallel_samples(facts) > 1 {
         return Err(ProxyError::BadRequest(

@@ -20,6 +20,7 @@ use crate::admission::Admission;
 use crate::any_worker;
 use crate::body::{Body, full};
 use crate::config::Config;
+use crate::envelope::Envelope;
 use crate::error::ProxyError;
 use crate::facts;
 use crate::keys;
@@ -109,6 +110,7 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::POST, "/generate") => Api::Generate,
         (&Method::POST, "/v1/responses") => Api::Responses,
+        (&Method::POST, "/v1/messages") => Api::Messages,
         (&Method::POST, "/v1/embeddings") => Api::Embeddings,
         // SGLang takes PUT too.
         (&Method::POST | &Method::PUT, "/v1/rerank") => Api::Rerank,
@@ -160,7 +162,10 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
     );
     infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
     let mut trail = Trail::new(started.at, ctx.config.access_log);
-    let resp = generate(&ctx, api, req, started, &mut trail).instrument(span).await;
+    let resp = match generate(&ctx, api, req, started, &mut trail).instrument(span).await {
+        Ok(resp) => resp,
+        Err((e, request_id)) => e.respond(Envelope::of(api), &request_id),
+    };
     ctx.up.metrics.answered(api.as_str(), &trail.model, resp.status().as_u16());
     if resp.extensions().get::<Relaying>().is_none() {
         // Answered without a worker's answer: its access line now (a relayed one writes its own
@@ -180,18 +185,18 @@ async fn any_worker(ctx: &Ctx, info: any_worker::Info, req: Request<Incoming>) -
     let (parts, body) = req.into_parts();
     let request_id = facts::client_request_id(&parts.headers).unwrap_or_else(facts::new_request_id);
     if let Err(e) = identify(ctx, &parts.headers) {
-        return e.into_response(&request_id);
+        return e.respond(info.envelope(), &request_id);
     }
     let (bytes, _hold) = match read_body(ctx, body, &parts.headers).await {
         Ok(b) => b,
-        Err(e) => return e.into_response(&request_id),
+        Err(e) => return e.respond(info.envelope(), &request_id),
     };
     let model = if parts.method == Method::POST {
         match crate::bounds::check_values(&bytes, ctx.config.max_body_values)
             .and_then(|()| any_worker::model_of_body(&bytes))
         {
             Ok(m) => m,
-            Err(e) => return e.into_response(&request_id),
+            Err(e) => return e.respond(info.envelope(), &request_id),
         }
     } else {
         any_worker::model_of_query(parts.uri.query())
@@ -212,7 +217,7 @@ async fn any_worker(ctx: &Ctx, info: any_worker::Info, req: Request<Incoming>) -
             }
             resp
         }
-        Err(e) => e.into_response(&request_id),
+        Err(e) => e.respond(info.envelope(), &request_id),
     }
 }
 
@@ -233,8 +238,7 @@ async fn read_body(
 /// the metrics, never the key.
 fn identify(ctx: &Ctx, headers: &http::HeaderMap) -> Result<Option<keys::Caller>, ProxyError> {
     let Some(keys) = &ctx.config.api_keys else { return Ok(None) };
-    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    match keys.get().identify(authorization) {
+    match keys.get().identify_request(headers) {
         Ok(caller) => {
             tracing::Span::current().record("api_key", tracing::field::debug(&*caller.name));
             Ok(Some(caller))
@@ -262,40 +266,44 @@ fn charge(ctx: &Ctx, caller: Option<&keys::Caller>, tokens: u64) -> Result<(), P
     }
 }
 
-/// One generation request, start to relay.
+/// A request the proxy answers itself: the error, and the request id the client is given.
+type Refused = (ProxyError, infera_proto::types::RequestId);
+
+/// One generation request, start to relay; or the error that ended it first, which the caller
+/// renders in `api`'s envelope.
 async fn generate(
     ctx: &Ctx,
     api: Api,
     req: Request<Incoming>,
     mut started: Started,
     trail: &mut Trail,
-) -> Response<Body> {
+) -> Result<Response<Body>, Refused> {
     let (parts, body) = req.into_parts();
     let header_id = facts::client_request_id(&parts.headers);
     trail.request_id = header_id.clone();
     let caller = match identify(ctx, &parts.headers) {
         Ok(c) => c,
-        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+        Err(e) => return Err((e, header_id.unwrap_or_else(facts::new_request_id))),
     };
     trail.key = caller.as_ref().map(|c| c.name.clone());
     // A place in flight first: a queued request holds nothing but its connection.
     let admitted = match ctx.admission.admit(&ctx.up.metrics).await {
         Ok(a) => a,
-        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+        Err(e) => return Err((e, header_id.unwrap_or_else(facts::new_request_id))),
     };
     let deadline = admitted.deadline;
     started.admitted = Some(admitted);
     // The body's share of --max-body-bytes-in-flight lasts as long as this request is served.
     let (bytes, _body_hold) = match read_body(ctx, body, &parts.headers).await {
         Ok(b) => b,
-        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+        Err(e) => return Err((e, header_id.unwrap_or_else(facts::new_request_id))),
     };
     if let Err(e) = crate::bounds::check_values(&bytes, ctx.config.max_body_values) {
-        return e.into_response(&header_id.unwrap_or_else(facts::new_request_id));
+        return Err((e, header_id.unwrap_or_else(facts::new_request_id)));
     }
     let facts = match facts::derive(api, &parts.headers, &bytes) {
         Ok(f) => facts::Facts { tenant: caller.as_ref().map(keys::Caller::tenant), ..f },
-        Err(e) => return e.into_response(&header_id.unwrap_or_else(facts::new_request_id)),
+        Err(e) => return Err((e, header_id.unwrap_or_else(facts::new_request_id))),
     };
     let targets = ctx.up.link.targets();
     // The base model of a LoRA adapter (`base:adapter`) serves it, with its tokenizer.
@@ -309,7 +317,7 @@ async fn generate(
     trail.input_tokens = facts.input_tokens;
     tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {
-        return e.into_response(&facts.request_id);
+        return Err((e, facts.request_id.clone()));
     }
     let mut headers = parts.headers;
     if !ctx.config.forward_authorization {
@@ -327,8 +335,8 @@ async fn generate(
     let attempt = retry::send(&ctx.up, retries, &facts, &headers, deadline);
     let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
-        Ok(Err(e)) => return e.into_response(&facts.request_id),
-        Err(_) => return ProxyError::Timeout(timeout).into_response(&facts.request_id),
+        Ok(Err(e)) => return Err((e, facts.request_id.clone())),
+        Err(_) => return Err((ProxyError::Timeout(timeout), facts.request_id.clone())),
     };
     let (mut head, body) = dispatched.response.into_parts();
     for h in [header::CONNECTION, header::TRANSFER_ENCODING, http::HeaderName::from_static("keep-alive")] {
@@ -368,10 +376,10 @@ async fn generate(
         )
         .with_first(dispatched.first)
         .with_idle_timeout(ctx.config.stream_idle_timeout.filter(|_| facts.stream));
-    match prompt_logprobs {
+    Ok(match prompt_logprobs {
         Some(rx) => Response::from_parts(head, Merged::new(relay, rx, facts.stream).boxed()),
         None => Response::from_parts(head, relay.boxed()),
-    }
+    })
 }
 
 fn models(ctx: &Ctx) -> Response<Body> {

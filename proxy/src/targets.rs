@@ -102,7 +102,7 @@ impl TargetList {
         self.targets.is_empty()
     }
 
-    fn workers(&self) -> impl Iterator<Item = &WorkerRecord> {
+    pub(crate) fn workers(&self) -> impl Iterator<Item = &WorkerRecord> {
         self.targets.iter().map(|t| &t.worker)
     }
 
@@ -292,6 +292,7 @@ mod tests {
                 page_size: 1,
                 transfer_backend: "mooncake".into(),
                 kv_cache_dtype: "auto".into(),
+                sglang_version: String::new(),
             }),
             drained,
             booked_input_tokens: 0,

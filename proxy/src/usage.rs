@@ -1,9 +1,13 @@
 //! The token counts an engine's answer reports, read from the answer as it is relayed: OpenAI's
 //! `usage` (`prompt_tokens`/`completion_tokens`; `/v1/responses`: `input_tokens`/`output_tokens`,
 //! also under `response` in its stream's last event) and `/generate`'s `meta_info`
-//! (`prompt_tokens`/`completion_tokens`; a batch answers a list, summed). A stream is read from
-//! its last event that parses (OpenAI streams carry usage only when the client asked
-//! `stream_options.include_usage`); a whole answer from its body, up to [`BODY_CAP`] bytes.
+//! (`prompt_tokens`/`completion_tokens`; a batch answers a list, summed), and Anthropic's
+//! `usage` on `/v1/messages` (`input_tokens`, with `cache_read_input_tokens` apart, and
+//! `output_tokens`). A stream is read from its last event that parses (OpenAI streams carry usage
+//! only when the client asked `stream_options.include_usage`); an Anthropic stream says its input
+//! tokens in its first event, `message_start`, and its output tokens in `message_delta`, before
+//! `message_stop` (python/sglang/srt/entrypoints/anthropic/serving.py). A whole answer is read
+//! from its body, up to [`BODY_CAP`] bytes.
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -11,6 +15,10 @@ use serde_json::Value;
 /// The longest whole answer read for its usage; a longer one (a large batch of embeddings)
 /// reports none, so that no answer costs the proxy more than parsing this much JSON.
 pub const BODY_CAP: usize = 256 << 10;
+
+/// The first frames of a stream looked at for Anthropic's `message_start` (SGLang writes it
+/// once the first chunk with usage or content arrives, after at most a role chunk).
+const START_FRAMES: usize = 4;
 
 /// Token counts an answer reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,6 +37,10 @@ pub struct UsageTap {
     kept: Vec<Bytes>,
     kept_bytes: usize,
     over_cap: bool,
+    /// Frames of a stream seen so far (up to [`START_FRAMES`]).
+    frames: usize,
+    /// The input tokens of an Anthropic stream's `message_start`.
+    started: Option<u64>,
 }
 
 impl UsageTap {
@@ -43,6 +55,10 @@ impl UsageTap {
             return;
         }
         if self.stream {
+            if self.frames < START_FRAMES {
+                self.frames += 1;
+                self.started = self.started.or_else(|| message_start(data));
+            }
             self.kept.push(data.clone());
             if self.kept.len() > 2 {
                 self.kept.remove(0);
@@ -65,16 +81,33 @@ impl UsageTap {
             return serde_json::from_slice::<Value>(&bytes).map(|v| of_value(&v)).unwrap_or_default();
         }
         let text = String::from_utf8_lossy(&bytes);
-        let events: Vec<&str> = text.split("\n\n").collect();
-        events
-            .into_iter()
+        let usage = events(&text)
             .rev()
-            .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim))
-            .filter(|data| *data != "[DONE]")
-            .find_map(|data| serde_json::from_str::<Value>(data).ok())
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .find(|v| v.get("type").and_then(Value::as_str) != Some("message_stop"))
             .map(|v| of_value(&v))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        Usage { prompt: usage.prompt.or(self.started), ..usage }
     }
+}
+
+/// The data of each SSE event in `text`, `[DONE]` left out.
+fn events(text: &str) -> std::vec::IntoIter<&str> {
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim))
+        .filter(|data| *data != "[DONE]")
+        .collect();
+    events.into_iter()
+}
+
+/// The input tokens of an Anthropic `message_start` event in `frame`.
+fn message_start(frame: &Bytes) -> Option<u64> {
+    let text = std::str::from_utf8(frame).ok().filter(|t| t.contains("\"message_start\""))?;
+    events(text)
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .find(|v| v.get("type").and_then(Value::as_str) == Some("message_start"))
+        .and_then(|v| of_value(&v).prompt)
 }
 
 /// The usage in one answer object (or a batch's list of them).
@@ -85,11 +118,13 @@ fn of_value(v: &Value) -> Usage {
         return Usage { prompt: sum(|u| u.prompt), completion: sum(|u| u.completion) };
     }
     let num = |o: &Value, keys: [&str; 2]| keys.iter().find_map(|k| o.get(k).and_then(Value::as_u64));
+    // Anthropic counts the prompt's cached tokens apart from `input_tokens`.
+    let cached = |o: &Value| o.get("cache_read_input_tokens").and_then(Value::as_u64).unwrap_or(0);
     let from = |o: &Value| Usage {
-        prompt: num(o, ["prompt_tokens", "input_tokens"]),
+        prompt: num(o, ["prompt_tokens", "input_tokens"]).map(|p| p + cached(o)),
         completion: num(o, ["completion_tokens", "output_tokens"]),
     };
-    for path in ["/usage", "/meta_info", "/response/usage"] {
+    for path in ["/usage", "/meta_info", "/response/usage", "/message/usage"] {
         if let Some(o) = v.pointer(path).filter(|o| o.is_object()) {
             return from(o);
         }
@@ -150,6 +185,31 @@ mod tests {
             "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":3}}}\n\n",
         ];
         assert_eq!(tap(true, &responses), Usage { prompt: Some(5), completion: Some(3) });
+    }
+
+    #[test]
+    fn anthropic_messages_report_input_from_message_start_and_output_from_message_delta() {
+        let both = |p, c| Usage { prompt: Some(p), completion: Some(c) };
+        let whole =
+            r#"{"id":"msg_1","type":"message","content":[],"usage":{"input_tokens":7,"output_tokens":3}}"#;
+        assert_eq!(tap(false, &[whole]), both(7, 3));
+        let cached =
+            r#"{"type":"message","usage":{"input_tokens":2,"cache_read_input_tokens":5,"output_tokens":1}}"#;
+        assert_eq!(tap(false, &[cached]), both(7, 1), "the cached prompt tokens count as input");
+        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[],\"usage\":{\"input_tokens\":11,\"output_tokens\":0}}}\n\n";
+        let block = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+        let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n";
+        let end = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+                   event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":4}}\n\n";
+        let stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        assert_eq!(tap(true, &[start, block, delta, delta, delta, end, stop]), both(11, 4));
+        assert_eq!(
+            tap(true, &[&format!("{start}{block}{delta}"), end, stop]),
+            both(11, 4),
+            "events share frames"
+        );
+        // A stream cut before its end: the input tokens alone.
+        assert_eq!(tap(true, &[start, block, delta]), Usage { prompt: Some(11), completion: None });
     }
 
     #[test]

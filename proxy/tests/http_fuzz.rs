@@ -152,8 +152,13 @@ fn pieces(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
     at.windows(2).map(|w| bytes[w[0]..w[1]].to_vec()).collect()
 }
 
-fn error_code(body: &[u8]) -> Option<String> {
+/// The OpenAI error's `code`; on `/v1/messages`, the type of Anthropic's envelope
+/// (`{"type": "error", "error": {"type", "message"}}`).
+fn error_code(api: Api, body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
+    if api.is_anthropic() {
+        return v["error"]["type"].as_str().filter(|_| v["type"] == "error").map(str::to_owned);
+    }
     Some(v["error"]["code"].as_str()?.to_owned())
 }
 
@@ -219,11 +224,12 @@ fn request_bodies_around_the_limit_get_the_status_derive_gives_them() {
         match derived {
             _ if body.len() > LIMIT => {
                 prop_assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-                prop_assert_eq!(error_code(&answer), Some("request_too_large".to_owned()));
+                prop_assert_eq!(error_code(api, &answer), Some("request_too_large".to_owned()));
             }
             Err(e) => {
                 prop_assert_eq!(status, e.status(), "{}", String::from_utf8_lossy(&answer));
-                prop_assert_eq!(error_code(&answer), Some("invalid_request".to_owned()));
+                let invalid = if api.is_anthropic() { "invalid_request_error" } else { "invalid_request" };
+                prop_assert_eq!(error_code(api, &answer), Some(invalid.to_owned()));
             }
             Ok(_) => prop_assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&answer)),
         }

@@ -5,7 +5,8 @@
 //! | `GET /health`, `/health_generate`, `/ready` | empty 200 (503 once shutting down) |
 //! | `GET /server_info`, `/get_server_info`, `/model_info`, `/get_model_info`, `/v1/models`, `/v1/loads` | `info` |
 //! | `GET\|POST /flush_cache`, `POST /abort_request`, `GET /sim/requests`, `GET\|POST /sim/faults` | `admin` |
-//! | `POST /generate` (also `PUT`), `/v1/chat/completions`, `/v1/completions`, `/v1/responses` | `data` |
+//! | `POST /generate` (also `PUT`), `/v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/messages` | `data` |
+//! | `POST /v1/messages/count_tokens` | `messages` |
 //! | `POST /v1/embeddings`, `/v1/classify`, `/v1/rerank` (also `PUT`) | `pooling` |
 //! | `POST /v1/tokenize`, `/tokenize`, `/v1/detokenize`, `/detokenize` | `tokenize` |
 
@@ -13,6 +14,7 @@ mod admin;
 mod data;
 pub(crate) mod info;
 pub mod input;
+mod messages;
 mod pooling;
 pub mod render;
 mod tokenize;
@@ -55,6 +57,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         (&Method::PUT, "/v1/rerank") => pooling::handle(app, Api::Rerank, req).await,
         (&Method::POST, "/v1/tokenize" | "/tokenize") => tokenize::tokenize(&app, req).await,
         (&Method::POST, "/v1/detokenize" | "/detokenize") => tokenize::detokenize(&app, req).await,
+        (&Method::POST, "/v1/messages/count_tokens") => messages::count_tokens(&app, req).await,
         (&Method::POST, _) if Api::from_path(&path).is_some() => match Api::from_path(&path) {
             Some(route) if route.generates() => data::handle(app, route, req).await,
             Some(route) => pooling::handle(app, route, req).await,
@@ -71,7 +74,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 
 /// Paths the SGLang API serves (with some method): these, and every [`Api`]'s.
 fn known_path(path: &str) -> bool {
-    const PATHS: [&str; 17] = [
+    const PATHS: [&str; 18] = [
         "/health",
         "/health_generate",
         "/ready",
@@ -89,6 +92,7 @@ fn known_path(path: &str) -> bool {
         "/tokenize",
         "/v1/detokenize",
         "/detokenize",
+        "/v1/messages/count_tokens",
     ];
     PATHS.contains(&path) || Api::from_path(path).is_some()
 }

@@ -1,6 +1,8 @@
 //! Why a data-plane request failed, and the one place that turns it into SGLang's error
 //! shapes: OpenAI routes `{"object":"error","message","type","param":null,"code"}`, `/generate`
-//! `{"error":{"message"}}`, and inside a stream an `{"error": …}` event (then `[DONE]`).
+//! `{"error":{"message"}}`, `/v1/messages` Anthropic's `{"type":"error","error":{"type",
+//! "message"}}`, and inside a stream an `{"error": …}` event (then `[DONE]`; Anthropic's `error`
+//! event, then `message_stop`).
 
 use hyper::{Response, StatusCode};
 use infera_proto::types::Api;
@@ -94,6 +96,9 @@ impl ApiError {
     /// The error as a whole response for `route`.
     pub fn response(&self, route: Api) -> Response<Body> {
         let status = self.status();
+        if route.is_anthropic() {
+            return server::json(status, &anthropic(status, &self.to_string()));
+        }
         if let ApiError::Input(e) = self
             && e.is_validation(route)
         {
@@ -110,6 +115,9 @@ impl ApiError {
     /// The error as the JSON of one SSE event for `route`.
     pub fn stream_event(&self, route: Api) -> Value {
         let status = self.status();
+        if route.is_anthropic() {
+            return anthropic(status, &self.to_string());
+        }
         if route.is_openai() {
             json!({ "error": openai(status, &self.to_string()) })
         } else {
@@ -134,6 +142,25 @@ pub fn validation(route: Api, message: &str) -> Value {
         }
         _ => error,
     }
+}
+
+/// SGLang's Anthropic error envelope (`_anthropic_error_response` in
+/// python/sglang/srt/entrypoints/http_server.py, `_error_response` in
+/// entrypoints/anthropic/serving.py): the type named by the status (`ERROR_TYPE_MAP`), a 5xx's
+/// message never the exception's (`_scrub_error_message`).
+pub fn anthropic(status: StatusCode, message: &str) -> Value {
+    let kind = match status.as_u16() {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        408 => "request_timeout_error",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        _ => "api_error",
+    };
+    let message = if status.is_server_error() { "Internal server error" } else { message };
+    json!({ "type": "error", "error": { "type": kind, "message": message } })
 }
 
 /// SGLang's OpenAI error object.

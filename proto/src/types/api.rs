@@ -1,5 +1,6 @@
 //! The model APIs of the SGLang HTTP server that infera serves, routes and emulates: SGLang's
-//! native `/generate`, its OpenAI-compatible generation routes and its pooling routes
+//! native `/generate`, its OpenAI-compatible generation routes, its Anthropic-compatible
+//! `/v1/messages` (python/sglang/srt/entrypoints/anthropic/serving.py) and its pooling routes
 //! (embeddings, rerank, classify: one forward pass, no decode; SGLang 0.5.23
 //! python/sglang/srt/entrypoints/http_server.py). The proxy routes them, the tokenizer reads their
 //! prompts, the emulated engine answers them; all three name them with [`Api`].
@@ -15,6 +16,8 @@ pub enum Api {
     Generate,
     /// `POST /v1/responses` (OpenAI responses).
     Responses,
+    /// `POST /v1/messages` (Anthropic messages; SGLang converts it to a chat completion).
+    Messages,
     /// `POST /v1/embeddings` (OpenAI embeddings; a model SGLang serves with `--is-embedding`).
     Embeddings,
     /// `POST /v1/rerank` (SGLang's rerank: a `query` scored against `documents`).
@@ -25,11 +28,12 @@ pub enum Api {
 
 impl Api {
     /// Every API.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::ChatCompletions,
         Self::Completions,
         Self::Generate,
         Self::Responses,
+        Self::Messages,
         Self::Embeddings,
         Self::Rerank,
         Self::Classify,
@@ -42,6 +46,7 @@ impl Api {
             Self::Completions => "/v1/completions",
             Self::Generate => "/generate",
             Self::Responses => "/v1/responses",
+            Self::Messages => "/v1/messages",
             Self::Embeddings => "/v1/embeddings",
             Self::Rerank => "/v1/rerank",
             Self::Classify => "/v1/classify",
@@ -60,6 +65,7 @@ impl Api {
             Self::Completions => "completions",
             Self::Generate => "generate",
             Self::Responses => "responses",
+            Self::Messages => "messages",
             Self::Embeddings => "embeddings",
             Self::Rerank => "rerank",
             Self::Classify => "classify",
@@ -67,9 +73,15 @@ impl Api {
     }
 
     /// Whether SGLang serves it with OpenAI's shapes (errors, `X-Data-Parallel-Rank`); `/generate`
-    /// has SGLang's own.
+    /// has SGLang's own, `/v1/messages` Anthropic's ([`Api::is_anthropic`]).
     pub fn is_openai(self) -> bool {
-        self != Self::Generate
+        !matches!(self, Self::Generate | Self::Messages)
+    }
+
+    /// Whether its errors are Anthropic's envelope, `{"type": "error", "error": {"type",
+    /// "message"}}` (`_anthropic_error_response` in python/sglang/srt/entrypoints/http_server.py).
+    pub fn is_anthropic(self) -> bool {
+        self == Self::Messages
     }
 
     /// Whether it generates tokens (a prefill, then decode steps, maybe streamed, maybe through a
@@ -97,5 +109,14 @@ mod tests {
     fn the_pooling_apis_do_not_generate() {
         let pooling: Vec<Api> = Api::ALL.into_iter().filter(|a| !a.generates()).collect();
         assert_eq!(pooling, [Api::Embeddings, Api::Rerank, Api::Classify]);
+    }
+
+    #[test]
+    fn messages_is_anthropic_shaped() {
+        let anthropic: Vec<Api> = Api::ALL.into_iter().filter(|a| a.is_anthropic()).collect();
+        assert_eq!(anthropic, [Api::Messages]);
+        assert!(!Api::Messages.is_openai() && Api::Messages.generates());
+        assert_eq!(Api::from_path("/v1/messages"), Some(Api::Messages));
+        assert_eq!(Api::from_path("/v1/messages/count_tokens"), None);
     }
 }

@@ -4,6 +4,7 @@ mod client;
 mod harness;
 
 mod admission;
+mod anthropic;
 mod api_keys;
 mod chaos;
 mod endpoints;
@@ -14,6 +15,7 @@ mod first_byte;
 mod kv;
 mod ledger;
 mod load;
+mod messages;
 mod observability;
 mod openai;
 mod pairing;

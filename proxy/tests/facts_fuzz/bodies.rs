@@ -27,6 +27,8 @@ pub(crate) fn key() -> impl Strategy<Value = String> {
         "user",
         "query",
         "documents",
+        "system",
+        "max_tokens",
     ];
     prop_oneof![prop::sample::select(known.to_vec()).prop_map(str::to_owned), "[a-z_]{1,8}"]
 }
@@ -83,6 +85,11 @@ pub(crate) fn valid(api: Api) -> BoxedStrategy<Map<String, Value>> {
         Api::Responses => {
             content().prop_map(|c| json!({"model": "m", "input": c, "instructions": "be brief"})).boxed()
         }
+        Api::Messages => (prop::collection::vec(message, 0..4), content(), 1u64..64)
+            .prop_map(
+                |(m, system, max)| json!({"model": "m", "max_tokens": max, "system": system, "messages": m}),
+            )
+            .boxed(),
         Api::Embeddings | Api::Classify => prop_oneof![
             text().prop_map(Value::from),
             prop::collection::vec(text(), 0..3).prop_map(|t| json!(t)),

@@ -43,6 +43,10 @@ fn expected(api: Api, v: &Value) -> Result<(Option<String>, bool), &'static str>
         Api::ChatCompletions if !o.get("messages").is_some_and(Value::is_array) => {
             Err("messages must be an array")
         }
+        Api::Messages if o.get("max_tokens").and_then(Value::as_i64).is_none_or(|n| n <= 0) => {
+            Err("max_tokens is required and must be a positive integer")
+        }
+        Api::Messages if !o.get("messages").is_some_and(Value::is_array) => Err("messages must be an array"),
         Api::Completions if !o.contains_key("prompt") => Err("prompt is required"),
         Api::Generate if !o.get("input_ids").is_some_and(Value::is_array) && !o.contains_key("text") => {
             Err("text or input_ids is required")

@@ -4,9 +4,9 @@
 //! - [`Tokenizer::load`] reads a Hugging Face `tokenizer.json` (pure-Rust `tokenizers`) and the
 //!   chat template next to it (`chat_template.jinja` or `tokenizer_config.json`) or given
 //!   explicitly ([`ChatTemplateSource`]).
-//! - [`Tokenizer::tokenize`] reads a `/v1/chat/completions`, `/v1/completions`, `/generate` or
-//!   `/v1/responses` body (named by `infera_proto::types::Api`) into a prompt (`request`,
-//!   `responses`, `prompt`), renders chat messages the way SGLang
+//! - [`Tokenizer::tokenize`] reads a `/v1/chat/completions`, `/v1/completions`, `/generate`,
+//!   `/v1/responses` or `/v1/messages` body (named by `infera_proto::types::Api`) into a prompt
+//!   (`request`, `responses`, `messages`, `prompt`), renders chat messages the way SGLang
 //!   0.5.23 prepares them (`chat`) with a minijinja environment configured like transformers'
 //!   (`template`, `python`), and encodes the text without adding special tokens again (chat)
 //!   or with them (completions, `/generate` text); token ids in the request pass through.
@@ -26,6 +26,7 @@ mod encoder;
 mod error;
 mod fit;
 pub mod fixture;
+mod messages;
 mod probe;
 mod prompt;
 mod python;

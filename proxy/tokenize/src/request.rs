@@ -1,14 +1,15 @@
 //! A request body → what SGLang prefills for it: token ids the client gave, text SGLang encodes
 //! with the tokenizer's special tokens (`/v1/completions` `prompt`, `/generate` `text`), chat
-//! messages it renders with the chat template (`/v1/chat/completions`, `/v1/responses`), or a
-//! reason the proxy cannot know (batches, media, history stored on the engine).
+//! messages it renders with the chat template (`/v1/chat/completions`, `/v1/responses`,
+//! `/v1/messages`), or a reason the proxy cannot know (batches, media, history stored on the
+//! engine).
 
 use infera_proto::types::Api;
 use serde_json::{Map, Value};
 
 use crate::error::TokenizeError;
 use crate::prompt::{ChatInput, Prompt, Skip};
-use crate::responses;
+use crate::{messages, responses};
 
 /// Reads the prompt of a request body.
 pub(crate) fn parse(api: Api, body: &Map<String, Value>) -> Result<Prompt, TokenizeError> {
@@ -39,6 +40,7 @@ pub(crate) fn parse(api: Api, body: &Map<String, Value>) -> Result<Prompt, Token
             })))
         }
         Api::Responses => responses::to_chat(body),
+        Api::Messages => messages::to_chat(body),
         Api::Completions => match body.get("prompt") {
             Some(p) => text_or_ids(p),
             None => Err(TokenizeError::Request("prompt is required".into())),

@@ -28,6 +28,14 @@ pub(super) async fn handle(app: Arc<App>, route: Api, req: Request<Incoming>) ->
         Ok(b) => b,
         Err(e) => return ApiError::Input(InputError::Body(e)).response(route),
     };
+    let body = if route == Api::Messages {
+        match super::messages::prepare(&body, &app.config.sglang_version) {
+            Ok(b) => bytes::Bytes::from(b),
+            Err(e) => return ApiError::Input(e).response(route),
+        }
+    } else {
+        body
+    };
     let request = match input::parse(route, &headers, &body, app.config.tokenizer.as_deref()) {
         Ok(r) => r,
         Err(e) => return ApiError::Input(e).response(route),

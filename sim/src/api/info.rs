@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::config::SimConfig;
 
 /// Whether the emulated version is at least `want` (unparsable versions count as newest).
-fn at_least(version: &str, want: [u32; 3]) -> bool {
+pub(crate) fn at_least(version: &str, want: [u32; 3]) -> bool {
     let parts: Vec<u32> = version.split(['.', '-', '+']).take(3).map_while(|p| p.parse().ok()).collect();
     if parts.len() < 3 {
         return true;

@@ -1,4 +1,4 @@
-//! Request bodies of the four generation routes → one [`GenRequest`]. Prompts become tokens
+//! Request bodies of the five generation routes → one [`GenRequest`]. Prompts become tokens
 //! by [`prompt::of_route`] (the emulator's tokens, chat messages rendered as `role: content\n`,
 //! or a real tokenizer's). Batches are not emulated: a list field must hold exactly one item.
 //! The pooling routes read their own bodies (`crate::api::pooling`) but run as a [`GenRequest`]
@@ -173,8 +173,12 @@ pub fn parse(
     }
     let prompt = if prompt.is_empty() { vec![0] } else { prompt };
     Ok(GenRequest {
-        // SGLang's ResponsesRequest names its id `request_id`.
-        rid: if route == Api::Responses { field(b, "request_id")? } else { None }.or(one(b, "rid")?),
+        // SGLang's ResponsesRequest names its id `request_id`; its Anthropic request has none.
+        rid: match route {
+            Api::Responses => field(b, "request_id")?.or(one(b, "rid")?),
+            Api::Messages => None,
+            _ => one(b, "rid")?,
+        },
         prompt,
         max_new_tokens: sampling.max_new_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m.max(0.0) as u32),
         sampling,
@@ -211,7 +215,12 @@ fn cache_salt(route: Api, b: &Value) -> Result<Option<String>, InputError> {
         Api::Completions => {
             b.get("prompt").and_then(Value::as_array).is_some_and(|p| p.iter().any(|x| !x.is_number()))
         }
-        Api::ChatCompletions | Api::Responses | Api::Embeddings | Api::Rerank | Api::Classify => false,
+        Api::ChatCompletions
+        | Api::Responses
+        | Api::Messages
+        | Api::Embeddings
+        | Api::Rerank
+        | Api::Classify => false,
     };
     if b.get(KEY).is_some_and(Value::is_array) && !listed_prompt {
         return Err(InputError::SingleRequestList { key: KEY });

@@ -50,7 +50,7 @@ pub(super) async fn handle(app: Arc<App>, route: Api, req: Request<Incoming>) ->
         Api::Classify => classify::serve(&app, &value, &trace).await,
         Api::Rerank => rerank::serve(&app, &value, &trace).await,
         // The generation routes go to `super::data`.
-        Api::ChatCompletions | Api::Completions | Api::Generate | Api::Responses => {
+        Api::ChatCompletions | Api::Completions | Api::Generate | Api::Responses | Api::Messages => {
             Err(Failure::Error(ApiError::NotGenerative))
         }
     };

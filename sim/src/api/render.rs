@@ -1,7 +1,8 @@
 //! Flow events → the bytes of one route: SSE events (`data: <json>\n\n` … `data: [DONE]\n\n`) or
 //! one JSON body, in the shapes of SGLang 0.5.23 (python/sglang/srt/entrypoints/http_server.py for
 //! `/generate`; python/sglang/srt/entrypoints/openai/serving_chat.py, serving_completions.py,
-//! serving_responses.py and sse_utils.py for the OpenAI routes; `manual/reference/sim.md` lists
+//! serving_responses.py and sse_utils.py for the OpenAI routes; anthropic/serving.py for
+//! `/v1/messages`; `manual/reference/sim.md` lists
 //! them). [`Render`] keeps what every route needs (ids, the text so far); each route's shapes live
 //! in its own module.
 
@@ -9,6 +10,7 @@ mod chat;
 mod completions;
 mod generate;
 mod logprobs;
+mod messages;
 mod responses;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -130,10 +132,11 @@ impl Render {
         self.sse(&events, false)
     }
 
-    /// SSE bytes for the end, then `[DONE]` (none after `/v1/responses`' last event).
+    /// SSE bytes for the end, then `[DONE]` (none after `/v1/responses`' and `/v1/messages`'
+    /// last event).
     pub fn done(&mut self, tokens: u32, cached: u32, finish: &Finish) -> Bytes {
         let events = self.events(tokens, cached, Some(finish));
-        self.sse(&events, self.route != Api::Responses)
+        self.sse(&events, !matches!(self.route, Api::Responses | Api::Messages))
     }
 
     fn events(
@@ -147,6 +150,7 @@ impl Render {
             Api::ChatCompletions => chat::chunks(r, s),
             Api::Completions => completions::chunks(r, s),
             Api::Responses => responses::events(r, s),
+            Api::Messages => messages::events(r, s),
             // The pooling routes answer in one body of their own (`crate::api::pooling`).
             Api::Embeddings | Api::Rerank | Api::Classify => Vec::new(),
         });
@@ -161,8 +165,12 @@ impl Render {
         events
     }
 
-    /// SSE bytes for an error after the stream started, then `[DONE]`.
+    /// SSE bytes for an error after the stream started, then `[DONE]` (`/v1/messages`: its
+    /// `error` and `message_stop` events).
     pub fn failed(&self, e: &ApiError) -> Bytes {
+        if self.route == Api::Messages {
+            return self.sse(&messages::failed(e.stream_event(self.route)), false);
+        }
         self.sse(&[(None, e.stream_event(self.route))], true)
     }
 
@@ -173,6 +181,7 @@ impl Render {
             Api::ChatCompletions => chat::body(r, s),
             Api::Completions => completions::body(r, s),
             Api::Responses => responses::body(r, s),
+            Api::Messages => messages::body(r, s),
             Api::Embeddings | Api::Rerank | Api::Classify => Value::Null,
         })
     }

@@ -67,5 +67,10 @@ pub(super) const CHAT_BAD_T_STREAM: &str = r#"{"model":"tiny","messages":[{"role
 pub(super) const RESP: &str = r#"{"model":"tiny","input":"Hi there","max_output_tokens":8,"temperature":0}"#;
 pub(super) const RESP_STREAM: &str =
     r#"{"model":"tiny","input":"Hi there","max_output_tokens":8,"temperature":0,"stream":true}"#;
+pub(super) const MSG: &str = r#"{"model":"tiny","max_tokens":8,"temperature":0,"system":"Be brief.","messages":[{"role":"user","content":"Hi there"}]}"#;
+pub(super) const MSG_STREAM: &str = r#"{"model":"tiny","max_tokens":8,"temperature":0,"system":"Be brief.","messages":[{"role":"user","content":"Hi there"}],"stream":true}"#;
+pub(super) const MSG_NO_MAX: &str = r#"{"model":"tiny","messages":[{"role":"user","content":"Hi there"}]}"#;
+pub(super) const MSG_COUNT: &str =
+    r#"{"model":"tiny","system":"Be brief.","messages":[{"role":"user","content":"Hi there"}]}"#;
 pub(super) const BAD_JSON: &str = "{bad json";
 pub(super) const ONLY_MODEL: &str = r#"{"model":"tiny"}"#;

@@ -247,6 +247,29 @@ pub const CASES: &[Case] = &[
         body: Some(RESP_STREAM),
         workers: AGG,
     },
+    // /v1/messages (Anthropic's).
+    Case { name: "messages", method: "POST", path: "/v1/messages", body: Some(MSG), workers: AGG },
+    Case {
+        name: "messages_stream",
+        method: "POST",
+        path: "/v1/messages",
+        body: Some(MSG_STREAM),
+        workers: AGG,
+    },
+    Case {
+        name: "messages_no_max_tokens",
+        method: "POST",
+        path: "/v1/messages",
+        body: Some(MSG_NO_MAX),
+        workers: AGG,
+    },
+    Case {
+        name: "messages_count_tokens",
+        method: "POST",
+        path: "/v1/messages/count_tokens",
+        body: Some(MSG_COUNT),
+        workers: AGG,
+    },
     // Errors.
     Case { name: "generate_bad_json", method: "POST", path: "/generate", body: Some(BAD_JSON), workers: AGG },
     Case {
@@ -433,6 +456,13 @@ pub const CASES: &[Case] = &[
         method: "POST",
         path: "/v1/completions",
         body: Some(COMP),
+        workers: &[Worker::Pd],
+    },
+    Case {
+        name: "pd_messages_stream",
+        method: "POST",
+        path: "/v1/messages",
+        body: Some(MSG_STREAM),
         workers: &[Worker::Pd],
     },
     Case {

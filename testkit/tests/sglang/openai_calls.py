@@ -1,6 +1,6 @@
-"""Runs the same OpenAI-client calls (and raw /generate calls) against two base URLs — a proxy
-and the SGLang server behind it — and prints every answer as JSON, so the Rust test can check
-that the proxy answers as SGLang does: `{"case": {"proxy": …, "direct": …}}`.
+"""Runs the same OpenAI-client calls (and raw /generate and Anthropic /v1/messages calls) against
+two base URLs — a proxy and the SGLang server behind it — and prints every answer as JSON, so the
+Rust test can check that the proxy answers as SGLang does: `{"case": {"proxy": …, "direct": …}}`.
 
 usage: python openai_calls.py PROXY_URL DIRECT_URL MODEL [SKIP_CASE…]
 (DIRECT_URL `-`: the proxy only, e.g. in front of a PD pair, which no single server stands for)
@@ -82,6 +82,18 @@ def cases(client, base, model):
     yield "generate_stream", lambda: sse(base + "/generate", {**generate, "stream": True})
     batch = {"text": ["The quick brown fox", "Hello there"], "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
     yield "generate_batch", lambda: post(base + "/generate", batch)["body"]
+    # Anthropic's Messages API (SGLang's python/sglang/srt/entrypoints/anthropic/serving.py).
+    message = {
+        "model": model,
+        "max_tokens": 8,
+        "temperature": 0,
+        "system": [{"type": "text", "text": "Answer briefly."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}],
+    }
+    yield "messages", lambda: post(base + "/v1/messages", message)["body"]
+    yield "messages_stream", lambda: sse(base + "/v1/messages", {**message, "stream": True})
+    counted = {k: v for k, v in message.items() if k in ("model", "system", "messages")}
+    yield "messages_count_tokens", lambda: post(base + "/v1/messages/count_tokens", counted)["body"]
 
 
 def post(url, body, stream=False):

@@ -96,6 +96,7 @@ fn every_api_goes_through_both_legs_and_streams_the_decode() {
         let streamed = answers["chat_stream"]["proxy"].as_array().unwrap();
         assert!(streamed.len() >= 3, "a stream of chunks: {streamed:?}");
         assert_eq!(streamed.last().unwrap()["usage"]["completion_tokens"], 8);
+        anthropic_messages_went_through(&answers);
         // Every call prefilled on a prefill server and decoded on the decode server: the pair
         // met on the bootstrap host, port and room the proxy gave both legs.
         assert!(prompt_tokens(&w.prefills).await > prompts_before, "the prefills computed the prompts");
@@ -105,6 +106,31 @@ fn every_api_goes_through_both_legs_and_streams_the_decode() {
         cluster.ledger_returns_to_zero().await.unwrap();
         cluster.stop().await.unwrap();
     });
+}
+
+/// SGLang 0.5.23's `/v1/messages` took the bootstrap fields the proxy gave both legs (its
+/// request extends `PDRoutingFields`): the decode generated the message, whole and streamed, in
+/// Anthropic's shapes; `count_tokens` (on any one worker) counts the message's prompt.
+fn anthropic_messages_went_through(answers: &Value) {
+    let whole = &answers["messages"]["proxy"];
+    assert_eq!(
+        (whole["type"].as_str(), whole["stop_reason"].as_str()),
+        (Some("message"), Some("max_tokens")),
+        "{whole}"
+    );
+    assert!(whole["content"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{whole}");
+    assert_eq!(whole["usage"]["output_tokens"], 8, "{whole}");
+    let input = whole["usage"]["input_tokens"].as_u64().filter(|n| *n > 0);
+    assert!(input.is_some(), "{whole}");
+    let events = answers["messages_stream"]["proxy"]["events"].as_array().unwrap();
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types.first(), Some(&"message_start"), "{types:?}");
+    assert_eq!(types.last(), Some(&"message_stop"), "{types:?}");
+    assert!(types.contains(&"content_block_delta"), "{types:?}");
+    let delta = events.iter().find(|e| e["type"] == "message_delta").unwrap();
+    assert_eq!(delta["usage"]["output_tokens"], 8, "{delta}");
+    assert_eq!(events[0]["message"]["usage"]["input_tokens"].as_u64(), input, "{:?}", events[0]);
+    assert_eq!(answers["messages_count_tokens"]["proxy"]["input_tokens"].as_u64(), input);
 }
 
 /// Prompt tokens the prefill servers have counted (`sglang:prompt_tokens_total`).

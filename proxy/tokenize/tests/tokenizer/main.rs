@@ -3,6 +3,7 @@
 
 mod encoder;
 mod load;
+mod messages;
 mod models;
 mod render;
 mod responses;

@@ -49,6 +49,22 @@ pub(crate) fn of_route(
             }
             tokens::tokenize(&text)
         }
+        // Anthropic's: `system` (a string or text blocks) before the messages.
+        Api::Messages => {
+            let messages =
+                field::<Vec<Value>>(b, "messages")?.ok_or(InputError::NoPrompt("messages is required"))?;
+            let system = match b.get("system") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(blocks)) => blocks
+                    .iter()
+                    .filter_map(|x| x.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => String::new(),
+            };
+            let system = if system.is_empty() { String::new() } else { format!("system: {system}\n") };
+            tokens::tokenize(&(system + &render_messages(&messages)))
+        }
         // Pooling bodies are read by `crate::api::pooling`, item by item.
         Api::Embeddings | Api::Rerank | Api::Classify => {
             return Err(InputError::NoPrompt("not a generation route"));

@@ -62,7 +62,7 @@ impl Sampling {
         let max_new_tokens = match route {
             Api::Generate => num("max_new_tokens"),
             Api::ChatCompletions => num("max_completion_tokens").or_else(|| num("max_tokens")),
-            Api::Completions => num("max_tokens"),
+            Api::Completions | Api::Messages => num("max_tokens"),
             Api::Responses => num("max_output_tokens"),
             Api::Embeddings | Api::Rerank | Api::Classify => Some(0.0),
         };
@@ -83,9 +83,12 @@ impl Sampling {
                     prompt_from: None,
                 })
             }
-            Api::Responses | Api::Embeddings | Api::Rerank | Api::Classify => None,
+            Api::Responses | Api::Messages | Api::Embeddings | Api::Rerank | Api::Classify => None,
         };
-        let stop = match params.get("stop") {
+        // Anthropic's `stop_sequences` become the chat request's `stop`
+        // (python/sglang/srt/entrypoints/anthropic/serving.py).
+        let stop_key = if route == Api::Messages { "stop_sequences" } else { "stop" };
+        let stop = match params.get(stop_key) {
             Some(Value::String(s)) => vec![s.clone()],
             Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
             _ => Vec::new(),
