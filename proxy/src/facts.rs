@@ -233,6 +233,20 @@ fn content_bytes(v: Option<&Value>) -> u64 {
     }
 }
 
+impl Facts {
+    /// The model these facts are served by (the base model of the adapter `model` names, or the
+    /// deployment's only model), with the adapter recorded ([`crate::lora`]); the body's
+    /// `lora_path` stands when `model` names none.
+    pub fn served_by(mut self, list: &crate::targets::TargetList) -> (Option<ModelName>, Self) {
+        let Some(named) = &self.model else { return (list.only_model(), self) };
+        let crate::lora::Resolved { base, adapter } = list.resolve(named);
+        if adapter.is_some() {
+            self.adapter = adapter;
+        }
+        (Some(base), self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

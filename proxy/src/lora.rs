@@ -23,9 +23,6 @@ use std::sync::Arc;
 use infera_proto::types::ModelName;
 use serde_json::{Map, Value};
 
-use crate::facts::Facts;
-use crate::targets::TargetList;
-
 /// A LoRA adapter's name, as a request names it after its base model (`base:adapter`).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct AdapterName(Arc<str>);
@@ -119,18 +116,6 @@ pub fn resolve<'a>(named: &ModelName, served: impl Iterator<Item = &'a ModelName
     let adapter = adapter.trim();
     let adapter = if adapter.is_empty() { Adapter::None } else { Adapter::Named(AdapterName::new(adapter)) };
     Resolved { base, adapter }
-}
-
-/// The model `facts` are served by (the base model of the adapter `model` names, or the only
-/// model), with the adapter recorded in the facts; the body's `lora_path` stands when `model`
-/// names none.
-pub fn resolved(mut facts: Facts, list: &TargetList) -> (Option<ModelName>, Facts) {
-    let Some(named) = &facts.model else { return (list.only_model(), facts) };
-    let Resolved { base, adapter } = list.resolve(named);
-    if adapter.is_some() {
-        facts.adapter = adapter;
-    }
-    (Some(base), facts)
 }
 
 #[cfg(test)]

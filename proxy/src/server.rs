@@ -307,7 +307,7 @@ async fn generate(
     };
     let targets = ctx.up.link.targets();
     // The base model of a LoRA adapter (`base:adapter`) serves it, with its tokenizer.
-    let (model, facts) = crate::lora::resolved(facts, &targets);
+    let (model, facts) = facts.served_by(&targets);
     trail.model = access::model_label(&targets, model.as_ref());
     let tokenizer = model.as_ref().and_then(|m| ctx.config.tokenizers.get(m));
     let mut facts =

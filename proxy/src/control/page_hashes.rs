@@ -73,7 +73,7 @@ mod tests {
     fn hashes(body: &str) -> PageHashes {
         let list = list();
         let facts = crate::facts::derive(Api::Completions, &http::HeaderMap::new(), body.as_bytes()).unwrap();
-        let (model, mut facts) = crate::lora::resolved(facts, &list);
+        let (model, mut facts) = facts.served_by(&list);
         facts.token_ids = Some((1..=8).collect());
         PageHashes::of(PickKind::Prefill, &facts, &model.unwrap(), &list)
     }
