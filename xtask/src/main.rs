@@ -35,6 +35,11 @@ fn run() -> anyhow::Result<()> {
         "setup" => setup::run(&root),
         "test" => {
             setup::run(&root)?;
+            // Tests start every binary as a process (INFERA_BIN_DIR), infera-bench included,
+            // which `cargo test` builds only for packages with integration tests of their own.
+            let mut bins = cargo(&root);
+            bins.args(["build", "--workspace", "--bins", "--locked"]);
+            status(bins)?;
             let mut cmd = cargo(&root);
             cmd.args(["test", "--workspace", "--locked"]).args(&rest);
             cmd.env("INFERA_GRPCURL", setup::grpcurl(&root)).env("INFERA_PYTHON", setup::python(&root));
