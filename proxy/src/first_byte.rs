@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
-use infera_proto::types::LegFailure;
+use infera_proto::types::{Api, LegFailure};
 use tokio::time::Instant;
 
 use crate::error::{Leg, ProxyError};
@@ -85,12 +85,20 @@ pub async fn blame(
 }
 
 /// The message of an engine error event (`data: {"error": …}`, which SGLang writes into a
-/// stream whose request failed), if `data` starts with one. On `/v1/messages` SGLang opens even a
-/// failed stream with `message_start`, then its `error` event (`event: error`, `data: {"type":
-/// "error", "error": …}`; `_flush_on_error` in python/sglang/srt/entrypoints/anthropic/serving.py):
-/// a leading `message_start` is passed over.
-pub fn engine_error(data: &[u8]) -> Option<String> {
+/// stream whose request failed), if `data` (a stream of `api`) starts with one. On
+/// `/v1/messages` SGLang opens even a failed stream with `message_start`, then its `error` event
+/// (`event: error`, `data: {"type": "error", "error": …}`; `_flush_on_error` in
+/// python/sglang/srt/entrypoints/anthropic/serving.py): a leading `message_start` is passed over.
+/// The OpenAI routes' error event is a bare `data:` line: anything else is relayed as it came.
+pub fn engine_error(data: &[u8], api: Api) -> Option<String> {
     let text = std::str::from_utf8(data).ok()?.trim_start();
+    if !api.is_anthropic() {
+        let event = text.strip_prefix("data:")?.lines().next()?.trim();
+        let v: serde_json::Value = serde_json::from_str(event).ok()?;
+        let error = v.get("error")?;
+        let message = error.get("message").and_then(|m| m.as_str()).or_else(|| error.as_str());
+        return Some(message.unwrap_or("engine error").to_owned());
+    }
     for event in text.split("\n\n") {
         let data = event.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
         let v: serde_json::Value = serde_json::from_str(data).ok()?;
@@ -171,6 +179,7 @@ async fn next_frame(body: &mut Incoming) -> Option<Result<Frame<Bytes>, hyper::E
 /// failure, an engine error event or `deadline` fails the attempt.
 pub async fn first_frame(
     body: &mut Incoming,
+    api: Api,
     mut prefill: Option<&mut PrefillLeg>,
     urls: Urls<'_>,
     deadline: Option<(Instant, Duration)>,
@@ -188,7 +197,7 @@ pub async fn first_frame(
         }
         Some(Ok(frame)) => frame,
     };
-    if let Some(message) = frame.data_ref().and_then(|data| engine_error(data)) {
+    if let Some(message) = frame.data_ref().and_then(|data| engine_error(data, api)) {
         let status = http::StatusCode::INTERNAL_SERVER_ERROR;
         let e = ProxyError::UpstreamStatus {
             leg: Leg::Decode,
@@ -217,23 +226,30 @@ mod tests {
 data: [DONE]
 
 "#;
-        assert_eq!(engine_error(sglang).as_deref(), Some("KV transfer failed"));
-        assert_eq!(engine_error(br#"data: {"error": "boom"}"#).as_deref(), Some("boom"));
+        assert_eq!(engine_error(sglang, Api::ChatCompletions).as_deref(), Some("KV transfer failed"));
+        assert_eq!(engine_error(br#"data: {"error": "boom"}"#, Api::Generate).as_deref(), Some("boom"));
         let token = br#"data: {"id":"x","choices":[{"delta":{"content":"error"}}]}"#;
-        assert_eq!(engine_error(token), None, "a token that spells error is a token");
-        assert_eq!(engine_error(b"data: [DONE]\n\n"), None);
-        assert_eq!(engine_error(b"{\"error\": 1}"), None, "not an SSE event");
-        assert_eq!(engine_error(&[0xff, 0xfe]), None);
+        assert_eq!(engine_error(token, Api::ChatCompletions), None, "a token that spells error is a token");
+        assert_eq!(engine_error(b"data: [DONE]\n\n", Api::Completions), None);
+        assert_eq!(engine_error(b"{\"error\": 1}", Api::ChatCompletions), None, "not an SSE event");
+        assert_eq!(engine_error(&[0xff, 0xfe], Api::Messages), None);
         let start =
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n";
         let failed = format!(
             "{start}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"KV transfer failed\"}}}}\n\n"
         );
-        assert_eq!(engine_error(failed.as_bytes()).as_deref(), Some("KV transfer failed"), "Anthropic's");
+        assert_eq!(
+            engine_error(failed.as_bytes(), Api::Messages).as_deref(),
+            Some("KV transfer failed"),
+            "Anthropic's"
+        );
         let text = format!(
             "{start}event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0}}\n\n"
         );
-        assert_eq!(engine_error(text.as_bytes()), None, "an Anthropic stream that began");
-        assert_eq!(engine_error(start.as_bytes()), None, "message_start alone");
+        assert_eq!(engine_error(text.as_bytes(), Api::Messages), None, "an Anthropic stream that began");
+        assert_eq!(engine_error(start.as_bytes(), Api::Messages), None, "message_start alone");
+        // An `event: error` on an OpenAI route is not SGLang's: relayed as it came.
+        let named = b"event: error\ndata: {\"error\":{\"message\":\"x\"}}\n\n";
+        assert_eq!(engine_error(named, Api::ChatCompletions), None);
     }
 }

@@ -222,7 +222,7 @@ pub async fn dispatch(
             return Ok((response, None));
         }
         let (parts, mut body) = response.into_parts();
-        let first = first_byte::first_frame(&mut body, prefill.as_mut(), urls, deadline).await?;
+        let first = first_byte::first_frame(&mut body, facts.api, prefill.as_mut(), urls, deadline).await?;
         Ok((Response::from_parts(parts, body), first))
     };
     match answered.await {
