@@ -1,18 +1,19 @@
 //! What sending legs to workers needs: the HTTP client to the workers, the link to control and
-//! the metrics ([`Upstreams`]), and asking a worker to abort a request ([`abort`]).
+//! the metrics ([`Upstreams`]), asking a worker to abort a request ([`abort`]), and asking one a
+//! question the proxy reads the JSON answer of itself ([`worker_json`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use infera_proto::serve::tls::TlsError;
 use infera_proto::serve::worker_client::{WorkerConnector, WorkerTlsFiles};
 use infera_proto::types::RequestId;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::control::ControlLink;
 use crate::metrics::ProxyMetrics;
@@ -55,4 +56,24 @@ pub fn abort(client: &WorkerClient, url: &str, rid: &RequestId) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(Duration::from_secs(2), client.request(req)).await;
     });
+}
+
+/// How long a worker has to answer a question the proxy asks for itself ([`worker_json`]).
+pub const WORKER_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends `req` to a worker and reads its answer as JSON, within [`WORKER_ANSWER_TIMEOUT`]; the
+/// error says why not (the send, a status that is not a success, the body, the JSON, the time).
+pub async fn worker_json(client: &WorkerClient, req: Request<Full<Bytes>>) -> Result<Value, String> {
+    let answer = async {
+        let response = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        if !status.is_success() {
+            return Err(format!("answered {status}"));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    };
+    tokio::time::timeout(WORKER_ANSWER_TIMEOUT, answer)
+        .await
+        .map_err(|_| format!("no answer in {WORKER_ANSWER_TIMEOUT:?}"))?
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use infera_proto::types::{Api, ModelName};
 use infera_tokenize::{Outcome, Tokenizer};
 
@@ -18,10 +18,7 @@ use tokio::sync::watch;
 
 use super::{CONVERSATIONS, Parity, compare};
 use crate::targets::Endpoint;
-use crate::upstream::Upstreams;
-
-/// How long a worker has to answer one `/v1/tokenize`.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::upstream::{Upstreams, worker_json};
 
 /// Probes the workers control lists, due ones every second, until `stop` fires.
 pub fn spawn(
@@ -112,22 +109,11 @@ async fn worker_tokens(up: &Upstreams, endpoint: &Endpoint, body: &Value) -> Res
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| e.to_string())?;
-    let answer = async {
-        let response = up.client.request(req).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-        if !status.is_success() {
-            return Err(format!("answered {status}"));
-        }
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-        let ids = v.get("tokens").and_then(Value::as_array).ok_or("no tokens in the answer")?;
-        ids.iter()
-            .map(|x| {
-                x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| "a token id out of range".into())
-            })
-            .collect()
-    };
-    tokio::time::timeout(ANSWER_TIMEOUT, answer)
-        .await
-        .map_err(|_| format!("no answer in {ANSWER_TIMEOUT:?}"))?
+    let v = worker_json(&up.client, req).await?;
+    let ids = v.get("tokens").and_then(Value::as_array).ok_or("no tokens in the answer")?;
+    ids.iter()
+        .map(|x| {
+            x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| "a token id out of range".into())
+        })
+        .collect()
 }

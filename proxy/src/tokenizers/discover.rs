@@ -12,18 +12,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Loaded, Source, Tokenizers, tokenizer_json};
 use crate::targets::Endpoint;
-use crate::upstream::Upstreams;
+use crate::upstream::{Upstreams, worker_json};
 
 /// How long a model whose workers gave no tokenizer waits before they are asked again.
 pub const RETRY: Duration = Duration::from_secs(60);
-/// How long a worker has to answer `/model_info`.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a model got no tokenizer from its worker.
 #[derive(Debug, thiserror::Error)]
@@ -124,18 +121,7 @@ async fn model_info(up: &Upstreams, endpoint: &Endpoint, path: &str) -> Result<V
     let req = Request::get(format!("{}{path}", endpoint.url))
         .body(http_body_util::Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
-    let answer = async {
-        let response = up.client.request(req).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-        if !status.is_success() {
-            return Err(format!("answered {status}"));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
-    };
-    tokio::time::timeout(ANSWER_TIMEOUT, answer)
-        .await
-        .map_err(|_| format!("no answer in {ANSWER_TIMEOUT:?}"))?
+    worker_json(&up.client, req).await
 }
 
 #[cfg(test)]
