@@ -42,29 +42,15 @@ pub enum Drained {
 /// ledger holds nothing on `worker`, or until `deadline`. etcd errors are retried until the
 /// deadline: a registrar that cannot read the report stops the worker at the deadline.
 pub async fn wait_drained(etcd: &EtcdConfig, worker: &WorkerId, since: i64, deadline: Instant) -> Drained {
-    let key = report_key(worker);
+    let mut report = KeyReader::new(etcd, report_key(worker), "the drain report");
     let mut held = None;
-    let mut client = None;
     loop {
-        if client.is_none() {
-            client = connect(etcd).await.ok();
-        }
-        if let Some(c) = client.as_mut() {
-            match c.get(key.as_str(), None).await {
-                Ok(answer) => {
-                    let fresh = answer.kvs().iter().find(|kv| kv.mod_revision() > since);
-                    if let Some(n) =
-                        fresh.and_then(|kv| std::str::from_utf8(kv.value()).ok()?.trim().parse().ok())
-                    {
-                        held = Some(n);
-                        if n == 0 {
-                            return Drained::Empty;
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(%worker, error = %e, "cannot read the drain report; trying again");
-                    client = None;
+        if let Some(kvs) = report.read().await {
+            let fresh = kvs.iter().find(|kv| kv.mod_revision() > since);
+            if let Some(n) = fresh.and_then(|kv| std::str::from_utf8(kv.value()).ok()?.trim().parse().ok()) {
+                held = Some(n);
+                if n == 0 {
+                    return Drained::Empty;
                 }
             }
         }
@@ -74,6 +60,37 @@ pub async fn wait_drained(etcd: &EtcdConfig, worker: &WorkerId, since: i64, dead
             return Drained::Deadline { held };
         }
         tokio::time::sleep_until(next).await;
+    }
+}
+
+/// One key read again and again by a registrar: a lost connection is made again at the next read.
+pub(crate) struct KeyReader<'a> {
+    etcd: &'a EtcdConfig,
+    key: String,
+    /// What the key holds, for the log.
+    what: &'static str,
+    client: Option<etcd_client::Client>,
+}
+
+impl<'a> KeyReader<'a> {
+    /// Reads `key` (which holds `what`) in `etcd`.
+    pub(crate) fn new(etcd: &'a EtcdConfig, key: String, what: &'static str) -> Self {
+        Self { etcd, key, what, client: None }
+    }
+
+    /// The key's values now; `None` when etcd could not be read (a failed read is logged).
+    pub(crate) async fn read(&mut self) -> Option<Vec<etcd_client::KeyValue>> {
+        if self.client.is_none() {
+            self.client = connect(self.etcd).await.ok();
+        }
+        match self.client.as_mut()?.get(self.key.as_str(), None).await {
+            Ok(mut answer) => Some(answer.take_kvs()),
+            Err(e) => {
+                tracing::warn!(key = %self.key, error = %e, "cannot read {}; trying again", self.what);
+                self.client = None;
+                None
+            }
+        }
     }
 }
 

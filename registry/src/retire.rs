@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use infera_proto::types::WorkerId;
 
+use crate::drain::KeyReader;
 use crate::keys::stop_key;
 use crate::{EtcdConfig, RegistryError, connect};
 
@@ -32,24 +33,10 @@ pub async fn clear(etcd: &EtcdConfig, worker: &WorkerId) -> Result<(), RegistryE
 /// Returns once a stop request for `worker` stands, with who asked. etcd errors are logged and
 /// retried: a registrar that cannot read the key waits on.
 pub async fn wait_asked(etcd: &EtcdConfig, worker: &WorkerId) -> String {
-    let key = stop_key(worker);
-    let mut client = None;
+    let mut request = KeyReader::new(etcd, stop_key(worker), "the worker's stop request");
     loop {
-        if client.is_none() {
-            client = connect(etcd).await.ok();
-        }
-        if let Some(c) = client.as_mut() {
-            match c.get(key.as_str(), None).await {
-                Ok(answer) => {
-                    if let Some(kv) = answer.kvs().first() {
-                        return String::from_utf8_lossy(kv.value()).into_owned();
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(%worker, error = %e, "cannot read the worker's stop request; trying again");
-                    client = None;
-                }
-            }
+        if let Some(kv) = request.read().await.as_deref().and_then(<[_]>::first) {
+            return String::from_utf8_lossy(kv.value()).into_owned();
         }
         tokio::time::sleep(POLL).await;
     }
