@@ -128,38 +128,72 @@ fn whole(sse: &str) -> bool {
     finished && sse.trim_end().ends_with("data: [DONE]") && !sse.contains(r#""error""#)
 }
 
-/// `CLIENTS` clients streaming chats of `max_tokens` through `proxy`, one after another, until
-/// `stop`.
-fn clients(
-    proxy: &str,
-    max_tokens: u32,
-    stop: &Arc<AtomicBool>,
-    tally: &Arc<Tally>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..CLIENTS)
-        .map(|i| {
-            let url = format!("{proxy}/v1/chat/completions");
-            let (stop, tally) = (stop.clone(), tally.clone());
-            tokio::spawn(async move {
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let body = json!({"model": MODEL, "stream": true, "max_tokens": max_tokens,
-                        "messages": [{"role": "user", "content": format!("client {i}, question {n}")}]});
-                    let answer = request(Method::POST, &url, Some(&body)).await;
-                    match answer {
-                        Ok((status, text)) if status == 200 && whole(&text) => {
-                            tally.ok.fetch_add(1, Ordering::Relaxed);
-                        }
-                        other => {
-                            tally.failed.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("client {i}: {other:?}");
+/// `CLIENTS` clients streaming chats through a proxy, one after another, until stopped.
+struct Clients {
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+    running: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the clients saw, once stopped.
+struct Seen {
+    ok: u64,
+    failed: u64,
+}
+
+impl Clients {
+    /// Starts the clients, each asking for `max_tokens` through `proxy`.
+    fn start(proxy: &str, max_tokens: u32) -> Self {
+        let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+        let running = (0..CLIENTS)
+            .map(|i| {
+                let url = format!("{proxy}/v1/chat/completions");
+                let (stop, tally) = (stop.clone(), tally.clone());
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let body = json!({"model": MODEL, "stream": true, "max_tokens": max_tokens,
+                            "messages": [{"role": "user", "content": format!("client {i}, question {n}")}]});
+                        let answer = request(Method::POST, &url, Some(&body)).await;
+                        match answer {
+                            Ok((status, text)) if status == 200 && whole(&text) => {
+                                tally.ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => {
+                                tally.failed.fetch_add(1, Ordering::Relaxed);
+                                eprintln!("client {i}: {other:?}");
+                            }
                         }
                     }
-                }
+                })
             })
+            .collect();
+        Self { stop, tally, running }
+    }
+
+    /// Whole answers so far.
+    fn answered(&self) -> u64 {
+        self.tally.ok.load(Ordering::Relaxed)
+    }
+
+    /// Waits (bounded) until the clients have had `CLIENTS` more whole answers than `before`.
+    async fn answered_since(&self, before: u64, what: &str) {
+        poll(Duration::from_secs(30), what, async || {
+            (self.answered() >= before + CLIENTS as u64).then_some(())
         })
-        .collect()
+        .await
+        .unwrap();
+    }
+
+    /// Stops the clients after their current request, and what they saw.
+    async fn stop(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.running {
+            c.await.unwrap();
+        }
+        Seen { ok: self.tally.ok.load(Ordering::Relaxed), failed: self.tally.failed.load(Ordering::Relaxed) }
+    }
 }
 
 /// Waits (bounded) until control routes to exactly `workers`.
@@ -213,8 +247,7 @@ async fn a_rolling_restart_of_both_workers_under_16_streams_fails_nothing() {
     serving(&cluster, &["decode-a", "prefill-a"]).await;
     let mut proxy = ProxySpec::new(cluster.control.url()).start().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
-    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
-    let running = clients(&proxy.url, 200, &stop, &tally);
+    let clients = Clients::start(&proxy.url, 200);
 
     let prefill_b = Node::start(&file, &etcd, "127.0.0.4", 30_000);
     serving(&cluster, &["decode-a", "prefill-a", "prefill-b"]).await;
@@ -223,21 +256,13 @@ async fn a_rolling_restart_of_both_workers_under_16_streams_fails_nothing() {
     assert!(log.contains("prefill-a: drained in"), "{log}");
     let decode_b = Node::start(&file, &etcd, "127.0.0.5", 30_000);
     serving(&cluster, &["decode-a", "decode-b", "prefill-b"]).await;
-    let before = tally.ok.load(Ordering::Relaxed);
+    let before = clients.answered();
     holding(&cluster, "decode-a", 2).await;
     let log = decode_a.terminate().await;
     assert!(log.contains("decode-a: drained in"), "{log}");
     // Serving on the new pair.
-    poll(Duration::from_secs(30), "answers after the rollout", async || {
-        (tally.ok.load(Ordering::Relaxed) >= before + CLIENTS as u64).then_some(())
-    })
-    .await
-    .unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for c in running {
-        c.await.unwrap();
-    }
-    let (ok, failed) = (tally.ok.load(Ordering::Relaxed), tally.failed.load(Ordering::Relaxed));
+    clients.answered_since(before, "answers after the rollout").await;
+    let Seen { ok, failed } = clients.stop().await;
     eprintln!("rolling restart: {ok} streams answered, {failed} failed");
     assert_eq!(failed, 0, "a drained rollout loses nothing");
     assert!(ok >= 2 * CLIENTS as u64, "{ok}");
@@ -261,9 +286,8 @@ async fn a_drain_deadline_shorter_than_the_streams_says_how_many_it_cut() {
     serving(&cluster, &["decode-a", "decode-b", "prefill-a"]).await;
     let mut proxy = ProxySpec::new(cluster.control.url()).start().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
-    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
     // Long answers: every stream on decode-a outlasts its drain and its stop.
-    let running = clients(&proxy.url, 400, &stop, &tally);
+    let clients = Clients::start(&proxy.url, 400);
     holding(&cluster, "decode-a", 2).await;
     let log = decode_a.terminate().await;
     let cut: u64 = log
@@ -271,11 +295,7 @@ async fn a_drain_deadline_shorter_than_the_streams_says_how_many_it_cut() {
         .nth(1)
         .and_then(|rest| rest.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no cut count in the log:\n{log}"));
-    stop.store(true, Ordering::Relaxed);
-    for c in running {
-        c.await.unwrap();
-    }
-    let failed = tally.failed.load(Ordering::Relaxed);
+    let failed = clients.stop().await.failed;
     eprintln!("drain deadline 200 ms: {cut} streams cut by the supervisor, {failed} failed at the clients");
     assert!(cut >= 2, "{log}");
     assert!((1..=cut).contains(&failed), "{failed} failed, {cut} cut\n{log}");
@@ -297,8 +317,7 @@ async fn an_operators_drain_with_stop_drains_and_stops_the_worker_and_fails_noth
     serving(&cluster, &["decode-a", "decode-b", "prefill-a"]).await;
     let mut proxy = ProxySpec::new(cluster.control.url()).start().await.unwrap();
     proxy.wait_ready(MODEL).await.unwrap();
-    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
-    let running = clients(&proxy.url, 200, &stop, &tally);
+    let clients = Clients::start(&proxy.url, 200);
     holding(&cluster, "decode-a", 2).await;
     // The operator's call: the same path as SIGTERM to the worker's launcher, which then
     // keeps the worker stopped.
@@ -324,17 +343,9 @@ async fn an_operators_drain_with_stop_drains_and_stops_the_worker_and_fails_noth
         eprintln!("{line}");
     }
     // Serving on decode-b alone.
-    let before = tally.ok.load(Ordering::Relaxed);
-    poll(Duration::from_secs(30), "answers after the stop", async || {
-        (tally.ok.load(Ordering::Relaxed) >= before + CLIENTS as u64).then_some(())
-    })
-    .await
-    .unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for c in running {
-        c.await.unwrap();
-    }
-    let (ok, failed) = (tally.ok.load(Ordering::Relaxed), tally.failed.load(Ordering::Relaxed));
+    let before = clients.answered();
+    clients.answered_since(before, "answers after the stop").await;
+    let Seen { ok, failed } = clients.stop().await;
     eprintln!("operator's drain with stop: {ok} streams answered, {failed} failed");
     assert_eq!(failed, 0, "a drained stop loses nothing");
     proxy.stop().await.unwrap();
