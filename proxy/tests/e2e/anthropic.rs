@@ -2,11 +2,9 @@
 //! proxy that checks API keys: a message, a stream, `count_tokens`, and errors the client turns
 //! into its own exception types.
 
-use std::process::Command;
 use std::time::Duration;
 
 use http::StatusCode;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::harness::*;
@@ -56,16 +54,7 @@ async fn the_anthropic_python_client_sends_messages_through_a_proxy() {
     })
     .await;
     let url = proxy.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(venv_tool("INFERA_PYTHON", "python"))
-            .args(["-c", SCRIPT, &url, MODEL, KEY])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = python_json(SCRIPT, vec![url, MODEL.to_owned(), KEY.to_owned()]).await;
     assert_eq!(v["whole"]["stop"], "max_tokens", "{v}");
     assert_eq!(v["whole"]["output"], 6, "{v}");
     assert_eq!(v["whole"]["text"].as_str().unwrap().split(' ').count(), 6, "a word a token: {v}");

@@ -69,3 +69,30 @@ pub(crate) fn venv_tool(env: &str, name: &str) -> std::path::PathBuf {
     assert!(path.exists(), "{} not found — run `cargo xtask setup` first", path.display());
     path
 }
+
+/// The value of `series` in `proxy`'s scrape, once it has one (bounded wait).
+pub(crate) async fn value_of(proxy: &str, series: &str) -> f64 {
+    let url = format!("{proxy}/metrics");
+    infera_testkit::eventually(std::time::Duration::from_secs(20), series, async || {
+        let (_, text) = get(&url).await;
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+    })
+    .await
+}
+
+/// Runs `script` with the venv's Python (`python -c script args…`) on the blocking pool and
+/// reads its standard output as JSON; its standard error when it fails.
+pub(crate) async fn python_json(script: &'static str, args: Vec<String>) -> Value {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(venv_tool("INFERA_PYTHON", "python"))
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}

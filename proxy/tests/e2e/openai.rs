@@ -1,9 +1,5 @@
 //! The real OpenAI Python client (PyPI `openai`) streaming through a proxy.
 
-use std::process::Command;
-
-use serde_json::Value;
-
 use crate::harness::*;
 
 const SCRIPT: &str = r#"
@@ -41,16 +37,7 @@ print(json.dumps({"chunks": chunks, "text": text, "usage": usage,
 async fn the_openai_python_client_streams_through_a_proxy() {
     let cluster = Cluster::start(Shape { proxies: 1, ..Shape::default() }).await;
     let proxy = cluster.proxies[0].clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(venv_tool("INFERA_PYTHON", "python"))
-            .args(["-c", SCRIPT, &proxy, MODEL])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = python_json(SCRIPT, vec![proxy, MODEL.to_owned()]).await;
     assert!(v["chunks"].as_u64().unwrap() >= 3, "{v}");
     assert!(!v["text"].as_str().unwrap().is_empty(), "{v}");
     assert_eq!(v["usage"], 12, "{v}");

@@ -3,8 +3,6 @@
 //! `infera_render_parity … 0`; when it is a prefill, the model's chat prompts stop carrying token
 //! ids to control.
 
-use std::time::Duration;
-
 use http::StatusCode;
 use serde_json::json;
 
@@ -15,16 +13,6 @@ use crate::harness::{self, *};
 /// A template that renders the same messages with other markers than the fixture's ChatML.
 const OTHER_TEMPLATE: &str = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}\
     {% if add_generation_prompt %}[assistant] {% endif %}";
-
-/// The value of `series` in the proxy's scrape, once it has one.
-async fn value_of(proxy: &str, series: &str) -> f64 {
-    let url = format!("{proxy}/metrics");
-    eventually(Duration::from_secs(20), series, async || {
-        let (_, text) = get(&url).await;
-        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-    })
-    .await
-}
 
 /// A PD pair whose prefill (`Role::Prefill`) or decode renders with another template, or neither
 /// (`None`), a control and a proxy with the fixture's tokenizer; a chat and a completion request

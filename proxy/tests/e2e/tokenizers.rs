@@ -6,7 +6,6 @@
 //! the base model's tokenizer.
 
 use std::path::Path;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use http::StatusCode;
@@ -17,16 +16,6 @@ use infera_tokenize::{Outcome, Tokenizer};
 use serde_json::{Value, json};
 
 use crate::harness::{self, *};
-
-/// The proxy's value of `series`, once it has one.
-async fn value_of(proxy: &str, series: &str) -> f64 {
-    let url = format!("{proxy}/metrics");
-    eventually(Duration::from_secs(20), series, async || {
-        let (_, text) = get(&url).await;
-        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-    })
-    .await
-}
 
 /// The chat request every model is asked, naming `model`.
 fn chat(model: &str) -> Value {
