@@ -4,6 +4,7 @@
 //! finish its TLS handshake and send its first bytes within `header_read` closed before tonic
 //! ever sees it. Each connection keeps its place under the cap until it closes ([`Gated`]).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -11,7 +12,6 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
 use super::limits::accept;
@@ -70,26 +70,44 @@ impl<S: Connected> Connected for Gated<S> {
     }
 }
 
-/// The connections of `listener` after `handshake`, held to `listening`: one task accepts, each
-/// connection's handshake and first bytes run on their own task under the header deadline, and
-/// ready connections come out in the order they are ready. The listener closes when the stream
-/// is dropped.
-pub fn incoming<S>(
-    listener: TcpListener,
-    handshake: S,
-    listening: Listening,
-) -> ReceiverStream<io::Result<Gated<S::Io>>>
+/// The connections of `listener` after `handshake`, held to `listening`, as tonic's incoming
+/// stream. Polling the stream drives the accept loop; each connection's handshake and first
+/// bytes run on their own task under the header deadline, and ready connections come out in the
+/// order they are ready.
+pub struct Incoming<Io> {
+    /// The accept loop. It lives in the stream, not in a task of its own, so that the listener
+    /// is closed the moment the server drops the stream: a server that has stopped frees its
+    /// port before `serve` returns, and a new one can bind it at once.
+    accepting: Pin<Box<dyn Future<Output = ()> + Send>>,
+    ready: tokio::sync::mpsc::Receiver<io::Result<Gated<Io>>>,
+}
+
+impl<Io> std::fmt::Debug for Incoming<Io> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming").field("ready", &self.ready).finish_non_exhaustive()
+    }
+}
+
+impl<Io> tokio_stream::Stream for Incoming<Io> {
+    type Item = io::Result<Gated<Io>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // The loop never ends; polled here it accepts what is waiting and registers for more.
+        let _ = self.accepting.as_mut().poll(cx);
+        self.ready.poll_recv(cx)
+    }
+}
+
+/// The connections of `listener` after `handshake`, held to `listening` (see [`Incoming`]).
+pub fn incoming<S>(listener: TcpListener, handshake: S, listening: Listening) -> Incoming<S::Io>
 where
     S: Handshake,
 {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let (tx, ready) = tokio::sync::mpsc::channel(64);
     let Listening { limits, gate } = listening;
-    tokio::spawn(async move {
+    let accepting = async move {
         loop {
-            let (tcp, peer, place) = tokio::select! {
-                _ = tx.closed() => return,
-                accepted = accept(&listener, &gate) => accepted,
-            };
+            let (tcp, peer, place) = accept(&listener, &gate).await;
             // Small unary calls: never wait for Nagle.
             let _ = tcp.set_nodelay(true);
             let (tx, handshake) = (tx.clone(), handshake.clone());
@@ -111,11 +129,11 @@ where
                 }
             });
         }
-    });
-    ReceiverStream::new(rx)
+    };
+    Incoming { accepting: Box::pin(accepting), ready }
 }
 
 /// The plain connections of `listener`, as [`incoming`] gives them.
-pub fn plain(listener: TcpListener, listening: Listening) -> ReceiverStream<io::Result<Gated<TcpStream>>> {
+pub fn plain(listener: TcpListener, listening: Listening) -> Incoming<TcpStream> {
     incoming(listener, super::Plain, listening)
 }

@@ -179,3 +179,19 @@ async fn past_the_connection_cap_a_client_is_closed_at_once_and_counted() {
     .expect("served once places are free");
     assert!(served.is_success());
 }
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn a_grpc_listener_is_closed_the_moment_its_incoming_stream_is_dropped() {
+    use tokio_stream::StreamExt as _;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut incoming = grpc::plain(listener, Listening::new(ConnLimits::DEFAULT));
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client.write_all(b"PRI").await.unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(5), incoming.next()).await.expect("accepted");
+    assert!(served.is_some_and(|c| c.is_ok()), "the connection comes out once it has spoken");
+    // A restarted server binds the same port right away: nothing else holds the listener.
+    drop(incoming);
+    TcpListener::bind(addr).await.expect("the port is free once the stream is gone");
+}
