@@ -288,6 +288,7 @@ pub(super) fn decode_pick(lease_id: String, request_id: String) -> pb::PickReque
         fixed_page_hashes: Vec::new(),
         page_size: 0,
         exclude: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -352,6 +353,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
         page_hashes: Vec::new(),
         page_size: 0,
         exclude: Vec::new(),
+        admission: Default::default(),
     };
     for _ in 0..n as usize * WARM_PER_TARGET {
         let req = request(&mut rng, lease);

@@ -11,6 +11,7 @@ use infera_proto::types::{
 
 use crate::fit::WeightMode;
 
+mod admission;
 mod grpc;
 mod limits;
 mod listen;
@@ -19,6 +20,7 @@ mod tls;
 mod weight;
 mod workers_tls;
 
+pub use admission::AdmissionConfig;
 pub use grpc::GrpcLimits;
 pub use listen::ListenError;
 pub use router_auth::RouterAuthError;
@@ -58,6 +60,8 @@ pub struct Args {
     ejection: EjectionArgs,
     #[command(flatten)]
     capacity: CapacityArgs,
+    #[command(flatten)]
+    admission: admission::AdmissionArgs,
     #[command(flatten)]
     bounds: BoundArgs,
     #[command(flatten)]
@@ -241,6 +245,8 @@ pub struct Config {
     pub ejection: crate::ejection::EjectionPolicy,
     /// Per-rank caps.
     pub capacity: crate::capacity::Capacity,
+    /// Fleet admission and the class book.
+    pub admission: AdmissionConfig,
     /// What one identity may hold or send.
     pub bounds: crate::bounds::Bounds,
     /// What Router callers prove who they are with (none: the Router is open).
@@ -265,6 +271,9 @@ pub enum ConfigError {
     /// The workers file.
     #[error(transparent)]
     Workers(#[from] WorkersFileError),
+    /// The class file.
+    #[error(transparent)]
+    Classes(#[from] crate::classes::ClassFileError),
     /// The telemetry flags.
     #[error(transparent)]
     Telemetry(#[from] LogFilterError),
@@ -350,6 +359,7 @@ impl TryFrom<Args> for Config {
             leader_ttl: Duration::from_secs(a.replicas.leader_lease_ttl_secs),
             ejection: a.ejection.policy(),
             capacity: a.capacity.caps(),
+            admission: a.admission.config()?,
             bounds: a.bounds.bounds(),
             router,
             seed: a.admin.seed,

@@ -118,6 +118,25 @@ pub enum ControlError {
         /// The pick asked for.
         kind: PickKind,
     },
+    /// A pick names a class the class file does not define.
+    #[error("service class \"{0}\" is not defined (--service-classes)")]
+    UnknownServiceClass(infera_proto::types::ServiceClassName),
+    /// Fleet admission has no room for the decode pick now, or others wait before it.
+    #[error(
+        "no decode rank of model \"{model}\" admits the request within its class's ITL now; wait with wait_admission"
+    )]
+    AdmissionQueued {
+        /// The model the pick was for.
+        model: ModelName,
+    },
+    /// The pick waited until its class's TTFT target could no longer be met.
+    #[error("model \"{model}\" could not admit the request within its class's TTFT target ({class})")]
+    AdmissionShed {
+        /// The model the pick was for.
+        model: ModelName,
+        /// Its class.
+        class: infera_proto::types::ServiceClassName,
+    },
     /// This control does not lead (or its leadership lapsed): it books nothing.
     #[error("{}", not_leader(.leader.as_deref(), *.lapsed))]
     NotLeader {
@@ -174,6 +193,9 @@ impl ControlError {
             Self::Unauthenticated => ErrorReason::Unauthenticated,
             Self::NotLeader { .. } => ErrorReason::NotLeader,
             Self::AtCapacity { .. } => ErrorReason::AtCapacity,
+            Self::UnknownServiceClass(_) => ErrorReason::UnknownServiceClass,
+            Self::AdmissionQueued { .. } => ErrorReason::AdmissionQueued,
+            Self::AdmissionShed { .. } => ErrorReason::AdmissionShed,
         }
     }
 

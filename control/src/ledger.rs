@@ -27,11 +27,13 @@ use crate::identity::Identity;
 use crate::prefill_phase::{PhaseWindows, is_phase_end};
 use crate::target::{Load, Prefilling, TargetKey};
 
+mod itl_limits;
 mod prefilling;
 pub mod tags;
 #[cfg(test)]
 mod tests;
 
+use itl_limits::ItlLimits;
 pub use prefilling::PrefillingEntry;
 use prefilling::PrefillingIndex;
 use tags::{IdKind, IdTags};
@@ -60,6 +62,8 @@ pub struct Reservation {
     pub booked: Instant,
     /// A decode reservation whose request still holds a prefill reservation.
     pub prefilling: bool,
+    /// The ITL target (ms) of the class it was admitted under, when admission weighed it.
+    pub itl_limit_ms: Option<u32>,
 }
 
 /// The outcome of a release.
@@ -118,6 +122,8 @@ pub struct Ledger {
     prefilling: PrefillingIndex,
     /// The completed prefill phases per model.
     phases: PhaseWindows,
+    /// The ITL targets of the held reservations, per target.
+    itl_limits: ItlLimits,
 }
 
 impl Ledger {
@@ -135,6 +141,7 @@ impl Ledger {
             legs: HashMap::new(),
             prefilling: PrefillingIndex::default(),
             phases: PhaseWindows::default(),
+            itl_limits: ItlLimits::default(),
         }
     }
 
@@ -224,7 +231,11 @@ impl Ledger {
             booked_at: wall.checked_sub(booking.age).unwrap_or(wall),
             booked: now.checked_sub(booking.age).unwrap_or(now),
             prefilling: false,
+            itl_limit_ms: booking.itl_limit_ms,
         };
+        if let Some(ms) = booking.itl_limit_ms {
+            self.itl_limits.add(booking.target, ms);
+        }
         // Only the leg registered for its request id takes part in the phase: a second live
         // leg of the same id (a client reusing x-request-id) is not marked, so that the
         // registered prefill's end always unmarks whatever it marked.
@@ -349,6 +360,11 @@ impl Ledger {
         &self.phases
     }
 
+    /// The tightest ITL target (ms) among the requests `target` holds under admission.
+    pub fn tightest_itl_ms(&self, target: TargetKey) -> Option<u32> {
+        self.itl_limits.tightest(target)
+    }
+
     /// Whether `holder` holds a lease (open, expired or not yet reaped).
     pub fn has_lease_of(&self, holder: &str) -> bool {
         self.leases.values().any(|l| l.holder == holder)
@@ -427,6 +443,9 @@ impl Ledger {
                 self.mark_prefilling(decode, false);
             }
         }
+        if let Some(ms) = r.itl_limit_ms {
+            self.itl_limits.remove(r.target, ms);
+        }
         let load = &mut self.loads[r.target.index()];
         if r.prefilling {
             self.prefilling.remove(load, r.target, r.id.seq);
@@ -459,4 +478,6 @@ pub struct Booking {
     /// How long before now the leg started: zero for a pick, the leg's age for one a proxy
     /// re-declares (so its prefill phase and prefilling age count from its real start).
     pub age: Duration,
+    /// The ITL target (ms) of the class admission weighed it under (`None`: not weighed).
+    pub itl_limit_ms: Option<u32>,
 }

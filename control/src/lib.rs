@@ -35,10 +35,12 @@
 //! - [`tls`]: gRPC over TLS at run time, the TLS to the other replicas; [`reload`]: what SIGHUP
 //!   reads again (the TLS files, the Router's tokens).
 
+pub mod admission;
 pub mod affinity;
 pub mod auth;
 pub mod bounds;
 pub mod capacity;
+pub mod classes;
 pub mod config;
 pub mod decisions;
 pub mod drains;
@@ -186,6 +188,7 @@ pub async fn run(
         ha,
         ejection,
     );
+    state.set_admission(config.admission.on, config.admission.classes.clone());
     // Into the view once each worker's `/server_info` has answered.
     for registered in config.workers {
         state.register(registered);
@@ -205,6 +208,7 @@ pub async fn run(
     let reloads = reload::Reloadable {
         tls: config.tls.as_ref().map(|tls| (tls.clone(), tls::TlsMetrics::register(&mut registry))),
         tokens: config.router.tokens.clone().map(|t| (t, auth_metrics.clone())),
+        classes: config.admission.file.clone().map(|f| (f, state.clone())),
     };
     let peers = config.tls.as_ref().map(|tls| tls.peers.clone());
     reload::on_sighup(reloads)?;
@@ -255,6 +259,7 @@ pub async fn run(
 
     let feed = tokio::spawn(kv_feed::consume(feed, kv_events, stopped()));
     let reaper = tokio::spawn(reap(state.clone(), stopped()));
+    tokio::spawn(state.clone().run_admissions(stopped()));
     let readiness: metrics::Readiness = {
         let state = state.clone();
         Arc::new(move || state.readiness())

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use crate::engine_facts::discovery::DiscoveryMetrics;
 use crate::routing::LoadChange;
 
+pub mod admission;
 mod prefix_hits;
 mod view;
 
@@ -97,6 +98,8 @@ pub struct ControlMetrics {
     pub sessions: crate::affinity::SessionMetrics,
     /// The KV prefix hits of prefill picks.
     pub prefix_hits: PrefixHitMetrics,
+    /// Fleet admission.
+    pub admission: admission::AdmissionMetrics,
     prefill_phase_median: Family<ModelLabels, Gauge<f64, AtomicU64>>,
     view: ViewMetrics,
     foreign_ids: Family<RpcLabels, Counter>,
@@ -128,6 +131,7 @@ impl ControlMetrics {
             discovery: DiscoveryMetrics::default(),
             sessions: Default::default(),
             prefix_hits: PrefixHitMetrics::default(),
+            admission: admission::AdmissionMetrics::default(),
             prefill_phase_median: Family::default(),
             view: ViewMetrics::default(),
             foreign_ids: Family::default(),
@@ -156,6 +160,7 @@ impl ControlMetrics {
         r.register("picks", "Picks by kind, demand mode and outcome", m.picks.clone());
         m.sessions.register(r);
         m.prefix_hits.register(r);
+        m.admission.register(r);
         r.register("pick_duration_seconds", "Time to pick and book, inside control", m.pick_seconds.clone());
         r.register("releases", "Reservations ended, by kind and reason", m.releases.clone());
         r.register(

@@ -1,6 +1,6 @@
 //! SIGHUP: every file control can read again while it runs — the TLS files (`--tls-cert`,
 //! `--tls-key`, `--tls-client-ca`, and `--tls-peer-ca` with this replica's own certificate) and
-//! the Router's tokens (`--router-tokens`). A file that does not load is logged and counted, and
+//! the Router's tokens (`--router-tokens`) and the class book (`--service-classes`). A file that does not load is logged and counted, and
 //! what is in force stays.
 
 use std::sync::Arc;
@@ -17,6 +17,8 @@ pub struct Reloadable {
     pub tls: Option<(ControlTls, TlsMetrics)>,
     /// The Router's tokens (`--router-tokens`).
     pub tokens: Option<(Arc<Tokens>, AuthMetrics)>,
+    /// The class book (`--service-classes`) and the state it is in force in.
+    pub classes: Option<(std::path::PathBuf, Arc<crate::state::ControlState>)>,
 }
 
 /// Reads `what` again on every SIGHUP (nothing to read: no handler).
@@ -24,7 +26,7 @@ pub struct Reloadable {
 /// # Errors
 /// The signal handler cannot be installed.
 pub fn on_sighup(what: Reloadable) -> std::io::Result<()> {
-    if what.tls.is_none() && what.tokens.is_none() {
+    if what.tls.is_none() && what.tokens.is_none() && what.classes.is_none() {
         return Ok(());
     }
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -36,6 +38,17 @@ pub fn on_sighup(what: Reloadable) -> std::io::Result<()> {
             }
             if let Some((tokens, metrics)) = &what.tokens {
                 crate::auth::reload(tokens, metrics);
+            }
+            if let Some((path, state)) = &what.classes {
+                match crate::classes::ClassBook::load(path) {
+                    Ok(book) => {
+                        tracing::info!(classes = book.classes().count(), "service classes reloaded");
+                        state.replace_classes(book);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "service classes not reloaded: the classes in force stay")
+                    }
+                }
             }
         }
     });

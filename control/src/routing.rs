@@ -20,6 +20,7 @@ use infera_proto::types::{
 };
 use rand::Rng;
 
+use crate::admission::{ItlLimit, StepFits};
 use crate::affinity::Sessions;
 use crate::bounds::Bounds;
 use crate::capacity::Capacity;
@@ -106,6 +107,8 @@ pub struct RoutingCore<R> {
     tags: IdTags,
     /// What one identity may hold.
     bounds: Bounds,
+    /// The decode workers' trusted step fits, for fleet admission.
+    step_fits: StepFits,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -132,6 +135,7 @@ impl<R: Rng> RoutingCore<R> {
             excluded: Vec::new(),
             capacity: Capacity::default(),
             pending_ejections: std::collections::HashMap::new(),
+            step_fits: StepFits::default(),
         })
     }
 
@@ -143,6 +147,19 @@ impl<R: Rng> RoutingCore<R> {
         req: &PickRequest,
         ctx: PickContext<'_>,
     ) -> Result<Picked, ControlError> {
+        self.pick_within(kind, req, ctx, None)
+    }
+
+    /// [`RoutingCore::pick`] under fleet admission: a decode pick with `limit` books only a rank
+    /// whose worker's predicted step stays within it and the held requests' ITL targets
+    /// ([`crate::admission`]); `AdmissionQueued` when none does.
+    pub fn pick_within(
+        &mut self,
+        kind: PickKind,
+        req: &PickRequest,
+        ctx: PickContext<'_>,
+        limit: Option<ItlLimit>,
+    ) -> Result<Picked, ControlError> {
         let PickContext { caller, kv, record_decision, now, wall, kv_room } = ctx;
         self.ledger.check_lease(req.lease, caller, now)?;
         let ledger = &self.ledger;
@@ -151,7 +168,23 @@ impl<R: Rng> RoutingCore<R> {
         self.excluded.extend(req.exclude.iter().filter_map(|t| self.view.key(t)));
         let screened = screen(&mut self.candidates, &self.breakers, &self.excluded, now);
         if !within_capacity(&mut self.candidates, &self.capacity, &self.view, kv_room) {
-            return Err(ControlError::AtCapacity { model: req.model.clone(), kind });
+            // Under fleet admission a full pool queues the pick in control, in its order.
+            return Err(match (kind, limit) {
+                (PickKind::Decode, Some(_)) => ControlError::AdmissionQueued { model: req.model.clone() },
+                _ => ControlError::AtCapacity { model: req.model.clone(), kind },
+            });
+        }
+        if let (PickKind::Decode, Some(limit)) = (kind, limit)
+            && !crate::admission::within_predicted_itl(
+                &mut self.candidates,
+                &self.view,
+                &self.ledger,
+                &self.step_fits,
+                limit,
+                req.input_tokens,
+            )
+        {
+            return Err(ControlError::AdmissionQueued { model: req.model.clone() });
         }
         if let (PickKind::Prefill, Some(index)) = (kind, kv)
             && !req.page_hashes.is_empty()
@@ -208,6 +241,7 @@ impl<R: Rng> RoutingCore<R> {
             model: req.model.clone(),
             input_tokens: req.input_tokens - chosen.cached_tokens,
             age: Duration::ZERO,
+            itl_limit_ms: limit.filter(|_| kind == PickKind::Decode).map(|l| l.itl_ms),
         };
         let (reservation, load) = self.ledger.book(req.lease, caller, booking, now, wall)?;
         self.breakers.picked(chosen.key, now);

@@ -27,11 +27,13 @@ use crate::routing::{
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
 
+mod admission;
 mod gauges;
 mod ha;
 mod step_prediction;
 mod workers;
 
+pub use admission::AdmissionDesk;
 pub use ha::{Ha, takeover};
 
 /// Shared state of a running control.
@@ -58,6 +60,8 @@ pub struct ControlState {
     /// The replica set: who books, takeovers, warmth.
     ha: Ha,
     ejection_metrics: crate::ejection::metrics::EjectionMetrics,
+    /// Fleet admission: the class book, the queues.
+    admission: AdmissionDesk,
 }
 
 impl ControlState {
@@ -85,6 +89,7 @@ impl ControlState {
             ejections: persist_to.map(crate::persist::EjectionSaver::start),
             ha,
             ejection_metrics,
+            admission: AdmissionDesk::default(),
         })
     }
 
@@ -125,8 +130,15 @@ impl ControlState {
             .iter()
             .filter_map(|p| Some((p.model.clone(), RequestWeight::new(p.weight?).ok()?)))
             .collect();
+        // Only a trusted fit predicts for admission (`step_prediction`).
+        let steps = pools.iter().flat_map(|p| &p.workers).filter_map(|w| {
+            let trusted = w.report.verdict == crate::fit::Verdict::Trusted;
+            Some((w.worker.clone(), w.report.solution.filter(|_| trusted)?))
+        });
+        let steps = crate::admission::StepFits::new(steps);
         let mut core = self.core();
         core.weights_mut().set_fitted(fitted);
+        core.set_step_fits(steps);
         let set = core.settings().weight;
         let weights = core.weights().clone();
         drop(core);
@@ -145,8 +157,15 @@ impl ControlState {
         self.core.lock().expect("routing state poisoned by an earlier panic")
     }
 
-    /// Picks and books under `caller`'s lease.
-    pub fn pick(&self, kind: PickKind, req: &PickRequest, caller: &Identity) -> Result<Picked, ControlError> {
+    /// Picks and books under `caller`'s lease, a decode pick within `limit` when fleet admission
+    /// weighs it (`admission`).
+    fn pick_limited(
+        &self,
+        kind: PickKind,
+        req: &PickRequest,
+        caller: &Identity,
+        limit: Option<crate::admission::ItlLimit>,
+    ) -> Result<Picked, ControlError> {
         let rpc = if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" };
         self.gate(rpc)?;
         let started = Instant::now();
@@ -170,7 +189,7 @@ impl ControlState {
                 wall: SystemTime::now(),
                 kv_room: Some(self.engine.board()),
             };
-            let mut result = core.pick(kind, req, ctx);
+            let mut result = core.pick_within(kind, req, ctx, limit);
             // Fencing: a leader paused between the gate and the booking may have lost its term
             // meanwhile; what it booked then is undone, never answered.
             if let Ok(picked) = &result
@@ -221,6 +240,9 @@ impl ControlState {
                 }
                 Ok(picked)
             }
+            // A pick admission turned away is counted by admission's own metrics (the
+            // dispatcher tries a queue's head on every tick).
+            Err(e @ ControlError::AdmissionQueued { .. }) => Err(e),
             Err(e) => {
                 self.metrics.pick(kind, mode, e.reason().as_str(), seconds);
                 self.refused_foreign(rpc, &e);
@@ -251,6 +273,7 @@ impl ControlState {
         if let Some(f) = failure {
             self.ejection_metrics.leg_failure(f);
         }
+        self.admission_changed();
         match released {
             Some(ReleasedNow { kind, change, phase_median, health, discounted }) => {
                 self.metrics.release(kind, reason);
@@ -347,6 +370,9 @@ impl ControlState {
     }
 
     fn ended(&self, ended: &[Ended], reason: ReleaseReason) {
+        if !ended.is_empty() {
+            self.admission_changed();
+        }
         for Ended { reservation, change } in ended {
             self.metrics.release(reservation.kind, reason);
             self.metrics.load(change);

@@ -10,14 +10,14 @@ mod to_wire;
 
 pub use to_wire::timestamp;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::pb;
 use crate::types::{
-    CreditError, DeclaredLeg, DecodeInputDemand, DpRank, IdParseError, LeaseId, LegFailure,
+    Admission, CreditError, DeclaredLeg, DecodeInputDemand, DpRank, IdParseError, LeaseId, LegFailure,
     MAX_DECLARED_LEGS, MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName,
     OverlapCredit, PickKind, PickRequest, Picked, ReleaseReason, RequestId, RequestWeight, ReservationId,
-    Role, SessionKey, Target, WeightError, WorkerId, WorkerRecord,
+    Role, ServiceClassName, SessionKey, Target, TenantId, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -156,6 +156,19 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
         },
         page_size: if page_hashes.is_empty() { 0 } else { m.page_size },
         page_hashes,
+        admission: Admission {
+            class: match m.service_class {
+                c if c.is_empty() => None,
+                c => Some(ServiceClassName::new(bounded("service_class", c)?)),
+            },
+            tenant: match m.tenant {
+                t if t.is_empty() => None,
+                t => Some(TenantId::new(bounded("tenant", t)?)),
+            },
+            arrived: (m.arrived_unix_ms > 0)
+                .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(m.arrived_unix_ms)),
+            wait: m.wait_admission,
+        },
     })
 }
 

@@ -71,11 +71,19 @@ pub enum ErrorReason {
     NoRegistry,
     /// The worker registry (etcd) did not take a write the call needs: try again.
     RegistryUnavailable,
+    /// A pick names a service class control's class file does not define.
+    UnknownServiceClass,
+    /// Fleet admission has no room for the pick now (or others wait before it): call again as a
+    /// unary `PickDecode` with `wait_admission` to wait in control's queue.
+    AdmissionQueued,
+    /// The pick waited in the admission queue until its class's TTFT target could no longer be
+    /// met: the client is told to come back later.
+    AdmissionShed,
 }
 
 impl ErrorReason {
     /// Every reason.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 21] = [
         Self::InvalidArgument,
         Self::UnknownModel,
         Self::NoPool,
@@ -94,6 +102,9 @@ impl ErrorReason {
         Self::PlaintextLeader,
         Self::NoRegistry,
         Self::RegistryUnavailable,
+        Self::UnknownServiceClass,
+        Self::AdmissionQueued,
+        Self::AdmissionShed,
     ];
 
     /// The snake-case spelling: the `outcome` label of control's pick metrics and the
@@ -118,6 +129,9 @@ impl ErrorReason {
             Self::PlaintextLeader => "plaintext_leader",
             Self::NoRegistry => "no_registry",
             Self::RegistryUnavailable => "registry_unavailable",
+            Self::UnknownServiceClass => "unknown_service_class",
+            Self::AdmissionQueued => "admission_queued",
+            Self::AdmissionShed => "admission_shed",
         }
     }
 
@@ -143,6 +157,9 @@ impl ErrorReason {
             Self::PlaintextLeader => "PLAINTEXT_LEADER",
             Self::NoRegistry => "NO_REGISTRY",
             Self::RegistryUnavailable => "REGISTRY_UNAVAILABLE",
+            Self::UnknownServiceClass => "UNKNOWN_SERVICE_CLASS",
+            Self::AdmissionQueued => "ADMISSION_QUEUED",
+            Self::AdmissionShed => "ADMISSION_SHED",
         }
     }
 
@@ -154,7 +171,7 @@ impl ErrorReason {
     /// The gRPC code of a status with this reason; the only place codes are chosen.
     pub fn code(self) -> Code {
         match self {
-            Self::InvalidArgument => Code::InvalidArgument,
+            Self::InvalidArgument | Self::UnknownServiceClass => Code::InvalidArgument,
             Self::UnknownModel
             | Self::UnknownLease
             | Self::UnknownReservation
@@ -167,7 +184,11 @@ impl ErrorReason {
                 Code::Unavailable
             }
             Self::Unauthenticated => Code::Unauthenticated,
-            Self::AtCapacity | Self::TooManyLeases | Self::RedeclareTooLarge => Code::ResourceExhausted,
+            Self::AtCapacity
+            | Self::TooManyLeases
+            | Self::RedeclareTooLarge
+            | Self::AdmissionQueued
+            | Self::AdmissionShed => Code::ResourceExhausted,
         }
     }
 

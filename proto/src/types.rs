@@ -10,7 +10,8 @@ mod worker;
 
 pub use api::Api;
 pub use ids::{
-    DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerId,
+    DpRank, IdParseError, LeaseId, ModelName, RequestId, ReservationId, ServiceClassName, SessionKey, Target,
+    TenantId, WorkerId,
 };
 pub use listen::same_socket;
 pub use modes::{
@@ -18,7 +19,7 @@ pub use modes::{
     ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,
 };
 pub use pick::{
-    MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked,
+    Admission, MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked,
 };
 pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES};
 pub use worker::{

@@ -1,5 +1,5 @@
 //! One request seen whole at its end: the access log line (`--access-log`; `tracing` target
-//! `access`, one line per request with its id, API, model, key name, prefill and decode
+//! `access`, one line per request with its id, API, model, key name, service class, prefill and decode
 //! targets, status, outcome, tokens and durations) and the per-model and per-worker metrics
 //! ([`crate::metrics::ServedMetrics`]).
 
@@ -32,6 +32,8 @@ pub struct Access {
     pub model: Arc<str>,
     /// The API key's name (with `--api-keys`).
     pub key: Option<Arc<str>>,
+    /// The service class it named, or its key's (`None`: control's default class).
+    pub class: Option<Arc<str>>,
     /// The prefill leg's target (PD).
     pub prefill: Option<Target>,
     /// The decode (or only) leg's target, once picked.
@@ -79,6 +81,7 @@ impl Access {
             api = self.api.as_str(),
             model = &*self.model,
             key = self.key.as_deref(),
+            class = self.class.as_deref(),
             prefill = target(&self.prefill),
             decode = target(&self.decode),
             status = self.status,
@@ -106,6 +109,8 @@ pub struct Trail {
     pub model: Arc<str>,
     /// The API key's name.
     pub key: Option<Arc<str>>,
+    /// The service class it named, or its key's.
+    pub class: Option<Arc<str>>,
     /// Input tokens as the proxy counted them.
     pub input_tokens: u64,
 }
@@ -113,7 +118,7 @@ pub struct Trail {
 impl Trail {
     /// A request that arrived at `started`; `log`: `--access-log`.
     pub fn new(started: Instant, log: bool) -> Self {
-        Self { started, log, request_id: None, model: Arc::from(""), key: None, input_tokens: 0 }
+        Self { started, log, request_id: None, model: Arc::from(""), key: None, class: None, input_tokens: 0 }
     }
 
     /// Its record, as far as it is known, answered `status`.
@@ -123,6 +128,7 @@ impl Trail {
             api,
             model: self.model.clone(),
             key: self.key.clone(),
+            class: self.class.clone(),
             prefill: None,
             decode: None,
             status: status.as_u16(),

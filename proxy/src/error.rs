@@ -60,6 +60,8 @@ pub enum Overload {
     AtCapacity,
     /// The request bodies being read and served fill `--max-body-bytes-in-flight`.
     BodyBudget,
+    /// Control's fleet admission could not admit it within its class's TTFT target.
+    Shed,
 }
 
 impl Overload {
@@ -70,6 +72,7 @@ impl Overload {
             Self::QueueTimeout => "queue_timeout",
             Self::AtCapacity => "at_capacity",
             Self::BodyBudget => "body_budget",
+            Self::Shed => "shed",
         }
     }
 
@@ -79,6 +82,7 @@ impl Overload {
             Self::QueueTimeout => "no place in flight within the queue timeout",
             Self::AtCapacity => "every rank is at its cap",
             Self::BodyBudget => "the request bodies in flight fill --max-body-bytes-in-flight",
+            Self::Shed => "no decode rank could take it within its service class's targets in time",
         }
     }
 }
@@ -164,6 +168,9 @@ pub enum ProxyError {
     /// cache dtype differ): no request can be served until a compatible one registers.
     #[error("{0}")]
     NoCompatiblePair(String),
+    /// The request names a service class control does not define: control's message.
+    #[error("{0}")]
+    UnknownServiceClass(String),
     /// A leg could not be sent or its connection broke.
     #[error("{leg} worker {url}: {reason}")]
     Upstream {
@@ -229,6 +236,7 @@ impl ProxyError {
             | Self::NotServedPd { .. }
             | Self::NoRoute { .. }
             | Self::Unauthorized
+            | Self::UnknownServiceClass(_)
             | Self::RateLimited { .. } => ErrorSource::Downstream,
             Self::UnknownModel(_)
             | Self::NoTarget { .. }
@@ -284,7 +292,8 @@ impl ProxyError {
             Self::BadJson(_)
             | Self::BadRequest(_)
             | Self::NotAggregated { .. }
-            | Self::NotServedPd { .. } => StatusCode::BAD_REQUEST,
+            | Self::NotServedPd { .. }
+            | Self::UnknownServiceClass(_) => StatusCode::BAD_REQUEST,
             Self::NoRoute { .. } | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::NoTarget { .. } | Self::NoCompatiblePair(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream { failure: LegFailure::Timeout, .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -312,6 +321,7 @@ impl ProxyError {
             Self::UnknownModel(_) => ("invalid_request_error", "model_not_found"),
             Self::NoTarget { .. } => ("server_error", "no_healthy_target"),
             Self::NoCompatiblePair(_) => ("server_error", "no_compatible_pd_pair"),
+            Self::UnknownServiceClass(_) => ("invalid_request_error", "unknown_service_class"),
             Self::Upstream { .. } | Self::UpstreamStatus { .. } => ("server_error", "upstream_error"),
             Self::Timeout(_) => ("server_error", "timeout"),
             Self::Overloaded { .. } => ("server_error", "overloaded"),

@@ -46,9 +46,15 @@ pub struct Facts {
     /// The caller's tenant (its API key's, [`crate::keys::Caller::tenant`]): a request's own
     /// `rid` is scoped to it on the engines. `None` without `--api-keys` (one tenant).
     pub tenant: Option<Arc<str>>,
+    /// What control's fleet admission weighs it by: its class (`x-infera-service-class`, else
+    /// its API key's), its tenant (the key's name) and when it arrived.
+    pub admission: infera_proto::types::Admission,
     /// The request body.
     pub body: Map<String, Value>,
 }
+
+/// The header naming a request's service class.
+pub const SERVICE_CLASS_HEADER: &str = "x-infera-service-class";
 
 /// A request's `cache_salt` (SGLang's `GenerateReqInput` and OpenAI requests): its pages are a
 /// namespace of their own in SGLang's radix cache, and its KV events hash them after the salt's
@@ -129,6 +135,20 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
     let session = session.map(SessionKey::new);
     let input_tokens = estimate_tokens(api, &body)?;
     let cache_salt = CacheSalt::of(&body)?;
+    let class = match headers.get(SERVICE_CLASS_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().map(str::trim) {
+            Ok(c) if infera_proto::types::ServiceClassName::is_valid(c) => {
+                Some(infera_proto::types::ServiceClassName::new(c))
+            }
+            _ => return Err(ProxyError::BadRequest("x-infera-service-class must be 1–64 of [A-Za-z0-9._-]")),
+        },
+    };
+    let admission = infera_proto::types::Admission {
+        class,
+        arrived: Some(std::time::SystemTime::now()),
+        ..Default::default()
+    };
     Ok(Facts {
         api,
         request_id,
@@ -140,8 +160,24 @@ pub fn derive(api: Api, headers: &HeaderMap, body: &[u8]) -> Result<Facts, Proxy
         adapter: crate::lora::Adapter::in_body(&body),
         stream,
         tenant: None,
+        admission,
         body,
     })
+}
+
+/// `admission` with its caller's part: the key's name as the tenant, and the key's class when
+/// the request named none.
+pub fn with_caller(
+    admission: infera_proto::types::Admission,
+    caller: Option<&crate::keys::Caller>,
+) -> infera_proto::types::Admission {
+    use infera_proto::types::{ServiceClassName, TenantId};
+    let Some(caller) = caller else { return admission };
+    infera_proto::types::Admission {
+        tenant: Some(TenantId::new(caller.name.clone())),
+        class: admission.class.or_else(|| caller.class.clone().map(ServiceClassName::new)),
+        ..admission
+    }
 }
 
 /// The client's `x-request-id`, when it is one the proxy keeps (visible ASCII, 1–256 bytes).

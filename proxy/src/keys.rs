@@ -11,6 +11,7 @@
 //! name = "team-a"
 //! sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 //! tokens_per_second = 20000   # optional: prompt tokens per second, with a burst of one second
+//! service_class = "batch"      # optional: the class of its requests without x-infera-service-class
 //! ```
 //!
 //! or, only when its first line says so, plain text, one key per line (`#` comments), each
@@ -67,6 +68,7 @@ struct Entry {
     name: String,
     sha256: String,
     tokens_per_second: Option<f64>,
+    service_class: Option<String>,
 }
 
 /// One key's name and limit, and its bucket.
@@ -74,6 +76,8 @@ struct Entry {
 struct Key {
     name: Arc<str>,
     limit: Option<Bucket>,
+    /// The service class of its requests that name none.
+    class: Option<Arc<str>>,
 }
 
 /// A token bucket: `rate` tokens a second, holding at most one second's worth.
@@ -122,6 +126,8 @@ pub enum Refusal {
 pub struct Caller {
     /// The key's name.
     pub name: Arc<str>,
+    /// The service class of its requests that name none (`service_class` in the file).
+    pub class: Option<Arc<str>>,
     hash: [u8; 32],
 }
 
@@ -210,7 +216,14 @@ impl KeySet {
                         return Err(format!("keys[{i}].tokens_per_second: {r} is not a positive rate"));
                     }
                 };
-                if keys.insert(hash, Key { name: e.name.into(), limit }).is_some() {
+                let class = match e.service_class {
+                    None => None,
+                    Some(c) if infera_proto::types::ServiceClassName::is_valid(&c) => Some(c.into()),
+                    Some(c) => {
+                        return Err(format!("keys[{i}].service_class: {c:?} is not 1–64 of [A-Za-z0-9._-]"));
+                    }
+                };
+                if keys.insert(hash, Key { name: e.name.into(), limit, class }).is_some() {
                     return Err(format!("keys[{i}]: the same key twice"));
                 }
             }
@@ -218,7 +231,7 @@ impl KeySet {
             for line in text.lines().skip(1).map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
                 let hash = sha256(line);
                 let name = format!("key-{:02x}{:02x}{:02x}{:02x}", hash[0], hash[1], hash[2], hash[3]);
-                keys.insert(hash, Key { name: name.into(), limit: None });
+                keys.insert(hash, Key { name: name.into(), limit: None, class: None });
             }
         }
         if keys.is_empty() {
@@ -264,7 +277,8 @@ impl KeySet {
             .map(|k| sha256(k.trim()))
             .filter(|h| self.keys.contains_key(h))
             .ok_or(Refusal::Unauthorized)?;
-        Ok(Caller { name: self.keys[&hash].name.clone(), hash })
+        let key = &self.keys[&hash];
+        Ok(Caller { name: key.name.clone(), class: key.class.clone(), hash })
     }
 
     /// Charges `caller`'s limit with a request of `tokens` prompt tokens at `now`.

@@ -1,8 +1,10 @@
 //! Prometheus metrics of the proxy, registered once and passed down.
 
+mod classes;
 mod connections;
 mod served;
 
+pub use classes::ClassMetrics;
 pub use connections::ConnectionMetrics;
 pub use served::ServedMetrics;
 
@@ -111,6 +113,8 @@ pub struct ProxyMetrics {
     tokenizer_checks: Family<ResultLabels, Counter>,
     /// Per model and per worker: tokens, durations, TTFT and ITL.
     pub served: ServedMetrics,
+    /// Requests per service class.
+    pub classes: ClassMetrics,
 }
 
 impl ProxyMetrics {
@@ -119,6 +123,7 @@ impl ProxyMetrics {
         let r = registry.sub_registry_with_prefix("infera_proxy");
         let m = Self {
             served: ServedMetrics::register(r),
+            classes: ClassMetrics::register(r),
             requests: Family::default(),
             ttft: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1e-3, 2.0, 18))),
             itl: Histogram::new(exponential_buckets(1e-4, 2.0, 16)),

@@ -50,7 +50,7 @@ pub async fn send(
     // Retries so far (waits for room in control are not retries).
     let mut attempt = 0;
     loop {
-        let route = match route::route(&up.link, facts, &exclude).await {
+        let route = match route::route(&up.link, facts, &exclude, deadline).await {
             Ok(route) => route,
             // Every rank at its cap: wait for room as long as the request may queue.
             Err(ProxyError::Overloaded { why: Overload::AtCapacity, .. })

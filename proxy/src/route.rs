@@ -4,6 +4,7 @@
 mod releases;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use infera_proto::types::{ModelName, PickKind, ReleaseReason, Target};
 
@@ -34,7 +35,15 @@ pub struct Exclude {
 /// Picks the legs of a request, passing by the targets in `exclude`. A model not yet in the
 /// target list is tried as PD; control refuses the prefill pick of an aggregated model with
 /// `NO_POOL`.
-pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) -> Result<Route, ProxyError> {
+///
+/// A decode pick control's fleet admission queues waits in control's queue until `until` (the
+/// request's queue deadline); a PD request picks its prefill only once its decode is admitted.
+pub async fn route(
+    link: &Arc<ControlLink>,
+    facts: &Facts,
+    exclude: &Exclude,
+    until: Instant,
+) -> Result<Route, ProxyError> {
     let list = link.targets();
     let model = match list.model_for(facts.model.as_ref()) {
         Some(m) => m,
@@ -47,12 +56,12 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
         if list.is_pd(&model) == Some(true) {
             return Err(ProxyError::NotAggregated { model, path: facts.api.path() });
         }
-        let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
+        let decode = admitted(link, facts, &model, &exclude.decode, until).await;
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
         return Ok(Route { model, prefill: None, decode });
     }
     if list.is_pd(&model) == Some(false) {
-        let decode = link.pick(PickKind::Decode, facts, &model, &exclude.decode).await;
+        let decode = admitted(link, facts, &model, &exclude.decode, until).await;
         let decode = decode.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
         return Ok(Route { model, prefill: None, decode });
     }
@@ -71,6 +80,18 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
         link.pick(PickKind::Prefill, facts, &model, &exclude.prefill),
         link.pick(PickKind::Decode, facts, &model, &exclude.decode)
     );
+    let (prefill, decode) = match (prefill, decode) {
+        // Admission queued the decode: the prefill waits with it, unbooked.
+        (prefill, Err(PickError::Queued)) => {
+            if let Ok(p) = prefill {
+                p.release(ReleaseReason::Cancelled);
+            }
+            let d = link.pick_waiting(facts, &model, &exclude.decode, until).await;
+            let d = d.map_err(|e| e.into_proxy_error(&model, Leg::Decode))?;
+            (link.pick(PickKind::Prefill, facts, &model, &exclude.prefill).await, Ok(d))
+        }
+        answers => answers,
+    };
     match (prefill, decode) {
         (Ok(p), Ok(d)) => Ok(Route { model, prefill: Some(p), decode: d }),
         (Err(PickError::NoPool), Ok(d)) => Ok(Route { model, prefill: None, decode: d }),
@@ -83,6 +104,20 @@ pub async fn route(link: &Arc<ControlLink>, facts: &Facts, exclude: &Exclude) ->
             Err(e.into_proxy_error(&model, Leg::Prefill))
         }
         (Err(e), Err(_)) => Err(e.into_proxy_error(&model, Leg::Prefill)),
+    }
+}
+
+/// A decode pick, waiting in control's admission queue when admission queues it.
+async fn admitted(
+    link: &Arc<ControlLink>,
+    facts: &Facts,
+    model: &ModelName,
+    exclude: &[Target],
+    until: Instant,
+) -> Result<Pick, PickError> {
+    match link.pick(PickKind::Decode, facts, model, exclude).await {
+        Err(PickError::Queued) => link.pick_waiting(facts, model, exclude, until).await,
+        answer => answer,
     }
 }
 

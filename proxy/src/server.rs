@@ -167,6 +167,7 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         Err((e, request_id)) => e.respond(Envelope::of(api), &request_id),
     };
     ctx.up.metrics.answered(api.as_str(), &trail.model, resp.status().as_u16());
+    ctx.up.metrics.classes.answered(trail.class.as_ref(), resp.status().as_u16());
     if resp.extensions().get::<Relaying>().is_none() {
         // Answered without a worker's answer: its access line now (a relayed one writes its own
         // at its end), under the id the client was given.
@@ -302,7 +303,11 @@ async fn generate(
         return Err((e, header_id.unwrap_or_else(facts::new_request_id)));
     }
     let facts = match facts::derive(api, &parts.headers, &bytes) {
-        Ok(f) => facts::Facts { tenant: caller.as_ref().map(keys::Caller::tenant), ..f },
+        Ok(f) => facts::Facts {
+            tenant: caller.as_ref().map(keys::Caller::tenant),
+            admission: facts::with_caller(f.admission, caller.as_ref()),
+            ..f
+        },
         Err(e) => return Err((e, header_id.unwrap_or_else(facts::new_request_id))),
     };
     let targets = ctx.up.link.targets();
@@ -315,6 +320,7 @@ async fn generate(
     ctx.parity.guard(&mut facts, &targets);
     trail.request_id = Some(facts.request_id.clone());
     trail.input_tokens = facts.input_tokens;
+    trail.class = facts.admission.class.as_ref().map(|c| Arc::from(c.as_str()));
     tracing::Span::current().record("request_id", tracing::field::debug(facts.request_id.as_str()));
     if let Err(e) = charge(ctx, caller.as_ref(), facts.input_tokens) {
         return Err((e, facts.request_id.clone()));

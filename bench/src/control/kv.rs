@@ -54,6 +54,7 @@ fn pick_request(lease: &str, hashes: &[i64], page_size: u32) -> pb::PickRequest 
         fixed_page_hashes: hashes.to_vec(),
         page_size,
         exclude: Vec::new(),
+        ..Default::default()
     }
 }
 

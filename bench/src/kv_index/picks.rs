@@ -52,6 +52,7 @@ pub(super) fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args
         page_hashes: if with_hashes { hashes[i % hashes.len()].clone() } else { Vec::new() },
         page_size: if with_hashes { args.page_size as u32 } else { 0 },
         exclude: Vec::new(),
+        admission: Default::default(),
     };
     let pick = |core: &mut RoutingCore<SmallRng>, req: &PickRequest, kv: &dyn OverlapSource| {
         let ctx =

@@ -52,6 +52,7 @@ fn leg(kind: PickKind, target: u32, tokens: u64, request: &str) -> Booking {
         model: ModelName::new("m"),
         input_tokens: tokens,
         age: Duration::ZERO,
+        itl_limit_ms: None,
     }
 }
 

@@ -121,6 +121,20 @@ impl<R: Rng> RoutingCore<R> {
         self.capacity = caps;
     }
 
+    /// Sets the decode workers' trusted step fits fleet admission predicts with (each fit).
+    pub fn set_step_fits(&mut self, fits: crate::admission::StepFits) {
+        self.step_fits = fits;
+    }
+
+    /// The median prefill phase of `model` so far: what a request admitted now still has to
+    /// wait for its first token (`None` before any prefill ended).
+    pub fn prefill_phase_median(
+        &self,
+        model: &infera_proto::types::ModelName,
+    ) -> Option<std::time::Duration> {
+        self.ledger.phases().median(model)
+    }
+
     /// A target's health.
     pub fn health(&self, key: TargetKey, now: Instant) -> Health {
         self.breakers.health(key, now)

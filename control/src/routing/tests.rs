@@ -62,6 +62,7 @@ impl Fixture {
             page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
+            admission: Default::default(),
         }
     }
 
@@ -343,6 +344,7 @@ proptest! {
     }
 }
 
+mod admission;
 mod auto_weight;
 mod headroom;
 mod kv;

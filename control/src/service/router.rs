@@ -37,34 +37,46 @@ impl RouterService {
         kind: PickKind,
         req: Request<pb::PickRequest>,
     ) -> Result<Response<pb::PickResponse>, Status> {
+        use tracing::Instrument as _;
         let who = caller(&req)?;
         let span = rpc_span(rpc_name(kind), &req);
-        let answer = span.in_scope(|| self.book(kind, convert::pick_request(req.into_inner()), &who))?;
-        Ok(Response::new(answer))
+        let pick = span.in_scope(|| self.converted(kind, convert::pick_request(req.into_inner())))?;
+        // A decode pick that asks to wait for fleet admission holds the call until it is admitted
+        // or shed; a client that goes away gives up its place with this future.
+        let picked = if pick.admission.wait {
+            self.state.pick_waiting(kind, &pick, &who).instrument(span.clone()).await?
+        } else {
+            span.in_scope(|| self.state.pick(kind, &pick, &who))?
+        };
+        Ok(Response::new(answer(&picked, &pick)))
     }
 
-    /// One pick as `PickPrefill` or `PickDecode` answers it (inside its span), from its
-    /// converted request, for `who`.
-    fn book(
+    /// A pick's request as the wire boundary checked it (a bad one is counted).
+    fn converted(
         &self,
         kind: PickKind,
         pick: Result<PickRequest, ConvertError>,
-        who: &Identity,
-    ) -> Result<pb::PickResponse, ControlError> {
+    ) -> Result<PickRequest, ControlError> {
         let pick = pick.map_err(|e| {
             let e = ControlError::from(e);
             self.state.pick_rejected(kind, &e);
             e
         })?;
         tracing::Span::current().record("request_id", pick.request_id.as_str());
+        Ok(pick)
+    }
+
+    /// One pick of a `PickMany` (inside its span), from its converted request, for `who`: it
+    /// never waits for admission.
+    fn book(
+        &self,
+        kind: PickKind,
+        pick: Result<PickRequest, ConvertError>,
+        who: &Identity,
+    ) -> Result<pb::PickResponse, ControlError> {
+        let pick = self.converted(kind, pick)?;
         let picked = self.state.pick(kind, &pick, who)?;
-        Ok(pb::PickResponse {
-            reservation_id: picked.reservation.to_string(),
-            target: Some((&picked.chosen.target).into()),
-            worker: Some(picked.worker.as_ref().into()),
-            cost: Some(wire::terms(&picked.chosen, pick.input_tokens, picked.weight)),
-            mode: pb::DecodeInputDemand::from(picked.mode) as i32,
-        })
+        Ok(answer(&picked, &pick))
     }
 
     /// One pick of a `PickMany`: in a span of its own under the trace it carries, as the unary
@@ -81,6 +93,17 @@ impl RouterService {
             Err(e) => Outcome::Failed(infera_proto::error::failure_of_status(&Status::from(e))),
         };
         pb::PickResult { outcome: Some(outcome) }
+    }
+}
+
+/// What a pick answers once booked.
+fn answer(picked: &crate::routing::Picked, pick: &PickRequest) -> pb::PickResponse {
+    pb::PickResponse {
+        reservation_id: picked.reservation.to_string(),
+        target: Some((&picked.chosen.target).into()),
+        worker: Some(picked.worker.as_ref().into()),
+        cost: Some(wire::terms(&picked.chosen, pick.input_tokens, picked.weight)),
+        mode: pb::DecodeInputDemand::from(picked.mode) as i32,
     }
 }
 

@@ -79,6 +79,7 @@ fn rpc_spans_reach_the_collector_under_the_callers_trace() {
             fixed_page_hashes: Vec::new(),
             page_size: 0,
             exclude: Vec::new(),
+            ..Default::default()
         };
         let item = pb::PickItem {
             kind: pb::PickKind::Decode as i32,

@@ -4,6 +4,7 @@ mod harness;
 
 mod admin;
 mod admin_listen;
+mod admission;
 mod bad_input;
 mod ejection;
 mod engine;

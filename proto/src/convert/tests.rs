@@ -11,6 +11,7 @@ fn pick(lease: &str, model: &str, tokens: u64) -> pb::PickRequest {
         fixed_page_hashes: Vec::new(),
         page_size: 0,
         exclude: Vec::new(),
+        ..Default::default()
     }
 }
 

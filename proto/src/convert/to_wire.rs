@@ -20,6 +20,13 @@ impl From<&PickRequest> for pb::PickRequest {
             fixed_page_hashes: p.page_hashes.clone(),
             page_size: p.page_size,
             exclude: p.exclude.iter().map(pb::Target::from).collect(),
+            service_class: p.admission.class.as_ref().map(ToString::to_string).unwrap_or_default(),
+            tenant: p.admission.tenant.as_ref().map(ToString::to_string).unwrap_or_default(),
+            arrived_unix_ms: p
+                .admission
+                .arrived
+                .map_or(0, |t| t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)),
+            wait_admission: p.admission.wait,
         }
     }
 }

@@ -63,6 +63,22 @@ name_newtype!(
     /// A multi-turn session key (prefill affinity).
     SessionKey
 );
+name_newtype!(
+    /// A service class's name (`x-infera-service-class`; control's `--service-classes`).
+    ServiceClassName
+);
+impl ServiceClassName {
+    /// Whether `name` can name a service class: 1–64 of `[A-Za-z0-9._-]` (a label value of the
+    /// metrics, a header value).
+    pub fn is_valid(name: &str) -> bool {
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        !name.is_empty() && name.len() <= 64 && name.chars().all(ok)
+    }
+}
+name_newtype!(
+    /// A tenant: whose share of the admission queue a request uses (its API key's name).
+    TenantId
+);
 
 /// An attention-DP rank inside one worker.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]

@@ -1,7 +1,12 @@
 //! A pick as control sees it, after the wire boundary checked it, and its answer as the proxy
 //! sees it.
 
-use super::{LeaseId, ModelName, RequestId, ReservationId, SessionKey, Target, WorkerRecord};
+use std::time::SystemTime;
+
+use super::{
+    LeaseId, ModelName, RequestId, ReservationId, ServiceClassName, SessionKey, Target, TenantId,
+    WorkerRecord,
+};
 
 /// The longest request id, model name or session key a pick (or a proxy's request) carries, in
 /// bytes: each is kept in control's state (a session key is a key of its session map).
@@ -36,6 +41,21 @@ pub struct PickRequest {
     pub page_size: u32,
     /// Targets this request already failed on (a retry): passed by unless none would be left.
     pub exclude: Vec<Target>,
+    /// What fleet admission needs of it (its class, tenant and arrival).
+    pub admission: Admission,
+}
+
+/// What fleet admission knows of a request (`manual/features/service_classes.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// Its service class; `None` = control's default class.
+    pub class: Option<ServiceClassName>,
+    /// Whose share of the queue it uses; `None` = the anonymous tenant.
+    pub tenant: Option<TenantId>,
+    /// When it reached the proxy; `None` = when control sees the pick.
+    pub arrived: Option<SystemTime>,
+    /// Whether a decode pick admission refuses waits in control's queue (a unary call).
+    pub wait: bool,
 }
 
 /// What control answered a pick with.

@@ -86,6 +86,12 @@ pub enum PickError {
     AtCapacity,
     /// The model's prefills and decodes cannot pair (control's `NO_COMPATIBLE_PAIR`): why.
     NoCompatiblePair(String),
+    /// Fleet admission has no room for the decode pick now: it waits in control's queue.
+    Queued,
+    /// Fleet admission shed it: its class's TTFT target can no longer be met.
+    Shed,
+    /// Control does not define the service class the request names: control's message.
+    UnknownClass(String),
 }
 
 impl PickError {
@@ -102,6 +108,12 @@ impl PickError {
                 why: crate::error::Overload::AtCapacity,
                 retry_after: std::time::Duration::from_secs(1),
             },
+            // Queued is waited on by the route; reaching the client it reads as a shed.
+            Self::Queued | Self::Shed => ProxyError::Overloaded {
+                why: crate::error::Overload::Shed,
+                retry_after: std::time::Duration::from_secs(1),
+            },
+            Self::UnknownClass(why) => ProxyError::UnknownServiceClass(why),
         }
     }
 }

@@ -61,6 +61,32 @@ impl ControlLink {
         model: &ModelName,
         exclude: &[Target],
     ) -> Result<Pick, PickError> {
+        self.pick_until(kind, facts, model, exclude, None).await
+    }
+
+    /// [`ControlLink::pick`] for a decode pick fleet admission queued: it waits in control's
+    /// queue (one unary call) until admitted, shed, or `until` (the request's queue deadline)
+    /// passes, which sheds it too. Never routed locally while control answers: that would
+    /// admit what control turned away.
+    pub async fn pick_waiting(
+        self: &Arc<Self>,
+        facts: &Facts,
+        model: &ModelName,
+        exclude: &[Target],
+        until: std::time::Instant,
+    ) -> Result<Pick, PickError> {
+        self.pick_until(PickKind::Decode, facts, model, exclude, Some(until)).await
+    }
+
+    async fn pick_until(
+        self: &Arc<Self>,
+        kind: PickKind,
+        facts: &Facts,
+        model: &ModelName,
+        exclude: &[Target],
+        until: Option<std::time::Instant>,
+    ) -> Result<Pick, PickError> {
+        let wait = until.map(|u| u.saturating_duration_since(std::time::Instant::now()));
         if let Some(lease) = self.lease() {
             let page = PageHashes::of(kind, facts, model, &self.targets());
             let pick = PickRequest {
@@ -72,13 +98,14 @@ impl ControlLink {
                 page_hashes: page.hashes,
                 page_size: page.page_size,
                 exclude: exclude.to_vec(),
+                admission: infera_proto::types::Admission { wait: wait.is_some(), ..facts.admission.clone() },
             };
             let (answer, answered) = tokio::sync::oneshot::channel();
             self.picks.ask(queue::Asked {
                 kind,
                 pick: pb::PickRequest::from(&pick),
                 span: tracing::Span::current(),
-                timeout: LATE_PICK_LIMIT,
+                timeout: wait.map_or(LATE_PICK_LIMIT, |w| w.max(LATE_PICK_LIMIT)),
                 answer,
             });
             // The queue answers every pick it takes; it is gone only when the runtime is.
@@ -97,7 +124,7 @@ impl ControlLink {
                     Ok(answer)
                 }
                 // `pending` is dropped below with its call: a late answer is released.
-                () = tokio::time::sleep(self.pick_timeout) => Err(()),
+                () = tokio::time::sleep(wait.unwrap_or(self.pick_timeout)) => Err(()),
             };
             drop(pending);
             match answer {
@@ -110,6 +137,11 @@ impl ControlLink {
                     Some(ErrorReason::NoPool) => return Err(PickError::NoPool),
                     Some(ErrorReason::NoEligibleTarget) => return Err(PickError::NoTarget),
                     Some(ErrorReason::AtCapacity) => return Err(PickError::AtCapacity),
+                    Some(ErrorReason::AdmissionQueued) => return Err(PickError::Queued),
+                    Some(ErrorReason::AdmissionShed) => return Err(PickError::Shed),
+                    Some(ErrorReason::UnknownServiceClass) => {
+                        return Err(PickError::UnknownClass(status.message().to_owned()));
+                    }
                     Some(ErrorReason::NoCompatiblePair) => {
                         return Err(PickError::NoCompatiblePair(status.message().to_owned()));
                     }
@@ -135,6 +167,7 @@ impl ControlLink {
                         self.lease.suspect();
                     }
                 },
+                Err(()) if wait.is_some() => return Err(PickError::Shed),
                 Err(()) => {
                     tracing::debug!(timeout = ?self.pick_timeout, "pick timed out; routing locally");
                     self.lease.suspect();

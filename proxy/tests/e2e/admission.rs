@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-async fn open_stream(url: &str) -> hyper::body::Incoming {
+/// A long stream through `url`, read to its first chunk.
+pub(crate) async fn open_stream(url: &str) -> hyper::body::Incoming {
     let resp = send(url, Bytes::from(chat(50_000, true).to_string()), &[]).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();

@@ -7,6 +7,7 @@ mod admission;
 mod anthropic;
 mod api_keys;
 mod chaos;
+mod classes;
 mod endpoints;
 mod engine;
 mod errors;

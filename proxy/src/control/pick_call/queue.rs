@@ -133,6 +133,12 @@ pub(super) async fn run<D: Destination>(mut queue: mpsc::UnboundedReceiver<Asked
 pub(super) async fn send<C: PickCalls>(mut batch: Vec<Asked>, mut calls: C, unary_until: UnaryUntil) {
     // A pick nobody waits for any more would book what nobody releases.
     batch.retain(|asked| !asked.answer.is_closed());
+    // A pick that waits for fleet admission holds its call until control admits or sheds it:
+    // one unary call of its own, off this queue's path.
+    let (waiting, batch): (Vec<_>, Vec<_>) = batch.into_iter().partition(|asked| asked.pick.wait_admission);
+    if !waiting.is_empty() {
+        tokio::spawn(one_by_one(waiting, calls.clone()));
+    }
     let unary = unary_until.lock().expect("pick queue lock").is_some_and(|until| Instant::now() < until);
     if batch.len() <= 1 || unary {
         return one_by_one(batch, calls).await;

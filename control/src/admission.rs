@@ -1,0 +1,95 @@
+//! Fleet admission (`--admission on`): one decision for every proxy, from the ledger and each
+//! decode worker's fitted step model (`manual/features/service_classes.md`).
+//!
+//! A decode pick of class `c` may book a rank only when the worker's step, predicted with the
+//! request added ([`crate::fit::predict`]), stays within the tightest ITL target among `c` and
+//! every request the worker already holds: under DP attention every rank steps at the busiest
+//! one's pace, so each held request sees the worker's step. A worker without a trusted fit is
+//! not predicted and admits as before; an idle worker always admits (nothing it could hold
+//! steps faster). When no candidate admits, or others already wait, the pick waits in the
+//! model's one queue ([`queue`]) held by control, in priority, tenant-share and deadline order,
+//! and is shed once its TTFT target can no longer be met.
+
+use std::collections::HashMap;
+
+use infera_proto::types::WorkerId;
+
+use crate::fit::regress::Solution;
+use crate::ledger::Ledger;
+use crate::scoring::Candidate;
+use crate::target::TargetKey;
+use crate::view::View;
+
+pub mod queue;
+
+/// What a decode pick under admission must keep its worker's predicted step within.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ItlLimit {
+    /// The ITL target of the request's class, ms.
+    pub itl_ms: u32,
+}
+
+/// The trusted step fits admission predicts with, per decode worker.
+#[derive(Clone, Debug, Default)]
+pub struct StepFits(HashMap<WorkerId, Solution>);
+
+impl StepFits {
+    /// The fits in `workers` (the trusted ones of every pool).
+    pub fn new(workers: impl IntoIterator<Item = (WorkerId, Solution)>) -> Self {
+        Self(workers.into_iter().collect())
+    }
+
+    /// A worker's fit.
+    pub fn get(&self, worker: &WorkerId) -> Option<&Solution> {
+        self.0.get(worker)
+    }
+}
+
+/// Keeps the candidates whose worker admits one more request of `tokens` within `limit`;
+/// `false` when none is left.
+pub(crate) fn within_predicted_itl(
+    candidates: &mut Vec<Candidate>,
+    view: &View,
+    ledger: &Ledger,
+    fits: &StepFits,
+    limit: ItlLimit,
+    tokens: u64,
+) -> bool {
+    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens).is_some_and(|a| a.admitted));
+    !candidates.is_empty()
+}
+
+/// One candidate's admission: its worker's predicted step with the request, and the limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Verdict {
+    /// The worker's step predicted with the request added (`None`: no trusted fit).
+    pub predicted_ms: Option<f64>,
+    /// The tightest ITL target it must stay within, ms.
+    pub limit_ms: u32,
+    /// Whether it may take the request.
+    pub admitted: bool,
+}
+
+/// The verdict for `key` (`None` when the view no longer holds its worker).
+pub(crate) fn admits(
+    key: TargetKey,
+    view: &View,
+    ledger: &Ledger,
+    fits: &StepFits,
+    limit: ItlLimit,
+    tokens: u64,
+) -> Option<Verdict> {
+    use crate::fit::predict::RankLoad;
+    let worker = &view.slot(key).target.worker;
+    let keys = view.worker_targets(worker, None).ok()?;
+    let limit_ms = keys.iter().filter_map(|k| ledger.tightest_itl_ms(*k)).fold(limit.itl_ms, u32::min);
+    let Some(fit) = fits.get(worker) else {
+        return Some(Verdict { predicted_ms: None, limit_ms, admitted: true });
+    };
+    let loads: Vec<RankLoad> = keys.iter().map(|k| RankLoad::from_ledger(&ledger.load(*k))).collect();
+    let idle = keys.iter().all(|k| ledger.load(*k).held_requests == 0);
+    let rank = keys.iter().position(|k| *k == key)?;
+    let predicted_ms = fit.worker_step_ms_with(&loads, rank, tokens);
+    let admitted = idle || predicted_ms.is_some_and(|p| p <= f64::from(limit_ms));
+    Some(Verdict { predicted_ms, limit_ms, admitted })
+}

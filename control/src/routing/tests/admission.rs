@@ -1,0 +1,78 @@
+//! Fleet admission in the core: a decode pick with an ITL limit books only where the worker's
+//! predicted step, with the request, stays within it and within every held request's target.
+
+use super::*;
+use crate::admission::{ItlLimit, StepFits};
+use crate::fit::regress::Solution;
+
+/// 10 ms a step, plus 5 ms a request and 1 ms per 100 k context tokens on the busiest rank.
+fn fit() -> Solution {
+    Solution {
+        base_ms: 10.0,
+        ms_per_request: 5.0,
+        ms_per_mtoken: 10.0,
+        r_squared: 1.0,
+        samples: 100.0,
+        weight_tokens: 500_000.0,
+        weight_rel_se: 0.0,
+        mean_requests: 4.0,
+        mean_context_tokens: 0.0,
+    }
+}
+
+fn fixture() -> Fixture {
+    let workers = vec![worker("d0", Role::Decode, "m", 2), worker("d1", Role::Decode, "m", 2)];
+    let mut f = Fixture::new(workers, settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin));
+    // Only d0 is fitted: d1 has no trusted fit and is not predicted.
+    f.core.set_step_fits(StepFits::new([(WorkerId::new("d0"), fit())]));
+    f
+}
+
+fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, ControlError> {
+    let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
+    let ctx = PickContext {
+        caller: anon(),
+        kv: None,
+        record_decision: false,
+        now: f.now,
+        wall: SystemTime::now(),
+        kv_room: None,
+    };
+    f.core.pick_within(PickKind::Decode, &req, ctx, Some(ItlLimit { itl_ms }))
+}
+
+#[test]
+fn a_worker_admits_while_its_predicted_step_stays_within_every_held_target() {
+    let mut f = fixture();
+    // Drop d1 from the pool: only the fitted worker is a candidate.
+    f.core.set_drained(&WorkerId::new("d1"), None, true).unwrap();
+    // An idle worker admits whatever its prediction: nothing it holds could step faster.
+    let first = pick(&mut f, "a", 0, 12).unwrap();
+    assert_eq!(first.chosen.target.worker.as_str(), "d0");
+    // One more steps the worker at 20 ms on the same rank, 15 on the other: within this
+    // request's 20, but the held one was admitted under 12, and 15 > 12.
+    let second = pick(&mut f, "b", 0, 20);
+    assert!(matches!(second, Err(ControlError::AdmissionQueued { .. })), "{second:?}");
+    f.release(first.reservation).unwrap();
+    // Idle again; then a loose first request and a second within its target.
+    let loose = pick(&mut f, "c", 0, 100).unwrap();
+    let next = pick(&mut f, "d", 0, 16).unwrap();
+    assert_ne!(next.chosen.target.rank, loose.chosen.target.rank, "the only rank that keeps 15 ms ≤ 16");
+    // Context counts too: 2 M tokens add 20 ms.
+    let big = pick(&mut f, "e", 2_000_000, 100);
+    assert!(matches!(big, Err(ControlError::AdmissionQueued { .. })), "{big:?}");
+    f.release(loose.reservation).unwrap();
+    f.release(next.reservation).unwrap();
+    let key = f.core.view.key(&first.chosen.target).unwrap();
+    assert_eq!(f.core.ledger.tightest_itl_ms(key), None, "every held target released");
+}
+
+#[test]
+fn a_worker_without_a_trusted_fit_admits_as_before() {
+    let mut f = fixture();
+    f.core.set_drained(&WorkerId::new("d0"), None, true).unwrap();
+    for i in 0..20 {
+        let p = pick(&mut f, &format!("r{i}"), 100_000, 1).unwrap();
+        assert_eq!(p.chosen.target.worker.as_str(), "d1");
+    }
+}
