@@ -33,6 +33,8 @@ pub struct AdmissionDesk {
     classes: RwLock<Arc<ClassBook>>,
     queues: Mutex<HashMap<ModelName, AdmissionQueue<Parked>>>,
     wake: Notify,
+    /// The dispatcher has stopped (control is stopping): nobody is parked any more.
+    closed: AtomicBool,
 }
 
 /// A waiting decode pick.
@@ -138,13 +140,13 @@ impl ControlState {
                 answer,
             },
         };
-        self.admission
-            .queues
-            .lock()
-            .expect("admission lock")
-            .entry(req.model.clone())
-            .or_default()
-            .push(waiter);
+        {
+            let mut queues = self.admission.queues.lock().expect("admission lock");
+            if self.admission.closed.load(Ordering::Acquire) {
+                return Err(ControlError::NotLeader { leader: None, lapsed: false });
+            }
+            queues.entry(req.model.clone()).or_default().push(waiter);
+        }
         self.admission.wake.notify_one();
         // The dispatcher answers every waiter by its deadline; the margin covers a dispatcher
         // that is not running (a stopping control).
@@ -206,7 +208,10 @@ impl ControlState {
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                _ = &mut stop => return,
+                _ = &mut stop => {
+                    self.turn_waiters_away();
+                    return;
+                }
                 _ = self.admission.wake.notified() => {}
                 _ = tokio::time::sleep(DISPATCH_TICK) => {}
             }
@@ -215,6 +220,22 @@ impl ControlState {
                 self.dispatch_admissions();
             }
         }
+    }
+
+    /// A stopping control answers every waiter `NOT_LEADER` (no leader named): its proxy waits
+    /// on at the replica that leads next, its deadline unchanged, and the stop is not held up
+    /// by calls that could wait a minute.
+    fn turn_waiters_away(&self) {
+        let mut queues = self.admission.queues.lock().expect("admission lock");
+        self.admission.closed.store(true, Ordering::Release);
+        for (model, queue) in queues.iter_mut() {
+            for w in queue.remove_where(|_| true) {
+                let Parked { class, answer, .. } = w.item;
+                self.metrics.admission.outcome(model.as_str(), class.as_str(), Outcome::Cancelled);
+                let _ = answer.send(Err(ControlError::NotLeader { leader: None, lapsed: false }));
+            }
+        }
+        queues.clear();
     }
 
     /// The class and deadline admission holds `req` to (`None`: not a decode pick, or admission

@@ -194,3 +194,23 @@ async fn a_flooding_tenant_is_held_to_its_share_of_admissions() {
     assert_eq!((tokens("a"), tokens("flood")), (Some(800.0), Some(800.0)), "{m}");
     control.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_control_turns_its_waiters_to_the_next_leader_at_once() {
+    let (control, _dir) = start().await;
+    let lease = control.lease(60_000).await;
+    let mut router = control.router().await;
+    router.pick_decode(classed(&lease, "held", "", "", false)).await.unwrap();
+    let (done, mut answers) = mpsc::unbounded_channel();
+    wait_in_queue(&control, classed(&lease, "batch-1", "batch", "", true), done).await;
+    eventually(Duration::from_secs(10), "batch-1 to wait", async || waiting(&control, "batch").await == 1.0)
+        .await;
+    // Its TTFT target is a minute away; the stop does not wait for it.
+    let stopping = Instant::now();
+    control.stop().await;
+    let (id, answer) = answers.recv().await.unwrap();
+    assert_eq!(id, "batch-1");
+    let status = answer.unwrap_err();
+    assert_eq!(StatusReason::of(&status).known(), Some(ErrorReason::NotLeader), "{status:?}");
+    assert!(stopping.elapsed() < Duration::from_secs(20), "stopped in {:?}", stopping.elapsed());
+}

@@ -158,6 +158,13 @@ impl ControlLink {
                             let _ = self.controls.follow(&leader);
                         }
                         self.lease.forget(lease);
+                        // A pick waiting for admission waits on at the new leader, its arrival
+                        // (and so its TTFT deadline) unchanged: the queue survives the change.
+                        if let Some(until) = until
+                            && self.new_lease(lease, until).await
+                        {
+                            return Box::pin(self.pick_until(kind, facts, model, exclude, Some(until))).await;
+                        }
                     }
                     Some(_) => tracing::debug!(code = ?status.code(), "pick refused; routing locally"),
                     None => {
@@ -184,6 +191,17 @@ impl ControlLink {
             input_tokens: facts.input_tokens,
         };
         Ok(Pick::new(&self.releaser, endpoint, facts, None))
+    }
+
+    /// Waits (until `until`) for the lease loop to open a lease other than `old`; whether it did.
+    async fn new_lease(&self, old: LeaseId, until: std::time::Instant) -> bool {
+        while std::time::Instant::now() < until {
+            if self.lease().is_some_and(|l| l != old) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
     }
 
     /// The leg control booked with `answer` under `lease`; `None` when the answer does not convert

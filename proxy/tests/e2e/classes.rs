@@ -81,3 +81,44 @@ async fn a_waiting_interactive_request_is_admitted_before_an_earlier_batch_one_a
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_waits_on_at_the_next_control_instead_of_jumping_the_queue() {
+    let shape = Shape {
+        decode_dp: 1,
+        proxies: 1,
+        control_flags: vec![
+            "--decode-input-demand",
+            "on",
+            "--admission",
+            "on",
+            "--max-requests-per-rank",
+            "1",
+        ],
+        proxy_flags: vec!["--queue-timeout-ms", "30000"],
+        ..Shape::default()
+    };
+    let mut cluster = Cluster::start(shape).await;
+    let url = format!("{}/v1/chat/completions", cluster.proxies[0]);
+    let held = open_stream(&url).await;
+    let waiting_request = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat(4, false), &[("x-infera-service-class", "batch")]).await.0 }
+    });
+    eventually(Duration::from_secs(10), "the request to wait", async || {
+        waiting(&cluster.control_metrics().await, "batch").then_some(())
+    })
+    .await;
+    // A new control instance: the old one turns its waiter away; the proxy re-declares the held
+    // stream to the new one and waits there again, rather than routing on its own.
+    cluster.restart_control().await;
+    eventually(Duration::from_secs(15), "the request to wait at the new control", async || {
+        waiting(&cluster.control_metrics().await, "batch").then_some(())
+    })
+    .await;
+    assert!(!waiting_request.is_finished(), "the rank is still full");
+    drop(held);
+    assert_eq!(waiting_request.await.unwrap(), StatusCode::OK);
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}
