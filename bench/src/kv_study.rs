@@ -132,6 +132,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 async fn arm(name: &str, spec: &Spec, model_dir: &std::path::Path, args: &Args) -> anyhow::Result<ArmResult> {
     let deployment = Deployment::start(spec, model_dir).await?;
     let plan = Plan {
+        batch_share: None,
         trace: args.trace.clone(),
         format: Format::Mooncake,
         urls: vec![deployment.proxy_url.clone()],

@@ -14,6 +14,7 @@
 //! (closed loop over Mooncake treats each request as a one-turn session).
 
 mod drive;
+pub(crate) mod goodput;
 pub(crate) mod percentile;
 mod prompt;
 pub(crate) mod ranks;
@@ -181,6 +182,7 @@ impl ReplayArgs {
                 model: None,
             }),
             session_header: self.session_header,
+            batch_share: None,
         })
     }
 }
@@ -215,6 +217,9 @@ pub(crate) struct Plan {
     pub(crate) loads: Option<Loads>,
     /// Each request names its session in `x-session-id`.
     pub(crate) session_header: bool,
+    /// This share of the sessions is `batch`, the rest `interactive`, each request naming its
+    /// class in `x-infera-service-class` ([`goodput`]); `None`: no class is named.
+    pub(crate) batch_share: Option<f64>,
 }
 
 pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
@@ -262,6 +267,7 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
     let ticker = (!plan.quiet).then(|| tokio::spawn(progress_line(first)));
     let send_shaping = shaping.clone();
     let session_header = plan.session_header;
+    let batch_share = plan.batch_share;
     let send = move |job: Job| {
         let target = targets[(job.session.index % targets.len() as u64) as usize].clone();
         let shaping = send_shaping.clone();
@@ -270,7 +276,10 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
             let max_tokens = shaping.max_tokens(turn.output_tokens);
             let session = session_header.then_some(job.session.name.as_str());
             let prompt = prompt::prompt(&job.session, job.turn);
-            target.send(drive::Ask { prompt, session, input_tokens: turn.input_tokens, max_tokens }).await
+            let class = batch_share.map(|share| goodput::Class::of(job.session.index, share));
+            target
+                .send(drive::Ask { prompt, session, class, input_tokens: turn.input_tokens, max_tokens })
+                .await
         }
     };
     let ran: Ran<Result<Sample, DriveError>> = match mode {

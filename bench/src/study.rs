@@ -198,6 +198,12 @@ pub(crate) struct DecodeWeightArgs {
     /// prefill session affinity reads it; SGLang and SMG ignore the header.
     #[arg(long, env = "INFERA_BENCH_SESSION_HEADER")]
     session_header: bool,
+    /// This share of the sessions (0–1, the same in every arm) is `batch`, the rest
+    /// `interactive`: each request names its class in `x-infera-service-class`, and each arm's
+    /// goodput per class is reported (requests that met their class's TTFT and ITL targets,
+    /// `crate::replay::goodput`). Routers without classes ignore the header.
+    #[arg(long, env = "INFERA_BENCH_BATCH_SHARE")]
+    batch_share: Option<f64>,
     /// No progress line on stderr.
     #[arg(long, env = "INFERA_BENCH_QUIET")]
     quiet: bool,
@@ -432,6 +438,7 @@ async fn run_arm(
         mode: Some(Mode::Closed),
         session_offset: pairing.session_offset,
         session_header: args.session_header,
+        batch_share: args.batch_share,
         shaping: cell.shaping.clone(),
         quiet: args.quiet,
         loads: Some(Loads {

@@ -58,6 +58,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) prompt: String,
     /// The session named in `x-session-id` (`None`: not named).
     pub(crate) session: Option<&'a str>,
+    /// The service class named in `x-infera-service-class` (`None`: not named).
+    pub(crate) class: Option<super::goodput::Class>,
     /// The prompt's length by the trace (when the answer reports none).
     pub(crate) input_tokens: u32,
     /// The answer's length asked for.
@@ -100,7 +102,7 @@ impl Target {
 
     async fn stream(
         &self,
-        Ask { prompt, session, input_tokens, max_tokens }: Ask<'_>,
+        Ask { prompt, session, class, input_tokens, max_tokens }: Ask<'_>,
     ) -> Result<Sample, DriveError> {
         let body = json!({
             "model": self.model,
@@ -112,6 +114,9 @@ impl Target {
         let mut req = http::Request::post(self.url.clone()).header("content-type", "application/json");
         if let Some(session) = session {
             req = req.header("x-session-id", session);
+        }
+        if let Some(class) = class {
+            req = req.header("x-infera-service-class", class.name());
         }
         let req =
             req.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| DriveError::Url(e.to_string()))?;
@@ -164,6 +169,7 @@ impl Target {
             gaps_ms: stamps.windows(2).map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e3).collect(),
             tokens: usage.unwrap_or(stamps.len() as u64),
             input_tokens: prompt_usage.unwrap_or(u64::from(input_tokens)),
+            class,
         })
     }
 }
@@ -229,7 +235,7 @@ mod tests {
         for session in [Some("session-7"), None] {
             let (base, served) = one_answer().await;
             let target = Target::new(&base, "m", Instant::now()).unwrap();
-            let ask = Ask { prompt: "hello".into(), session, input_tokens: 2, max_tokens: 1 };
+            let ask = Ask { prompt: "hello".into(), session, class: None, input_tokens: 2, max_tokens: 1 };
             target.send(ask).await.unwrap();
             let head = served.await.unwrap();
             assert_eq!(head.contains("x-session-id: session-7"), session.is_some(), "{head}");

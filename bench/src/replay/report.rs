@@ -38,6 +38,8 @@ pub(crate) struct Sample {
     pub(crate) tokens: u64,
     /// Prompt tokens (`usage.prompt_tokens`, else the trace's).
     pub(crate) input_tokens: u64,
+    /// The service class it named, if any.
+    pub(crate) class: Option<super::goodput::Class>,
 }
 
 impl Sample {
@@ -116,6 +118,8 @@ pub(crate) struct Report {
     pub(crate) ranks: Option<RankStats>,
     /// Every rank sample of the run (emulated ms), warm-up included.
     pub(crate) rank_series: Vec<RankSample>,
+    /// Goodput per service class, when the requests named classes.
+    pub(crate) goodput: Option<super::goodput::Goodput>,
 }
 
 impl Report {
@@ -161,6 +165,7 @@ impl Report {
             chunk_gap_ms: Dist::of(&gaps),
             ranks: None,
             rank_series: Vec::new(),
+            goodput: super::goodput::Goodput::of(&samples, window_s),
             shaping,
         }
     }
@@ -216,6 +221,7 @@ impl Report {
             "chunk_gap_ms": self.chunk_gap_ms.json(),
             "decode_ranks": self.ranks.as_ref().map(RankStats::json),
             "decode_rank_series": (!self.rank_series.is_empty()).then(|| series_json(&self.rank_series)),
+            "goodput": self.goodput.as_ref().map(super::goodput::Goodput::json),
         })
     }
 }
@@ -303,6 +309,7 @@ mod tests {
             gaps_ms: vec![10.0, 30.0],
             tokens: 5,
             input_tokens: 1_000,
+            class: None,
         };
         let b = Sample {
             sent_ms: 500.0,
@@ -311,6 +318,7 @@ mod tests {
             gaps_ms: vec![5.0],
             tokens: 2,
             input_tokens: 3_000,
+            class: None,
         };
         let one_chunk =
             Sample { sent_ms: 600.0, ttft_ms: 50.0, end_ms: 700.0, tokens: 4, ..Sample::default() };
@@ -340,6 +348,7 @@ mod tests {
             gaps_ms: vec![1.0, 1.0],
             tokens: 3,
             input_tokens: 7,
+            class: None,
         };
         let shaping = Shaping { compression: 10.0, ..super::super::schedule::tests::shaping() };
         let ranks =

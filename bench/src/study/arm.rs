@@ -28,6 +28,8 @@ pub(crate) enum Arm {
     Weight(f64),
     /// Demand on with W fitted online.
     Auto,
+    /// `auto`, with fleet admission on (`--admission on`, the built-in service classes).
+    Admitted,
     /// Demand on with a request weight and a prefilling weight.
     Phased {
         /// W.
@@ -73,6 +75,11 @@ impl Arm {
             Arm::Auto => {
                 ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
             }
+            Arm::Admitted => {
+                ["--decode-input-demand", "on", "--decode-request-weight", "auto", "--admission", "on"]
+                    .map(str::to_owned)
+                    .into()
+            }
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
@@ -100,7 +107,11 @@ impl Arm {
     pub(crate) fn load_view(&self, speedup: f64) -> String {
         let engine_s = engine_poll_ms(speedup) as f64 * speedup / 1e3;
         match self {
-            Arm::Weight(_) | Arm::Auto | Arm::Phased { .. } | Arm::Legacy(Legacy::PowerOfTwo) => {
+            Arm::Weight(_)
+            | Arm::Auto
+            | Arm::Admitted
+            | Arm::Phased { .. }
+            | Arm::Legacy(Legacy::PowerOfTwo) => {
                 format!("0 (ledger; KV room polled every {engine_s:.1} s)")
             }
             Arm::Legacy(Legacy::LeastRunning) => format!("{engine_s:.1} (engine poll)"),
@@ -124,6 +135,7 @@ impl Arm {
         match self {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Auto => "auto".to_owned(),
+            Arm::Admitted => "auto-admission".to_owned(),
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let age = if *age_decay { "-age" } else { "" };
                 let credit = overlap_credit.map(|c| format!("-c{c}")).unwrap_or_default();
@@ -180,6 +192,7 @@ impl fmt::Display for Arm {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
             Arm::Auto => f.write_str("W = auto"),
+            Arm::Admitted => f.write_str("W = auto, fleet admission"),
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
                 if *age_decay {
@@ -217,6 +230,9 @@ impl FromStr for Arm {
         }
         if s == "auto" {
             return Ok(Arm::Auto);
+        }
+        if s == "auto/admission" {
+            return Ok(Arm::Admitted);
         }
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);

@@ -22,6 +22,11 @@ fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
 pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
     let rows = rows(cell, args.runs);
     println!("\n{}", table::results(&rows, cell.topology.gpus(args.prefill_gpus)));
+    if let Some(goodput) = table::goodput(&rows, cell.topology.gpus(args.prefill_gpus)) {
+        println!(
+            "Goodput (interactive: TTFT ≤ 2 s, ITL ≤ 50 ms; batch: TTFT ≤ 60 s, ITL ≤ 250 ms; emulated):\n\n{goodput}"
+        );
+    }
     // With several prefills the router's prefill pick decides how much of each conversation
     // a prefill recomputes.
     let hits: Vec<String> = cell

@@ -261,6 +261,7 @@ mod tests {
             gaps_ms: vec![1.0],
             tokens: 2,
             input_tokens: 5,
+            class: None,
         };
         let series = (0..5)
             .map(|i| RankSample {

@@ -54,6 +54,35 @@ pub(crate) fn results(rows: &[(Label, &Report)], gpus: u32) -> String {
     out
 }
 
+/// Goodput per arm (`--batch-share`): requests that met their class's TTFT and ITL targets;
+/// `None` when the replay named no classes.
+pub(crate) fn goodput(rows: &[(Label, &Report)], gpus: u32) -> Option<String> {
+    if rows.iter().all(|(_, r)| r.goodput.is_none()) {
+        return None;
+    }
+    let mut out = String::from(
+        "| arm | goodput (req/s) | interactive met / completed | batch met / completed | tok/s/GPU within SLO | failed |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for (arm, r) in rows {
+        let Some(g) = &r.goodput else { continue };
+        let tokens = (g.interactive.tokens_per_s + g.batch.tokens_per_s) / f64::from(gpus.max(1));
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} | {} / {} | {} / {} | {} | {} |",
+            arm,
+            g.per_s(),
+            g.interactive.met,
+            g.interactive.completed,
+            g.batch.met,
+            g.batch.completed,
+            thousands(tokens.round()),
+            r.failed,
+        );
+    }
+    Some(out)
+}
+
 /// The seeds' decode-ranks table.
 pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     let mut out = String::from(
@@ -232,6 +261,7 @@ mod tests {
             gaps_ms: vec![40.0; 3],
             tokens: 13,
             input_tokens: 11_987,
+            class: None,
         };
         let r = Report::new("t".into(), "closed", shaping(), &[s], 0, 0).with_ranks(
             vec![RankSample { at_ms: 1_000.0, running: vec![6, 2], tokens: vec![3, 1], workers: Vec::new() }],
