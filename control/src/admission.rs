@@ -20,13 +20,21 @@ use crate::scoring::Candidate;
 use crate::target::TargetKey;
 use crate::view::View;
 
+pub mod prefill_fit;
 pub mod queue;
 
-/// What a decode pick under admission must keep its worker's predicted step within.
+/// What a decode pick under admission must keep: its worker's predicted step within `itl_ms`,
+/// and, for a class below the top priority, the first token of the next top-class request
+/// within `protect_ttft_ms`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ItlLimit {
+pub struct AdmitLimit {
     /// The ITL target of the request's class, ms.
     pub itl_ms: u32,
+    /// The top class's TTFT target, ms, for a request of a lower class: it is held while the
+    /// prefill queue it would join (the shortest of the model's prefill targets, with its own
+    /// tokens added) predicts a later first token than that ([`prefill_fit`]). `None` for the
+    /// top class, which is never held for its TTFT (waiting would not make it sooner).
+    pub protect_ttft_ms: Option<u32>,
 }
 
 /// The trusted step fits admission predicts with, per decode worker.
@@ -52,11 +60,26 @@ pub(crate) fn within_predicted_itl(
     view: &View,
     ledger: &Ledger,
     fits: &StepFits,
-    limit: ItlLimit,
+    limit: AdmitLimit,
     tokens: u64,
 ) -> bool {
     candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens).is_some_and(|a| a.admitted));
     !candidates.is_empty()
+}
+
+/// Whether a lower-class request of `tokens` may join `model`'s prefill queue now: the queue
+/// it would join (the least-booked prefill target, `prefill_loads`) with its tokens added must
+/// predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
+/// model) or no prediction yet: it may.
+pub(crate) fn prefill_admits(
+    model: &infera_proto::types::ModelName,
+    prefill_loads: impl Iterator<Item = u64>,
+    ledger: &Ledger,
+    ttft_ms: u32,
+    tokens: u64,
+) -> bool {
+    let Some(shortest) = prefill_loads.min() else { return true };
+    ledger.prefill_fits().predict_ms(model, shortest + tokens).is_none_or(|p| p <= f64::from(ttft_ms))
 }
 
 /// One candidate's admission: its worker's predicted step with the request, and the limit.
@@ -76,7 +99,7 @@ pub(crate) fn admits(
     view: &View,
     ledger: &Ledger,
     fits: &StepFits,
-    limit: ItlLimit,
+    limit: AdmitLimit,
     tokens: u64,
 ) -> Option<Verdict> {
     use crate::fit::predict::RankLoad;

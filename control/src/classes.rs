@@ -198,6 +198,17 @@ impl ClassBook {
             .chain(self.classes.iter().enumerate().filter(|(i, _)| *i != self.default).map(|(_, c)| c))
     }
 
+    /// What admission holds a request of `class` to: its ITL target, and for a class below the
+    /// top priority the top class's TTFT (the tightest among the top classes).
+    pub fn limit(&self, class: &ServiceClass) -> crate::admission::AdmitLimit {
+        let top = self.classes.iter().map(|c| c.priority).max().unwrap_or(class.priority);
+        let protect = self.classes.iter().filter(|c| c.priority == top).map(|c| c.ttft).min();
+        crate::admission::AdmitLimit {
+            itl_ms: millis(class.itl),
+            protect_ttft_ms: protect.filter(|_| class.priority < top).map(millis),
+        }
+    }
+
     /// A tenant's weight (`None`: the anonymous tenant), the default weight when the book names
     /// none for it.
     pub fn weight(&self, tenant: Option<&TenantId>) -> f64 {
@@ -209,6 +220,10 @@ impl ClassBook {
     pub fn names_tenant(&self, tenant: &TenantId) -> bool {
         self.weights.contains_key(tenant)
     }
+}
+
+fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
 fn class(e: ClassEntry) -> Result<ServiceClass, String> {

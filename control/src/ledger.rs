@@ -33,7 +33,7 @@ pub mod tags;
 #[cfg(test)]
 mod tests;
 
-use itl_limits::ItlLimits;
+use itl_limits::AdmitLimits;
 pub use prefilling::PrefillingEntry;
 use prefilling::PrefillingIndex;
 use tags::{IdKind, IdTags};
@@ -64,6 +64,9 @@ pub struct Reservation {
     pub prefilling: bool,
     /// The ITL target (ms) of the class it was admitted under, when admission weighed it.
     pub itl_limit_ms: Option<u32>,
+    /// The input tokens its target held when it was booked, plus its own: the queue a prefill
+    /// joined ([`crate::admission::prefill_fit`]).
+    pub found_tokens: u64,
 }
 
 /// The outcome of a release.
@@ -123,7 +126,9 @@ pub struct Ledger {
     /// The completed prefill phases per model.
     phases: PhaseWindows,
     /// The ITL targets of the held reservations, per target.
-    itl_limits: ItlLimits,
+    itl_limits: AdmitLimits,
+    /// The prefill phase against the queue each prefill joined, per model.
+    prefill_fits: crate::admission::prefill_fit::PrefillFits,
 }
 
 impl Ledger {
@@ -141,7 +146,8 @@ impl Ledger {
             legs: HashMap::new(),
             prefilling: PrefillingIndex::default(),
             phases: PhaseWindows::default(),
-            itl_limits: ItlLimits::default(),
+            itl_limits: AdmitLimits::default(),
+            prefill_fits: Default::default(),
         }
     }
 
@@ -218,6 +224,7 @@ impl Ledger {
             self.loads.resize(i + 1, Load::default());
         }
         let load = &mut self.loads[i];
+        let found_tokens = load.booked_input_tokens + booking.input_tokens;
         load.booked_input_tokens += booking.input_tokens;
         load.held_requests += 1;
         let reservation = Reservation {
@@ -232,6 +239,7 @@ impl Ledger {
             booked: now.checked_sub(booking.age).unwrap_or(now),
             prefilling: false,
             itl_limit_ms: booking.itl_limit_ms,
+            found_tokens,
         };
         if let Some(ms) = booking.itl_limit_ms {
             self.itl_limits.add(booking.target, ms);
@@ -304,7 +312,13 @@ impl Ledger {
         }
         let load = self.unbook(&reservation);
         if is_phase_end(reservation.kind, reason) {
-            self.phases.record(&reservation.model, now.saturating_duration_since(reservation.booked));
+            let phase = now.saturating_duration_since(reservation.booked);
+            self.phases.record(&reservation.model, phase);
+            self.prefill_fits.observe(
+                &reservation.model,
+                reservation.found_tokens,
+                phase.as_secs_f64() * 1e3,
+            );
         }
         Ok(Released::Now(reservation, load))
     }
@@ -358,6 +372,11 @@ impl Ledger {
     /// How long the prefill phases of each model took (their EOF releases).
     pub fn phases(&self) -> &PhaseWindows {
         &self.phases
+    }
+
+    /// The prefill phase against the queue each prefill joined, per model.
+    pub fn prefill_fits(&self) -> &crate::admission::prefill_fit::PrefillFits {
+        &self.prefill_fits
     }
 
     /// The tightest ITL target (ms) among the requests `target` holds under admission.

@@ -20,7 +20,7 @@ use infera_proto::types::{
 };
 use rand::Rng;
 
-use crate::admission::{ItlLimit, StepFits};
+use crate::admission::{AdmitLimit, StepFits};
 use crate::affinity::Sessions;
 use crate::bounds::Bounds;
 use crate::capacity::Capacity;
@@ -158,10 +158,32 @@ impl<R: Rng> RoutingCore<R> {
         kind: PickKind,
         req: &PickRequest,
         ctx: PickContext<'_>,
-        limit: Option<ItlLimit>,
+        limit: Option<AdmitLimit>,
     ) -> Result<Picked, ControlError> {
         let PickContext { caller, kv, record_decision, now, wall, kv_room } = ctx;
         self.ledger.check_lease(req.lease, caller, now)?;
+        if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit) {
+            let ledger = &self.ledger;
+            let mut prefills = Vec::new();
+            let loads = match self.view.candidates(
+                &req.model,
+                PickKind::Prefill,
+                |k| ledger.load(k),
+                &mut prefills,
+            ) {
+                Ok(_) => prefills.iter().map(|c| c.load.booked_input_tokens).collect(),
+                Err(_) => Vec::new(),
+            };
+            if !crate::admission::prefill_admits(
+                &req.model,
+                loads.into_iter(),
+                ledger,
+                ttft,
+                req.input_tokens,
+            ) {
+                return Err(ControlError::AdmissionQueued { model: req.model.clone() });
+            }
+        }
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
         self.excluded.clear();

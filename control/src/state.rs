@@ -164,7 +164,7 @@ impl ControlState {
         kind: PickKind,
         req: &PickRequest,
         caller: &Identity,
-        limit: Option<crate::admission::ItlLimit>,
+        limit: Option<crate::admission::AdmitLimit>,
     ) -> Result<Picked, ControlError> {
         let rpc = if kind == PickKind::Decode { "PickDecode" } else { "PickPrefill" };
         self.gate(rpc)?;

@@ -136,6 +136,11 @@ impl<T> AdmissionQueue<T> {
         self.levels.values().flat_map(|l| l.tenants.values()).flat_map(|line| line.waiting.values())
     }
 
+    /// Waiters of priority `priority` or above.
+    pub fn waiting_at_or_above(&self, priority: u8) -> usize {
+        self.waiting_by_priority().filter(|(p, _)| *p >= priority).map(|(_, n)| n).sum()
+    }
+
     /// Waiters per priority, highest first.
     pub fn waiting_by_priority(&self) -> impl Iterator<Item = (u8, usize)> + '_ {
         self.levels

@@ -7,11 +7,11 @@ use crate::target::TargetKey;
 
 /// Per target, how many held reservations were admitted under each ITL target (ms).
 #[derive(Debug, Default)]
-pub(super) struct ItlLimits {
+pub(super) struct AdmitLimits {
     per_target: Vec<BTreeMap<u32, u32>>,
 }
 
-impl ItlLimits {
+impl AdmitLimits {
     pub(super) fn add(&mut self, target: TargetKey, itl_ms: u32) {
         let i = target.index();
         if self.per_target.len() <= i {

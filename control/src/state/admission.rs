@@ -14,7 +14,7 @@ use infera_proto::types::{ModelName, PickKind, PickRequest, ReleaseReason, Servi
 use tokio::sync::{Notify, oneshot};
 
 use super::ControlState;
-use crate::admission::ItlLimit;
+use crate::admission::AdmitLimit;
 use crate::admission::queue::{AdmissionQueue, Waiter};
 use crate::classes::{ClassBook, ServiceClass};
 use crate::error::ControlError;
@@ -43,7 +43,7 @@ struct Parked {
     req: PickRequest,
     caller: Identity,
     class: ServiceClassName,
-    limit: ItlLimit,
+    limit: AdmitLimit,
     parked: Instant,
     answer: oneshot::Sender<Result<Picked, ControlError>>,
 }
@@ -85,14 +85,15 @@ impl ControlState {
         let Some(admit) = self.admit_terms(kind, req)? else {
             return self.pick_limited(kind, req, caller, None);
         };
+        // Nobody jumps a waiter of its own priority or above; lower ones it may pass.
         let waiting = self
             .admission
             .queues
             .lock()
             .expect("admission lock")
             .get(&req.model)
-            .is_some_and(|q| !q.is_empty());
-        let limit = ItlLimit { itl_ms: millis(admit.class.itl) };
+            .is_some_and(|q| q.waiting_at_or_above(admit.class.priority) > 0);
+        let limit = self.classes().limit(&admit.class);
         let result = if waiting {
             Err(ControlError::AdmissionQueued { model: req.model.clone() })
         } else {
@@ -135,7 +136,7 @@ impl ControlState {
                 req: req.clone(),
                 caller: caller.clone(),
                 class: admit.class.name.clone(),
-                limit: ItlLimit { itl_ms: millis(admit.class.itl) },
+                limit: self.classes().limit(&admit.class),
                 parked: Instant::now(),
                 answer,
             },
@@ -270,8 +271,4 @@ impl ControlState {
         };
         self.metrics.admission.admitted(model, class, tenant, req.input_tokens, waited);
     }
-}
-
-fn millis(d: Duration) -> u32 {
-    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }

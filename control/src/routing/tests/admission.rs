@@ -2,7 +2,7 @@
 //! predicted step, with the request, stays within it and within every held request's target.
 
 use super::*;
-use crate::admission::{ItlLimit, StepFits};
+use crate::admission::{AdmitLimit, StepFits};
 use crate::fit::regress::Solution;
 
 /// 10 ms a step, plus 5 ms a request and 1 ms per 100 k context tokens on the busiest rank.
@@ -38,7 +38,7 @@ fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, C
         wall: SystemTime::now(),
         kv_room: None,
     };
-    f.core.pick_within(PickKind::Decode, &req, ctx, Some(ItlLimit { itl_ms }))
+    f.core.pick_within(PickKind::Decode, &req, ctx, Some(AdmitLimit { itl_ms, protect_ttft_ms: None }))
 }
 
 #[test]
@@ -75,4 +75,51 @@ fn a_worker_without_a_trusted_fit_admits_as_before() {
         let p = pick(&mut f, &format!("r{i}"), 100_000, 1).unwrap();
         assert_eq!(p.chosen.target.worker.as_str(), "d1");
     }
+}
+
+#[test]
+fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_first_token() {
+    let workers = vec![worker("p", Role::Prefill, "m", 1), worker("d", Role::Decode, "m", 1)];
+    let mut f = Fixture::new(workers, settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin));
+    // 40 prefills, 8 at a time: each takes 10 ms plus 1 ms per 10 tokens it found queued
+    // (its own included).
+    let t0 = f.now;
+    for batch in 0..5u64 {
+        let start = t0 + Duration::from_secs(batch * 5);
+        f.now = start;
+        f.core.keep_alive(f.lease, anon(), start).unwrap();
+        let picks: Vec<Picked> =
+            (0..8u64).map(|i| f.pick(PickKind::Prefill, "m", 1_000 + i * 500).unwrap()).collect();
+        let mut found = 0;
+        for (i, p) in picks.into_iter().enumerate() {
+            found += 1_000 + i as u64 * 500;
+            f.now = start + Duration::from_millis(10 + found / 10);
+            f.release(p.reservation).unwrap();
+        }
+    }
+    let protect = |ttft_ms| AdmitLimit { itl_ms: 1_000, protect_ttft_ms: Some(ttft_ms) };
+    let decode = |f: &mut Fixture, id: &str, tokens: u64, limit: AdmitLimit| {
+        let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
+        let ctx = PickContext {
+            caller: anon(),
+            kv: None,
+            record_decision: false,
+            now: f.now,
+            wall: SystemTime::now(),
+            kv_room: None,
+        };
+        f.core.pick_within(PickKind::Decode, &req, ctx, Some(limit))
+    };
+    // An empty prefill: 10 ms + 500 ms for 5,000 tokens, within 2 s.
+    let ok = decode(&mut f, "a", 5_000, protect(2_000)).unwrap();
+    f.release(ok.reservation).unwrap();
+    // 30,000 tokens queued: 3.5 s predicted. A batch request waits; the top class does not.
+    let queued = f.pick(PickKind::Prefill, "m", 30_000).unwrap();
+    let held = decode(&mut f, "b", 5_000, protect(2_000));
+    assert!(matches!(held, Err(ControlError::AdmissionQueued { .. })), "{held:?}");
+    let top = decode(&mut f, "c", 5_000, AdmitLimit { itl_ms: 1_000, protect_ttft_ms: None }).unwrap();
+    f.release(top.reservation).unwrap();
+    f.release(queued.reservation).unwrap();
+    let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
+    f.release(after.reservation).unwrap();
 }
