@@ -7,8 +7,6 @@
 
 use serde_json::{Value, json};
 
-use super::report::Sample;
-
 /// A request's service class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
@@ -43,10 +41,21 @@ impl Class {
     }
 
     /// Whether `s` (emulated ms) met both targets; a one-token answer has no ITL to miss.
-    fn met(self, s: &Sample) -> bool {
+    fn met(self, s: &Served) -> bool {
         let (ttft, itl) = self.targets_ms();
-        s.ttft_ms <= ttft && s.itl_ms().is_none_or(|i| i <= itl)
+        s.ttft_ms <= ttft && s.itl_ms.is_none_or(|i| i <= itl)
     }
+}
+
+/// What goodput needs of one completed request (emulated ms).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Served {
+    pub(crate) class: Option<Class>,
+    pub(crate) ttft_ms: f64,
+    /// Per-token ITL (`None` below two tokens).
+    pub(crate) itl_ms: Option<f64>,
+    /// Input + output tokens.
+    pub(crate) tokens: u64,
 }
 
 /// One class's goodput.
@@ -71,15 +80,15 @@ pub(crate) struct Goodput {
 
 impl Goodput {
     /// Over `samples` (emulated) in a window of `window_s`; `None` for a replay without classes.
-    pub(crate) fn of(samples: &[Sample], window_s: f64) -> Option<Self> {
+    pub(crate) fn of(samples: &[Served], window_s: f64) -> Option<Self> {
         if samples.iter().all(|s| s.class.is_none()) {
             return None;
         }
         let rate = |n: f64| if window_s > 0.0 { n / window_s } else { 0.0 };
         let of = |class: Class| {
-            let mine: Vec<&Sample> = samples.iter().filter(|s| s.class == Some(class)).collect();
-            let met: Vec<&&Sample> = mine.iter().filter(|s| class.met(s)).collect();
-            let tokens: u64 = met.iter().map(|s| s.tokens + s.input_tokens).sum();
+            let mine: Vec<&Served> = samples.iter().filter(|s| s.class == Some(class)).collect();
+            let met: Vec<&&Served> = mine.iter().filter(|s| class.met(s)).collect();
+            let tokens: u64 = met.iter().map(|s| s.tokens).sum();
             ClassGoodput {
                 completed: mine.len(),
                 met: met.len(),
@@ -114,14 +123,8 @@ mod tests {
         let batch = (0..10_000).filter(|i| Class::of(*i, 0.3) == Class::Batch).count();
         assert!((2_800..=3_200).contains(&batch), "{batch}");
         assert!((0..100).all(|i| Class::of(i, 0.0) == Class::Interactive));
-        let s = |class, ttft_ms, gap| Sample {
-            class: Some(class),
-            ttft_ms,
-            gaps_ms: vec![gap],
-            tokens: 2,
-            input_tokens: 8,
-            ..Sample::default()
-        };
+        let s =
+            |class, ttft_ms, itl_ms| Served { class: Some(class), ttft_ms, itl_ms: Some(itl_ms), tokens: 10 };
         let samples = [
             s(Class::Interactive, 1_000.0, 40.0),
             s(Class::Interactive, 3_000.0, 40.0),
@@ -131,6 +134,7 @@ mod tests {
         let g = Goodput::of(&samples, 2.0).unwrap();
         assert_eq!((g.interactive.completed, g.interactive.met, g.batch.met), (3, 1, 1));
         assert_eq!((g.per_s(), g.interactive.tokens_per_s), (1.0, 5.0));
-        assert!(Goodput::of(&[Sample::default()], 1.0).is_none());
+        let unnamed = Served { class: None, ttft_ms: 1.0, itl_ms: None, tokens: 1 };
+        assert!(Goodput::of(&[unnamed], 1.0).is_none());
     }
 }

@@ -54,6 +54,12 @@ impl Sample {
         }
     }
 
+    /// What goodput counts of it.
+    fn served(&self) -> super::goodput::Served {
+        let tokens = self.tokens + self.input_tokens;
+        super::goodput::Served { class: self.class, ttft_ms: self.ttft_ms, itl_ms: self.itl_ms(), tokens }
+    }
+
     /// Per-token ITL: decode time / (tokens − 1); `None` below two chunks.
     pub(crate) fn itl_ms(&self) -> Option<f64> {
         let decode: f64 = self.gaps_ms.iter().sum();
@@ -165,7 +171,10 @@ impl Report {
             chunk_gap_ms: Dist::of(&gaps),
             ranks: None,
             rank_series: Vec::new(),
-            goodput: super::goodput::Goodput::of(&samples, window_s),
+            goodput: super::goodput::Goodput::of(
+                &samples.iter().map(Sample::served).collect::<Vec<_>>(),
+                window_s,
+            ),
             shaping,
         }
     }
