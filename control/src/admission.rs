@@ -63,56 +63,45 @@ pub(crate) fn within_predicted_itl(
     limit: AdmitLimit,
     tokens: u64,
 ) -> bool {
-    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens).is_some_and(|a| a.admitted));
+    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens));
     !candidates.is_empty()
 }
 
 /// Whether a lower-class request of `tokens` may join `model`'s prefill queue now: the queue
-/// it would join (the least-booked prefill target, `prefill_loads`) with its tokens added must
-/// predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
+/// it would join (`shortest`: the least-booked prefill target's tokens) with its tokens added
+/// must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
 /// model) or no prediction yet: it may.
 pub(crate) fn prefill_admits(
     model: &infera_proto::types::ModelName,
-    prefill_loads: impl Iterator<Item = u64>,
+    shortest: Option<u64>,
     ledger: &Ledger,
     ttft_ms: u32,
     tokens: u64,
 ) -> bool {
-    let Some(shortest) = prefill_loads.min() else { return true };
+    let Some(shortest) = shortest else { return true };
     ledger.prefill_fits().predict_ms(model, shortest + tokens).is_none_or(|p| p <= f64::from(ttft_ms))
 }
 
-/// One candidate's admission: its worker's predicted step with the request, and the limit.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Verdict {
-    /// The worker's step predicted with the request added (`None`: no trusted fit).
-    pub predicted_ms: Option<f64>,
-    /// The tightest ITL target it must stay within, ms.
-    pub limit_ms: u32,
-    /// Whether it may take the request.
-    pub admitted: bool,
-}
-
-/// The verdict for `key` (`None` when the view no longer holds its worker).
-pub(crate) fn admits(
+/// Whether `key`'s worker may take one more request of `tokens` within `limit` and the held
+/// requests' ITL targets (`false` when the view no longer holds its worker).
+fn admits(
     key: TargetKey,
     view: &View,
     ledger: &Ledger,
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
-) -> Option<Verdict> {
+) -> bool {
     use crate::fit::predict::RankLoad;
     let worker = &view.slot(key).target.worker;
-    let keys = view.worker_targets(worker, None).ok()?;
+    let Ok(keys) = view.worker_targets(worker, None) else { return false };
+    let Some(fit) = fits.get(worker) else { return true };
     let limit_ms = keys.iter().filter_map(|k| ledger.tightest_itl_ms(*k)).fold(limit.itl_ms, u32::min);
-    let Some(fit) = fits.get(worker) else {
-        return Some(Verdict { predicted_ms: None, limit_ms, admitted: true });
-    };
-    let loads: Vec<RankLoad> = keys.iter().map(|k| RankLoad::from_ledger(&ledger.load(*k))).collect();
-    let idle = keys.iter().all(|k| ledger.load(*k).held_requests == 0);
-    let rank = keys.iter().position(|k| *k == key)?;
-    let predicted_ms = fit.worker_step_ms_with(&loads, rank, tokens);
-    let admitted = idle || predicted_ms.is_some_and(|p| p <= f64::from(limit_ms));
-    Some(Verdict { predicted_ms, limit_ms, admitted })
+    let held: Vec<_> = keys.iter().map(|k| ledger.load(*k)).collect();
+    if held.iter().all(|l| l.held_requests == 0) {
+        return true;
+    }
+    let loads: Vec<RankLoad> = held.iter().map(RankLoad::from_ledger).collect();
+    let Some(rank) = keys.iter().position(|k| *k == key) else { return false };
+    fit.worker_step_ms_with(&loads, rank, tokens).is_some_and(|p| p <= f64::from(limit_ms))
 }

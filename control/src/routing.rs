@@ -165,22 +165,16 @@ impl<R: Rng> RoutingCore<R> {
         if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit) {
             let ledger = &self.ledger;
             let mut prefills = Vec::new();
-            let loads = match self.view.candidates(
+            let shortest = match self.view.candidates(
                 &req.model,
                 PickKind::Prefill,
                 |k| ledger.load(k),
                 &mut prefills,
             ) {
-                Ok(_) => prefills.iter().map(|c| c.load.booked_input_tokens).collect(),
-                Err(_) => Vec::new(),
+                Ok(_) => prefills.iter().map(|c| c.load.booked_input_tokens).min(),
+                Err(_) => None,
             };
-            if !crate::admission::prefill_admits(
-                &req.model,
-                loads.into_iter(),
-                ledger,
-                ttft,
-                req.input_tokens,
-            ) {
+            if !crate::admission::prefill_admits(&req.model, shortest, ledger, ttft, req.input_tokens) {
                 return Err(ControlError::AdmissionQueued { model: req.model.clone() });
             }
         }

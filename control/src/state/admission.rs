@@ -82,9 +82,20 @@ impl ControlState {
     /// here: [`ControlState::pick_waiting`] does). A class the book does not define is refused
     /// whether admission is on or not.
     pub fn pick(&self, kind: PickKind, req: &PickRequest, caller: &Identity) -> Result<Picked, ControlError> {
-        let Some(admit) = self.admit_terms(kind, req)? else {
-            return self.pick_limited(kind, req, caller, None);
-        };
+        match self.admit_terms(kind, req)? {
+            Some(admit) => self.try_admit(kind, req, caller, &admit),
+            None => self.pick_limited(kind, req, caller, None),
+        }
+    }
+
+    /// A pick under admission's `admit`, without waiting.
+    fn try_admit(
+        &self,
+        kind: PickKind,
+        req: &PickRequest,
+        caller: &Identity,
+        admit: &Admit,
+    ) -> Result<Picked, ControlError> {
         // Nobody jumps a waiter of its own priority or above; lower ones it may pass.
         let waiting = self
             .admission
@@ -119,16 +130,19 @@ impl ControlState {
         req: &PickRequest,
         caller: &Identity,
     ) -> Result<Picked, ControlError> {
-        match self.pick(kind, req, caller) {
+        let Some(admit) = self.admit_terms(kind, req)? else {
+            return self.pick_limited(kind, req, caller, None);
+        };
+        match self.try_admit(kind, req, caller, &admit) {
             Err(ControlError::AdmissionQueued { .. }) if req.admission.wait => {}
             other => return other,
         }
-        let Some(admit) = self.admit_terms(kind, req)? else { return self.pick(kind, req, caller) };
         let (answer, answered) = oneshot::channel();
         let tenant = req.admission.tenant.clone();
+        let book = self.classes();
         let waiter = Waiter {
             priority: admit.class.priority,
-            weight: self.classes().weight(tenant.as_ref()),
+            weight: book.weight(tenant.as_ref()),
             tenant,
             cost: req.input_tokens.max(1) as f64,
             deadline: admit.deadline,
@@ -136,7 +150,7 @@ impl ControlState {
                 req: req.clone(),
                 caller: caller.clone(),
                 class: admit.class.name.clone(),
-                limit: self.classes().limit(&admit.class),
+                limit: book.limit(&admit.class),
                 parked: Instant::now(),
                 answer,
             },

@@ -15,11 +15,12 @@ fn waiting(metrics: &str, class: &str) -> bool {
     metrics.lines().any(|l| l == series)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_interactive_request_is_admitted_before_an_earlier_batch_one_across_proxies() {
-    let shape = Shape {
-        decode_dp: 2,
-        proxies: 2,
+/// `decode_dp` decode ranks of one request each under `--admission on`, behind `proxies` that
+/// let a request wait `queue_timeout_ms`.
+fn one_request_per_rank(decode_dp: u32, proxies: usize, queue_timeout_ms: &'static str) -> Shape {
+    Shape {
+        decode_dp,
+        proxies,
         control_flags: vec![
             "--decode-input-demand",
             "on",
@@ -28,32 +29,40 @@ async fn a_waiting_interactive_request_is_admitted_before_an_earlier_batch_one_a
             "--max-requests-per-rank",
             "1",
         ],
-        proxy_flags: vec!["--queue-timeout-ms", "20000"],
+        proxy_flags: vec!["--queue-timeout-ms", queue_timeout_ms],
         ..Shape::default()
-    };
-    let cluster = Cluster::start(shape).await;
+    }
+}
+
+/// A short chat of `class` through `url`, on its own task: its status.
+fn chat_as(url: &str, class: &'static str) -> tokio::task::JoinHandle<StatusCode> {
+    let url = url.to_owned();
+    tokio::spawn(
+        async move { post_json(&url, &chat(4, false), &[("x-infera-service-class", class)]).await.0 },
+    )
+}
+
+/// Waits (bounded) until control's queue holds one request of `class`.
+async fn until_waiting(cluster: &Cluster, class: &str, within: Duration) {
+    eventually(within, &format!("a {class} request to wait in control"), async || {
+        waiting(&cluster.control_metrics().await, class).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_interactive_request_is_admitted_before_an_earlier_batch_one_across_proxies() {
+    let cluster = Cluster::start(one_request_per_rank(2, 2, "20000")).await;
     let url = |i: usize| format!("{}/v1/chat/completions", cluster.proxies[i]);
     // Both decode ranks hold a stream.
     let first = open_stream(&url(0)).await;
     let second = open_stream(&url(1)).await;
     // A batch request through one proxy, then an interactive one through the other: both wait in
     // control's queue.
-    let batch = tokio::spawn({
-        let url = url(0);
-        async move { post_json(&url, &chat(4, false), &[("x-infera-service-class", "batch")]).await.0 }
-    });
-    eventually(Duration::from_secs(10), "the batch request to wait", async || {
-        waiting(&cluster.control_metrics().await, "batch").then_some(())
-    })
-    .await;
-    let interactive = tokio::spawn({
-        let url = url(1);
-        async move { post_json(&url, &chat(4, false), &[("x-infera-service-class", "interactive")]).await.0 }
-    });
-    eventually(Duration::from_secs(10), "the interactive request to wait", async || {
-        waiting(&cluster.control_metrics().await, "interactive").then_some(())
-    })
-    .await;
+    let batch = chat_as(&url(0), "batch");
+    until_waiting(&cluster, "batch", Duration::from_secs(10)).await;
+    let interactive = chat_as(&url(1), "interactive");
+    until_waiting(&cluster, "interactive", Duration::from_secs(10)).await;
     // One rank frees: the interactive request goes, the batch one still waits.
     drop(first);
     assert_eq!(interactive.await.unwrap(), StatusCode::OK);
@@ -84,38 +93,15 @@ async fn a_waiting_interactive_request_is_admitted_before_an_earlier_batch_one_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_request_waits_on_at_the_next_control_instead_of_jumping_the_queue() {
-    let shape = Shape {
-        decode_dp: 1,
-        proxies: 1,
-        control_flags: vec![
-            "--decode-input-demand",
-            "on",
-            "--admission",
-            "on",
-            "--max-requests-per-rank",
-            "1",
-        ],
-        proxy_flags: vec!["--queue-timeout-ms", "30000"],
-        ..Shape::default()
-    };
-    let mut cluster = Cluster::start(shape).await;
+    let mut cluster = Cluster::start(one_request_per_rank(1, 1, "30000")).await;
     let url = format!("{}/v1/chat/completions", cluster.proxies[0]);
     let held = open_stream(&url).await;
-    let waiting_request = tokio::spawn({
-        let url = url.clone();
-        async move { post_json(&url, &chat(4, false), &[("x-infera-service-class", "batch")]).await.0 }
-    });
-    eventually(Duration::from_secs(10), "the request to wait", async || {
-        waiting(&cluster.control_metrics().await, "batch").then_some(())
-    })
-    .await;
+    let waiting_request = chat_as(&url, "batch");
+    until_waiting(&cluster, "batch", Duration::from_secs(10)).await;
     // A new control instance: the old one turns its waiter away; the proxy re-declares the held
     // stream to the new one and waits there again, rather than routing on its own.
     cluster.restart_control().await;
-    eventually(Duration::from_secs(15), "the request to wait at the new control", async || {
-        waiting(&cluster.control_metrics().await, "batch").then_some(())
-    })
-    .await;
+    until_waiting(&cluster, "batch", Duration::from_secs(15)).await;
     assert!(!waiting_request.is_finished(), "the rank is still full");
     drop(held);
     assert_eq!(waiting_request.await.unwrap(), StatusCode::OK);

@@ -28,7 +28,8 @@ fn fixture() -> Fixture {
     f
 }
 
-fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, ControlError> {
+/// A decode pick of request `id` for `tokens` under admission's `limit`, now.
+fn decode(f: &mut Fixture, id: &str, tokens: u64, limit: AdmitLimit) -> Result<Picked, ControlError> {
     let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
     let ctx = PickContext {
         caller: anon(),
@@ -38,7 +39,11 @@ fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, C
         wall: SystemTime::now(),
         kv_room: None,
     };
-    f.core.pick_within(PickKind::Decode, &req, ctx, Some(AdmitLimit { itl_ms, protect_ttft_ms: None }))
+    f.core.pick_within(PickKind::Decode, &req, ctx, Some(limit))
+}
+
+fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, ControlError> {
+    decode(f, id, tokens, AdmitLimit { itl_ms, protect_ttft_ms: None })
 }
 
 #[test]
@@ -98,18 +103,6 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
         }
     }
     let protect = |ttft_ms| AdmitLimit { itl_ms: 1_000, protect_ttft_ms: Some(ttft_ms) };
-    let decode = |f: &mut Fixture, id: &str, tokens: u64, limit: AdmitLimit| {
-        let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
-        let ctx = PickContext {
-            caller: anon(),
-            kv: None,
-            record_decision: false,
-            now: f.now,
-            wall: SystemTime::now(),
-            kv_room: None,
-        };
-        f.core.pick_within(PickKind::Decode, &req, ctx, Some(limit))
-    };
     // An empty prefill: 10 ms + 500 ms for 5,000 tokens, within 2 s.
     let ok = decode(&mut f, "a", 5_000, protect(2_000)).unwrap();
     f.release(ok.reservation).unwrap();
