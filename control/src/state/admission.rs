@@ -200,10 +200,9 @@ impl ControlState {
                     self.admitted(&req, class.as_str(), parked.elapsed(), Outcome::Waited);
                 }
                 // A caller that left in the meantime never learns of its booking: undo it.
+                // Released as a proxy's cancellation is, so the load gauges follow.
                 if let Err(Ok(picked)) = answer.send(result) {
-                    let _ =
-                        self.core().release(picked.reservation, &caller, ReleaseReason::Cancelled, None, now);
-                    self.admission_changed();
+                    let _ = self.release(picked.reservation, ReleaseReason::Cancelled, None, &caller);
                 }
             }
             let mut by_class: HashMap<&str, usize> = book.classes().map(|c| (c.name.as_str(), 0)).collect();
