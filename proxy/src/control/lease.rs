@@ -44,6 +44,8 @@ pub(super) struct Lease {
     /// The TTL asked for.
     ttl: Duration,
     held: RwLock<Option<Held>>,
+    /// The last lease whose legs in flight were re-declared once it was opened.
+    declared: RwLock<Option<LeaseId>>,
     /// Wakes the loop when a pick found the lease forgotten.
     lost: tokio::sync::Notify,
 }
@@ -51,7 +53,13 @@ pub(super) struct Lease {
 impl Lease {
     /// No lease yet; [`Lease::run`] opens one.
     pub(super) fn new(holder: String, ttl: Duration) -> Self {
-        Self { holder, ttl, held: RwLock::new(None), lost: tokio::sync::Notify::new() }
+        Self {
+            holder,
+            ttl,
+            held: RwLock::new(None),
+            declared: RwLock::new(None),
+            lost: tokio::sync::Notify::new(),
+        }
     }
 
     /// The lease held now.
@@ -61,6 +69,14 @@ impl Lease {
 
     pub(super) fn held(&self) -> Option<Held> {
         *self.held.read().expect("lease lock")
+    }
+
+    /// The lease held now, once this proxy's legs in flight are booked under it (re-declared
+    /// after it was opened): a pick that must see the ledger whole (one waiting for admission)
+    /// waits for this rather than [`Lease::get`].
+    pub(super) fn declared(&self) -> Option<LeaseId> {
+        let declared = *self.declared.read().expect("lease lock");
+        declared.filter(|l| self.holds(*l))
     }
 
     /// Whether `lease` is still the one held (a lease that ended took its reservations with it).
@@ -184,6 +200,9 @@ impl Lease {
     /// declaration control may have booked without this proxy hearing of it would otherwise
     /// stay booked beside the one that follows).
     fn settle(&self, reconciled: Result<(), Status>, held: Held, controls: &Controls) {
+        if reconciled.is_ok() {
+            *self.declared.write().expect("lease lock") = Some(held.lease);
+        }
         if let Err(status) = reconciled {
             tracing::warn!(lease = %held.lease, code = ?status.code(), error = %status.message(), "re-declaring legs failed; opening a new lease");
             if StatusReason::of(&status).known() == Some(ErrorReason::NotLeader) {

@@ -193,10 +193,12 @@ impl ControlLink {
         Ok(Pick::new(&self.releaser, endpoint, facts, None))
     }
 
-    /// Waits (until `until`) for the lease loop to open a lease other than `old`; whether it did.
+    /// Waits (until `until`) for the lease loop to open a lease other than `old` and re-declare
+    /// this proxy's legs under it (so that the next control's ledger holds them before the
+    /// waiting pick is weighed against it); whether it did.
     async fn new_lease(&self, old: LeaseId, until: std::time::Instant) -> bool {
         while std::time::Instant::now() < until {
-            if self.lease().is_some_and(|l| l != old) {
+            if self.lease.declared().is_some_and(|l| l != old) {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
