@@ -102,3 +102,49 @@ impl RouterTokens {
         std::fs::rename(&next, self.path()).expect("the tokens file");
     }
 }
+
+/// A proxy's API keys file (`--api-keys`) of named tenants, each with a random key made here
+/// (the directory goes on drop).
+#[derive(Debug)]
+pub struct ApiKeys {
+    dir: tempfile::TempDir,
+    keys: Vec<(String, String)>,
+}
+
+impl ApiKeys {
+    /// A file naming `tenants`, each with a new random key.
+    ///
+    /// # Panics
+    /// When the file cannot be written.
+    pub fn new(tenants: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("a directory");
+        let keys: Vec<(String, String)> = tenants
+            .iter()
+            .map(|name| {
+                let bytes: [u8; 24] = rand::rng().random();
+                ((*name).to_owned(), bytes.iter().map(|b| format!("{b:02x}")).collect())
+            })
+            .collect();
+        let mut text = String::new();
+        for (name, key) in &keys {
+            let hash: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+            text.push_str(&format!("[[keys]]\nname = {name:?}\nsha256 = \"{hash}\"\n\n"));
+        }
+        let this = Self { dir, keys };
+        std::fs::write(this.path(), text).expect("the API keys file");
+        this
+    }
+
+    /// The file (a proxy's `--api-keys`).
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("api-keys.toml")
+    }
+
+    /// The key of `tenant`.
+    ///
+    /// # Panics
+    /// When the file does not name it.
+    pub fn key(&self, tenant: &str) -> &str {
+        &self.keys.iter().find(|(n, _)| n == tenant).expect("a tenant of the file").1
+    }
+}

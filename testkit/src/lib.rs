@@ -41,7 +41,7 @@ pub mod tls;
 
 pub use cluster::{Cluster, ClusterSpec};
 pub use control::{Control, ControlSpec, Ledger, Workers};
-pub use credentials::{RouterTokens, Token};
+pub use credentials::{ApiKeys, RouterTokens, Token};
 pub use engine::{Engine, EngineSpec};
 pub use engine_stub::EngineStubs;
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};

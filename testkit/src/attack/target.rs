@@ -10,11 +10,10 @@ use std::time::Duration;
 use ::http::StatusCode;
 use infera_proto::pb::router_client::RouterClient;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 use super::Scale;
-use crate::credentials::{RouterTokens, Token};
+use crate::credentials::{ApiKeys, RouterTokens, Token};
 use crate::http;
 use crate::sim::SimSpec;
 use crate::tls::TestCa;
@@ -45,17 +44,13 @@ pub struct Target {
     pub alice: String,
     /// Tenant bob's API key.
     pub bob: String,
-    keys_dir: tempfile::TempDir,
+    api_keys: ApiKeys,
 }
 
 /// A random secret of 24 bytes, as hex.
 pub(super) fn secret() -> String {
     let bytes: [u8; 24] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Target {
@@ -70,17 +65,9 @@ impl Target {
         let proxy_tokens = [tokens.issue("proxy-0"), tokens.issue("proxy-1")];
         let rogue = tokens.issue("rogue");
         let victim = tokens.issue("victim");
-        let (alice, bob) = (secret(), secret());
-        let keys_dir = tempfile::tempdir()?;
-        let keys = keys_dir.path().join("api-keys.toml");
-        std::fs::write(
-            &keys,
-            format!(
-                "[[keys]]\nname = \"alice\"\nsha256 = \"{}\"\n\n[[keys]]\nname = \"bob\"\nsha256 = \"{}\"\n",
-                sha256(&alice),
-                sha256(&bob)
-            ),
-        )?;
+        let api_keys = ApiKeys::new(&["alice", "bob"]);
+        let (alice, bob) = (api_keys.key("alice").to_owned(), api_keys.key("bob").to_owned());
+        let keys = api_keys.path();
         let sims = vec![
             SimSpec::prefill("prefill-0", MODEL),
             SimSpec::decode("decode-0", MODEL, 2),
@@ -127,7 +114,7 @@ impl Target {
         spec.proxy_api_key = Some(alice.clone());
         spec.each_proxy = proxy_tokens.iter().map(Token::proxy_flags).collect();
         let cluster = spec.start().await?;
-        Ok(Self { cluster, ca, tokens, rogue, victim, alice, bob, keys_dir })
+        Ok(Self { cluster, ca, tokens, rogue, victim, alice, bob, api_keys })
     }
 
     /// The first proxy (the one the HTTP attacks aim at).
@@ -137,7 +124,7 @@ impl Target {
 
     /// The API keys file the proxies read.
     pub fn keys_file(&self) -> std::path::PathBuf {
-        self.keys_dir.path().join("api-keys.toml")
+        self.api_keys.path()
     }
 
     /// The processes whose memory is measured: control and each proxy, by name.
