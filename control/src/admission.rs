@@ -4,8 +4,10 @@
 //! A decode pick of class `c` may book a rank only when the worker's step, predicted with the
 //! request added ([`crate::fit::predict`]), stays within the tightest ITL target among `c` and
 //! every request the worker already holds: under DP attention every rank steps at the busiest
-//! one's pace, so each held request sees the worker's step. A worker without a trusted fit is
-//! not predicted and admits as before; an idle worker always admits (nothing it could hold
+//! one's pace, so each held request sees the worker's step. Every booked request counts, those
+//! still prefilling too. A worker whose fit does not track its step
+//! ([`crate::fit::predict::predictor`]) is not predicted and admits as before; an idle worker
+//! always admits (nothing it could hold
 //! steps faster). When no candidate admits, or others already wait, the pick waits in the
 //! model's one queue ([`queue`]) held by control, in priority, tenant-share and deadline order,
 //! and is shed once its TTFT target can no longer be met.
@@ -37,12 +39,12 @@ pub struct AdmitLimit {
     pub protect_ttft_ms: Option<u32>,
 }
 
-/// The trusted step fits admission predicts with, per decode worker.
+/// The step models admission predicts with, per decode worker ([`crate::fit::predict::predictor`]).
 #[derive(Clone, Debug, Default)]
 pub struct StepFits(HashMap<WorkerId, Solution>);
 
 impl StepFits {
-    /// The fits in `workers` (the trusted ones of every pool).
+    /// The models in `workers` (those of every pool that track their worker's step).
     pub fn new(workers: impl IntoIterator<Item = (WorkerId, Solution)>) -> Self {
         Self(workers.into_iter().collect())
     }
@@ -101,7 +103,9 @@ fn admits(
     if held.iter().all(|l| l.held_requests == 0) {
         return true;
     }
-    let loads: Vec<RankLoad> = held.iter().map(RankLoad::from_ledger).collect();
+    // Every booked request counts, those still prefilling too: admitted while their prefills
+    // run, they all step once they arrive.
+    let loads: Vec<RankLoad> = held.iter().map(RankLoad::committed).collect();
     let Some(rank) = keys.iter().position(|k| *k == key) else { return false };
     fit.worker_step_ms_with(&loads, rank, tokens).is_some_and(|p| p <= f64::from(limit_ms))
 }

@@ -130,11 +130,11 @@ impl ControlState {
             .iter()
             .filter_map(|p| Some((p.model.clone(), RequestWeight::new(p.weight?).ok()?)))
             .collect();
-        // Only a trusted fit predicts for admission (`step_prediction`).
-        let steps = pools.iter().flat_map(|p| &p.workers).filter_map(|w| {
-            let trusted = w.report.verdict == crate::fit::Verdict::Trusted;
-            Some((w.worker.clone(), w.report.solution.filter(|_| trusted)?))
-        });
+        // Only a fit that tracks the step predicts for admission (`fit::predict::predictor`).
+        let steps = pools
+            .iter()
+            .flat_map(|p| &p.workers)
+            .filter_map(|w| Some((w.worker.clone(), crate::fit::predict::predictor(&w.report)?)));
         let steps = crate::admission::StepFits::new(steps);
         let mut core = self.core();
         core.weights_mut().set_fitted(fitted);

@@ -11,6 +11,7 @@
 
 use crate::target::Load;
 
+use super::estimate::{FitReport, MIN_R_SQUARED, MIN_SAMPLES};
 use super::regress::Solution;
 
 /// Context is fitted in millions of tokens.
@@ -32,6 +33,14 @@ impl RankLoad {
         let requests = load.held_requests.saturating_sub(load.prefilling.requests);
         let tokens = load.booked_input_tokens.saturating_sub(load.prefilling.tokens);
         Self { requests: requests as f64, context_tokens: tokens as f64 }
+    }
+
+    /// What a decode rank will step over once every request booked on it has arrived: all its
+    /// held requests and their input tokens, those still prefilling included. Admission weighs
+    /// this, so that requests admitted while their prefills run cannot add up past the limit
+    /// when they all arrive.
+    pub fn committed(load: &Load) -> Self {
+        Self { requests: load.held_requests as f64, context_tokens: load.booked_input_tokens as f64 }
     }
 
     /// The same with one more request of `tokens`.
@@ -59,6 +68,18 @@ impl Solution {
         let others = ranks.iter().enumerate().filter(|(i, _)| *i != rank).map(|(_, r)| self.step_ms(*r));
         Some(others.fold(self.step_ms(added), f64::max))
     }
+}
+
+/// The model a worker's latest fit predicts its step with, or `None` when it does not track the
+/// step: fewer than [`MIN_SAMPLES`] effective intervals, R² below [`MIN_R_SQUARED`], or no
+/// positive cost per request. Moving W asks more of a fit (both slopes positive, W's error
+/// small: W is their ratio); a prediction does not. A context slope that is not positive — the
+/// context too small against the request count to show in the step, as with short prompts — is
+/// taken as zero, never as a discount for context.
+pub fn predictor(report: &FitReport) -> Option<Solution> {
+    let s = report.solution?;
+    let tracks = report.samples >= MIN_SAMPLES && s.r_squared >= MIN_R_SQUARED && s.ms_per_request > 0.0;
+    tracks.then(|| Solution { ms_per_mtoken: s.ms_per_mtoken.max(0.0), ..s })
 }
 
 /// How far a prediction is from what was measured: `predicted / measured − 1` (0 when exact,
@@ -96,6 +117,35 @@ mod tests {
         let r = RankLoad::from_ledger(&load);
         assert_eq!(r, RankLoad { requests: 3.0, context_tokens: 500_000.0 });
         assert_eq!(model().step_ms(r), 30.0 + 4.5 + 1.5);
+        // What admission weighs: the same rank once its two prefills have arrived.
+        assert_eq!(RankLoad::committed(&load), RankLoad { requests: 5.0, context_tokens: 900_000.0 });
+    }
+
+    fn report(solution: Solution, samples: f64) -> FitReport {
+        FitReport {
+            solution: Some(solution),
+            verdict: crate::fit::Verdict::NotIdentified,
+            samples,
+            weight: None,
+            moved_at: None,
+            interval: None,
+        }
+    }
+
+    #[test]
+    fn a_fit_that_tracks_the_step_predicts_even_when_it_cannot_move_w() {
+        // Context too small to show: the token slope came out slightly negative, W is not
+        // identified, yet the step follows the request count closely.
+        let flat = Solution { ms_per_mtoken: -0.4, weight_tokens: f64::INFINITY, ..model() };
+        let p = predictor(&report(flat, 100.0)).expect("it tracks the step");
+        assert_eq!(p.ms_per_mtoken, 0.0, "never a discount for context");
+        assert_eq!(p.step_ms(RankLoad { requests: 4.0, context_tokens: 5e6 }), 36.0);
+        assert_eq!(predictor(&report(model(), 100.0)).unwrap(), model());
+        // Too few intervals, a poor fit, or no cost per request: no prediction.
+        assert_eq!(predictor(&report(model(), MIN_SAMPLES - 1.0)), None);
+        assert_eq!(predictor(&report(Solution { r_squared: 0.3, ..model() }, 100.0)), None);
+        assert_eq!(predictor(&report(Solution { ms_per_request: 0.0, ..model() }, 100.0)), None);
+        assert_eq!(predictor(&FitReport { solution: None, ..report(model(), 100.0) }), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! is to stand on, checked against the truth on every poll interval.
 
 use super::ControlState;
-use crate::fit::predict::RankLoad;
+use crate::fit::predict::{RankLoad, predictor};
 
 impl ControlState {
     /// Each fitted worker's step as its fit predicts it from the ledger now, against the latest
@@ -12,12 +12,10 @@ impl ControlState {
         let rows = self.targets(None, None);
         for pool in pools {
             for w in &pool.workers {
-                // Only a trusted fit predicts: an unidentified one (no load variety, a CPU's
-                // noise) can predict anything, negative steps included.
-                if w.report.verdict != crate::fit::Verdict::Trusted {
-                    continue;
-                }
-                let (Some(fit), Some(interval)) = (w.report.solution, w.report.interval) else { continue };
+                // Only a fit that tracks the step predicts (`predict::predictor`): one without
+                // load variety or R² (a CPU's noise) can predict anything, negative steps
+                // included. Admission predicts with the same model.
+                let (Some(fit), Some(interval)) = (predictor(&w.report), w.report.interval) else { continue };
                 let ranks: Vec<RankLoad> = rows
                     .iter()
                     .filter(|r| r.slot.target.worker == w.worker)
