@@ -106,7 +106,7 @@ pub(crate) fn run(args: ChaosArgs) -> anyhow::Result<()> {
 
 /// Control and the proxies run as processes of the binaries `INFERA_BIN_DIR` names; a bench
 /// measures release ones (`cargo xtask bench chaos` sets it).
-fn binaries() -> anyhow::Result<()> {
+pub(crate) fn binaries() -> anyhow::Result<()> {
     if std::env::var_os("INFERA_BIN_DIR").is_none() {
         let beside = std::env::current_exe()?;
         let hint = beside.parent().map(|d| d.display().to_string()).unwrap_or_default();

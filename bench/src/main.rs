@@ -23,8 +23,11 @@
 //! - `sglang-soak`: mixed PD and aggregated requests through two proxies to real SGLang servers
 //!   on CPU, with clients that hang up: errors, what is left booked, and infera's added latency
 //!   over the same requests sent straight to the workers.
-//! - `study decode-weight`: the seeds' decode request-weight study on fresh emulated 1P1D
+//! - `study decode-weight`: the original study's decode request-weight study on fresh emulated 1P1D
 //!   deployments, one per arm.
+//! - `tenants`: two tenants, one flooding, through several proxies under control's fleet
+//!   admission, a cap per proxy, and none: each tenant's token share against its weight's,
+//!   Jain's index, and the decode's predicted and measured step against the ITL target.
 //! - `tokenize`: the proxy's tokenizer (render + encode + page hashes) per request, whole and
 //!   with the session cache, against parsing the request's JSON.
 
@@ -40,6 +43,7 @@ mod proxy;
 mod replay;
 mod sglang_soak;
 mod study;
+mod tenants;
 mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -75,6 +79,8 @@ enum Cmd {
     SglangSoak(sglang_soak::SoakArgs),
     /// Study: the decode request weight W vs token-only demand and the legacy policies.
     Study(study::StudyArgs),
+    /// Tenants: fleet admission vs per-proxy caps vs none under a flooding tenant; shares, Jain, step vs ITL target.
+    Tenants(tenants::TenantsArgs),
     /// Tokenize: render + encode + page hashes per request, whole vs session-cached, vs JSON parsing.
     Tokenize(tokenize::TokenizeArgs),
 }
@@ -92,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Replay(args) => replay::run(args),
         Cmd::SglangSoak(args) => sglang_soak::run(args),
         Cmd::Study(args) => study::run(args),
+        Cmd::Tenants(args) => tenants::run(args),
         Cmd::Tokenize(args) => tokenize::run(args),
     }
 }

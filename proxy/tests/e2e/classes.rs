@@ -108,3 +108,71 @@ async fn a_waiting_request_waits_on_at_the_next_control_instead_of_jumping_the_q
     cluster.ledger_returns_to_zero().await;
     cluster.stop().await;
 }
+
+/// A chat of `tenant` (its API key) through `url`, on its own task: its status and when it ended.
+fn chat_of(url: &str, key: &str) -> tokio::task::JoinHandle<(StatusCode, std::time::Instant)> {
+    let (url, auth) = (url.to_owned(), format!("Bearer {key}"));
+    tokio::spawn(async move {
+        let status = post_json(&url, &chat(4, false), &[("authorization", &auth)]).await.0;
+        (status, std::time::Instant::now())
+    })
+}
+
+/// Waits (bounded) until control's queue holds `n` requests of the default class.
+async fn until_n_waiting(cluster: &Cluster, n: usize) {
+    let series = format!("infera_router_admission_waiting{{model=\"{MODEL}\",class=\"interactive\"}} {n}");
+    eventually(Duration::from_secs(10), &format!("{n} requests to wait in control"), async || {
+        cluster.control_metrics().await.lines().any(|l| l == series).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_tenant_waits_behind_its_own_share_not_in_front_of_another_tenant_across_proxies() {
+    let keys = infera_testkit::ApiKeys::new(&["steady", "flood"]);
+    let classes = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(classes.path(), "[tenants]\nweights = { steady = 1, flood = 1 }\n").unwrap();
+    let leak = |p: &std::path::Path| -> &'static str { Box::leak(p.display().to_string().into_boxed_str()) };
+    let mut shape = one_request_per_rank(1, 2, "30000");
+    shape.control_flags.extend(["--service-classes", leak(classes.path())]);
+    shape.proxy_flags.extend(["--api-keys", leak(&keys.path())]);
+    shape.proxy_api_key = Some(keys.key("steady").to_owned());
+    let cluster = Cluster::start(shape).await;
+    let url = |i: usize| format!("{}/v1/chat/completions", cluster.proxies[i]);
+    // The one rank holds a stream; the flood queues six requests through one proxy, then the
+    // steady tenant two through the other.
+    let auth = format!("Bearer {}", keys.key("steady"));
+    let resp =
+        send(&url(1), bytes::Bytes::from(chat(50_000, true).to_string()), &[("authorization", &auth)]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut held = resp.into_body();
+    http_body_util::BodyExt::frame(&mut held).await.unwrap().unwrap();
+    let mut flood = Vec::new();
+    for n in 1..=6 {
+        flood.push(chat_of(&url(0), keys.key("flood")));
+        until_n_waiting(&cluster, n).await;
+    }
+    let steady: Vec<_> = (0..2).map(|_| chat_of(&url(1), keys.key("steady"))).collect();
+    until_n_waiting(&cluster, 8).await;
+    // One at a time through the freed rank: first come would serve the flood's six first; by
+    // tenant share the steady tenant's two are among the first four.
+    drop(held);
+    let mut ended = Vec::new();
+    for (tenant, task) in
+        flood.into_iter().map(|t| ("flood", t)).chain(steady.into_iter().map(|t| ("steady", t)))
+    {
+        let (status, at) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        ended.push((at, tenant));
+    }
+    ended.sort();
+    let order: Vec<&str> = ended.iter().map(|(_, t)| *t).collect();
+    assert_eq!(order[..4].iter().filter(|t| **t == "steady").count(), 2, "admission order {order:?}");
+    let metrics = cluster.control_metrics().await;
+    for tenant in ["steady", "flood"] {
+        let series = format!("infera_router_admitted_tokens_total{{model=\"{MODEL}\",tenant=\"{tenant}\"}}");
+        assert!(metrics.lines().any(|l| l.starts_with(&series)), "{tenant}: {metrics}");
+    }
+    cluster.ledger_returns_to_zero().await;
+    cluster.stop().await;
+}

@@ -39,6 +39,8 @@ pub(crate) struct Shape {
     pub(crate) prefill_flags: Vec<String>,
     /// Extra flags of the decode (or mixed) sim.
     pub(crate) decode_flags: Vec<String>,
+    /// The API key the proxies' readiness probe shows (proxies with `--api-keys`).
+    pub(crate) proxy_api_key: Option<String>,
 }
 
 impl Default for Shape {
@@ -52,6 +54,7 @@ impl Default for Shape {
             proxy_flags: Vec::new(),
             prefill_flags: Vec::new(),
             decode_flags: Vec::new(),
+            proxy_api_key: None,
         }
     }
 }
@@ -74,6 +77,7 @@ impl Cluster {
         spec.control.seed = Some(3);
         spec.proxies = shape.proxies;
         spec.proxy_flags = shape.proxy_flags.iter().map(|f| (*f).to_owned()).collect();
+        spec.proxy_api_key = shape.proxy_api_key;
         let kit = spec.start().await.expect("the cluster starts");
         Self { control_addr: kit.control.addr, proxies: kit.proxy_urls(), kit }
     }
