@@ -1,4 +1,4 @@
-//! `infera-bench study decode-weight`: the seeds' decode request-weight study on the emulated
+//! `infera-bench study decode-weight`: the original study's decode request-weight study on the emulated
 //! engine. For each scenario ([`scenario`]: steady state, scale-out, mixed DP sizes, KV
 //! pressure, several routers, an unsaturated prefill), each load point, each of `--runs` paired
 //! runs ([`pairing`]: run r of every arm shares a seed and a trace window, the arms in a random
@@ -6,7 +6,7 @@
 //! 180,000, 1,000,000 and the legacy round-robin and power-of-two by default), a **fresh**
 //! in-process deployment ([`deploy`]) replays the run's trace window through its routers while
 //! the scenario's events ([`events`]) change the decode pool and the decodes' per-rank load is
-//! sampled from their `/v1/loads` at a fixed emulated interval. It prints the seeds' two tables
+//! sampled from their `/v1/loads` at a fixed emulated interval. It prints the original study's two tables
 //! per scenario and load point and each arm against the best peer with a paired-bootstrap
 //! interval ([`table`], [`stats`]), writes every run to `study.json` and draws the plots
 //! ([`plot`]) under `--out` ([`output`]). An `smg:POLICY` (or `sglang-router:POLICY`) arm puts
@@ -14,7 +14,7 @@
 //! reports its own counters.
 //!
 //! Load points: `published` replays the trace as it is (think time and output lengths ×1,
-//! idle gaps capped at 300 s like AgentX); `seed` is `--match-seed-load` (the seeds' ≈ 9 s
+//! idle gaps capped at 300 s like AgentX); `seed` is `--match-seed-load` (the original study's ≈ 9 s
 //! think time and ≈ 1,000 output tokens, see [`crate::replay::seed_load`]). Time is compressed:
 //! the sims run `--speedup` times faster than the wall clock and the replay divides its waits
 //! by the same factor, so every number is reported in emulated time; every router's load
@@ -25,6 +25,7 @@ pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;
 mod events;
+mod numbers;
 mod output;
 mod pairing;
 mod plot;
@@ -71,7 +72,7 @@ enum Which {
 pub(crate) enum LoadPoint {
     /// The trace as published (scales 1).
     Published,
-    /// `--match-seed-load`: the seeds' operating point.
+    /// `--match-seed-load`: the original study's operating point.
     Seed,
 }
 
@@ -138,7 +139,7 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "0,180000,1000000,round-robin,power-of-two"
     )]
     arms: Vec<Arm>,
-    /// Concurrent sessions (the seeds: 88), × the scenario's session scale.
+    /// Concurrent sessions (the original study: 88), × the scenario's session scale.
     #[arg(long, env = "INFERA_BENCH_CONCURRENCY", default_value_t = 88)]
     concurrency: usize,
     /// Trace gaps are capped at this many seconds (AgentX: 300).
@@ -179,7 +180,7 @@ pub(crate) struct DecodeWeightArgs {
     /// The prefill's prefix cache, tokens (the kit's HiCache: 4 × 250 GB / 70,272 B per token).
     #[arg(long, env = "INFERA_BENCH_PREFILL_CACHE_TOKENS", default_value_t = 14_230_000)]
     prefill_cache_tokens: u64,
-    /// GPUs per prefill; tok/s/GPU divides by these plus one per decode rank (the seeds'
+    /// GPUs per prefill; tok/s/GPU divides by these plus one per decode rank (the original study's
     /// 1P1D: 4 + 8 = 12).
     #[arg(long, env = "INFERA_BENCH_PREFILL_GPUS", default_value_t = 4)]
     prefill_gpus: u32,

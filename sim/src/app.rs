@@ -10,7 +10,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::Clock;
-use crate::config::{DisaggregationMode, SimConfig};
+use crate::config::SimConfig;
+use crate::disaggregation::DisaggregationMode;
 use crate::engine::Engine;
 use crate::faults::FaultKnobs;
 use crate::kv_events::{KvEventsInfo, KvEventsSockets};

@@ -12,12 +12,14 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{Args as ClapArgs, CommandFactory, FromArgMatches, Parser};
 
+use crate::disaggregation::DisaggregationMode;
 use crate::faults::Faults;
 use crate::kv_events::{KvEventsConfig, KvEventsError};
 use crate::load_events::{LoadEndpoint, LoadEventsError};
 use crate::params::{ParamsError, TimingParams};
+use crate::ranks::RankChoice;
 use crate::scheduler::{KvBudget, QueueOrder};
 use crate::sglang_flags::{DEFAULT_SGLANG_VERSION, SglangFlags};
 
@@ -197,37 +199,6 @@ struct SimOnlyArgs {
     /// Log filter (tracing directives).
     #[arg(long, env = "INFERA_SIM_LOG", default_value = "info")]
     sim_log: String,
-}
-
-/// `--disaggregation-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DisaggregationMode {
-    /// Aggregated: prefill and decode in one engine.
-    Null,
-    /// PD prefill.
-    Prefill,
-    /// PD decode.
-    Decode,
-}
-
-impl DisaggregationMode {
-    /// The SGLang spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Null => "null",
-            Self::Prefill => "prefill",
-            Self::Decode => "decode",
-        }
-    }
-}
-
-/// How a request without `routed_dp_rank` gets its rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RankChoice {
-    /// In turn.
-    RoundRobin,
-    /// `bootstrap_room % ranks` (round robin without a room).
-    FollowBootstrapRoom,
 }
 
 /// Validated configuration.

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::api::input::GenRequest;
 use crate::app::App;
-use crate::config::DisaggregationMode;
+use crate::disaggregation::DisaggregationMode;
 use crate::engine::{End, Progress, Ticket};
 use crate::error::ApiError;
 use crate::faults::RequestFaults;

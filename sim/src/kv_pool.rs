@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The model and device are parameters ([`ModelParams`], [`DeviceParams`], `--sim-params`
-//! tables `[model]` and `[device]`); their defaults describe one GPU of the seeds' decode, GLM-5.2
+//! tables `[model]` and `[device]`); their defaults describe one GPU of the original study's decode, GLM-5.2
 //! MXFP4 on an MI355X with TP8 and DP attention (`manual/reference/sim.md` shows the
 //! arithmetic). The weights are a per-GPU figure: the sim does not re-shard them by
 //! `--tp-size`.
@@ -21,7 +21,7 @@ pub mod mem_fraction;
 
 use serde::Deserialize;
 
-use crate::config::DisaggregationMode;
+use crate::disaggregation::DisaggregationMode;
 pub use mem_fraction::MemFractionInputs;
 
 /// Bytes in a GiB (SGLang counts device memory in GiB and calls it GB).
@@ -33,7 +33,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[serde(default, deny_unknown_fields)]
 pub struct ModelParams {
     /// Context length when `--context-length` is not given and the model path holds no
-    /// `config.json`: 1,048,576. An assumption: the seeds served AgentX traces with prompts up
+    /// `config.json`: 1,048,576. An assumption: the original study served AgentX traces with prompts up
     /// to 894 k tokens on the kit's GLM-5.2 (GLM-5 itself has 202,752), and 2²⁰ is the GLM
     /// line's 1 M window (transformers' `Glm5NextConfig.max_position_embeddings`).
     pub context_length: u32,

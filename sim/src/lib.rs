@@ -1,12 +1,13 @@
 //! infera-sim: an emulated SGLang engine, a drop-in for `python -m sglang.launch_server` with
 //! no GPU. It accepts SGLang's command line, serves SGLang's HTTP API and SSE shapes, performs
 //! a PD rendezvous between a prefill and a decode sim, and paces tokens with a timing model
-//! calibrated on the seeds' measurements.
+//! calibrated on the original study's measurements.
 //!
 //! Module map, in the order a request flows through it:
 //!
 //! - [`config`] (with [`argv`] and [`sglang_flags`], SGLang's own flag set): SGLang flags +
-//!   `--sim-*` → validated [`SimConfig`].
+//!   `--sim-*` → validated [`SimConfig`]; [`disaggregation`] is the worker's PD role, which
+//!   the layers below the command line read too.
 //! - [`server`]: the hyper accept loop; [`api`] routes the SGLang API, [`bootstrap`] serves
 //!   the prefill's bootstrap port.
 //! - [`api::input`] parses bodies; [`flow`] runs one request: [`ranks`] picks the DP rank,
@@ -29,6 +30,7 @@ pub mod argv;
 pub mod bootstrap;
 pub mod clock;
 pub mod config;
+pub mod disaggregation;
 pub mod engine;
 pub mod error;
 pub mod faults;
@@ -57,7 +59,8 @@ use std::sync::Arc;
 use infera_proto::serve::Stop;
 use tokio::net::TcpListener;
 
-pub use config::{ConfigError, DisaggregationMode, SimArgs, SimConfig};
+pub use config::{ConfigError, SimArgs, SimConfig};
+pub use disaggregation::DisaggregationMode;
 
 use crate::app::App;
 

@@ -1,7 +1,7 @@
 //! The timing model's parameters, in one place, with their sources. `--sim-params FILE`
 //! overrides any subset of them from TOML (unknown keys are rejected).
 //!
-//! Decode defaults are the seeds' calibration (1P1D GLM-5.2-MXFP4 on MI355X, SGLang 0.5.22,
+//! Decode defaults are the original study's calibration (1P1D GLM-5.2-MXFP4 on MI355X, SGLang 0.5.22,
 //! forced MTP acceptance 3.61, eight decode DP ranks): at equal busiest-rank load the step took
 //! 40.5 / 43.6 / 49.5 ms with 6 / 8 / 9 requests on the busiest rank, and one more request on
 //! that rank cost as much step time as ~1.05 M more context tokens. The calibration attributes
@@ -23,22 +23,22 @@ use crate::kv_pool::{DeviceParams, ModelParams};
 #[serde(default, deny_unknown_fields)]
 pub struct TimingParams {
     /// Tokens each decode step adds to every running request (MTP acceptance length).
-    /// Seeds: forced acceptance 3.61.
+    /// The original study: forced acceptance 3.61.
     pub mtp_acceptance: f64,
-    /// Step time of an almost idle engine, ms. Seeds' calibration: 31.2.
+    /// Step time of an almost idle engine, ms. The original study's calibration: 31.2.
     pub step_base_ms: f64,
-    /// Step time per request on the busiest rank, ms. Seeds' calibration: 1.55.
+    /// Step time per request on the busiest rank, ms. The original study's calibration: 1.55.
     pub step_ms_per_request: f64,
-    /// Busiest-rank load above which each request costs `step_ms_above_knee` more. Seeds: 8.
+    /// Busiest-rank load above which each request costs `step_ms_above_knee` more. The original study: 8.
     pub step_knee_requests: f64,
-    /// Extra step time per request above the knee, ms. Seeds' calibration: 4.35 (8 → 9 jump).
+    /// Extra step time per request above the knee, ms. The original study's calibration: 4.35 (8 → 9 jump).
     pub step_ms_above_knee: f64,
-    /// Context tokens on a rank that cost as much step time as one request. Seeds: 1.05 M.
+    /// Context tokens on a rank that cost as much step time as one request. The original study: 1.05 M.
     pub context_tokens_per_request: f64,
     /// Fixed cost of one prefill batch (one chunk), ms. Estimate: 5 ms of launch and sampling.
     pub prefill_batch_ms: f64,
     /// Prefill cost per new (uncached) token, ms. Estimate: 0.06 ms (≈ 16.7 k tokens/s per
-    /// rank). For scale, the seeds measured a 66 k-token cold prompt at 14.2 s on TP4 GLM-5.2
+    /// rank). For scale, the original study measured a 66 k-token cold prompt at 14.2 s on TP4 GLM-5.2
     /// (0.215 ms/token); raise this to emulate that shape.
     pub prefill_ms_per_token: f64,
     /// Quadratic (attention) prefill cost per request per chunk, ms per token². Estimate:

@@ -10,7 +10,16 @@
 //!   `room % N` and without `disagg_prefill_dp_rank` in its body, fails
 //!   ("follow_bootstrap_room conflict").
 
-use crate::config::{DisaggregationMode, RankChoice};
+use crate::disaggregation::DisaggregationMode;
+
+/// How a request without `routed_dp_rank` gets its rank (`--load-balance-method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankChoice {
+    /// In turn.
+    RoundRobin,
+    /// `bootstrap_room % ranks` (round robin without a room).
+    FollowBootstrapRoom,
+}
 
 /// Why no rank could be chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,7 +7,7 @@
 //! x_r     = running_requests_r + context_tokens_r / context_tokens_per_request
 //! x       = max_r x_r
 //! step_ms = step_base_ms + step_ms_per_request · x + step_ms_above_knee · max(0, x − knee)
-//!         = 31.2 + 1.55·x + 4.35·max(0, x − 8)            (seeds: 6/8/9 → 40.5/43.6/49.5 ms)
+//!         = 31.2 + 1.55·x + 4.35·max(0, x − 8)            (original study: 6/8/9 → 40.5/43.6/49.5 ms)
 //! ```
 //!
 //! Prefill batch (one chunk of at most `--chunked-prefill-size` new tokens, possibly several

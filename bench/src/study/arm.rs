@@ -19,6 +19,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::numbers::thousands;
 use super::smg::{Gateway, SmgArm};
 
 /// A decode selection to compare.
@@ -169,22 +170,6 @@ fn demand_flags(weight: f64, age_decay: bool) -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec()
-}
-
-/// `1000000` → `1,000,000` (integers; others as they are).
-pub(crate) fn thousands(v: f64) -> String {
-    if v.fract() != 0.0 || v.abs() >= 1e15 {
-        return v.to_string();
-    }
-    let digits = format!("{}", v.abs() as u64);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if v < 0.0 { format!("-{out}") } else { out }
 }
 
 impl fmt::Display for Arm {

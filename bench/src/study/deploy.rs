@@ -5,7 +5,7 @@
 //! arms: each gets new listeners, new routers (empty ledger, counters at zero) and new engines
 //! (empty prefix caches). It is started with the workspace's test kit (`infera-testkit`).
 //!
-//! The shape is the seeds' kit as the emulator takes it (`examples/sim_1p1d`): a prefill
+//! The shape is the original study's kit as the emulator takes it (`examples/sim_1p1d`): a prefill
 //! chunks at 8k with shortest-prefill-first and carries the decode's EAGLE flags; a decode runs
 //! TP = its ranks with DP attention. The prefill's prefix cache stands for the kit's
 //! write-back HiCache (250 GB per PP stage, 4 stages, at the sim's 70,272 KV bytes per token ≈
@@ -117,7 +117,7 @@ pub(crate) fn prefill_policy(name: &str) -> anyhow::Result<SchedulePolicy> {
     }
 }
 
-/// A sim of the seeds' kit: GLM-5.2 with 64-token pages and EAGLE 5/1/6 on both roles.
+/// A sim of the original study's kit: GLM-5.2 with 64-token pages and EAGLE 5/1/6 on both roles.
 fn kit_sim(spec: SimSpec, study: &Spec) -> SimSpec {
     spec.model_path("zai-org/GLM-5.2")
         .page_size(64)

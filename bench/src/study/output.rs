@@ -1,4 +1,4 @@
-//! What the study shows: per scenario and load point the seeds' two tables, what each SMG
+//! What the study shows: per scenario and load point the original study's two tables, what each SMG
 //! did and what the scenario's events did (on stdout as each cell completes), every run as
 //! `study.json`, and two plots per cell under `--out`.
 
@@ -103,7 +103,7 @@ pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
             "kv_pressure_tokens_per_rank": args.kv_pressure_tokens,
             "prefill_cache_tokens": args.prefill_cache_tokens,
             "prefill_gpus": args.prefill_gpus,
-            "timing": "infera-sim defaults (the seeds' step-time calibration)",
+            "timing": "infera-sim defaults (the original study's step-time calibration)",
             "seed": args.seed,
             "time_compression": args.speedup,
             "sample_interval_s": args.sample_interval_s,

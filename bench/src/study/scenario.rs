@@ -1,5 +1,5 @@
 //! The study's scenarios: the deployment each arm runs on and what happens to it during the
-//! run. Every scenario keeps the seeds' kit (a prefill of 4 GPUs, decodes of one GPU per
+//! run. Every scenario keeps the original study's kit (a prefill of 4 GPUs, decodes of one GPU per
 //! attention-DP rank) and the load point's trace shaping; what changes:
 //!
 //! | scenario | prefills | decodes (ranks) | routers | sessions | during the run |
@@ -194,7 +194,7 @@ mod tests {
         let w = Window { warmup_s: 400.0, end_s: 1_000.0 };
         let steady = Scenario::Steady.topology(8, 0, w);
         assert_eq!((steady.prefills, steady.decodes.len(), steady.routers), (1, 1, 1));
-        assert_eq!(steady.gpus(4), 12, "the seeds' 1P1D");
+        assert_eq!(steady.gpus(4), 12, "the original study's 1P1D");
         let out = Scenario::ScaleOut.topology(8, 0, w);
         assert_eq!(out.gpus(4), 24);
         assert!(out.decodes[0].at_start && !out.decodes[1].at_start);

@@ -1,8 +1,8 @@
-//! The seeds' two tables, as Markdown: one row per arm.
+//! The original study's two tables, as Markdown: one row per arm.
 //!
 //! 1. `--decode-request-weight | tok/s/GPU | requests (per s) | interactivity p50 / p90 |
 //!    TTFT p50 / p90 / mean | ITL p50 / p90` — tok/s/GPU counts input + output tokens over the
-//!    deployment's GPUs, as the seeds and InferenceX do.
+//!    deployment's GPUs, as the original study and InferenceX do.
 //! 2. `weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) |
 //!    context busiest / mean (median / p90) | step median` — the decode ranks over the window.
 //! 3. [`versus`]: each arm over its runs (mean, and the runs' range) against the best peer arm
@@ -15,7 +15,8 @@ use std::fmt::{self, Write as _};
 use rand::SeedableRng as _;
 use rand::rngs::SmallRng;
 
-use super::arm::{Arm, thousands};
+use super::arm::Arm;
+use super::numbers::thousands;
 use super::stats::{self, RatioInterval};
 use crate::replay::report::Report;
 
@@ -27,7 +28,7 @@ fn secs(ms: Option<f64>) -> Option<f64> {
     ms.map(|m| m / 1e3)
 }
 
-/// The seeds' results table.
+/// The original study's results table.
 pub(crate) fn results(rows: &[(Label, &Report)], gpus: u32) -> String {
     let mut out = String::from(
         "| --decode-request-weight | tok/s/GPU | requests (per s) | interactivity p50 / p90 | TTFT p50 / p90 / mean | ITL p50 / p90 |\n\
@@ -83,7 +84,7 @@ pub(crate) fn goodput(rows: &[(Label, &Report)], gpus: u32) -> Option<String> {
     Some(out)
 }
 
-/// The seeds' decode-ranks table.
+/// The original study's decode-ranks table.
 pub(crate) fn ranks(rows: &[(Label, &Report)]) -> String {
     let mut out = String::from(
         "| weight | running per rank | busiest median / p90 | requests busiest / mean (median / p90) | context busiest / mean (median / p90) | step median |\n\
@@ -223,7 +224,7 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, spe
 /// The bootstrap's seed: the same rows give the same intervals.
 const BOOTSTRAP_SEED: u64 = 0xb007;
 
-/// A row's name: the arm (a weight as the seeds' column has it: `1,000,000`), and which run
+/// A row's name: the arm (a weight as the original study's column has it: `1,000,000`), and which run
 /// of it when an arm ran more than once.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Label {

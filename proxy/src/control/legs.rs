@@ -12,7 +12,15 @@ use std::time::Instant;
 
 use infera_proto::types::{DeclaredLeg, LeaseId, ModelName, PickKind, RequestId, ReservationId, Target};
 
-use super::release::Booking;
+/// What control booked for a leg: the registry keeps it per leg, and a leg's end
+/// ([`super::release`]) releases it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Booking {
+    /// The reservation to release.
+    pub(super) reservation: ReservationId,
+    /// The lease it was booked under.
+    pub(super) lease: LeaseId,
+}
 
 /// A leg's number in the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use infera_proto::types::{LegFailure, ModelName, ReleaseReason, Target};
 
-use super::legs::{LegFacts, LegId};
-use super::release::{Booking, Releaser};
+use super::legs::{Booking, LegFacts, LegId};
+use super::release::Releaser;
 use crate::error::{Leg, ProxyError};
 use crate::targets::Endpoint;
 

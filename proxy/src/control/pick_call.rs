@@ -16,10 +16,9 @@ use infera_proto::types::{LeaseId, ModelName, PickKind, PickRequest, ReleaseReas
 use tonic::Status;
 
 use super::ControlLink;
-use super::legs::LegFacts;
+use super::legs::{Booking, LegFacts};
 use super::page_hashes::PageHashes;
 use super::pick::{Pick, PickError};
-use super::release::Booking;
 use crate::facts::Facts;
 use crate::targets::Endpoint;
 pub(super) use queue::PickQueue;

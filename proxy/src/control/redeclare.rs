@@ -16,7 +16,8 @@ use tonic::Status;
 
 use super::controls::Controls;
 use super::lease::Held;
-use super::release::{Booking, Releaser};
+use super::legs::Booking;
+use super::release::Releaser;
 use crate::metrics::ProxyMetrics;
 
 /// The longest one `Redeclare` is waited for.

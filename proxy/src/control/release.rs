@@ -6,25 +6,16 @@ mod outbox;
 
 use std::sync::{Arc, OnceLock};
 
-use infera_proto::types::{LeaseId, LegFailure, ReleaseReason, ReservationId};
+use infera_proto::types::{LeaseId, LegFailure, ReleaseReason};
 use tokio::sync::mpsc;
 
 use super::controls::Controls;
 use super::credential::RouterCalls;
 use super::lease::Lease;
-use super::legs::{LegFacts, LegId, Legs};
+use super::legs::{Booking, LegFacts, LegId, Legs};
 use crate::metrics::ProxyMetrics;
 use crate::targets::{Endpoint, LocalLoad};
 use outbox::Queued;
-
-/// What control booked for a leg.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Booking {
-    /// The reservation to release.
-    pub(super) reservation: ReservationId,
-    /// The lease it was booked under.
-    pub(super) lease: LeaseId,
-}
 
 /// Starts and ends legs.
 #[derive(Debug)]

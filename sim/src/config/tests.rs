@@ -2,6 +2,7 @@ use clap::CommandFactory;
 
 use super::*;
 use crate::load_events::{LoadEndpoint, LoadEventsError};
+use crate::ranks::RankChoice;
 
 fn config(flags: &[&str]) -> Result<SimConfig, ConfigError> {
     let mut argv = vec!["infera-sim", "--model-path", "m"];

@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, DisaggregationMode, RankChoice, ServerArgs, SimArgs, SimConfig, Speculative};
+use super::{ConfigError, ServerArgs, SimArgs, SimConfig, Speculative};
+use crate::disaggregation::DisaggregationMode;
 use crate::faults::Faults;
 use crate::kv_events::KvEventsConfig;
 use crate::kv_pool::{self, HeuristicFlags, PoolInputs};
 use crate::load_events::LoadEndpoint;
 use crate::model_config::ModelFacts;
 use crate::params::TimingParams;
+use crate::ranks::RankChoice;
 use crate::scheduler::QueueOrder;
 
 impl TryFrom<SimArgs> for SimConfig {

@@ -8,7 +8,7 @@
 //! (its MLA reserve is not counted), no DeepEP all-to-all buffers, no post-capture KV sizing
 //! (SGLang never uses it for MLA models), not a multimodal model.
 
-use crate::config::DisaggregationMode;
+use crate::disaggregation::DisaggregationMode;
 
 /// What the heuristic reads from the command line.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use infera_testkit::http::metric_sum;
 use serde_json::{Value, json};
 
-use crate::study::arm::thousands;
+use crate::study::numbers::thousands;
 
 /// SMG's counters at the end of an arm (a fresh SMG: they start at 0).
 #[derive(Clone, Debug, PartialEq)]

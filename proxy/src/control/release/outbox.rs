@@ -15,8 +15,8 @@ use infera_proto::types::{LeaseId, LegFailure, ReleaseReason};
 use tokio::sync::mpsc;
 use tonic::{Code, Status};
 
-use super::Booking;
 use crate::control::credential::RouterCalls;
+use crate::control::legs::Booking;
 
 /// Releases one `ReleaseMany` carries at most (control refuses more than 4,096).
 const MAX_BATCH: usize = 1024;

@@ -9,7 +9,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
-use crate::config::DisaggregationMode;
+use crate::disaggregation::DisaggregationMode;
 use crate::scheduler::RankSnapshot;
 use crate::server::{self, Body};
 

@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 
 use super::at_least;
 use crate::app::App;
-use crate::config::{DisaggregationMode, SimConfig};
+use crate::config::SimConfig;
+use crate::disaggregation::DisaggregationMode;
 
 /// The captured record: `server_args` and `/model_info`'s `embedding`.
 const TEMPLATE: &str = include_str!("../../sglang_flags/0.5.23.server_info.json");
