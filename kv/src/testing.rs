@@ -1,6 +1,6 @@
 //! Test support (feature `testing`): SGLang's real KV-event publisher, driven from Rust.
 //!
-//! `control/kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv
+//! `kv/tests/sglang_kv_publisher.py` loads SGLang's unmodified `kv_events.py` from a venv
 //! that holds the sglang wheel (`cargo xtask setup`; how it loads without torch: the script's own
 //! docstring) and publishes what it is told over stdin, one JSON line per command, answering on
 //! stdout. The venv's Python is
@@ -20,14 +20,14 @@ use tokio::time::timeout;
 /// Generous: a loaded CI machine; SGLang's import takes about a second.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// This crate's folder (`control/kv`).
+/// This crate's folder (`kv`).
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The workspace root, two folders up.
+/// The workspace root, one folder up.
 fn root() -> PathBuf {
-    crate_dir().ancestors().nth(2).expect("the kv crate is in the workspace").to_owned()
+    crate_dir().parent().expect("the kv crate is in the workspace").to_owned()
 }
 
 /// The venv Python holding SGLang `version`.

@@ -16,7 +16,7 @@ const PIECE: usize = 8192;
 fn model(file: &str) -> PathBuf {
     let dir = std::env::var_os("INFERA_MODEL_TOKENIZERS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/model-tokenizers"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/model-tokenizers"));
     let path = dir.join(file);
     assert!(path.is_file(), "{} is missing: run `cargo xtask setup`", path.display());
     path
@@ -30,7 +30,7 @@ fn reference(file: &str) -> tokenizers::Tokenizer {
 fn corpus() -> &'static [String] {
     static PIECES: OnceLock<Vec<String>> = OnceLock::new();
     PIECES.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manual");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manual");
         let mut files = Vec::new();
         let mut dirs = vec![root];
         while let Some(dir) = dirs.pop() {
