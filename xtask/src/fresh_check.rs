@@ -1,0 +1,394 @@
+//! `cargo xtask fresh-check [--keep] [--only demo|test] [--root DIR]`: proves the README's
+//! promise that on a fresh Debian 12 with only the Rust toolchain, `cargo xtask demo` and
+//! `cargo xtask test` each install everything they need themselves. As root, it makes a minimal
+//! Debian 12 root (`debootstrap --variant=minbase bookworm`, by default in
+//! `target/fresh-check/root`), puts a `git clone` of this repository's HEAD in it (committed
+//! work only), and runs the README's two commands inside it with `chroot`: `cargo xtask demo
+//! --once`, then `cargo xtask test` in the same root (`--only` runs one), each with no standard
+//! input and timed. It prints each one's exit status and wall time, and fails if one failed.
+//!
+//! What the root holds besides minbase:
+//! - the host's Rust toolchain, bind-mounted read-only: rustup's home, and the cargo home, of
+//!   which only `bin/` (rustup's proxies) is used. The chroot's own `CARGO_HOME` (`/root/.cargo`)
+//!   starts empty, so every crate is downloaded as on a new machine;
+//! - what that toolchain cannot work without, as rustup's installer expects on Debian: a C
+//!   linker (`gcc`, `libc6-dev`: rustc links with `cc`, and xtask itself is linked before it can
+//!   install anything) and `ca-certificates` (cargo fetches crates over HTTPS);
+//! - what makes a folder a machine: `/proc`, `/sys`, `/dev`, the host's `/etc/resolv.conf`, an
+//!   `/etc/hosts` naming localhost, and a `policy-rc.d` refusing service starts, as in every
+//!   Debian build chroot (no init runs there to own them).
+//!
+//! Mounts: debootstrap and each command run in a mount namespace of their own (`unshare
+//! --mount`, private propagation), where the mounts are made, so they never show on the host and
+//! go with the namespace's last process however the run ends, Ctrl-C included. A guard still
+//! checks on every way out: it ends the processes left in the root, unmounts whatever is mounted
+//! under it, and removes it unless `--keep`; it never removes a root something is mounted under,
+//! nor an existing folder this task did not make. A root left by an interrupted run is removed
+//! at the start of the next one.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+
+use crate::{setup, status};
+
+/// Debian 12.
+const SUITE: &str = "bookworm";
+const MIRROR: &str = "http://deb.debian.org/debian";
+/// What the Rust toolchain needs to build anything (see the module's comment).
+const TOOLCHAIN_NEEDS: &str = "ca-certificates,gcc,libc6-dev";
+/// Where, inside the root, the host's rustup home and cargo home are mounted (read-only).
+const RUSTUP_MOUNT: &str = "/opt/host-rust/rustup";
+const CARGO_MOUNT: &str = "/opt/host-rust/cargo";
+/// The clone, inside the root.
+const CLONE: &str = "/root/infera";
+/// Written into a root this task makes: an existing folder without it is never removed.
+const MARKER: &str = ".infera-fresh-check";
+/// The README's two commands (after `cargo`), by the name `--only` gives them.
+const COMMANDS: &[(&str, &[&str])] = &[("demo", &["xtask", "demo", "--once"]), ("test", &["xtask", "test"])];
+const USAGE: &str = "usage: cargo xtask fresh-check [--keep] [--only demo|test] [--root DIR]";
+
+/// The command line.
+#[derive(Debug, PartialEq)]
+struct Options {
+    keep: bool,
+    only: Option<String>,
+    root: PathBuf,
+}
+
+fn options(repo: &Path, args: &[String]) -> anyhow::Result<Options> {
+    let mut o = Options { keep: false, only: None, root: repo.join("target/fresh-check/root") };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--keep" => o.keep = true,
+            "--only" => match args.next().map(String::as_str) {
+                Some(which @ ("demo" | "test")) => o.only = Some(which.to_owned()),
+                other => bail!("--only takes demo or test, not {other:?}; {USAGE}"),
+            },
+            "--root" => o.root = PathBuf::from(args.next().context(USAGE)?),
+            other => bail!("unknown flag {other:?}; {USAGE}"),
+        }
+    }
+    Ok(o)
+}
+
+pub(crate) fn run(repo: &Path, args: &[String]) -> anyhow::Result<()> {
+    let o = options(repo, args)?;
+    ensure!(setup::is_root(), "fresh-check runs as root (debootstrap, mount, chroot)");
+    let (rustup, cargo) = host_toolchain()?;
+    let head = git_output(repo, &["rev-parse", "HEAD"])?;
+    if !git_output(repo, &["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
+        eprintln!("xtask: fresh-check runs the commit {head}: uncommitted changes are not in it");
+    }
+    let debootstrap = debootstrap_program()?;
+    let root = fresh_dir(&o.root)?;
+    let _guard = Guard { root: root.clone(), keep: o.keep };
+
+    eprintln!("xtask: making a minimal Debian 12 in {}", root.display());
+    let started = Instant::now();
+    let mut make = in_namespace();
+    make.arg(debootstrap).args(["--variant=minbase", &format!("--include={TOOLCHAIN_NEEDS}"), SUITE]);
+    make.arg(&root).arg(MIRROR).stdin(Stdio::null());
+    status(make)?;
+    let made = started.elapsed();
+    prepare(&root, repo, &head)?;
+
+    let mut results = Vec::new();
+    for (_, cargo_args) in COMMANDS.iter().filter(|(name, _)| o.only.as_deref().is_none_or(|w| w == *name)) {
+        let line = format!("cargo {}", cargo_args.join(" "));
+        eprintln!("\n== fresh-check: {line}, in the root's {CLONE}");
+        let started = Instant::now();
+        let exit = in_chroot(&root, &rustup, &cargo, cargo_args)?;
+        results.push((line, exit, started.elapsed()));
+        end_processes(&root);
+    }
+
+    println!("\n== fresh-check: Debian 12 ({SUITE} minbase + {TOOLCHAIN_NEEDS}), commit {head}");
+    println!("   {:<28} {:>10} {:>11}", "step", "exit", "wall time");
+    println!("   {:<28} {:>10} {:>11}", "debootstrap", "0", clock(made));
+    for (line, exit, took) in &results {
+        println!("   {line:<28} {:>10} {:>11}", exit_text(*exit), clock(*took));
+    }
+    let failed: Vec<&str> = results.iter().filter(|r| !r.1.success()).map(|r| r.0.as_str()).collect();
+    ensure!(failed.is_empty(), "on a fresh Debian 12, {} failed", failed.join(" and "));
+    Ok(())
+}
+
+/// The host's rustup home and cargo home, as rustup finds them.
+fn host_toolchain() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let dir = |var: &str, default: &str| {
+        std::env::var_os(var).map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(default)))
+    };
+    let rustup = dir("RUSTUP_HOME", ".rustup")
+        .filter(|d| d.join("toolchains").is_dir())
+        .context("no rustup home with toolchains (RUSTUP_HOME or ~/.rustup)")?;
+    let cargo = dir("CARGO_HOME", ".cargo")
+        .filter(|d| d.join("bin/cargo").is_file())
+        .context("no cargo home with bin/cargo (CARGO_HOME or ~/.cargo)")?;
+    Ok((rustup, cargo))
+}
+
+fn git_output(repo: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .arg("--no-optional-locks")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .context("cannot run git")?;
+    ensure!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// debootstrap, installed on the host first if it is not there.
+fn debootstrap_program() -> anyhow::Result<PathBuf> {
+    let sbin = Path::new("/usr/sbin/debootstrap");
+    if !setup::on_path("debootstrap") && !sbin.exists() {
+        eprintln!("xtask: installing debootstrap on this machine");
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        status(update)?;
+        let mut install = Command::new("apt-get");
+        install.args(["install", "-y", "-q", "debootstrap"]).env("DEBIAN_FRONTEND", "noninteractive");
+        status(install)?;
+    }
+    Ok(if setup::on_path("debootstrap") { PathBuf::from("debootstrap") } else { sbin.to_owned() })
+}
+
+/// `path` made anew and empty but for [`MARKER`]; its canonical form. An earlier root there is
+/// removed only if it has the marker and nothing is left mounted under it.
+fn fresh_dir(path: &Path) -> anyhow::Result<PathBuf> {
+    let path = std::path::absolute(path)?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        bail!("{} cannot be the root", path.display())
+    };
+    std::fs::create_dir_all(parent)?;
+    let root = std::fs::canonicalize(parent)?.join(name);
+    if root.symlink_metadata().is_ok() {
+        let empty = std::fs::read_dir(&root).is_ok_and(|mut d| d.next().is_none());
+        ensure!(
+            empty || root.join(MARKER).is_file(),
+            "{} is there and is not a root of fresh-check's; remove it or give another --root",
+            root.display()
+        );
+        end_processes(&root);
+        let left = unmount_all(&root);
+        ensure!(left.is_empty(), "still mounted under {}: {left:?}", root.display());
+        eprintln!("xtask: removing the earlier root {}", root.display());
+        std::fs::remove_dir_all(&root)?;
+    }
+    std::fs::create_dir(&root)?;
+    std::fs::write(root.join(MARKER), "made by cargo xtask fresh-check\n")?;
+    Ok(root)
+}
+
+/// `path` (absolute, as seen inside) in the root.
+fn inside(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// The machine's last touches (see the module's comment) and the clone of `head`.
+fn prepare(root: &Path, repo: &Path, head: &str) -> anyhow::Result<()> {
+    let resolv = root.join("etc/resolv.conf");
+    // Removed first: a link there would be followed to the host's file.
+    let _ = std::fs::remove_file(&resolv);
+    std::fs::copy("/etc/resolv.conf", &resolv).context("copying /etc/resolv.conf")?;
+    let hosts = root.join("etc/hosts");
+    if hosts.symlink_metadata().is_err() {
+        std::fs::write(&hosts, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")?;
+    }
+    let policy = root.join("usr/sbin/policy-rc.d");
+    std::fs::write(
+        &policy,
+        "#!/bin/sh\n# cargo xtask fresh-check: no service starts in a chroot\nexit 101\n",
+    )?;
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o755))?;
+    for dir in [RUSTUP_MOUNT, CARGO_MOUNT] {
+        std::fs::create_dir_all(inside(root, dir))?;
+    }
+    let clone = inside(root, CLONE);
+    let mut git = Command::new("git");
+    git.args(["clone", "-q"]).arg(repo).arg(&clone);
+    status(git)?;
+    let mut checkout = Command::new("git");
+    checkout.arg("-C").arg(&clone).args(["checkout", "-q", "--detach", head]);
+    status(checkout)
+}
+
+/// `unshare`: what follows runs in a mount namespace of its own, private both ways.
+fn in_namespace() -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--"]);
+    cmd
+}
+
+/// `cargo args` in the clone inside the root, with the mounts made in its own namespace, the
+/// environment of a fresh root login (plus the toolchain's), and no standard input.
+fn in_chroot(root: &Path, rustup: &Path, cargo: &Path, args: &[&str]) -> anyhow::Result<ExitStatus> {
+    let script = format!(
+        r#"root=$1 rustup=$2 cargo=$3; shift 3
+mount -t proc proc "$root/proc"
+mount -t sysfs sysfs "$root/sys"
+mount --rbind /dev "$root/dev"
+mount --bind -o ro "$rustup" "$root{RUSTUP_MOUNT}"
+mount --bind -o ro "$cargo" "$root{CARGO_MOUNT}"
+exec chroot "$root" /bin/sh -c 'cd {CLONE} && exec "$@"' sh "$@""#
+    );
+    let mut cmd = in_namespace();
+    cmd.args(["/bin/sh", "-ec", &script, "sh"]).arg(root).arg(rustup).arg(cargo).arg("cargo").args(args);
+    cmd.env_clear().stdin(Stdio::null());
+    cmd.env("HOME", "/root").env("USER", "root").env("LOGNAME", "root").env("LANG", "C.UTF-8");
+    cmd.env(
+        "PATH",
+        format!("{CARGO_MOUNT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    );
+    cmd.env("RUSTUP_HOME", RUSTUP_MOUNT).env("CARGO_HOME", "/root/.cargo");
+    // The toolchain the host chose (`cargo +1.95.0 xtask fresh-check`), and the terminal.
+    for var in ["RUSTUP_TOOLCHAIN", "TERM"] {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value);
+        }
+    }
+    cmd.status().with_context(|| format!("cannot run {cmd:?}"))
+}
+
+/// On every way out of [`run`]: nothing left running or mounted in the root, and the root
+/// removed unless kept.
+struct Guard {
+    root: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        end_processes(&self.root);
+        let left = unmount_all(&self.root);
+        if !left.is_empty() {
+            eprintln!("xtask: {} is kept: still mounted under it: {left:?}", self.root.display());
+        } else if self.keep {
+            eprintln!("xtask: the root is kept: {}", self.root.display());
+        } else {
+            eprintln!("xtask: removing {}", self.root.display());
+            if let Err(e) = std::fs::remove_dir_all(&self.root) {
+                eprintln!("xtask: cannot remove {}: {e}", self.root.display());
+            }
+        }
+    }
+}
+
+/// SIGKILLs every process whose root is `root`: what a command left running in the chroot.
+fn end_processes(root: &Path) {
+    let me = std::process::id().to_string();
+    let pids: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && *pid != me)
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == root))
+        .collect();
+    if !pids.is_empty() {
+        eprintln!("xtask: ending {} processes left in the root: {}", pids.len(), pids.join(" "));
+        let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+    }
+}
+
+/// Unmounts (deepest first, lazily when busy) every mount under `root` this namespace sees;
+/// what is still mounted after three rounds.
+fn unmount_all(root: &Path) -> Vec<PathBuf> {
+    for _ in 0..3 {
+        let mut mounts = mounts_under(root);
+        if mounts.is_empty() {
+            break;
+        }
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        mounts.dedup();
+        for m in &mounts {
+            let unmounted = Command::new("umount").arg(m).status().is_ok_and(|s| s.success());
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(m).status();
+            }
+        }
+    }
+    mounts_under(root)
+}
+
+/// The mount points at or under `root` (`/proc/self/mountinfo`, fifth field).
+fn mounts_under(root: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape(m)))
+        .filter(|m| m.starts_with(root))
+        .collect()
+}
+
+/// A mountinfo field with its octal escapes (space, tab, newline, backslash) undone.
+fn unescape(field: &str) -> String {
+    field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+fn exit_text(exit: ExitStatus) -> String {
+    match (exit.code(), exit.signal()) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "?".to_owned(),
+    }
+}
+
+/// `42s`, `3m07s`, `1h02m03s`.
+fn clock(took: Duration) -> String {
+    let s = took.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, min, sec) => format!("{min}m{sec:02}s"),
+        (h, min, sec) => format!("{h}h{min:02}m{sec:02}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn flags() {
+        let repo = Path::new("/r");
+        let o = options(repo, &[]).unwrap();
+        assert_eq!(o, Options { keep: false, only: None, root: PathBuf::from("/r/target/fresh-check/root") });
+        let o = options(repo, &args(&["--keep", "--only", "test", "--root", "/tmp/x"])).unwrap();
+        assert_eq!(o, Options { keep: true, only: Some("test".into()), root: PathBuf::from("/tmp/x") });
+        assert!(options(repo, &args(&["--only", "bench"])).is_err());
+        assert!(options(repo, &args(&["--only"])).is_err());
+        assert!(options(repo, &args(&["--root"])).is_err());
+        assert!(options(repo, &args(&["--fast"])).is_err());
+    }
+
+    #[test]
+    fn clocks() {
+        assert_eq!(clock(Duration::from_secs(42)), "42s");
+        assert_eq!(clock(Duration::from_secs(187)), "3m07s");
+        assert_eq!(clock(Duration::from_secs(3723)), "1h02m03s");
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape("/a\\040b/c\\134040"), "/a b/c\\040");
+    }
+
+    #[test]
+    fn mounts_under_a_root_only() {
+        // `/proc` is mounted here; nothing is under a path that does not exist.
+        assert!(mounts_under(Path::new("/")).contains(&PathBuf::from("/proc")));
+        assert!(mounts_under(Path::new("/nonexistent/fresh-check")).is_empty());
+    }
+}
