@@ -17,6 +17,8 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("examples/sglang_2p1d_glm5.2/1p1d_decode4.toml", "glm5.2_1p1d_decode4.plan"),
     ("examples/sglang_mix_glm5.2/deployment.toml", "glm5.2_mix.plan"),
     ("examples/sim_1p1d/deployment.toml", "sim_1p1d.plan"),
+    ("examples/sglang_qwen3_8b/aggregated.toml", "qwen3_8b_aggregated.plan"),
+    ("examples/sglang_qwen3_8b/1p1d.toml", "qwen3_8b_1p1d.plan"),
     ("launcher/tests/fixtures/kitchen_sink.toml", "kitchen_sink.plan"),
 ];
 

@@ -22,6 +22,8 @@ const FILES: &[&str] = &[
     "examples/sglang_mix_glm5.2/deployment.toml",
     "examples/sim_1p1d/deployment.toml",
     "examples/sglang_cpu_1p1d/deployment.toml",
+    "examples/sglang_qwen3_8b/aggregated.toml",
+    "examples/sglang_qwen3_8b/1p1d.toml",
     "launcher/tests/fixtures/kitchen_sink.toml",
 ];
 
