@@ -20,6 +20,8 @@ pub struct Family {
     pub kind: String,
     /// Which endpoint(s) it came from (the names given to [`Scrape::add`]).
     pub sources: BTreeSet<String>,
+    /// Its `# HELP` text (empty without one).
+    pub help: String,
 }
 
 /// Every family and series of one or more `/metrics` answers.
@@ -36,7 +38,11 @@ impl Scrape {
     pub fn add(&mut self, source: &str, text: &str) {
         for line in text.lines() {
             let line = line.trim();
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                if let Some((name, help)) = rest.split_once(' ') {
+                    self.families.entry(name.to_owned()).or_default().help = help.trim().to_owned();
+                }
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let mut words = rest.split_whitespace();
                 if let (Some(name), Some(kind)) = (words.next(), words.next()) {
                     let family = self.families.entry(name.to_owned()).or_default();
@@ -164,6 +170,8 @@ odd{a="x,\"}b=",b="y"} 2
         assert!(!s.has_series("infera_router_picks"));
         assert!(!s.has_series("infera_router_picks_created"));
         assert!(!s.has_series("infera_router_pick_duration_seconds"));
+        assert_eq!(s.families["infera_router_picks"].help, "Picks.");
+        assert_eq!(s.families["infera_router_leader"].help, "");
     }
 
     #[test]

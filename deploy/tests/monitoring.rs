@@ -192,9 +192,43 @@ fn the_dashboard_is_a_grafana_39_dashboard_on_a_chosen_prometheus_and_kustomize_
     assert_eq!(generator["options"]["labels"]["grafana_dashboard"], serde_yaml::Value::String("1".into()));
 }
 
+/// `manual/reference/metrics.md` as the scrape makes it: per binary, every family it exports,
+/// its type and its help text.
+fn metrics_reference(scrape: &infera_deploy::exposition::Scrape) -> String {
+    let mut page = String::from(
+        "# Metrics reference\n\n\
+         Every metric family `infera-control` and `infera-proxy` export on `/metrics`, with its type and \
+         help text. This page is generated from a scrape of the real binaries by \
+         `deploy/tests/monitoring.rs`, which fails when a family is added, renamed or explained \
+         differently without the page following; regenerate it by running that test with \
+         `INFERA_BLESS=1` ([testing guide](../guides/testing.md)). A counter is stored \
+         by Prometheus as `NAME_total`, a histogram as `NAME_bucket`, `NAME_sum` and `NAME_count`. \
+         What to watch, the dashboard and the alerts: [monitoring](../operations/monitoring.md).\n",
+    );
+    for source in ["infera-control", "infera-proxy"] {
+        page.push_str(&format!("\n## {source}\n\n| family | type | help |\n|---|---|---|\n"));
+        for (name, family) in scrape.families.iter().filter(|(_, f)| f.sources.contains(source)) {
+            let help = family.help.replace('|', "\\|");
+            page.push_str(&format!("| `{name}` | {} | {help} |\n", family.kind));
+        }
+    }
+    page
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_query_names_series_and_labels_the_binaries_export() {
+async fn every_query_names_series_and_labels_the_binaries_export_and_the_metrics_reference_lists_them() {
     let scrape = cluster::scrape().await;
+    let reference = infera_deploy::dir().join("../manual/reference/metrics.md");
+    let page = metrics_reference(&scrape);
+    if std::env::var_os("INFERA_BLESS").is_some() {
+        std::fs::write(&reference, &page).expect("the metrics reference");
+    }
+    let written = std::fs::read_to_string(&reference).unwrap_or_default();
+    assert!(
+        written == page,
+        "manual/reference/metrics.md is not what the binaries export; regenerate it with INFERA_BLESS=1. \
+         Expected:\n{page}"
+    );
     let mut schema = Schema::new(&scrape);
     let mut problems: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for rule in rules().rules() {
