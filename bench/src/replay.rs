@@ -7,7 +7,7 @@
 //! - [`drive`]: one streamed chat completion, timed.
 //! - [`ranks`]: the decode worker's DP ranks over time, from its `/v1/loads`.
 //! - [`percentile`]: the percentiles both summaries use.
-//! - [`seed_load`]: `--match-seed-load`, the seeds' operating point.
+//! - [`seed_load`]: `--match-seed-load`, the original study's operating point.
 //! - [`report`]: the summary, as text and as JSON (`--json FILE`).
 //!
 //! Mooncake replays open loop by default, agentic traces closed loop; `--mode` overrides

@@ -121,7 +121,7 @@ struct DecodeArgs {
     decode_request_weight: WeightArg,
     /// With --decode-request-weight auto: the W of a decode pool none of whose workers has a
     /// trusted fit yet (tokens per request; W > 0 needs --decode-input-demand shadow or on).
-    /// The default is the seeds' hand fit: token-only demand (0) is the one setting the study
+    /// The default is the original study's hand fit: token-only demand (0) is the one setting the study
     /// measured clearly worse (manual/features/decode_balancing.md).
     #[arg(
         long,
@@ -429,7 +429,7 @@ mod tests {
         let c = Config::try_from(a).unwrap();
         assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 180_000.0));
         assert_eq!(c.fit_half_life, Duration::from_secs(60));
-        // The fallback defaults to the seeds' hand fit, not to token-only demand.
+        // The fallback defaults to the original study's hand fit, not to token-only demand.
         let c = Config::try_from(parse(&["--decode-request-weight", "AUTO"]).unwrap()).unwrap();
         assert_eq!((c.weight_mode, c.settings.weight.get()), (WeightMode::Auto, 1_000_000.0));
         // auto needs demand: with `off` its fallback W is refused, as a pinned W > 0 is.

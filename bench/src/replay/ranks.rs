@@ -1,7 +1,7 @@
 //! The decode workers' DP ranks over time, read from each one's SGLang `/v1/loads` (one entry
 //! per rank: `num_running_reqs`, and `num_used_tokens` = the KV it holds, which counts requests
 //! still receiving their KV as SGLang's `#token` does) at a fixed interval, and summarised as
-//! the seeds summarised their decode logs. With several decode workers a sample is every rank
+//! the original study summarised their decode logs. With several decode workers a sample is every rank
 //! of the workers in the pool at that moment (the set may change during a run: a worker joins,
 //! one is drained), one after another:
 //!
@@ -105,7 +105,7 @@ impl Spread {
     }
 }
 
-/// The decode ranks over a window, as the seeds' second table.
+/// The decode ranks over a window, as the original study's second table.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct RankStats {
     pub(crate) samples: usize,

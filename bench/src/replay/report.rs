@@ -5,14 +5,14 @@
 //!   time is multiplied by `c` and every rate divided by it, so the report is in emulated time.
 //! - **Window**: from the first measured request's send to the last measured request's end.
 //!   tok/s = streamed output tokens / window; in+out tok/s adds the prompt tokens
-//!   (`usage.prompt_tokens`), which is what tok/s/GPU counts in the seeds and InferenceX;
+//!   (`usage.prompt_tokens`), which is what tok/s/GPU counts in the original study and InferenceX;
 //!   requests/s = completed requests / window.
 //! - **TTFT**: send → first non-empty content chunk, per request.
 //! - **ITL**: per request, (last content chunk − first) / (output tokens − 1), AgentX's
 //!   (aiperf's) inter-token latency: a chunk may carry several tokens (MTP), so this is per
 //!   token. Requests with fewer than two chunks have none.
 //! - **Interactivity**: 1000 / ITL, the tokens/s one user sees once streaming starts. Its p50 and
-//!   p90 are 1000 / the ITL p50 and p90, as the seeds and InferenceX report it: **p90 is the
+//!   p90 are 1000 / the ITL p50 and p90, as the original study and InferenceX report it: **p90 is the
 //!   slow side**.
 //! - **Chunk gaps**: every gap between consecutive content chunks, pooled (a decode step each
 //!   on SGLang and the sim).

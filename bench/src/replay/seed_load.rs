@@ -1,6 +1,6 @@
-//! `--match-seed-load`: shapes an agentic replay to the seeds' operating point.
+//! `--match-seed-load`: shapes an agentic replay to the original study's operating point.
 //!
-//! The seeds' study (1P1D, 8 decode ranks, C88) held 4.66 running requests per rank at 2.87
+//! The original study's study (1P1D, 8 decode ranks, C88) held 4.66 running requests per rank at 2.87
 //! requests/s. By Little's law that is 8 × 4.66 / 2.87 ≈ 13 s of decode per request, ≈ 1,000
 //! output tokens at its ~13 ms per token, and with its 8.3 s mean TTFT a lane cycle of
 //! 88 / 2.87 ≈ 30.7 s leaves ≈ 9 s of think time. The published agentic traces average ~400
@@ -16,15 +16,15 @@
 //! ```
 //!
 //! It changes nothing else: lengths and think times keep the trace's shape, only their means
-//! move to the seeds'.
+//! move to the original study's.
 
 use std::path::Path;
 
 use super::trace::{self, Format, Session, TraceError};
 
-/// Mean output tokens per request at the seeds' operating point.
+/// Mean output tokens per request at the original study's operating point.
 pub(crate) const SEED_OUTPUT_TOKENS: f64 = 1_000.0;
-/// Mean think time per request at the seeds' operating point, seconds.
+/// Mean think time per request at the original study's operating point, seconds.
 pub(crate) const SEED_THINK_S: f64 = 9.0;
 
 /// The trace's means over the measured sessions and the scales that move them.

@@ -43,7 +43,7 @@ pub const SETTLED: f64 = 1.25;
 const FAST: u32 = 4;
 /// A trusted fit within this ratio of W in force (±5 %) does not move it.
 pub const DEADBAND: f64 = 0.05;
-/// The W that tells the busiest rank from the others before any trusted fit (the seeds' hand
+/// The W that tells the busiest rank from the others before any trusted fit (the original study's hand
 /// fit, 1.05 M, rounded; the geometric middle of the bounds at 1 M).
 pub const PRIOR: f64 = 1e6;
 
