@@ -16,7 +16,12 @@
 //!   install anything) and `ca-certificates` (cargo fetches crates over HTTPS);
 //! - what makes a folder a machine: `/proc`, `/sys`, `/dev`, the host's `/etc/resolv.conf`, an
 //!   `/etc/hosts` naming localhost, and a `policy-rc.d` refusing service starts, as in every
-//!   Debian build chroot (no init runs there to own them).
+//!   Debian build chroot (no init runs there to own them);
+//! - the host's network as the host reaches it: the certificate authorities added on the host
+//!   (`/usr/local/share/ca-certificates`, e.g. a site's TLS-inspecting proxy, installed in the
+//!   root with `update-ca-certificates`), and the variables that point tools at a CA bundle or a
+//!   proxy ([`NETWORK_VARS`]) when the host sets them. A machine on that network would have
+//!   them; nothing of the project's own set-up comes from the host.
 //!
 //! Mounts: debootstrap and each command run in a mount namespace of their own (`unshare
 //! --mount`, private propagation), where the mounts are made, so they never show on the host and
@@ -36,6 +41,10 @@ use anyhow::{Context as _, bail, ensure};
 
 use crate::{setup, status};
 
+mod cleanup;
+
+use cleanup::{Guard, end_processes, unmount_all};
+
 /// Debian 12.
 const SUITE: &str = "bookworm";
 const MIRROR: &str = "http://deb.debian.org/debian";
@@ -48,6 +57,25 @@ const CARGO_MOUNT: &str = "/opt/host-rust/cargo";
 const CLONE: &str = "/root/infera";
 /// Written into a root this task makes: an existing folder without it is never removed.
 const MARKER: &str = ".infera-fresh-check";
+/// Where Debian keeps the certificate authorities a site adds.
+const LOCAL_CAS: &str = "/usr/local/share/ca-certificates";
+/// The host's network settings passed into the root when set: CA bundles per tool, proxies.
+const NETWORK_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+];
 /// The README's two commands (after `cargo`), by the name `--only` gives them.
 const COMMANDS: &[(&str, &[&str])] = &[("demo", &["xtask", "demo", "--once"]), ("test", &["xtask", "test"])];
 const USAGE: &str = "usage: cargo xtask fresh-check [--keep] [--only demo|test] [--root DIR]";
@@ -212,6 +240,7 @@ fn prepare(root: &Path, repo: &Path, head: &str) -> anyhow::Result<()> {
     for dir in [RUSTUP_MOUNT, CARGO_MOUNT] {
         std::fs::create_dir_all(inside(root, dir))?;
     }
+    local_cas(root)?;
     let clone = inside(root, CLONE);
     let mut git = Command::new("git");
     git.args(["clone", "-q"]).arg(repo).arg(&clone);
@@ -219,6 +248,28 @@ fn prepare(root: &Path, repo: &Path, head: &str) -> anyhow::Result<()> {
     let mut checkout = Command::new("git");
     checkout.arg("-C").arg(&clone).args(["checkout", "-q", "--detach", head]);
     status(checkout)
+}
+
+/// The host's added certificate authorities, installed in the root's trust store.
+fn local_cas(root: &Path) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(LOCAL_CAS) else { return Ok(()) };
+    let into = inside(root, LOCAL_CAS);
+    std::fs::create_dir_all(&into)?;
+    let mut copied = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "crt") && path.is_file() {
+            std::fs::copy(&path, into.join(entry.file_name()))?;
+            copied += 1;
+        }
+    }
+    if copied > 0 {
+        eprintln!("xtask: the host's {copied} added certificate authorities go into the root's trust store");
+        let mut update = Command::new("chroot");
+        update.arg(root).args(["update-ca-certificates", "--fresh"]).stdout(Stdio::null());
+        status(update)?;
+    }
+    Ok(())
 }
 
 /// `unshare`: what follows runs in a mount namespace of its own, private both ways.
@@ -249,89 +300,14 @@ exec chroot "$root" /bin/sh -c 'cd {CLONE} && exec "$@"' sh "$@""#
         format!("{CARGO_MOUNT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
     );
     cmd.env("RUSTUP_HOME", RUSTUP_MOUNT).env("CARGO_HOME", "/root/.cargo");
-    // The toolchain the host chose (`cargo +1.95.0 xtask fresh-check`), and the terminal.
-    for var in ["RUSTUP_TOOLCHAIN", "TERM"] {
+    // The toolchain the host chose (`cargo +1.95.0 xtask fresh-check`), the terminal, and the
+    // network's CA bundles and proxies.
+    for var in ["RUSTUP_TOOLCHAIN", "TERM"].iter().chain(NETWORK_VARS) {
         if let Some(value) = std::env::var_os(var) {
             cmd.env(var, value);
         }
     }
     cmd.status().with_context(|| format!("cannot run {cmd:?}"))
-}
-
-/// On every way out of [`run`]: nothing left running or mounted in the root, and the root
-/// removed unless kept.
-struct Guard {
-    root: PathBuf,
-    keep: bool,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        end_processes(&self.root);
-        let left = unmount_all(&self.root);
-        if !left.is_empty() {
-            eprintln!("xtask: {} is kept: still mounted under it: {left:?}", self.root.display());
-        } else if self.keep {
-            eprintln!("xtask: the root is kept: {}", self.root.display());
-        } else {
-            eprintln!("xtask: removing {}", self.root.display());
-            if let Err(e) = std::fs::remove_dir_all(&self.root) {
-                eprintln!("xtask: cannot remove {}: {e}", self.root.display());
-            }
-        }
-    }
-}
-
-/// SIGKILLs every process whose root is `root`: what a command left running in the chroot.
-fn end_processes(root: &Path) {
-    let me = std::process::id().to_string();
-    let pids: Vec<String> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && *pid != me)
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == root))
-        .collect();
-    if !pids.is_empty() {
-        eprintln!("xtask: ending {} processes left in the root: {}", pids.len(), pids.join(" "));
-        let _ = Command::new("kill").arg("-KILL").args(&pids).status();
-    }
-}
-
-/// Unmounts (deepest first, lazily when busy) every mount under `root` this namespace sees;
-/// what is still mounted after three rounds.
-fn unmount_all(root: &Path) -> Vec<PathBuf> {
-    for _ in 0..3 {
-        let mut mounts = mounts_under(root);
-        if mounts.is_empty() {
-            break;
-        }
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-        mounts.dedup();
-        for m in &mounts {
-            let unmounted = Command::new("umount").arg(m).status().is_ok_and(|s| s.success());
-            if !unmounted {
-                let _ = Command::new("umount").arg("-l").arg(m).status();
-            }
-        }
-    }
-    mounts_under(root)
-}
-
-/// The mount points at or under `root` (`/proc/self/mountinfo`, fifth field).
-fn mounts_under(root: &Path) -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|m| PathBuf::from(unescape(m)))
-        .filter(|m| m.starts_with(root))
-        .collect()
-}
-
-/// A mountinfo field with its octal escapes (space, tab, newline, backslash) undone.
-fn unescape(field: &str) -> String {
-    field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 }
 
 fn exit_text(exit: ExitStatus) -> String {
@@ -378,17 +354,5 @@ mod tests {
         assert_eq!(clock(Duration::from_secs(42)), "42s");
         assert_eq!(clock(Duration::from_secs(187)), "3m07s");
         assert_eq!(clock(Duration::from_secs(3723)), "1h02m03s");
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape("/a\\040b/c\\134040"), "/a b/c\\040");
-    }
-
-    #[test]
-    fn mounts_under_a_root_only() {
-        // `/proc` is mounted here; nothing is under a path that does not exist.
-        assert!(mounts_under(Path::new("/")).contains(&PathBuf::from("/proc")));
-        assert!(mounts_under(Path::new("/nonexistent/fresh-check")).is_empty());
     }
 }
