@@ -44,7 +44,8 @@ const BUILD_DEBIAN: &[Debian] = &[
 /// `prometheus`: its `promtool` checks and unit-tests the alert rules (`deploy/prometheus`).
 /// `g++`, `libssl-dev` and `python3-dev`: build SGLang's own page hash (`hash_binding.cpp`, what
 /// torch's extension loader builds in SGLang) for `kv/tests/sglang_hashes.rs`.
-/// `libibverbs1`: the Mooncake transfer engine links it, even when it moves KV over TCP.
+/// `libibverbs1` and `libnuma1`: the Mooncake transfer engine links them, even when it moves KV
+/// over TCP (a bare Debian 12 lacks libnuma: `cargo xtask fresh-check` found it).
 /// `patch`: GNU patch applies the SGLang image's patch set (`deploy/tests/sglang_patches.rs`).
 /// `iproute2`: `ip` makes the failover tests' network namespaces (`testkit/src/netns.rs`).
 /// `nodejs` and `npm`: run the Prometheus Operator's validators (`deploy/tests/kubernetes.rs`);
@@ -59,6 +60,7 @@ const TEST_DEBIAN: &[Debian] = &[
     Debian { packages: &["libssl-dev"], present: || Path::new("/usr/include/openssl/sha.h").exists() },
     Debian { packages: &["python3-dev"], present: python_has_headers },
     Debian { packages: &["libibverbs1"], present: || debian_installed("libibverbs1") },
+    Debian { packages: &["libnuma1"], present: || debian_installed("libnuma1") },
     Debian { packages: &["patch"], present: || on_path("patch") },
     Debian { packages: &["iproute2"], present: || on_path("ip") },
     Debian { packages: &["nodejs", "npm"], present: || on_path("node") && on_path("npm") },
