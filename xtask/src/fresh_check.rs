@@ -280,10 +280,13 @@ fn in_namespace() -> Command {
 }
 
 /// `cargo args` in the clone inside the root, with the mounts made in its own namespace, the
-/// environment of a fresh root login (plus the toolchain's), and no standard input.
+/// environment of a fresh root login (plus the toolchain's), and no standard input. The root is
+/// bound onto itself first so that `/` is a mount point inside, as on a machine: `ip netns
+/// exec` (the failover tests) runs `mount --make-rslave /`, which fails on a plain directory.
 fn in_chroot(root: &Path, rustup: &Path, cargo: &Path, args: &[&str]) -> anyhow::Result<ExitStatus> {
     let script = format!(
         r#"root=$1 rustup=$2 cargo=$3; shift 3
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sysfs "$root/sys"
 mount --rbind /dev "$root/dev"
