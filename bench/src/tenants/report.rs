@@ -151,7 +151,6 @@ pub(crate) fn print_summary(args: &TenantsArgs, runs: &[ArmRun]) {
     );
     println!("|---|---|---|---|---|---|");
     let mut arms: Vec<Arm> = runs.iter().map(|r| r.arm).collect();
-    arms.dedup();
     arms.sort_by_key(|a| *a as u8);
     arms.dedup();
     for arm in arms {
