@@ -6,6 +6,11 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+/// Where every alert's `runbook_url` points unless the deployment gives another base: the
+/// manual folder in infera's repository. A runbook is `{RUNBOOK_BASE}/operations/monitoring.md#<alert>`;
+/// `kubernetes/components/runbook-base-url` and the monitoring page's `sed` change the base.
+pub const RUNBOOK_BASE: &str = "https://github.com/infera-project/infera/blob/main/manual";
+
 /// A rules file.
 #[derive(Debug, Deserialize)]
 pub struct RulesFile {

@@ -265,3 +265,50 @@ fn the_dashboard_renders_as_a_valid_config_map_holding_the_json_file() {
     let out = validate_strict(&grafana.yaml);
     assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
 }
+
+#[test]
+fn runbook_links_take_the_deployments_base_url() {
+    // The monitoring page's two blocks, run as written from a folder where `deploy/` is this
+    // repository's.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::os::unix::fs::symlink(infera_deploy::dir(), dir.path().join("deploy")).unwrap();
+    let wiki = "https://wiki.example.com/infera/manual/operations/monitoring.md#";
+    let block = |name: &str| {
+        let script = infera_deploy::manual_block(
+            "operations/monitoring.md",
+            &format!("deploy/tests/runbooks: {name}"),
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        infera_deploy::run_sh(dir.path(), &script).unwrap_or_else(|e| panic!("{e:#}"));
+    };
+    let links = |rules: &serde_json::Value| -> Vec<(String, String)> {
+        let groups = rules["groups"].as_array().expect("groups");
+        let all = groups.iter().flat_map(|g| g["rules"].as_array().expect("rules"));
+        all.filter_map(|r| {
+            Some((r["alert"].as_str()?.to_owned(), r["annotations"]["runbook_url"].as_str()?.to_owned()))
+        })
+        .collect()
+    };
+    let expect = |links: &[(String, String)]| {
+        assert!(links.len() >= 10, "{links:?}");
+        for (alert, url) in links {
+            assert_eq!(url, &format!("{wiki}{}", alert.to_lowercase()), "{alert}");
+        }
+    };
+
+    block("rules file");
+    let file = std::fs::read_to_string(dir.path().join("infera.rules.yml")).unwrap();
+    expect(&links(&serde_yaml::from_str(&file).unwrap()));
+
+    block("kustomize");
+    let rendered = render(&dir.path().join("my-site")).unwrap();
+    let rule = rendered.get("PrometheusRule", "infera").expect("the alerts");
+    expect(&links(&rule["spec"]));
+    assert!(
+        rendered.get("ConfigMap", "infera-runbooks").is_none(),
+        "the base URL's ConfigMap is kustomize's only"
+    );
+    // Nothing else changes: the site renders the overlay's objects but for the links.
+    let overlay = render(&infera_deploy::dir().join("kubernetes/overlays/sim-1p1d")).unwrap();
+    assert_eq!(rendered.objects.len(), overlay.objects.len());
+}

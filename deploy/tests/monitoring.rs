@@ -17,7 +17,7 @@ use std::process::Command;
 
 use infera_deploy::dashboard;
 use infera_deploy::promql::Schema;
-use infera_deploy::rules::{RulesFile, TestFile};
+use infera_deploy::rules::{RUNBOOK_BASE, RulesFile, TestFile};
 use serde_json::Value;
 
 fn rules_path() -> PathBuf {
@@ -134,11 +134,12 @@ fn every_alert_has_a_wait_a_severity_its_annotations_and_a_runbook_in_the_manual
         match rule
             .annotations
             .get("runbook_url")
-            .and_then(|u| u.strip_prefix("manual/operations/monitoring.md#"))
+            .and_then(|u| u.strip_prefix(RUNBOOK_BASE))
+            .and_then(|u| u.strip_prefix("/operations/monitoring.md#"))
         {
             Some(a) if anchors.contains(a) && a == alert.to_lowercase() => {}
             Some(a) => lack(&format!("runbook anchor #{a} is not a heading ### {alert} of the page")),
-            None => lack("runbook_url does not point into manual/operations/monitoring.md"),
+            None => lack(&format!("runbook_url is not {RUNBOOK_BASE}/operations/monitoring.md#…")),
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");
