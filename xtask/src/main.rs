@@ -8,6 +8,8 @@
 //!   main job on the embedded default (static workers file, loopback).
 //! - `fresh-check [--keep] [--only demo|test] [--root DIR]`: as root, runs `demo --once` and
 //!   `test` in a fresh minimal Debian 12 root, timed (`fresh_check.rs`).
+//! - `traces [--from DIR] [--into DIR]`: the public request traces into `traces/`, checked
+//!   against their checksums (`traces.rs`; manual/reference/traces.md).
 //! - `bench [control|proxy|failover|chaos|sglang-soak|attack|…]`: the benchmarks (release build), printed as ratios
 //!   against a baseline measured in the same run; without a name, `control` then `proxy`
 //!   (`failover` and `chaos` need etcd: `setup` installs it).
@@ -15,6 +17,7 @@
 mod demo;
 mod fresh_check;
 mod setup;
+mod traces;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -70,6 +73,7 @@ fn run() -> anyhow::Result<()> {
             demo::run(&root, &rest)
         }
         "fresh-check" => fresh_check::run(&root, &rest),
+        "traces" => traces::run(&root, &rest),
         "bench" => {
             let mut build = cargo(&root);
             // The failover bench runs infera-control as processes (the replicas); chaos runs
@@ -94,7 +98,7 @@ fn run() -> anyhow::Result<()> {
         _ => {
             eprintln!(
                 "usage: cargo xtask <setup|test|demo [--once]|bench [control|proxy|failover|chaos|…] [flags…]|\
-                 fresh-check [--keep] [--only demo|test] [--root DIR]>"
+                 fresh-check [--keep] [--only demo|test] [--root DIR]|traces [--from DIR] [--into DIR]>"
             );
             bail!("unknown task {task:?}")
         }
