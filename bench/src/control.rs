@@ -23,8 +23,8 @@ use infera_control::view::View;
 use infera_control::{Args as ControlFlags, Config, Listeners};
 use infera_proto::pb::{self, admin_client::AdminClient, router_client::RouterClient};
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, ReleaseReason, RequestId,
-    RequestWeight, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, LeaseId, ModelName, PickKind, PickRequest, Release, ReleaseReason,
+    RequestId, RequestWeight, WorkerRecord,
 };
 use infera_testkit::EngineStubs;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -376,7 +376,7 @@ fn pick_cost(n: u32, picks: usize, seed: u64) -> (f64, f64, f64) {
             )
             .expect("pick");
         samples.push(t0.elapsed());
-        core.release(picked.reservation, &caller, ReleaseReason::Eof, None, now).expect("release");
+        core.release(Release::new(picked.reservation, ReleaseReason::Eof), &caller, now).expect("release");
     }
     samples.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;

@@ -28,8 +28,8 @@ pub use tls::ControlTls;
 
 use crate::settings::{AgeDecay, OverlapCredit, PrefillingWeight, Settings};
 use crate::workers_file::{self, WorkersFileError};
-use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use infera_registry::{EtcdConfig, EtcdConfigError};
+use infera_runtime::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 use limits::{BoundArgs, CapacityArgs, EjectionArgs, ReplicaArgs};
 use listen::ListenArgs;
 use weight::WeightArg;
@@ -232,7 +232,7 @@ pub struct Config {
     /// gRPC over TLS (`--tls-cert`).
     pub tls: Option<ControlTls>,
     /// How `https://` workers are read (`--worker-ca`).
-    pub worker_tls: Option<infera_proto::serve::worker_client::WorkerTlsFiles>,
+    pub worker_tls: Option<infera_runtime::serve::worker_client::WorkerTlsFiles>,
     /// Admin bearer token.
     pub admin_token: Option<String>,
     /// The URL to advertise (`None`: from the bound address).
@@ -290,10 +290,10 @@ pub enum ConfigError {
     Listen(#[from] ListenError),
     /// A TLS file cannot be used.
     #[error("--tls-cert/--tls-key/--tls-client-ca/--tls-peer-ca: {0}")]
-    Tls(#[from] infera_proto::serve::tls::TlsError),
+    Tls(#[from] infera_runtime::serve::tls::TlsError),
     /// A worker TLS file cannot be used.
     #[error("--worker-ca/--worker-cert/--worker-key: {0}")]
-    WorkerTls(infera_proto::serve::tls::TlsError),
+    WorkerTls(infera_runtime::serve::tls::TlsError),
     /// The etcd settings do not go together, or a file of theirs cannot be used.
     #[error("etcd: {0}")]
     Etcd(#[from] EtcdConfigError),
@@ -349,7 +349,7 @@ impl TryFrom<Args> for Config {
             worker_tls: {
                 let files = a.worker_tls.files();
                 if let Some(f) = &files {
-                    infera_proto::serve::worker_client::worker_tls(f).map_err(ConfigError::WorkerTls)?;
+                    infera_runtime::serve::worker_client::worker_tls(f).map_err(ConfigError::WorkerTls)?;
                 }
                 files
             },
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_command_line_keeps_the_conventions() {
-        infera_proto::cli::check_conventions(Args::command());
+        infera_runtime::cli::check_conventions(Args::command());
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub struct EngineFeed {
     /// `None`: `/v1/loads` is not polled.
     interval: Option<Duration>,
     /// How workers are reached (`https://` over TLS).
-    connector: infera_proto::serve::worker_client::WorkerConnector,
+    connector: infera_runtime::serve::worker_client::WorkerConnector,
     pollers: Mutex<HashMap<WorkerId, Vec<JoinHandle<()>>>>,
 }
 
@@ -186,13 +186,13 @@ impl EngineFeed {
     pub fn new(
         interval: Option<Duration>,
         fits: Arc<crate::fit::WeightFits>,
-        connector: infera_proto::serve::worker_client::WorkerConnector,
+        connector: infera_runtime::serve::worker_client::WorkerConnector,
     ) -> Self {
         Self { board: Arc::default(), fits, interval, connector, pollers: Mutex::default() }
     }
 
     /// How workers are reached (their `/server_info` too).
-    pub fn connector(&self) -> &infera_proto::serve::worker_client::WorkerConnector {
+    pub fn connector(&self) -> &infera_runtime::serve::worker_client::WorkerConnector {
         &self.connector
     }
 

@@ -31,7 +31,7 @@
 //! - [`engine_facts`]: every worker's `/server_info` (DP ranks, page size, model, role, transfer
 //!   backend, KV cache dtype), checked against its record before it enters the view.
 //! - [`pairing`]: which of a model's prefill and decode workers can exchange KV (PD pairing).
-//! - [`metrics`]: Prometheus (logs and traces: `infera_proto::telemetry`).
+//! - [`metrics`]: Prometheus (logs and traces: `infera_runtime::telemetry`).
 //! - [`tls`]: gRPC over TLS at run time, the TLS to the other replicas; [`reload`]: what SIGHUP
 //!   reads again (the TLS files, the Router's tokens).
 
@@ -73,7 +73,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use infera_proto::serve::Stop;
+use infera_runtime::serve::Stop;
 use rand::{SeedableRng, rngs::SmallRng};
 use tokio::net::TcpListener;
 
@@ -163,7 +163,7 @@ pub async fn run(
     let feed = Arc::new(feed);
     let fits = Arc::new(fit::WeightFits::new(config.fit_half_life));
     // The files were read and checked with the configuration.
-    let worker_connector = infera_proto::serve::worker_client::WorkerConnector::new(
+    let worker_connector = infera_runtime::serve::worker_client::WorkerConnector::new(
         Some(WORKER_CONNECT_TIMEOUT),
         config.worker_tls.as_ref(),
     )?;
@@ -288,11 +288,11 @@ pub async fn run(
 async fn serve_grpc(
     listener: TcpListener,
     routes: tonic::service::Routes,
-    tls: Option<Arc<infera_proto::serve::tls::ServerTls>>,
+    tls: Option<Arc<infera_runtime::serve::tls::ServerTls>>,
     limits: config::GrpcLimits,
     stop: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    use infera_proto::serve::{Listening, grpc};
+    use infera_runtime::serve::{Listening, grpc};
     let conn = limits.conn;
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(conn.h2_max_concurrent_streams)

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use infera_control::{Args, Config, Listeners};
-use infera_proto::telemetry::{self, Telemetry};
+use infera_runtime::telemetry::{self, Telemetry};
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use infera_proto::types::{ModelName, PickKind, ReleaseReason, Role};
+use infera_runtime::serve::{Drain, Listening, Plain, serve_http};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -451,7 +451,7 @@ pub async fn serve(
         let (registry, readiness) = (registry.clone(), readiness.clone());
         async move { respond(&req, &registry, &readiness) }
     };
-    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    let listening = Listening::new(infera_runtime::serve::ConnLimits::DEFAULT);
     serve_http(listener, Plain, handler, shutdown, Drain::For(SCRAPE_DRAIN), listening).await;
 }
 

@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason,
-    RequestWeight, ReservationId, Role, Target, WorkerId, WorkerRecord,
+    DecodeInputDemand, DecodePolicy, DpRank, LeaseId, PickKind, PickRequest, Release, RequestWeight, Role,
+    Target, WorkerId, WorkerRecord,
 };
 use rand::Rng;
 
@@ -50,8 +50,8 @@ use candidates::{
     within_capacity,
 };
 pub use outcome::{
-    DrainHolding, Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleasedNow, ReservationRow,
-    TargetRow,
+    DrainHolding, Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleaseEffect, ReleasedNow,
+    ReservationRow, TargetRow,
 };
 pub use overlaps::{KvIndex, OverlapSource, Overlaps};
 pub use redeclare::{Declared, Redeclared};
@@ -285,17 +285,16 @@ impl<R: Rng> RoutingCore<R> {
         })
     }
 
-    /// Ends `caller`'s reservation for `reason` (a failed leg: with how it failed) at `now`;
+    /// Ends `caller`'s reservation for its reason (a failed leg: with how it failed) at `now`;
     /// `None` when it had already ended. The outcome goes to its target's breaker as `caller`'s
     /// report.
     pub fn release(
         &mut self,
-        id: ReservationId,
+        release: Release,
         caller: &Identity,
-        reason: ReleaseReason,
-        failure: Option<LegFailure>,
         now: Instant,
     ) -> Result<Option<ReleasedNow>, ControlError> {
+        let Release { id, reason, failure } = release;
         Ok(match self.ledger.release(id, caller, reason, now)? {
             Released::Now(r, load) => {
                 let phase_median = is_phase_end(r.kind, reason)

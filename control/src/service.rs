@@ -135,9 +135,9 @@ fn list_targets(
 /// A span for one RPC, child of the caller's `traceparent` when it sent one.
 fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
     let span = call_span(name);
-    infera_proto::telemetry::set_parent(
+    infera_runtime::telemetry::set_parent(
         &span,
-        infera_proto::telemetry::context_from_metadata(req.metadata()),
+        infera_runtime::telemetry::context_from_metadata(req.metadata()),
     );
     span
 }
@@ -146,7 +146,7 @@ fn rpc_span<T>(name: &'static str, req: &tonic::Request<T>) -> tracing::Span {
 /// the pick carries.
 fn item_span(name: &'static str, trace_context: &std::collections::HashMap<String, String>) -> tracing::Span {
     let span = call_span(name);
-    infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_map(trace_context));
+    infera_runtime::telemetry::set_parent(&span, infera_runtime::telemetry::context_from_map(trace_context));
     span
 }
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use infera_proto::types::{
-    DecodeInputDemand, DpRank, LeaseId, LegFailure, PickKind, PickRequest, ReleaseReason, RequestWeight,
-    ReservationId, Role, WorkerId, WorkerRecord,
+    DecodeInputDemand, DpRank, LeaseId, PickKind, PickRequest, Release, ReleaseReason, RequestWeight, Role,
+    WorkerId, WorkerRecord,
 };
 use rand::rngs::SmallRng;
 
@@ -21,8 +21,8 @@ use crate::identity::Identity;
 use crate::kv_feed::KvFeed;
 use crate::metrics::{ControlMetrics, PrefillPickTokens};
 use crate::routing::{
-    Ended, LeaseExpired, OpenedLease, OverlapSource, Overlaps, PickContext, Picked, ReleasedNow,
-    ReservationRow, RoutingCore, TargetRow,
+    Ended, LeaseExpired, OpenedLease, OverlapSource, Overlaps, PickContext, Picked, ReleaseEffect,
+    ReleasedNow, ReservationRow, RoutingCore, TargetRow,
 };
 use crate::settings::{OverlapCredit, Settings};
 use crate::target::TargetKey;
@@ -195,8 +195,8 @@ impl ControlState {
             if let Ok(picked) = &result
                 && let Err(e) = self.gate(rpc)
             {
-                let _ =
-                    core.release(picked.reservation, caller, ReleaseReason::Cancelled, None, Instant::now());
+                let undone = Release::new(picked.reservation, ReleaseReason::Cancelled);
+                let _ = core.release(undone, caller, Instant::now());
                 result = Err(e);
             }
             (result, mode)
@@ -257,37 +257,31 @@ impl ControlState {
         self.metrics.pick(kind, mode, e.reason().as_str(), 0.0);
     }
 
-    /// Ends `caller`'s reservation (a failed leg: with how it failed); `true` when an earlier
-    /// release had already ended it.
-    pub fn release(
-        &self,
-        id: ReservationId,
-        reason: ReleaseReason,
-        failure: Option<LegFailure>,
-        caller: &Identity,
-    ) -> Result<bool, ControlError> {
+    /// Ends `caller`'s reservation (a failed leg: with how it failed), or finds it ended
+    /// already by an earlier release.
+    pub fn release(&self, release: Release, caller: &Identity) -> Result<ReleaseEffect, ControlError> {
         self.gate("Release")?;
-        let released = self.core().release(id, caller, reason, failure, Instant::now()).inspect_err(|e| {
+        let released = self.core().release(release, caller, Instant::now()).inspect_err(|e| {
             self.refused_foreign("Release", e);
         })?;
-        if let Some(f) = failure {
+        if let Some(f) = release.failure {
             self.ejection_metrics.leg_failure(f);
         }
         self.admission_changed();
         match released {
             Some(ReleasedNow { kind, change, phase_median, health, discounted }) => {
-                self.metrics.release(kind, reason);
+                self.metrics.release(kind, release.reason);
                 self.metrics.load(&change);
                 self.ejection_metrics.discounted(discounted);
                 self.ejections_changed(&health);
                 if let Some((model, median)) = phase_median {
                     self.metrics.prefill_phase_median(&model, median);
                 }
-                Ok(false)
+                Ok(ReleaseEffect::Ended)
             }
             None => {
                 self.metrics.repeated_release();
-                Ok(true)
+                Ok(ReleaseEffect::AlreadyEnded)
             }
         }
     }

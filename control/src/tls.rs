@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use infera_proto::serve::tls::{ClientFiles, TlsError};
+use infera_runtime::serve::tls::{ClientFiles, TlsError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use infera_proto::types::WorkerRecord;
 use infera_registry::roles::{CONTROL, LAUNCH};
-use infera_registry::test_server::{Auth, EtcdServer, Intruder};
 use infera_registry::{EtcdFailure, Registration, keys};
+use infera_testkit::etcd::{Auth, EtcdServer, Intruder};
 
 fn script() -> std::path::PathBuf {
     infera_deploy::dir().join("etcd/infera-etcd-roles.sh")

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::CommandFactory;
-use infera_registry::test_server::{Auth, EtcdServer};
+use infera_testkit::etcd::{Auth, EtcdServer};
 use infera_testkit::eventually_blocking;
 use infera_testkit::process::{Process, ProcessSpec, binary};
 use site::Site;

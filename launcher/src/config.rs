@@ -87,7 +87,7 @@ struct UpArgs {
     /// The launcher's own logs (the registrar's and the drain's among them); the workers,
     /// control and the proxies log on their own, and inherit the environment.
     #[command(flatten)]
-    telemetry: infera_proto::telemetry::TelemetryArgs,
+    telemetry: infera_runtime::telemetry::TelemetryArgs,
 }
 
 infera_registry::etcd_security_args!(

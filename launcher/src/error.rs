@@ -22,5 +22,5 @@ pub enum LaunchError {
     Etcd(#[from] infera_registry::EtcdConfigError),
     /// `up`: a `--log` filter (or `RUST_LOG`) that does not parse.
     #[error(transparent)]
-    Telemetry(#[from] infera_proto::telemetry::LogFilterError),
+    Telemetry(#[from] infera_runtime::telemetry::LogFilterError),
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use infera_launcher::{Args, Command, Config};
-use infera_proto::telemetry::{self, Telemetry};
+use infera_runtime::telemetry::{self, Telemetry};
 
 fn main() -> ExitCode {
     telemetry::main::<Args, Config, _, _, _>("infera-launch", run)

@@ -34,7 +34,7 @@ const ROUTER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct UpConfig {
     /// The launcher's logs (and traces).
-    pub telemetry: infera_proto::telemetry::TelemetryConfig,
+    pub telemetry: infera_runtime::telemetry::TelemetryConfig,
     /// The workers to run, with their command lines.
     pub plan: Plan,
     /// What runs them.

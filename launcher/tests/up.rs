@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use support::{DEADLINE, Launch, deployment, etcd_workers, http, openssl_pki, until_ok};
 
 /// Up → ready → a streamed chat through the proxy → `signal` (TERM, INT) → exit 0, nothing left.

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use support::{DEADLINE, Launch, deployment_on, etcd_workers, until_ok};
 
 /// Polls etcd until the worker keys are `names` (registration follows health by a moment).

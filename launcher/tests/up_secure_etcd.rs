@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 
 use infera_registry::roles::{CONTROL, LAUNCH};
-use infera_registry::test_server::{Auth, EtcdServer};
+use infera_testkit::etcd::{Auth, EtcdServer};
 use support::{Launch, deployment, until_ok};
 
 /// The worker records under `/infera/v1/workers/`, read as root.

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use support::{Launch, etcd_workers, free_port, root, until_ok};
 
 /// How long a real server may take to start here (≈ 20 s alone, much more beside a build).

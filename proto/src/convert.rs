@@ -16,8 +16,8 @@ use crate::pb;
 use crate::types::{
     Admission, CreditError, DeclaredLeg, DecodeInputDemand, DpRank, IdParseError, LeaseId, LegFailure,
     MAX_DECLARED_LEGS, MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ModelName,
-    OverlapCredit, PickKind, PickRequest, Picked, ReleaseReason, RequestId, RequestWeight, ReservationId,
-    Role, ServiceClassName, SessionKey, Target, TenantId, WeightError, WorkerId, WorkerRecord,
+    OverlapCredit, PickKind, PickRequest, Picked, Release, ReleaseReason, RequestId, RequestWeight,
+    ReservationId, Role, ServiceClassName, SessionKey, Target, TenantId, WeightError, WorkerId, WorkerRecord,
 };
 
 /// A wire value that does not make a domain value.
@@ -174,9 +174,7 @@ pub fn pick_request(m: pb::PickRequest) -> Result<PickRequest, ConvertError> {
 
 /// A release request: the reservation, why it ended and, for a failed leg, how.
 /// `LEASE_EXPIRED` is control's own; a failure kind only comes with `FAILED`.
-pub fn release_request(
-    m: &pb::ReleaseRequest,
-) -> Result<(ReservationId, ReleaseReason, Option<LegFailure>), ConvertError> {
+pub fn release_request(m: &pb::ReleaseRequest) -> Result<Release, ConvertError> {
     let (id, reason) = release_reason(m)?;
     let failure = match pb::LegFailure::try_from(m.failure) {
         Err(_) => return Err(err("failure", Problem::UnknownEnum(m.failure))),
@@ -189,7 +187,7 @@ pub fn release_request(
         Ok(pb::LegFailure::ServerError) => Some(LegFailure::ServerError),
         Ok(pb::LegFailure::StreamCut) => Some(LegFailure::StreamCut),
     };
-    Ok((id, reason, failure))
+    Ok(Release { id, reason, failure })
 }
 
 /// Releases a `ReleaseMany` carries at most.
@@ -197,10 +195,9 @@ pub const MAX_RELEASES_PER_CALL: usize = 4096;
 
 /// The releases of a `ReleaseMany`, each converted on its own (a bad one does not spoil the
 /// others); the call fails only when it carries too many.
-#[allow(clippy::type_complexity)]
 pub fn release_many_request(
     m: &pb::ReleaseManyRequest,
-) -> Result<Vec<Result<(ReservationId, ReleaseReason, Option<LegFailure>), ConvertError>>, ConvertError> {
+) -> Result<Vec<Result<Release, ConvertError>>, ConvertError> {
     if m.releases.len() > MAX_RELEASES_PER_CALL {
         let value = m.releases.len() as u64;
         return Err(err("releases", Problem::TooLarge { value, max: MAX_RELEASES_PER_CALL as u64 }));

@@ -6,19 +6,13 @@
 //!   checked here, so nothing past this boundary sees an unknown enum or an empty id.
 //! - [`error`]: control's error reasons, carried on every error status as a typed
 //!   `google.rpc.ErrorInfo` detail; control builds statuses from them, callers decode them.
-//! - `cli` (feature `cli`): the command-line conventions every binary's tests check.
-//! - `serve` (feature `serve`): the HTTP accept loop and shutdown signal every server shares.
-//! - `telemetry` (feature `telemetry`): the tracing/OTLP set-up all binaries share, and W3C
-//!   trace-context propagation across HTTP and gRPC.
+//!
+//! Feature `cli` derives `clap::ValueEnum` on the closed choices, for binaries that take them as
+//! flags. The runtime the binaries share (serve loop, TLS, telemetry, command-line conventions)
+//! is `infera-runtime`.
 
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod convert;
 pub mod error;
-#[cfg(feature = "serve")]
-pub mod serve;
-#[cfg(feature = "telemetry")]
-pub mod telemetry;
 pub mod types;
 
 /// Generated code for package `infera.control.v1`.

@@ -6,6 +6,7 @@ mod listen;
 mod modes;
 mod pick;
 mod redeclare;
+mod release;
 mod worker;
 
 pub use api::Api;
@@ -15,13 +16,14 @@ pub use ids::{
 };
 pub use listen::same_socket;
 pub use modes::{
-    CreditError, DecodeInputDemand, DecodePolicy, LegFailure, OverlapCredit, PickKind, PrefillPolicy,
-    ReleaseReason, RequestWeight, WeightError, WeightNeedsDemand,
+    CreditError, DecodeInputDemand, DecodePolicy, OverlapCredit, PickKind, PrefillPolicy, RequestWeight,
+    WeightError, WeightNeedsDemand,
 };
 pub use pick::{
     Admission, MAX_EXCLUDED_TARGETS, MAX_ID_BYTES, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, PickRequest, Picked,
 };
 pub use redeclare::{DeclaredLeg, MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES};
+pub use release::{LegFailure, Release, ReleaseReason};
 pub use worker::{
     KvEventsSource, MAX_DP_RANKS, RegisteredWorker, Role, WorkerRecord, check_worker_url,
     load_endpoint_for_rank,

@@ -9,7 +9,7 @@ use infera_proto::convert::{
 };
 use infera_proto::pb;
 use infera_proto::types::{
-    LeaseId, MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, ReservationId,
+    LeaseId, MAX_EXCLUDED_TARGETS, MAX_PAGE_HASHES, MAX_REQUEST_TOKENS, Release, ReservationId,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -266,7 +266,7 @@ proptest! {
             (failure != 0 && reason != 3).then_some(("failure", Want::NotAllowed)),
         ]);
         let result = release_request(&m);
-        if let Ok((id, reason, failure)) = &result {
+        if let Ok(Release { id, reason, failure }) = &result {
             let back = pb::ReleaseRequest {
                 reservation_id: id.to_string(),
                 reason: pb::ReleaseReason::from(*reason) as i32,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
-use infera_proto::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
+use infera_runtime::telemetry::{LogFilterError, TelemetryArgs, TelemetryConfig};
 
 mod connections;
 mod tls;
@@ -215,7 +215,7 @@ pub struct Config {
     /// Worker connect timeout.
     pub connect_timeout: Duration,
     /// How `https://` workers are reached (`--worker-ca`).
-    pub worker_tls: Option<infera_proto::serve::worker_client::WorkerTlsFiles>,
+    pub worker_tls: Option<infera_runtime::serve::worker_client::WorkerTlsFiles>,
     /// HTTPS on the listener and to control.
     pub tls: TlsConfig,
     /// Each model's tokenizer: those of the flags, loaded at start, and those found from the
@@ -247,7 +247,7 @@ pub enum ConfigError {
         /// The flags the file came from.
         flags: &'static str,
         /// Why.
-        source: infera_proto::serve::tls::TlsError,
+        source: infera_runtime::serve::tls::TlsError,
     },
     /// Control TLS flags without an `https://` control URL.
     #[error("--control-ca, --control-cert and --control-server-name need an https:// --control URL")]
@@ -301,7 +301,7 @@ impl TryFrom<Args> for Config {
         let worker_tls = a.worker_tls.files();
         if let Some(files) = &worker_tls {
             // Read now, so that a bad file stops the proxy (exit 64) with its name.
-            infera_proto::serve::worker_client::worker_tls(files).map_err(|source| ConfigError::Tls {
+            infera_runtime::serve::worker_client::worker_tls(files).map_err(|source| ConfigError::Tls {
                 flags: "--worker-ca/--worker-cert/--worker-key",
                 source,
             })?;
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn the_command_line_keeps_the_conventions() {
-        infera_proto::cli::check_conventions(Args::command());
+        infera_runtime::cli::check_conventions(Args::command());
     }
 
     #[test]

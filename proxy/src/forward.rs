@@ -19,18 +19,19 @@ use bytes::Bytes;
 use http::{Request, Response, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use infera_proto::types::{Api, ReleaseReason, RequestId};
+use infera_proto::types::{Api, RequestId};
 use serde_json::{Map, Value, json};
 
-use crate::control::Pick;
 use crate::error::{Leg, ProxyError, upstream_error_text};
 use crate::facts::Facts;
 use crate::first_byte::{self, Urls};
 use crate::prefill::PrefillLeg;
+use crate::request_legs::RequestLegs;
+use crate::route::Route;
 use crate::targets::Endpoint;
-use crate::upstream::{Upstreams, abort};
+use crate::upstream::Upstreams;
 
-/// The legs of a request once its first byte arrived.
+/// A request once its first byte arrived.
 #[derive(Debug)]
 pub struct Dispatched {
     /// The decode response (head received, body streaming after `first`).
@@ -38,10 +39,8 @@ pub struct Dispatched {
     /// A stream's first data frame, read from `response` already (`None`: not a stream, or
     /// one that ended without data).
     pub first: Option<hyper::body::Frame<Bytes>>,
-    /// The prefill leg, when PD.
-    pub prefill: Option<PrefillLeg>,
-    /// The id the engines know this attempt by (what an abort names).
-    pub rid: RequestId,
+    /// Its legs, until the answer ends.
+    pub legs: RequestLegs,
 }
 
 /// The bodies of both legs, each the client's JSON with the keys the leg sets on top.
@@ -180,28 +179,30 @@ pub fn new_room() -> u64 {
     rand::random::<u64>() & (i64::MAX as u64)
 }
 
-/// Sends both legs of attempt `attempt`. The prefill leg runs in its own task (and releases its
-/// reservation); the decode head is awaited, then a stream's first data frame, and a prefill
-/// failure or the deadline `attempt_timeout` meanwhile fails the attempt (blamed on the leg that
-/// caused it).
-/// On error the caller still owns the decode reservation.
+/// Sends both legs `route` picked, as attempt `attempt`. The prefill leg runs in its own task (and
+/// releases its reservation); the decode head is awaited, then a stream's first data frame, and a
+/// prefill failure or the deadline `attempt_timeout` meanwhile fails the attempt (blamed on the
+/// leg that caused it). From here the legs are one [`RequestLegs`]: answered, they go on with the
+/// answer; failed, both are released (the one that failed on its worker with how) and the
+/// decode's worker is asked to abort.
 pub async fn dispatch(
     up: &Upstreams,
     facts: &Facts,
-    prefill: Option<Pick>,
-    decode: &Pick,
+    route: Route,
     headers: &http::HeaderMap,
     attempt: u32,
     attempt_timeout: Option<std::time::Duration>,
 ) -> Result<Dispatched, ProxyError> {
     let deadline = attempt_timeout.map(|t| (tokio::time::Instant::now() + t, t));
+    let Route { prefill, decode, .. } = route;
+    let decode_url = decode.endpoint.url.clone();
     let prefill_url = prefill.as_ref().map(|p| p.endpoint.url.clone());
-    let urls = Urls { decode: &decode.endpoint.url, prefill: prefill_url.as_deref() };
+    let urls = Urls { decode: &decode_url, prefill: prefill_url.as_deref() };
     let bodies =
         leg_bodies(facts, attempt, prefill.as_ref().map(|p| &p.endpoint), &decode.endpoint, new_room());
     let rid = bodies.rid.clone().unwrap_or_else(|| facts.request_id.clone());
     let decode_req = leg_request(&decode.endpoint, facts.api, headers, bodies.decode.to_bytes(&facts.body));
-    let mut prefill = match (prefill, bodies.prefill) {
+    let prefill = match (prefill, bodies.prefill) {
         (Some(pick), Some(body)) => {
             let req = leg_request(&pick.endpoint, facts.api, headers, body.to_bytes(&facts.body));
             let keep_logprobs = facts.api == Api::Generate && crate::prompt_logprobs::wanted(&facts.body);
@@ -209,24 +210,24 @@ pub async fn dispatch(
         }
         _ => None,
     };
-    let url = &decode.endpoint.url;
+    let mut legs = RequestLegs::new(up.client.clone(), decode, prefill, rid);
     let answered = async {
-        let response = head(up, decode_req, prefill.as_mut(), urls, deadline).await?;
+        let response = head(up, decode_req, legs.prefill_mut(), urls, deadline).await?;
         if !response.status().is_success() {
             let status = response.status();
             let body = upstream_error_text(response.into_body()).await;
-            let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: url.clone(), status, body };
-            return Err(first_byte::blame(e, prefill.as_mut(), urls, first_byte::Suspect::Decode).await);
+            let e = ProxyError::UpstreamStatus { leg: Leg::Decode, url: decode_url.clone(), status, body };
+            return Err(first_byte::blame(e, legs.prefill_mut(), urls, first_byte::Suspect::Decode).await);
         }
         if !facts.stream {
             return Ok((response, None));
         }
         let (parts, mut body) = response.into_parts();
-        let first = first_byte::first_frame(&mut body, facts.api, prefill.as_mut(), urls, deadline).await?;
+        let first = first_byte::first_frame(&mut body, facts.api, legs.prefill_mut(), urls, deadline).await?;
         Ok((Response::from_parts(parts, body), first))
     };
     match answered.await {
-        Ok((response, first)) => Ok(Dispatched { response, first, prefill, rid }),
+        Ok((response, first)) => Ok(Dispatched { response, first, legs }),
         Err(e) => {
             // Whichever leg failed, the other one ends too; a decode that may have started
             // generating is asked to stop.
@@ -234,10 +235,7 @@ pub async fn dispatch(
             if e.leg_failure().is_none_or(|(leg, _)| leg == Leg::Decode) {
                 up.metrics.upstream_error(Leg::Decode);
             }
-            if let Some(p) = prefill {
-                p.cancel.cancel(ReleaseReason::Failed);
-            }
-            abort(&up.client, url, &rid);
+            legs.fail(&e);
             Err(e)
         }
     }
@@ -287,7 +285,7 @@ const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 /// span continues the client's `traceparent`), else the client's `traceparent` and
 /// `tracestate` unchanged, so the workers join the client's trace either way.
 fn trace_context(client_headers: &http::HeaderMap, headers: &mut http::HeaderMap) {
-    infera_proto::telemetry::inject_headers(&tracing::Span::current(), headers);
+    infera_runtime::telemetry::inject_headers(&tracing::Span::current(), headers);
     if headers.contains_key(TRACE_HEADERS[0]) {
         return;
     }

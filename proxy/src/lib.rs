@@ -19,6 +19,8 @@
 //! - [`forward`]: the leg bodies (PD fields injected) and both legs sent concurrently;
 //!   [`prefill`]: the prefill leg's own task and the handle that cancels it; [`upstream`]: the
 //!   worker client, control and metrics they share, and `/abort_request`.
+//! - [`request_legs`]: a request's legs as one value from dispatch to release, through the
+//!   retries and the relay, each released exactly once.
 //! - [`first_byte`]: what counts as an attempt's first byte, and whose failure it was before.
 //! - [`relay`]: the decode answer streamed back; the end observed once (EOF, failure, cancel);
 //!   [`prompt_logprobs`]: a `/generate` answer's prompt logprobs, from the prefill's into it.
@@ -46,6 +48,7 @@ pub mod prefill;
 pub mod prompt_logprobs;
 pub mod relay;
 pub mod request_body;
+pub mod request_legs;
 pub mod retry;
 pub mod route;
 pub mod server;
@@ -59,7 +62,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use config::{Args, Config, ConfigError};
-use infera_proto::serve::Stop;
+use infera_runtime::serve::Stop;
 pub use server::Listeners;
 
 use crate::control::ControlLink;
@@ -145,7 +148,7 @@ pub async fn run(
     let Listeners { api: listener, metrics: metrics_listener } = listeners;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(ProxyMetrics::register(&mut registry));
-    let listening = infera_proto::serve::Listening::new(config.connections.limits);
+    let listening = infera_runtime::serve::Listening::new(config.connections.limits);
     let connections = metrics::ConnectionMetrics::register(&mut registry, listening.gate.clone());
     let name = config.name.clone().unwrap_or_else(|| default_name(listener.local_addr().ok()));
     let link = ControlLink::new(&config, name, metrics.clone());

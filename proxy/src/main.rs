@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use infera_proto::telemetry::{self, Telemetry};
 use infera_proxy::tokenizers::Source;
 use infera_proxy::{Args, Config};
+use infera_runtime::telemetry::{self, Telemetry};
 use infera_tokenize::EncoderKind;
 use tokio::net::TcpListener;
 

@@ -3,6 +3,8 @@
 //! the request, which fails the answer), or the reason it was cancelled with (the worker is then
 //! asked to abort).
 
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -65,6 +67,15 @@ impl PrefillLeg {
             }
             Err(oneshot::error::TryRecvError::Empty) => None,
         }
+    }
+
+    /// The leg's failure once it failed: `Ready(Some(e))`; `Ready(None)` once it finished
+    /// without failing, or when it is no longer watched. Either way it is watched no more.
+    pub fn poll_failed(&mut self, cx: &mut Context<'_>) -> Poll<Option<ProxyError>> {
+        let Some(rx) = self.failed.as_mut() else { return Poll::Ready(None) };
+        let failed = ready!(Pin::new(rx).poll(cx)).ok();
+        self.failed = None;
+        Poll::Ready(failed)
     }
 }
 

@@ -1,8 +1,8 @@
 //! The decode answer, relayed frame by frame as it arrives, with the request's end observed
-//! once: EOF releases `EOF`; an upstream error, a failed prefill or a stream silent for
-//! `--stream-idle-timeout-ms` releases `FAILED` (a stream gets an SSE error event and
-//! `[DONE]`); the client going away — the body dropped before its end — releases `CANCELLED`
-//! and aborts both upstream legs.
+//! once and its [`RequestLegs`] ended with it: EOF releases `EOF`; an upstream error, a failed
+//! prefill or a stream silent for `--stream-idle-timeout-ms` releases `FAILED` (a stream gets an
+//! SSE error event and `[DONE]`); the client going away — the body dropped before its end —
+//! releases `CANCELLED` and aborts both upstream legs.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,28 +12,23 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use infera_proto::types::{Api, LegFailure, ReleaseReason, RequestId};
-use tokio::sync::oneshot;
+use infera_proto::types::{Api, LegFailure, ReleaseReason};
 
 use crate::access::{Access, Seen};
 use crate::admission::Admitted;
 use crate::body::BodyError;
-use crate::control::Pick;
 use crate::error::{Leg, ProxyError};
 use crate::metrics::InflightGuard;
-use crate::prefill::{PrefillCancel, PrefillLeg};
-use crate::upstream::{Upstreams, abort};
+use crate::request_legs::RequestLegs;
+use crate::upstream::Upstreams;
 use crate::usage::UsageTap;
 
-/// The end of a request: releases the decode reservation exactly once, cancels the prefill
-/// leg and aborts upstream work when the request did not end normally.
+/// The end of a request: ends its legs exactly once (releasing both, and when the request did
+/// not end normally cancelling the prefill and aborting upstream work), and writes its record.
 #[derive(Debug)]
 pub struct EndGuard {
     up: Upstreams,
-    decode: Option<Pick>,
-    prefill_cancel: Option<PrefillCancel>,
-    rid: RequestId,
-    done: bool,
+    legs: RequestLegs,
     /// The request's record, written at its end (`None` once written, or never kept).
     access: Option<Access>,
     /// What the relay saw of the answer.
@@ -41,10 +36,10 @@ pub struct EndGuard {
 }
 
 impl EndGuard {
-    /// Guards the decode pick of a dispatched request.
-    pub fn new(up: Upstreams, decode: Pick, prefill_cancel: Option<PrefillCancel>, rid: RequestId) -> Self {
+    /// Guards the legs of a dispatched request.
+    pub fn new(up: Upstreams, legs: RequestLegs) -> Self {
         let seen = Seen { first_byte: None, usage: UsageTap::new(false) };
-        Self { up, decode: Some(decode), prefill_cancel, rid, done: false, access: None, seen }
+        Self { up, legs, access: None, seen }
     }
 
     /// Writes `access` when the request ends (the access line, tokens, duration).
@@ -56,29 +51,20 @@ impl EndGuard {
 
     /// Ends the request with `reason` (once; later calls do nothing).
     pub fn end(&mut self, reason: ReleaseReason) {
-        self.end_with(reason, None);
+        if self.legs.end(reason) {
+            self.write_access(reason);
+        }
     }
 
-    /// Ends the request with `reason`; a decode leg that failed says how (`failure`).
-    pub fn end_with(&mut self, reason: ReleaseReason, failure: Option<LegFailure>) {
-        if std::mem::replace(&mut self.done, true) {
-            return;
+    /// Ends the request as failed with `e` (once; later calls do nothing).
+    pub fn fail(&mut self, e: &ProxyError) {
+        if self.legs.fail(e) {
+            self.write_access(ReleaseReason::Failed);
         }
-        let Some(decode) = self.decode.take() else { return };
-        if reason != ReleaseReason::Eof {
-            if let Some(cancel) = self.prefill_cancel.take() {
-                cancel.cancel(reason);
-            }
-            abort(&self.up.client, &decode.endpoint.url, &self.rid);
-        }
-        match failure {
-            Some(f) => decode.fail(f),
-            None => decode.release(reason),
-        }
-        // On EOF the prefill leg finishes on its own.
-        if let Some(cancel) = self.prefill_cancel.take() {
-            cancel.detach();
-        }
+    }
+
+    /// Writes the request's record, ended with `reason`.
+    fn write_access(&mut self, reason: ReleaseReason) {
         if let Some(access) = self.access.take() {
             access.end(Some(&self.seen), reason.as_str(), &self.up.metrics);
         }
@@ -109,12 +95,8 @@ pub struct Started {
 pub struct Relayed {
     /// Workers, control, metrics.
     pub up: Upstreams,
-    /// The decode leg, released when the answer ends.
-    pub decode: Pick,
-    /// The prefill leg (PD).
-    pub prefill: Option<PrefillLeg>,
-    /// The id the engines know the answering attempt by, named when they are asked to abort.
-    pub request_id: RequestId,
+    /// Its legs, ended when the answer ends.
+    pub legs: RequestLegs,
     /// Which API (the TTFT label).
     pub api: Api,
     /// The request's record, written at its end.
@@ -128,7 +110,6 @@ pub struct Relayed {
 /// The relayed body.
 pub struct Relay {
     inner: Incoming,
-    prefill_failed: Option<oneshot::Receiver<ProxyError>>,
     guard: EndGuard,
     stream: bool,
     done: bool,
@@ -157,17 +138,12 @@ impl std::fmt::Debug for Relay {
 impl Relay {
     /// Relays `inner`, the decode answer of `request`.
     pub fn new(inner: Incoming, request: Relayed) -> Self {
-        let Relayed { up, decode, prefill, request_id, api, access, stream, started } = request;
-        let (failed, cancel) = match prefill {
-            Some(p) => (p.failed, Some(p.cancel)),
-            None => (None, None),
-        };
-        let worker = Arc::from(decode.endpoint.worker_id.as_str());
+        let Relayed { up, legs, api, access, stream, started } = request;
+        let worker = Arc::from(legs.decode().map_or("", |d| d.worker_id.as_str()));
         let model = access.model.clone();
         Self {
             inner,
-            prefill_failed: failed,
-            guard: EndGuard::new(up, decode, cancel, request_id).with_access(access, stream),
+            guard: EndGuard::new(up, legs).with_access(access, stream),
             model,
             worker,
             stream,
@@ -219,9 +195,7 @@ impl Relay {
     }
 
     fn fail(&mut self, e: ProxyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        // Counted against the decode target only when its own leg failed.
-        let failure = e.leg_failure().filter(|(leg, _)| *leg == Leg::Decode).and_then(|(_, f)| f);
-        self.guard.end_with(ReleaseReason::Failed, failure);
+        self.guard.fail(&e);
         self.done = true;
         if self.stream {
             Poll::Ready(Some(Ok(Frame::data(e.sse_event(crate::envelope::Envelope::of(self.api))))))
@@ -267,23 +241,16 @@ impl HttpBody for Relay {
         if let Some(first) = this.first.take() {
             return this.pass(first);
         }
-        if let Some(rx) = &mut this.prefill_failed {
-            match Pin::new(rx).poll(cx) {
-                Poll::Ready(Ok(e)) => {
-                    this.prefill_failed = None;
-                    return this.fail(e);
-                }
-                // The prefill leg finished without failing.
-                Poll::Ready(Err(_)) => this.prefill_failed = None,
-                Poll::Pending => {}
-            }
+        // Pending while the prefill leg runs; `None` once it finished without failing.
+        if let Poll::Ready(Some(e)) = this.guard.legs.poll_prefill_failed(cx) {
+            return this.fail(e);
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if polled.is_pending()
             && let Some((silence, sleep)) = &mut this.idle
         {
             ready!(sleep.as_mut().poll(cx));
-            let (silence, url) = (*silence, this.guard.decode.as_ref().map(|d| d.endpoint.url.clone()));
+            let (silence, url) = (*silence, this.guard.legs.decode().map(|d| d.url.clone()));
             this.guard.up.metrics.upstream_error(Leg::Decode);
             return this.fail(ProxyError::Upstream {
                 leg: Leg::Decode,
@@ -296,7 +263,7 @@ impl HttpBody for Relay {
             Some(Ok(frame)) => this.pass(frame),
             Some(Err(e)) => {
                 this.guard.up.metrics.upstream_error(Leg::Decode);
-                let url = this.guard.decode.as_ref().map(|d| d.endpoint.url.clone()).unwrap_or_default();
+                let url = this.guard.legs.decode().map(|d| d.url.clone()).unwrap_or_default();
                 this.fail(ProxyError::Upstream {
                     leg: Leg::Decode,
                     url,
@@ -318,7 +285,7 @@ impl HttpBody for Relay {
 
     fn size_hint(&self) -> SizeHint {
         // Exact only when nothing can be appended (no prefill leg still able to fail).
-        let exact = self.prefill_failed.is_none() && self.first.is_none() && !self.done;
+        let exact = !self.guard.legs.prefill_may_fail() && self.first.is_none() && !self.done;
         if exact { self.inner.size_hint() } else { SizeHint::default() }
     }
 }

@@ -8,24 +8,14 @@
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use infera_proto::types::ReleaseReason;
 
 use crate::admission;
 use crate::control::Pick;
 use crate::error::{Leg, Overload, ProxyError};
 use crate::facts::Facts;
-use crate::forward;
+use crate::forward::{self, Dispatched};
 use crate::route;
 use crate::upstream::Upstreams;
-
-/// A request whose legs were sent: its decode pick and what dispatching gave back.
-#[derive(Debug)]
-pub struct Sent {
-    /// The decode leg.
-    pub decode: Pick,
-    /// What dispatching gave back.
-    pub dispatched: forward::Dispatched,
-}
 
 /// How often and how patiently a request is retried (`--retries`, `--retry-backoff-ms`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +35,7 @@ pub async fn send(
     facts: &Facts,
     headers: &HeaderMap,
     deadline: Instant,
-) -> Result<Sent, ProxyError> {
+) -> Result<Dispatched, ProxyError> {
     let mut exclude = route::Exclude::default();
     // Retries so far (waits for room in control are not retries).
     let mut attempt = 0;
@@ -67,30 +57,15 @@ pub async fn send(
         };
         let prefill_target = route.prefill.as_ref().map(Pick::target);
         let decode_target = route.decode.target();
-        match forward::dispatch(
-            up,
-            facts,
-            route.prefill,
-            &route.decode,
-            headers,
-            attempt,
-            retries.attempt_timeout,
-        )
-        .await
-        {
-            Ok(dispatched) => return Ok(Sent { decode: route.decode, dispatched }),
+        match forward::dispatch(up, facts, route, headers, attempt, retries.attempt_timeout).await {
+            Ok(dispatched) => return Ok(dispatched),
             Err(e) => {
-                // A decode leg that failed on its worker says how (outlier ejection counts
-                // it); a prefill leg that failed released itself so.
-                let failed = e.leg_failure();
-                match failed {
-                    Some((Leg::Decode, Some(f))) => route.decode.fail(f),
-                    _ => route.decode.release(ReleaseReason::Failed),
-                }
+                // Dispatching released the attempt's legs, a leg that failed on its worker with
+                // how (outlier ejection counts it).
                 if attempt >= retries.max || !e.retryable() {
                     return Err(e);
                 }
-                match failed {
+                match e.leg_failure() {
                     Some((Leg::Prefill, _)) => exclude.prefill.extend(prefill_target),
                     _ => exclude.decode.push(decode_target),
                 }

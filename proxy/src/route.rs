@@ -12,7 +12,9 @@ use crate::control::{ControlLink, Pick, PickError};
 use crate::error::{Leg, ProxyError};
 use crate::facts::Facts;
 
-/// Where one request goes.
+/// Where one request goes: its picks (each released as `CANCELLED` if dropped), until
+/// [`dispatch`](crate::forward::dispatch) sends them as one
+/// [`RequestLegs`](crate::request_legs::RequestLegs).
 #[derive(Debug)]
 pub struct Route {
     /// The model it was routed for.

@@ -8,8 +8,8 @@ use std::time::Instant;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use infera_proto::serve::{Drain, Listening, Plain, serve_http};
 use infera_proto::types::Api;
+use infera_runtime::serve::{Drain, Listening, Plain, serve_http};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -23,11 +23,12 @@ use crate::config::Config;
 use crate::envelope::Envelope;
 use crate::error::ProxyError;
 use crate::facts;
+use crate::forward::Dispatched;
 use crate::keys;
 use crate::prompt_logprobs::Merged;
 use crate::relay::{Relay, Relayed, Started};
 use crate::request_body;
-use crate::retry::{self, Sent};
+use crate::retry;
 use crate::tokens;
 use crate::upstream::Upstreams;
 
@@ -94,7 +95,7 @@ pub async fn serve_metrics(
             }
         }
     };
-    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    let listening = Listening::new(infera_runtime::serve::ConnLimits::DEFAULT);
     serve_http(listener, Plain, handler, stop, Drain::For(std::time::Duration::from_secs(5)), listening)
         .await;
 }
@@ -160,7 +161,10 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Body> {
         request_id = tracing::field::Empty,
         api_key = tracing::field::Empty
     );
-    infera_proto::telemetry::set_parent(&span, infera_proto::telemetry::context_from_headers(req.headers()));
+    infera_runtime::telemetry::set_parent(
+        &span,
+        infera_runtime::telemetry::context_from_headers(req.headers()),
+    );
     let mut trail = Trail::new(started.at, ctx.config.access_log);
     let resp = match generate(&ctx, api, req, started, &mut trail).instrument(span).await {
         Ok(resp) => resp,
@@ -339,12 +343,12 @@ async fn generate(
         attempt_timeout: ctx.config.attempt_timeout,
     };
     let attempt = retry::send(&ctx.up, retries, &facts, &headers, deadline);
-    let Sent { decode, dispatched } = match tokio::time::timeout(timeout, attempt).await {
+    let Dispatched { response, first, mut legs } = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return Err((e, facts.request_id.clone())),
         Err(_) => return Err((ProxyError::Timeout(timeout), facts.request_id.clone())),
     };
-    let (mut head, body) = dispatched.response.into_parts();
+    let (mut head, body) = response.into_parts();
     for h in [header::CONNECTION, header::TRANSFER_ENCODING, http::HeaderName::from_static("keep-alive")] {
         head.headers.remove(h);
     }
@@ -352,27 +356,17 @@ async fn generate(
         head.headers.insert("x-request-id", v);
     }
     let access = Access {
-        prefill: dispatched.prefill.as_ref().map(|p| p.target.clone()),
-        decode: Some(decode.endpoint.target()),
+        prefill: legs.prefill_target(),
+        decode: legs.decode().map(crate::targets::Endpoint::target),
         ..trail.access(api, head.status)
     };
     head.extensions.insert(Relaying);
-    let mut prefill = dispatched.prefill;
-    let prompt_logprobs = prefill.as_mut().and_then(|p| p.logprobs.take());
+    let prompt_logprobs = legs.take_prompt_logprobs();
     if prompt_logprobs.is_some() {
         // The merged answer is longer than the decode's.
         head.headers.remove(header::CONTENT_LENGTH);
     }
-    let relayed = Relayed {
-        up: ctx.up.clone(),
-        decode,
-        prefill,
-        request_id: dispatched.rid,
-        api,
-        access,
-        stream: facts.stream,
-        started,
-    };
+    let relayed = Relayed { up: ctx.up.clone(), legs, api, access, stream: facts.stream, started };
     let relay = Relay::new(body, relayed)
         .with_length(
             head.headers
@@ -380,7 +374,7 @@ async fn generate(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok()),
         )
-        .with_first(dispatched.first)
+        .with_first(first)
         .with_idle_timeout(ctx.config.stream_idle_timeout.filter(|_| facts.stream));
     Ok(match prompt_logprobs {
         Some(rx) => Response::from_parts(head, Merged::new(relay, rx, facts.stream).boxed()),

@@ -10,9 +10,9 @@ use http::{Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use infera_proto::serve::tls::TlsError;
-use infera_proto::serve::worker_client::{WorkerConnector, WorkerTlsFiles};
 use infera_proto::types::RequestId;
+use infera_runtime::serve::tls::TlsError;
+use infera_runtime::serve::worker_client::{WorkerConnector, WorkerTlsFiles};
 use serde_json::{Value, json};
 
 use crate::control::ControlLink;

@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use infera_proto::types::{Api, WorkerRecord};
 use infera_proxy::facts::derive;
 use infera_testkit::{Control, ControlSpec, Ledger, Proxy, ProxySpec, Workers, eventually};
@@ -103,7 +103,7 @@ async fn deploy() -> Deployment {
     control.wait_targets(1).await.unwrap();
     let proxy = ProxySpec::new(control.url()).flag("--max-body-bytes", LIMIT).start().await.unwrap();
     proxy.wait_ready("m").await.unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
+    let client = infera_testkit::http::client();
     Deployment { scripts, worker_url, control, proxy, client }
 }
 

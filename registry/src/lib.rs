@@ -12,8 +12,9 @@
 //! - [`config`]: persisted admin settings (`/infera/v1/config/{name}`).
 //! - [`watch`]: the prefix watched from a revision, resumed after errors and compaction; a
 //!   resync is applied as a diff ([`diff`]), never a drop-all; an outage keeps the last view.
-//! - [`test_server`]: a real etcd on loopback, for the tests of every crate that needs one; plain,
-//!   or with TLS, client certificates and auth with infera's roles.
+//!
+//! The real etcd the tests run against (plain, or with TLS, client certificates and auth with
+//! infera's roles) is the test kit's: `infera_testkit::etcd`.
 
 pub mod cli;
 pub mod client;
@@ -25,7 +26,6 @@ pub mod keys;
 pub mod register;
 pub mod retire;
 pub mod roles;
-pub mod test_server;
 pub mod watch;
 
 pub use diff::Change;

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
-use infera_registry::test_server::EtcdServer;
 use infera_registry::{Change, Registration, watch_workers};
+use infera_testkit::EtcdServer;
 use tokio::sync::{mpsc, watch};
 
 fn record(id: &str) -> RegisteredWorker {

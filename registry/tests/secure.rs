@@ -9,8 +9,8 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
 use infera_registry::roles::{CONTROL, LAUNCH};
-use infera_registry::test_server::{Auth, EtcdServer, Intruder};
 use infera_registry::{Change, EtcdFailure, Registration, keys, watch_workers};
+use infera_testkit::etcd::{Auth, EtcdServer, Intruder};
 use tokio::sync::{mpsc, watch};
 
 fn record(id: &str) -> RegisteredWorker {

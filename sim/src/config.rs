@@ -266,7 +266,7 @@ pub struct SimConfig {
     /// `--kv-events-config` as given.
     pub kv_events_config: Option<String>,
     /// HTTPS on the API (`--ssl-certfile`, `--ssl-keyfile`, `--ssl-ca-certs`).
-    pub ssl: Option<infera_proto::serve::tls::ServerFiles>,
+    pub ssl: Option<infera_runtime::serve::tls::ServerFiles>,
     /// The tokenizer (`--tokenizer-path`, or a model path that is a tokenizer directory).
     pub tokenizer: Option<std::sync::Arc<infera_tokenize::Tokenizer>>,
     /// `--enable-cache-report`.

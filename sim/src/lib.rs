@@ -52,11 +52,11 @@ pub mod stop;
 pub mod timing;
 pub mod tokens;
 
-use infera_proto::serve::tls::{Alpn, ServerTls};
+use infera_runtime::serve::tls::{Alpn, ServerTls};
 use std::future::Future;
 use std::sync::Arc;
 
-use infera_proto::serve::Stop;
+use infera_runtime::serve::Stop;
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, SimArgs, SimConfig};

@@ -1,5 +1,5 @@
 //! Serving the API and bootstrap listeners (on infera's shared accept loop,
-//! `infera_proto::serve`), the response body type and the few response builders every route
+//! `infera_runtime::serve`), the response body type and the few response builders every route
 //! uses.
 
 use std::future::Future;
@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use infera_proto::serve::tls::ServerTls;
-use infera_proto::serve::{Drain, Listening, Plain, serve_http};
+use infera_runtime::serve::tls::ServerTls;
+use infera_runtime::serve::{Drain, Listening, Plain, serve_http};
 use tokio::net::TcpListener;
 
 /// Every response body: whole, or a stream that may fail (failing closes the connection).
@@ -34,7 +34,7 @@ pub async fn serve<H, F>(
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     // SGLang serves with uvicorn; the emulator holds its connections to the same kind of limits.
-    let listening = Listening::new(infera_proto::serve::ConnLimits::DEFAULT);
+    let listening = Listening::new(infera_runtime::serve::ConnLimits::DEFAULT);
     match tls {
         Some(tls) => serve_http(listener, tls, handler, stop, Drain::For(DRAIN), listening).await,
         None => serve_http(listener, Plain, handler, stop, Drain::For(DRAIN), listening).await,

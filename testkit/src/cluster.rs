@@ -8,9 +8,9 @@ use infera_proto::pb;
 use infera_proto::types::WorkerRecord;
 use infera_registry::register::Registration;
 use infera_registry::roles;
-use infera_registry::test_server::{Auth, EtcdServer};
 
 use crate::control::{Control, ControlSpec, Ledger, Workers};
+use crate::etcd::{Auth, EtcdServer};
 use crate::eventually::poll;
 use crate::proxy::{Proxy, ProxySpec};
 use crate::sim::{Sim, SimSpec};

@@ -23,11 +23,12 @@ use infera_launcher::version::SglangVersion;
 use infera_proto::types::{Role, WorkerRecord};
 use serde_json::Value;
 
-use self::child::{ChildSpec, EngineChild, free_ports};
+use self::child::{ChildSpec, EngineChild};
 
 /// Starts of one engine tried when another process took one of its ports first.
 const PORT_RACE_ATTEMPTS: u32 = 3;
 use crate::http;
+use crate::ports::free_ports;
 
 /// The SGLang release the kit runs.
 pub const VERSION: SglangVersion = SglangVersion::NEWEST;

@@ -1,15 +1,89 @@
-//! A small HTTP/1.1 client for probes: one request, the whole body as text.
+//! A small HTTP/1.1 client for probes: one request, the whole body as text ([`request`],
+//! [`get`], [`post_json`], …), or the answer unread ([`send`]); one request on a connection of
+//! its own, which a test can break off ([`send_on_connection`]).
+
+use std::net::SocketAddr;
 
 use bytes::Bytes;
 pub use http::Method;
-use http::{Request, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
+use tokio::task::JoinHandle;
 
-fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+/// What the kit's requests carry.
+pub type Body = Full<Bytes>;
+
+/// A client of plain `http://` URLs, pooling its connections, sending bodies of type `B`
+/// ([`Body`] unless a test streams its own): for a test that sends many requests itself (a
+/// load, a fuzzer) and reads its errors (`is_connect`).
+pub fn client<B>() -> Client<HttpConnector, B>
+where
+    B: hyper::body::Body + Send,
+    B::Data: Send,
+{
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// `method url` with `body` and `headers`: the answer, its body unread.
+///
+/// # Errors
+/// When the connection fails or breaks before the answer's head.
+pub async fn send(
+    method: Method,
+    url: &str,
+    body: Bytes,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<Response<Incoming>> {
+    let mut req = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    Ok(client().request(req.body(Full::new(body))?).await?)
+}
+
+/// The status and the whole body of `resp`, as text.
+async fn read(resp: Response<Incoming>) -> anyhow::Result<(StatusCode, String)> {
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// `POST path` with `body` as JSON and `headers`, for [`send_on_connection`] (`host: localhost`).
+///
+/// # Panics
+/// When a header is not a valid header.
+pub fn json_request(path: &str, body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::post(path).header("host", "localhost").header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+/// Sends `req` (its URI a path) to `addr` on a connection of its own: the answer, its body
+/// unread, and the connection's task (aborting it hangs up).
+///
+/// # Errors
+/// When the connection breaks before the answer's head.
+///
+/// # Panics
+/// When `addr` refuses the connection.
+pub async fn send_on_connection(
+    addr: SocketAddr,
+    req: Request<Body>,
+) -> Result<(Response<Incoming>, JoinHandle<()>), hyper::Error> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender.send_request(req).await?;
+    Ok((response, conn))
 }
 
 /// `method url` with `body`: the status and the body as text.
@@ -45,10 +119,7 @@ pub async fn request_with(
         }
         None => Bytes::new(),
     };
-    let resp = client().request(req.body(Full::new(bytes))?).await?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    read(client().request(req.body(Full::new(bytes))?).await?).await
 }
 
 /// POST `body` as sent (JSON or not) to `url` with `headers`: the status and the body as text.
@@ -60,14 +131,25 @@ pub async fn post_bytes(
     body: Vec<u8>,
     headers: &[(&str, &str)],
 ) -> anyhow::Result<(StatusCode, String)> {
-    let mut req = Request::builder().method(Method::POST).uri(url).header("content-type", "application/json");
+    request_bytes(Method::POST, url, body, headers).await
+}
+
+/// `method url` with `body` as sent (JSON or not, as `application/json`) and `headers`: the
+/// status and the body as text.
+///
+/// # Errors
+/// When the connection fails or breaks.
+pub async fn request_bytes(
+    method: Method,
+    url: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<(StatusCode, String)> {
+    let mut req = Request::builder().method(method).uri(url).header("content-type", "application/json");
     for (name, value) in headers {
         req = req.header(*name, *value);
     }
-    let resp = client().request(req.body(Full::new(Bytes::from(body)))?).await?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    read(client().request(req.body(Full::new(Bytes::from(body)))?).await?).await
 }
 
 /// GET `url`: the status and body.

@@ -7,11 +7,15 @@
 //! - [`engine`]: real SGLang 0.5.23 servers on this machine's CPUs (the tiny model), described
 //!   like sims and rendered by the launcher.
 //! - [`control`], [`proxy`]: `infera-control` and `infera-proxy` with the flags a test gives.
-//! - [`cluster`]: all of them together, with a static workers file or a real etcd.
+//! - [`cluster`]: all of them together, with a static workers file or a real etcd ([`etcd`]:
+//!   the Debian `etcd-server` on loopback, plain or secured with TLS, client certificates and
+//!   infera's roles, and clients without the right credentials to try it with).
 //! - [`node`]: how a part runs — a task in this process ([`server`]) or a child process
 //!   ([`process`]) that can be SIGKILLed, paused and restarted on the same ports.
 //! - [`engine_stub`]: engines that answer only `/server_info`, for records no request reaches.
-//! - [`http`]: a small probe client and a metric reader.
+//! - [`http`]: a small probe client and a metric reader; [`sse`]: server-sent event bodies
+//!   parsed, and streams read event by event on a connection of their own that can hang up.
+//! - [`ports`]: free loopback ports for servers that cannot be given port 0.
 //! - [`tls`]: a CA made at run time that issues server and client certificates;
 //!   [`credentials`]: proxy tokens for control's Router and control's tokens file.
 //! - [`shape`]: compares two JSON values by shape (names, types, presence, ranges) with an
@@ -27,16 +31,19 @@ pub mod control;
 pub mod credentials;
 pub mod engine;
 pub mod engine_stub;
+pub mod etcd;
 pub mod eventually;
 pub mod http;
 pub mod netns;
 pub mod node;
+pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod replicas;
 pub mod server;
 pub mod shape;
 pub mod sim;
+pub mod sse;
 pub mod tls;
 
 pub use cluster::{Cluster, ClusterSpec};
@@ -44,9 +51,9 @@ pub use control::{Control, ControlSpec, Ledger, Workers};
 pub use credentials::{ApiKeys, RouterTokens, Token};
 pub use engine::{Engine, EngineSpec};
 pub use engine_stub::EngineStubs;
+pub use etcd::EtcdServer;
 pub use eventually::{eventually, eventually_blocking, poll, poll_blocking};
 pub use infera_registry::register::Registration;
-pub use infera_registry::test_server::EtcdServer;
 pub use proxy::{Proxy, ProxySpec};
 pub use replicas::Replicas;
 pub use sim::{Sim, SimSpec};

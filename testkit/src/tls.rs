@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use infera_registry::test_server::pki::Ca;
 use rcgen::{CertificateParams, DnType};
+
+use crate::etcd::pki::Ca;
 
 /// A certificate and its key, as files.
 #[derive(Clone, Debug)]

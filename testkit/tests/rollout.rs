@@ -24,7 +24,7 @@ const CLIENTS: usize = 16;
 
 /// The deployment file: four workers of one rank, each on a host of its own.
 fn deployment(dir: &std::path::Path) -> std::path::PathBuf {
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = infera_testkit::ports::free_port;
     let worker = |name: &str, host: &str, gpu: u32, prefill: bool| {
         let bootstrap = if prefill { format!("bootstrap_port = {}\n", port()) } else { String::new() };
         format!("name = \"{name}\"\nhost = \"{host}\"\ngpus = [{gpu}]\nport = {}\n{bootstrap}", port())

@@ -7,7 +7,8 @@ use infera_control::routing::{KvIndex, OverlapSource, Overlaps, PickContext, Rou
 use infera_control::view::View;
 use infera_kv::hash::PageHash;
 use infera_proto::types::{
-    ModelName, PickKind, PickRequest, ReleaseReason, RequestId, RequestWeight, WorkerId, WorkerRecord,
+    ModelName, PickKind, PickRequest, Release, ReleaseReason, RequestId, RequestWeight, WorkerId,
+    WorkerRecord,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -58,7 +59,7 @@ pub(super) fn pick_costs(index: &KvIndex, queries: &[Vec<PageHash>], args: &Args
         let ctx =
             PickContext { caller: &caller, kv: Some(kv), record_decision: false, now, wall, kv_room: None };
         let picked = core.pick(PickKind::Prefill, req, ctx).expect("pick");
-        core.release(picked.reservation, &caller, ReleaseReason::Eof, None, now).expect("release");
+        core.release(Release::new(picked.reservation, ReleaseReason::Eof), &caller, now).expect("release");
     };
     let mut costs = PickCosts { plain: Vec::new(), kv: Vec::new(), lookup: Vec::new(), booking: Vec::new() };
     for i in 0..args.queries {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use infera_proto::serve::ConnLimits;
+use infera_runtime::serve::ConnLimits;
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "gRPC limits")]

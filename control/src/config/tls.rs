@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args as ClapArgs;
-use infera_proto::serve::tls::{Alpn, ClientFiles, IdentityFiles, ServerFiles, ServerTls, TlsError};
+use infera_runtime::serve::tls::{Alpn, ClientFiles, IdentityFiles, ServerFiles, ServerTls, TlsError};
 
 use crate::tls::PeerTls;
 

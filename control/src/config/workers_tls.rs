@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
-use infera_proto::serve::worker_client::WorkerTlsFiles;
+use infera_runtime::serve::worker_client::WorkerTlsFiles;
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Worker TLS")]

@@ -38,7 +38,7 @@ pub(super) async fn run(
     interval: Duration,
     board: Arc<EngineBoard>,
     fits: Arc<WeightFits>,
-    connector: infera_proto::serve::worker_client::WorkerConnector,
+    connector: infera_runtime::serve::worker_client::WorkerConnector,
 ) {
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let url = format!("{}/v1/loads?include=core,disagg", record.url.trim_end_matches('/'));
@@ -85,7 +85,7 @@ pub(super) async fn run(
 }
 
 async fn fetch(
-    client: &Client<infera_proto::serve::worker_client::WorkerConnector, Empty<Bytes>>,
+    client: &Client<infera_runtime::serve::worker_client::WorkerConnector, Empty<Bytes>>,
     uri: http::Uri,
     timeout: Duration,
 ) -> Result<Vec<loads::RankAnswer>, PollError> {

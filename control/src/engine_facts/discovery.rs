@@ -23,8 +23,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use infera_proto::serve::worker_client::WorkerConnector;
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
+use infera_runtime::serve::worker_client::WorkerConnector;
 
 use super::{HeldOut, MalformedServerInfo, Reconciled, RecordMismatch};
 use prometheus_client::encoding::EncodeLabelSet;

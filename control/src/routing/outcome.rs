@@ -88,6 +88,17 @@ pub struct ReleasedNow {
     pub discounted: usize,
 }
 
+/// What a release did: [`ReleaseEffect::Ended`] the reservation now, or found it
+/// [`ReleaseEffect::AlreadyEnded`] by an earlier release or its lease's expiry (releases are
+/// idempotent: a repeated one is not an error and changes nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseEffect {
+    /// This release ended the reservation.
+    Ended,
+    /// An earlier release (or lease expiry) had ended it.
+    AlreadyEnded,
+}
+
 /// A lease that expired, with the reservations its expiry ended (the ledger's
 /// [`Expired`](crate::ledger::Expired), with target names).
 #[derive(Clone, Debug)]

@@ -90,7 +90,7 @@ impl Fixture {
 
     /// Ends a reservation at its end of stream, now.
     fn release(&mut self, id: ReservationId) -> Result<Option<ReleasedNow>, ControlError> {
-        self.core.release(id, &Identity::anonymous(), ReleaseReason::Eof, None, self.now)
+        self.core.release(Release::new(id, ReleaseReason::Eof), &Identity::anonymous(), self.now)
     }
 }
 

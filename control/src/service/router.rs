@@ -16,7 +16,7 @@ use super::{item_span, rpc_span};
 use crate::auth::caller;
 use crate::error::ControlError;
 use crate::identity::Identity;
-use crate::routing::Declared;
+use crate::routing::{Declared, ReleaseEffect};
 use crate::state::ControlState;
 
 /// The Router service.
@@ -172,8 +172,11 @@ impl Router for RouterService {
         let who = caller(&req)?;
         let span = rpc_span("Release", &req);
         let _entered = span.enter();
-        let (id, reason, failure) = convert::release_request(req.get_ref()).map_err(ControlError::from)?;
-        let already_released = self.state.release(id, reason, failure, &who)?;
+        let release = convert::release_request(req.get_ref()).map_err(ControlError::from)?;
+        let already_released = match self.state.release(release, &who)? {
+            ReleaseEffect::Ended => false,
+            ReleaseEffect::AlreadyEnded => true,
+        };
         Ok(Response::new(pb::ReleaseResponse { already_released }))
     }
 
@@ -194,9 +197,9 @@ impl Router for RouterService {
                 }
                 // A failure of the call itself (not the leader, not ready) fails it whole: the
                 // proxy sends it again, and what was released already comes back ALREADY_RELEASED.
-                Ok((id, reason, failure)) => match self.state.release(id, reason, failure, &who) {
-                    Ok(false) => pb::ReleaseOutcome::Released,
-                    Ok(true) => pb::ReleaseOutcome::AlreadyReleased,
+                Ok(release) => match self.state.release(release, &who) {
+                    Ok(ReleaseEffect::Ended) => pb::ReleaseOutcome::Released,
+                    Ok(ReleaseEffect::AlreadyEnded) => pb::ReleaseOutcome::AlreadyReleased,
                     Err(ControlError::UnknownReservation(_) | ControlError::ForeignReservation(_)) => {
                         pb::ReleaseOutcome::UnknownReservation
                     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use infera_proto::types::{ModelName, PickKind, PickRequest, ReleaseReason, ServiceClassName};
+use infera_proto::types::{ModelName, PickKind, PickRequest, Release, ReleaseReason, ServiceClassName};
 use tokio::sync::{Notify, oneshot};
 
 use super::ControlState;
@@ -202,7 +202,8 @@ impl ControlState {
                 // A caller that left in the meantime never learns of its booking: undo it.
                 // Released as a proxy's cancellation is, so the load gauges follow.
                 if let Err(Ok(picked)) = answer.send(result) {
-                    let _ = self.release(picked.reservation, ReleaseReason::Cancelled, None, &caller);
+                    let undone = Release::new(picked.reservation, ReleaseReason::Cancelled);
+                    let _ = self.release(undone, &caller);
                 }
             }
             let mut by_class: HashMap<&str, usize> = book.classes().map(|c| (c.name.as_str(), 0)).collect();

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 
 use infera_registry::roles::CONTROL;
-use infera_registry::test_server::{Auth, EtcdServer};
+use infera_testkit::etcd::{Auth, EtcdServer};
 
 fn control(args: &[String]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_infera-control"))

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, admin_client::AdminClient, router_client::RouterClient};
-use infera_proto::serve::tls::{ClientFiles, IdentityFiles};
 use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
-use infera_registry::test_server::EtcdServer;
+use infera_runtime::serve::tls::{ClientFiles, IdentityFiles};
+use infera_testkit::EtcdServer;
 use infera_testkit::tls::TestCa;
 use infera_testkit::{ControlSpec, EngineStubs, Workers};
 use tonic::Code;

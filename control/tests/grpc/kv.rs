@@ -195,7 +195,7 @@ async fn real_sglang_0_5_23_events_feed_control() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_leaves_takes_its_index_with_it() {
     use infera_proto::types::{KvEventsSource, Role, WorkerRecord};
-    let etcd = infera_registry::test_server::EtcdServer::start();
+    let etcd = infera_testkit::EtcdServer::start();
     let url = etcd.url();
     let p = publisher().await;
     let record = WorkerRecord::new("prefill-a", Role::Prefill, "http://stub", "m")

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb;
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use infera_testkit::tls::TestCa;
 use infera_testkit::{ControlSpec, ProxySpec, Workers};
 use tonic::Code;

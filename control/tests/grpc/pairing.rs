@@ -8,7 +8,7 @@ use std::time::Duration;
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb;
 use infera_registry::Registration;
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use infera_testkit::http::metric_sum;
 use infera_testkit::{Control, ControlSpec, Sim, SimSpec, Workers};
 

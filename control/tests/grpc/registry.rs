@@ -5,7 +5,7 @@ use std::time::Duration;
 use infera_proto::pb::{self, ReleaseReason};
 use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use tonic::Code;
 
 use infera_testkit::EngineStubs;

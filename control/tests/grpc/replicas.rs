@@ -8,7 +8,7 @@ use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, ReleaseReason};
 use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
-use infera_registry::test_server::EtcdServer;
+use infera_testkit::EtcdServer;
 use infera_testkit::{ControlSpec, Workers};
 use tonic::Code;
 

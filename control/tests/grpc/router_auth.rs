@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, LegFailure, ReleaseReason, router_client::RouterClient};
-use infera_proto::serve::tls::{ClientFiles, IdentityFiles};
+use infera_runtime::serve::tls::{ClientFiles, IdentityFiles};
 use infera_testkit::tls::TestCa;
 use infera_testkit::{RouterTokens, Token};
 use tonic::Code;

@@ -10,7 +10,7 @@ use infera_proto::pb;
 use infera_proto::types::WorkerRecord;
 use infera_registry::Registration;
 use infera_registry::roles::{CONTROL, LAUNCH};
-use infera_registry::test_server::{Auth, EtcdServer};
+use infera_testkit::etcd::{Auth, EtcdServer};
 
 use crate::harness::*;
 

@@ -1,9 +1,9 @@
-//! What the `infera-launch up` tests share: the sim example with ports picked at run time, a
-//! running `up` read line by line, HTTP and etcd probes. Each test binary uses part of it.
+//! What the `infera-launch up` tests share: the sim example with ports picked at run time (the
+//! kit's [`infera_testkit::ports`]), a running `up` read line by line, HTTP (the kit's client)
+//! and etcd probes. Each test binary uses part of it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
@@ -30,7 +30,7 @@ pub(crate) fn bin_dir() -> PathBuf {
 }
 
 pub(crate) fn free_port() -> i64 {
-    i64::from(TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+    i64::from(infera_testkit::ports::free_port())
 }
 
 /// The sim example with the workers' ports picked now and control/proxy on port 0.
@@ -194,20 +194,22 @@ impl Drop for Launch {
     }
 }
 
-/// One HTTP/1.1 request; (status, body as text).
+/// One HTTP/1.1 request with a JSON `body` (the kit's client, on a runtime of its own: these
+/// tests block), answered within 30 s; (status, body as text).
 pub(crate) fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, out))
+    let method =
+        infera_testkit::http::Method::from_bytes(method.as_bytes()).map_err(std::io::Error::other)?;
+    let url = format!("http://{addr}{path}");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let answer = rt.block_on(async {
+        let request = infera_testkit::http::request_bytes(method, &url, body.as_bytes().to_vec(), &[]);
+        tokio::time::timeout(Duration::from_secs(30), request).await
+    });
+    match answer {
+        Ok(Ok((status, text))) => Ok((status.as_u16(), text)),
+        Ok(Err(e)) => Err(std::io::Error::other(format!("{e:#}"))),
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{url}: no answer in 30 s"))),
+    }
 }
 
 /// Polls until `method path` answers 200 (readiness with a deadline); the last response.

@@ -67,10 +67,10 @@ fn release_reasons_are_checked() {
     assert!(release_request(&r(pb::ReleaseReason::Eof as i32)).is_ok());
     let failed = |failure| pb::ReleaseRequest { failure, ..r(pb::ReleaseReason::Failed as i32) };
     assert_eq!(
-        release_request(&failed(pb::LegFailure::Connect as i32)).unwrap().2,
+        release_request(&failed(pb::LegFailure::Connect as i32)).unwrap().failure,
         Some(LegFailure::Connect)
     );
-    assert_eq!(release_request(&failed(0)).unwrap().2, None, "a failed leg of unknown cause");
+    assert_eq!(release_request(&failed(0)).unwrap().failure, None, "a failed leg of unknown cause");
     assert_eq!(release_request(&failed(77)).unwrap_err().problem, Problem::UnknownEnum(77));
     let eof_with_kind = pb::ReleaseRequest { failure: 1, ..r(pb::ReleaseReason::Eof as i32) };
     assert_eq!(release_request(&eof_with_kind).unwrap_err().field, "failure");
@@ -122,8 +122,19 @@ fn release_reasons_round_trip_to_the_wire() {
             reason: pb::ReleaseReason::from(reason) as i32,
             failure: 0,
         };
-        assert_eq!(release_request(&m).unwrap().1, reason);
+        assert_eq!(release_request(&m).unwrap().reason, reason);
     }
+}
+
+#[test]
+fn releases_go_to_the_wire_and_back_as_they_were() {
+    let id = ReservationId { epoch: 1, seq: 9, tag: 7 };
+    let failed = Release { id, reason: ReleaseReason::Failed, failure: Some(LegFailure::StreamCut) };
+    let eof = Release { id, reason: ReleaseReason::Eof, failure: None };
+    for release in [failed, eof] {
+        assert_eq!(release_request(&pb::ReleaseRequest::from(&release)), Ok(release));
+    }
+    assert_eq!(pb::ReleaseRequest::from(&eof).failure, 0, "no failure: unspecified on the wire");
 }
 
 #[test]

@@ -4,8 +4,8 @@ use std::time::SystemTime;
 
 use crate::pb;
 use crate::types::{
-    DeclaredLeg, DecodeInputDemand, DecodePolicy, LegFailure, PickKind, PickRequest, ReleaseReason, Role,
-    Target, WorkerRecord,
+    DeclaredLeg, DecodeInputDemand, DecodePolicy, LegFailure, PickKind, PickRequest, Release, ReleaseReason,
+    Role, Target, WorkerRecord,
 };
 
 impl From<&PickRequest> for pb::PickRequest {
@@ -64,6 +64,16 @@ impl From<ReleaseReason> for pb::ReleaseReason {
             ReleaseReason::Failed => pb::ReleaseReason::Failed,
             ReleaseReason::LeaseExpired => pb::ReleaseReason::LeaseExpired,
             ReleaseReason::TargetRemoved => pb::ReleaseReason::TargetRemoved,
+        }
+    }
+}
+
+impl From<&Release> for pb::ReleaseRequest {
+    fn from(r: &Release) -> Self {
+        pb::ReleaseRequest {
+            reservation_id: r.id.to_string(),
+            reason: pb::ReleaseReason::from(r.reason) as i32,
+            failure: r.failure.map_or(0, |f| pb::LegFailure::from(f) as i32),
         }
     }
 }

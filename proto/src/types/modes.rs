@@ -113,67 +113,6 @@ impl PickKind {
     }
 }
 
-/// Why a reservation ended.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum ReleaseReason {
-    /// The response (or the prefill leg) reached its end.
-    Eof,
-    /// The client went away.
-    Cancelled,
-    /// An upstream leg failed.
-    Failed,
-    /// The holder's lease expired (control only).
-    LeaseExpired,
-    /// The target left the deployment.
-    TargetRemoved,
-}
-
-impl ReleaseReason {
-    /// Every reason (control pre-registers a metric series for each).
-    pub const ALL: [Self; 5] =
-        [Self::Eof, Self::Cancelled, Self::Failed, Self::LeaseExpired, Self::TargetRemoved];
-
-    /// A metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Eof => "eof",
-            Self::Cancelled => "cancelled",
-            Self::Failed => "failed",
-            Self::LeaseExpired => "lease_expired",
-            Self::TargetRemoved => "target_removed",
-        }
-    }
-}
-
-/// How a failed leg failed, as the proxy saw it: outlier ejection counts these against the
-/// leg's target.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum LegFailure {
-    /// The connection was refused or not accepted.
-    Connect,
-    /// No answer in time.
-    Timeout,
-    /// A 5xx answer.
-    ServerError,
-    /// The connection or stream broke after it was accepted.
-    StreamCut,
-}
-
-impl LegFailure {
-    /// Every kind.
-    pub const ALL: [Self; 4] = [Self::Connect, Self::Timeout, Self::ServerError, Self::StreamCut];
-
-    /// A metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Connect => "connect",
-            Self::Timeout => "timeout",
-            Self::ServerError => "server_error",
-            Self::StreamCut => "stream_cut",
-        }
-    }
-}
-
 /// Tokens charged per held request in the decode cost (W). Finite, non-negative and at most
 /// [`RequestWeight::MAX`].
 #[derive(Clone, Copy, PartialEq, PartialOrd, Debug, Default)]

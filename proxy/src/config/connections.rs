@@ -1,12 +1,12 @@
 //! What a client connection may cost the proxy: the flags of the listener's limits
-//! ([`infera_proto::serve::ConnLimits`]), the request body's deadline, and where `/metrics` is
+//! ([`infera_runtime::serve::ConnLimits`]), the request body's deadline, and where `/metrics` is
 //! served.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use infera_proto::serve::ConnLimits;
+use infera_runtime::serve::ConnLimits;
 
 #[derive(ClapArgs, Debug)]
 #[command(next_help_heading = "Connections")]

@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 
 use infera_proto::convert;
 use infera_proto::pb;
-use infera_proto::types::{MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES, ReleaseReason};
+use infera_proto::types::{MAX_DECLARED_LEGS, REDECLARE_CHUNK_BYTES, Release, ReleaseReason};
 use prost::Message as _;
 use tonic::Status;
 
 use super::controls::Controls;
 use super::lease::Held;
-use super::legs::Booking;
 use super::release::Releaser;
 use crate::metrics::ProxyMetrics;
 
@@ -68,11 +67,7 @@ pub(super) async fn redeclare(
                 .map_err(|e| Status::internal(format!("control answered Redeclare with {e}")))?;
             booked += 1;
             if let Err(orphan) = releaser.legs.settle(leg, reservation, held.lease) {
-                releaser.release_booking(
-                    Booking { reservation: orphan, lease: held.lease },
-                    ReleaseReason::Cancelled,
-                    None,
-                );
+                releaser.release_reservation(held.lease, Release::new(orphan, ReleaseReason::Cancelled));
             }
         }
         metrics.redeclared(booked, unknown, full);

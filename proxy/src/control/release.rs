@@ -6,7 +6,7 @@ mod outbox;
 
 use std::sync::{Arc, OnceLock};
 
-use infera_proto::types::{LeaseId, LegFailure, ReleaseReason};
+use infera_proto::types::{LeaseId, LegFailure, Release, ReleaseReason};
 use tokio::sync::mpsc;
 
 use super::controls::Controls;
@@ -77,18 +77,13 @@ impl Releaser {
         self.load.end(endpoint);
         self.metrics.release(reason);
         if let Some(booking) = self.legs.end(leg) {
-            self.release_booking(booking, reason, failure);
+            self.release_reservation(booking.lease, Release { id: booking.reservation, reason, failure });
         }
     }
 
-    /// Releases one reservation of control's (a failed leg: with how it failed), through the
-    /// outbox: retried while its lease is held, coalesced with the releases that end with it.
-    pub(super) fn release_booking(
-        &self,
-        booking: Booking,
-        reason: ReleaseReason,
-        failure: Option<LegFailure>,
-    ) {
+    /// Sends `release` (of a reservation booked under `lease`) to control through the outbox:
+    /// retried while `lease` is held, coalesced with the releases that end with it.
+    pub(super) fn release_reservation(&self, lease: LeaseId, release: Release) {
         let queue = self.outbox.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let to = ToControl {
@@ -100,6 +95,6 @@ impl Releaser {
             tx
         });
         // The outbox task lives as long as this sender (it is never closed before).
-        let _ = queue.send(Queued { booking, reason, failure });
+        let _ = queue.send(Queued { lease, release });
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use infera_proto::serve::Gate;
+use infera_runtime::serve::Gate;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 

@@ -24,12 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
 use infera_proto::pb;
-use infera_testkit::http::post_json;
+use infera_testkit::http::{client, post_json};
 use infera_testkit::{ControlSpec, EtcdServer, ProxySpec, Registration, Workers, poll};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -147,7 +143,7 @@ async fn only_a_stalled_engine_holds_requests_and_nothing_stays_booked_through_c
     });
     let next = Arc::new(AtomicUsize::new(0));
     let records = Arc::new(Mutex::new(Vec::new()));
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let client = client();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (client, rotation, next, records) =

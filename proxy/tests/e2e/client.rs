@@ -1,19 +1,14 @@
-//! The test client: HTTP requests to proxies and sims, SSE parsing, request bodies, and an
-//! `infera-proxy` binary run as a child process.
+//! The test client: HTTP requests to proxies and sims and SSE parsing (the kit's:
+//! [`infera_testkit::http`], [`infera_testkit::sse`]), request bodies, and tools of the venv.
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::StatusCode;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
+use infera_testkit::http::{self as kit, Method};
 use serde_json::Value;
 
 use crate::harness::MODEL;
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
 
 pub(crate) async fn get(url: &str) -> (StatusCode, String) {
     get_with(url, &[]).await
@@ -21,23 +16,15 @@ pub(crate) async fn get(url: &str) -> (StatusCode, String) {
 
 /// A GET with these headers.
 pub(crate) async fn get_with(url: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
-    let mut req = Request::get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Full::new(Bytes::new())).unwrap();
-    let resp = client().request(req).await.unwrap();
+    let resp = kit::send(Method::GET, url, Bytes::new(), headers).await.unwrap();
     let status = resp.status();
     (status, String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
 }
 
 /// Sends a request and returns the response head and body (unread).
 pub(crate) async fn send(url: &str, body: Bytes, headers: &[(&str, &str)]) -> http::Response<Incoming> {
-    let mut req = Request::post(url).header("content-type", "application/json");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    client().request(req.body(Full::new(body)).unwrap()).await.unwrap()
+    let headers = [&[("content-type", "application/json")], headers].concat();
+    kit::send(Method::POST, url, body, &headers).await.unwrap()
 }
 
 pub(crate) async fn post_json(url: &str, body: &Value, headers: &[(&str, &str)]) -> (StatusCode, String) {
@@ -49,7 +36,7 @@ pub(crate) async fn post_json(url: &str, body: &Value, headers: &[(&str, &str)])
 
 /// The `data:` payloads of an SSE body.
 pub(crate) fn sse_events(body: &str) -> Vec<String> {
-    body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_owned).collect()
+    infera_testkit::sse::data(body)
 }
 
 pub(crate) fn chat(max_tokens: u32, stream: bool) -> Value {

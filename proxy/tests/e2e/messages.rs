@@ -35,13 +35,9 @@ fn parse(text: &str) -> Value {
 
 /// `(event name, data)` of each event of an Anthropic stream.
 fn named_events(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let name = e.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_else(|| panic!("{e}"));
-            let data = e.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_else(|| panic!("{e}"));
-            (name.to_owned(), parse(data))
-        })
+    infera_testkit::sse::parse(body)
+        .into_iter()
+        .map(|e| (e.name.unwrap_or_else(|| panic!("an event without a name: {body}")), parse(&e.data)))
         .collect()
 }
 

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
-use infera_proto::serve::tls::ServerFiles;
+use infera_runtime::serve::tls::ServerFiles;
 
 #[derive(ClapArgs, Debug, Clone)]
 #[command(next_help_heading = "SGLang HTTPS")]

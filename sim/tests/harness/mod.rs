@@ -1,7 +1,9 @@
-//! In-process sims on loopback port 0 and a small HTTP client that can stream SSE events and
-//! hang up mid-stream.
+//! In-process sims on loopback port 0, and requests to them on a connection of their own (the
+//! kit's: [`http::send_on_connection`]; an SSE stream read event by event that can hang up
+//! mid-stream is the kit's [`Events`]).
 
-#![allow(dead_code, unreachable_pub)]
+// Each test binary uses part of it, the kit's SSE reader too.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,11 +12,13 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use infera_sim::{DisaggregationMode, Listeners, SimConfig};
+use infera_testkit::http;
+pub use infera_testkit::http::json_request;
 use infera_testkit::server::Server;
+pub use infera_testkit::sse::{Events, Next, data_of};
 use serde_json::Value;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// A running sim.
@@ -97,17 +101,11 @@ pub async fn try_send(
     addr: SocketAddr,
     req: Request<Full<Bytes>>,
 ) -> Result<(Response<Incoming>, JoinHandle<()>), hyper::Error> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
-    let conn = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let response = sender.send_request(req).await?;
-    Ok((response, conn))
+    http::send_on_connection(addr, req).await
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> (StatusCode, Bytes) {
-    let req = Request::get(path).header("host", "sim").body(Full::new(Bytes::new())).unwrap();
+    let req = Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
     let (response, _conn) = send(addr, req).await;
     let status = response.status();
     (status, response.into_body().collect().await.unwrap().to_bytes())
@@ -129,98 +127,4 @@ pub async fn put(addr: SocketAddr, path: &str, body: Value) -> (StatusCode, Byte
     let (response, _conn) = try_send(addr, req).await.unwrap();
     let status = response.status();
     (status, response.into_body().collect().await.unwrap().to_bytes())
-}
-
-pub fn json_request(path: &str, body: &Value, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
-    let mut req = Request::post(path).header("host", "sim").header("content-type", "application/json");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.body(Full::new(Bytes::from(body.to_string()))).unwrap()
-}
-
-/// An SSE response being read event by event.
-pub struct Events {
-    pub status: StatusCode,
-    pub content_type: String,
-    body: Incoming,
-    buf: String,
-    conn: JoinHandle<()>,
-}
-
-/// What reading the next event gave.
-#[derive(Debug, PartialEq)]
-pub enum Next {
-    /// One event's text (`data: …` lines, `event:` lines kept).
-    Event(String),
-    /// The body ended cleanly.
-    End,
-    /// The body broke off.
-    Broken,
-}
-
-impl Events {
-    pub async fn open(addr: SocketAddr, path: &str, body: Value) -> Self {
-        Self::open_with(addr, json_request(path, &body, &[])).await
-    }
-
-    pub async fn open_with(addr: SocketAddr, req: Request<Full<Bytes>>) -> Self {
-        let (response, conn) = send(addr, req).await;
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        Self { status, content_type, body: response.into_body(), buf: String::new(), conn }
-    }
-
-    pub async fn next(&mut self) -> Next {
-        loop {
-            if let Some(at) = self.buf.find("\n\n") {
-                let event = self.buf[..at].to_owned();
-                self.buf.drain(..at + 2);
-                return Next::Event(event);
-            }
-            match self.body.frame().await {
-                None => return Next::End,
-                Some(Err(_)) => return Next::Broken,
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.buf.push_str(std::str::from_utf8(&data).unwrap());
-                    }
-                }
-            }
-        }
-    }
-
-    /// The next `data:` JSON (panics on anything else).
-    pub async fn data(&mut self) -> Value {
-        match self.next().await {
-            Next::Event(e) => data_of(&e).unwrap_or_else(|| panic!("not JSON data: {e:?}")),
-            other => panic!("expected an event, got {other:?}"),
-        }
-    }
-
-    /// Every remaining event until the end; `(events, ended cleanly)`.
-    pub async fn rest(&mut self) -> (Vec<String>, Next) {
-        let mut events = Vec::new();
-        loop {
-            match self.next().await {
-                Next::Event(e) => events.push(e),
-                end => return (events, end),
-            }
-        }
-    }
-
-    /// Hangs up (closes the TCP connection).
-    pub fn hang_up(self) {
-        self.conn.abort();
-        drop(self.body);
-    }
-}
-
-/// The JSON of an event's `data:` line.
-pub fn data_of(event: &str) -> Option<Value> {
-    event.lines().find_map(|l| l.strip_prefix("data: ")).and_then(|d| serde_json::from_str(d).ok())
 }

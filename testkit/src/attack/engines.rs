@@ -9,12 +9,12 @@ use futures_util::FutureExt as _;
 use infera_proto::types::{RegisteredWorker, WorkerId, WorkerRecord};
 use infera_registry::keys;
 use infera_registry::roles;
-use infera_registry::test_server::Auth;
 use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::target::MODEL;
 use super::{Report, Scale, Target};
+use crate::etcd::Auth;
 use crate::http::metric_sum;
 
 /// The targets control routes to, by its gauge.

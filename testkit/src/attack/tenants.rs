@@ -6,12 +6,11 @@ use ::http::{Request, StatusCode};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 use super::target::{MODEL, chat_body};
 use super::{Report, Scale, Target};
+use crate::http::client;
 
 /// A streamed chat completion as `key` with `rid`: the response, its body not read yet.
 async fn stream(
@@ -27,8 +26,7 @@ async fn stream(
         .header("authorization", format!("Bearer {key}"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(serde_json::to_vec(&body)?)))?;
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client.request(req).await?;
+    let resp = client().request(req).await?;
     anyhow::ensure!(resp.status() == StatusCode::OK, "a stream answered {}", resp.status());
     Ok(resp)
 }

@@ -3,11 +3,10 @@
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::Case;
+use crate::http::client;
 use crate::shape::{collapse_runs, parse_sse};
 
 /// A worker's answer to one case.
@@ -68,8 +67,7 @@ pub async fn send(base: &str, case: &Case, body: Option<&Value>) -> anyhow::Resu
         req = req.header("content-type", "application/json");
     }
     let bytes = text.map(Bytes::from).unwrap_or_default();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client.request(req.body(Full::new(bytes))?).await?;
+    let resp = client().request(req.body(Full::new(bytes))?).await?;
     let status = resp.status().as_u16();
     let media_type = resp
         .headers()

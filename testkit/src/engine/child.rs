@@ -188,32 +188,6 @@ fn scan(pipe: Box<dyn Read + Send>, log: &Mutex<VecDeque<String>>, ready: &mpsc:
     }
 }
 
-/// Ports the OS had free at once, one per entry of `spans`, each with `span - 1` free ports
-/// after it (a DP worker's KV-event sockets take `port + rank`). The listeners are closed on
-/// return: the server binds them a moment later (SGLang takes its ports as flags and cannot be
-/// given 0).
-///
-/// # Errors
-/// When no such ports are found.
-pub(crate) fn free_ports(spans: &[u16]) -> anyhow::Result<Vec<u16>> {
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    for _ in 0..200 {
-        let Some(&span) = spans.get(ports.len()) else { return Ok(ports) };
-        let first = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-        let base = first.local_addr()?.port();
-        let rest: Option<Vec<_>> = (1..span)
-            .map(|i| base.checked_add(i).and_then(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok()))
-            .collect();
-        if let Some(rest) = rest {
-            ports.push(base);
-            held.push(first);
-            held.extend(rest);
-        }
-    }
-    bail!("no free port ranges of {spans:?}")
-}
-
 /// Where the CPU stand-ins live (`testkit/sglang_cpu/pythonpath`).
 pub(crate) fn cpu_pythonpath() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sglang_cpu/pythonpath")

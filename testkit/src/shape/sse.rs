@@ -7,29 +7,18 @@ use serde_json::{Map, Value, json};
 
 use super::JsonType;
 
-/// The events of an SSE body, in order.
+/// The events of an SSE body, in order ([`crate::sse::parse`]).
 pub fn parse_sse(body: &str) -> Vec<Value> {
-    let body = body.replace("\r\n", "\n");
-    let mut events = Vec::new();
-    for block in body.split("\n\n") {
+    let events = crate::sse::parse(body).into_iter().map(|e| {
         let mut event = Map::new();
-        let mut data: Vec<&str> = Vec::new();
-        for line in block.lines() {
-            if let Some(name) = line.strip_prefix("event:") {
-                event.insert("event".into(), Value::String(name.trim().to_owned()));
-            } else if let Some(d) = line.strip_prefix("data:") {
-                data.push(d.strip_prefix(' ').unwrap_or(d));
-            }
+        if let Some(name) = e.name {
+            event.insert("event".into(), Value::String(name));
         }
-        if data.is_empty() && event.is_empty() {
-            continue;
-        }
-        let text = data.join("\n");
-        let parsed = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let parsed = serde_json::from_str(&e.data).unwrap_or(Value::String(e.data));
         event.insert("data".into(), parsed);
-        events.push(Value::Object(event));
-    }
-    events
+        Value::Object(event)
+    });
+    events.collect()
 }
 
 /// `value` with every leaf replaced by its [`JsonType`] name, every array by its first

@@ -2,7 +2,7 @@
 //! without them; the proxy's answer carries every prompt position asked for, whole, streamed and
 //! per batch item (`proxy/src/prompt_logprobs.rs`).
 
-use infera_testkit::http;
+use infera_testkit::{http, sse};
 use serde_json::{Value, json};
 
 use super::sglang::{cluster_over, run};
@@ -37,11 +37,10 @@ fn the_prefills_prompt_logprobs_reach_the_answer_whole_streamed_and_per_item() {
         let (status, text) =
             http::post_json(&url, &body(json!("The capital of France is"), true, 2)).await.unwrap();
         assert!(status.is_success(), "{status} {text}");
-        let events: Vec<Value> = text
-            .split("\n\n")
-            .filter_map(|e| e.strip_prefix("data: "))
-            .filter(|d| *d != "[DONE]")
-            .map(|d| serde_json::from_str(d).unwrap())
+        let events: Vec<Value> = sse::data(&text)
+            .into_iter()
+            .filter(|d| d != "[DONE]")
+            .map(|d| serde_json::from_str(&d).unwrap())
             .collect();
         assert!(!events.is_empty(), "{text}");
         for e in &events {

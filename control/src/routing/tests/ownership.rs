@@ -43,8 +43,9 @@ fn another_identity_cannot_book_under_renew_close_or_release_a_lease_it_does_not
     assert!(matches!(pick_as(&mut f, &b, PickKind::Decode), Err(ControlError::ForeignLease(_))));
     assert!(matches!(f.core.keep_alive(f.lease, &b, f.now), Err(ControlError::ForeignLease(_))));
     assert!(matches!(f.core.close_lease(f.lease, &b, f.now), Err(ControlError::ForeignLease(_))));
-    let release =
-        f.core.release(booked.reservation, &b, ReleaseReason::Failed, Some(LegFailure::Connect), f.now);
+    let failed =
+        Release { id: booked.reservation, reason: ReleaseReason::Failed, failure: Some(LegFailure::Connect) };
+    let release = f.core.release(failed, &b, f.now);
     assert!(matches!(release, Err(ControlError::ForeignReservation(_))));
     let legs = [DeclaredLeg {
         kind: PickKind::Decode,
@@ -63,7 +64,8 @@ fn another_identity_cannot_book_under_renew_close_or_release_a_lease_it_does_not
     assert_eq!(f.core.health(f.core.target_key(&booked.chosen.target).unwrap(), f.now).failures, 0);
     // The owner's lease and reservation are as they were.
     f.core.keep_alive(f.lease, &a, f.now).unwrap();
-    assert!(f.core.release(booked.reservation, &a, ReleaseReason::Eof, None, f.now).unwrap().is_some());
+    let eof = Release::new(booked.reservation, ReleaseReason::Eof);
+    assert!(f.core.release(eof, &a, f.now).unwrap().is_some());
     let rows = f.core.reservations(None, None);
     assert!(rows.is_empty());
 }
@@ -151,7 +153,7 @@ fn leg_on_d(f: &mut Fixture, who: &Identity, lease: LeaseId, failure: Option<Leg
     f.lease = lease;
     let p = pick_as(f, who, PickKind::Decode).unwrap();
     let reason = if failure.is_some() { ReleaseReason::Failed } else { ReleaseReason::Eof };
-    f.core.release(p.reservation, who, reason, failure, f.now).unwrap().unwrap()
+    f.core.release(Release { id: p.reservation, reason, failure }, who, f.now).unwrap().unwrap()
 }
 
 fn ejected(f: &Fixture) -> Vec<&'static str> {

@@ -148,7 +148,7 @@ pub(super) async fn send<C: PickCalls>(mut batch: Vec<Asked>, mut calls: C, unar
         .map(|asked| pb::PickItem {
             kind: pb::PickKind::from(asked.kind) as i32,
             pick: Some(asked.pick.clone()),
-            trace_context: infera_proto::telemetry::inject_map(&asked.span),
+            trace_context: infera_runtime::telemetry::inject_map(&asked.span),
         })
         .collect();
     let mut req = tonic::Request::new(pb::PickManyRequest { picks });
@@ -185,7 +185,7 @@ async fn one_by_one<C: PickCalls>(batch: Vec<Asked>, calls: C) {
         async move {
             let mut req = tonic::Request::new(asked.pick);
             req.set_timeout(asked.timeout);
-            infera_proto::telemetry::inject_metadata(&asked.span, req.metadata_mut());
+            infera_runtime::telemetry::inject_metadata(&asked.span, req.metadata_mut());
             let _ = asked.answer.send(calls.pick_one(asked.kind, req).await);
         }
     });

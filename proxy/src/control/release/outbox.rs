@@ -11,31 +11,25 @@ use std::time::Duration;
 
 use infera_proto::error::{ErrorReason, StatusReason};
 use infera_proto::pb::{self, router_client::RouterClient};
-use infera_proto::types::{LeaseId, LegFailure, ReleaseReason};
+use infera_proto::types::{LeaseId, Release};
 use tokio::sync::mpsc;
 use tonic::{Code, Status};
 
 use crate::control::credential::RouterCalls;
-use crate::control::legs::Booking;
 
 /// Releases one `ReleaseMany` carries at most (control refuses more than 4,096).
 const MAX_BATCH: usize = 1024;
 
-/// One release waiting to go out.
+/// One release waiting to go out, with the lease its reservation was booked under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Queued {
-    pub(super) booking: Booking,
-    pub(super) reason: ReleaseReason,
-    pub(super) failure: Option<LegFailure>,
+    pub(super) lease: LeaseId,
+    pub(super) release: Release,
 }
 
 impl Queued {
     fn message(&self) -> pb::ReleaseRequest {
-        pb::ReleaseRequest {
-            reservation_id: self.booking.reservation.to_string(),
-            reason: pb::ReleaseReason::from(self.reason) as i32,
-            failure: self.failure.map_or(0, |f| pb::LegFailure::from(f) as i32),
-        }
+        pb::ReleaseRequest::from(&self.release)
     }
 }
 
@@ -123,7 +117,7 @@ pub(super) async fn send<D: Destination>(mut batch: Vec<Queued>, to: D) {
             Err(s) => {
                 // The lease ended (control released everything it held), or its control is gone:
                 // the leg was re-declared under the next lease.
-                batch.retain(|q| to.holds(q.booking.lease));
+                batch.retain(|q| to.holds(q.lease));
                 if batch.is_empty() {
                     return;
                 }
@@ -143,15 +137,15 @@ async fn send_one<D: Destination>(queued: Queued, to: D) {
         match to.calls().release(queued.message()).await {
             Ok(()) => return,
             Err(s) if not_needed(&s) => {
-                tracing::debug!(reservation = %queued.booking.reservation, status = %s.message(), "release not needed");
+                tracing::debug!(reservation = %queued.release.id, status = %s.message(), "release not needed");
                 return;
             }
             Err(s) => {
-                if !to.holds(queued.booking.lease) {
+                if !to.holds(queued.lease) {
                     return;
                 }
                 to.failed();
-                tracing::debug!(reservation = %queued.booking.reservation, code = ?s.code(), "release failed; retrying");
+                tracing::debug!(reservation = %queued.release.id, code = ?s.code(), "release failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }

@@ -102,13 +102,13 @@ fn classify(status: http::StatusCode, stream: bool, text: &str) -> End {
             End::Broken(format!("200 without an answer: {text}"))
         };
     }
-    let events: Vec<&str> = text.split("\n\n").filter_map(|e| e.trim().strip_prefix("data: ")).collect();
+    let events = infera_testkit::sse::data(text);
     if let Some(e) = events.iter().find(|e| e.starts_with("{\"error\"")) {
         let v: Value = serde_json::from_str(e).unwrap_or(Value::Null);
         return End::Error(kind("SSE", &v["error"]));
     }
-    match events.last() {
-        Some(&"[DONE]") => End::Ok,
+    match events.last().map(String::as_str) {
+        Some("[DONE]") => End::Ok,
         _ => End::Broken(format!("stream ended without [DONE]: {text}")),
     }
 }

@@ -1,5 +1,7 @@
 use std::sync::{Arc, Mutex};
 
+use infera_proto::types::ReleaseReason;
+
 use super::*;
 
 /// A control as the outbox sees it: what it was sent, and how it answers.
@@ -65,9 +67,8 @@ fn lease(n: u64) -> LeaseId {
 
 fn queued(lease_n: u64, n: u64) -> Queued {
     Queued {
-        booking: Booking { reservation: format!("r-00000001-{n}").parse().unwrap(), lease: lease(lease_n) },
-        reason: ReleaseReason::Eof,
-        failure: None,
+        lease: lease(lease_n),
+        release: Release::new(format!("r-00000001-{n}").parse().unwrap(), ReleaseReason::Eof),
     }
 }
 

@@ -1,4 +1,4 @@
-//! TLS for infera's servers and for the channels to control (feature `tls`), on rustls with ring.
+//! TLS for infera's servers and for the channels to control, on rustls with ring.
 //!
 //! A server's certificate chain, key and optional client CA are files, read at start and again
 //! on [`ServerTls::reload`] (the binaries call it on SIGHUP). A reload that does not load leaves

@@ -11,7 +11,7 @@ pub mod pki;
 pub mod secure;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +19,11 @@ use std::time::{Duration, Instant};
 pub use intruder::Intruder;
 pub use secure::{Auth, NO_ROLE, ROOT};
 
-use crate::{EtcdConfig, EtcdSecurity};
+use infera_registry::{EtcdConfig, EtcdSecurity};
+
+// The kernel picks a free port; etcd binds it right after. Another process could take it in
+// between, which `start` reports as a start failure (and tries again on fresh ports).
+use crate::ports::free_port;
 
 /// A running (or stopped) test etcd.
 #[derive(Debug)]
@@ -34,15 +38,6 @@ pub struct EtcdServer {
     metrics_port: u16,
     /// TLS, client certificates and auth (`None`: plain and open).
     secure: Option<secure::Secure>,
-}
-
-fn free_port() -> u16 {
-    // The kernel picks a free port; etcd binds it right after. Another process could take it
-    // in between, which `start` reports as a start failure.
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// A temp dir for etcd's data, in memory where the machine has `/dev/shm`: etcd fsyncs every
@@ -85,7 +80,7 @@ impl EtcdServer {
 
     /// Starts etcd as deployments run it: TLS only on the client port, a client certificate
     /// its CA signed required of every client, and auth on with infera's roles, a user per role
-    /// ([`crate::roles`]), [`ROOT`] and [`NO_ROLE`]. Certificates and passwords are made now.
+    /// ([`infera_registry::roles`]), [`ROOT`] and [`NO_ROLE`]. Certificates and passwords are made now.
     pub fn start_secure() -> Self {
         Self::start_secure_on(std::net::Ipv4Addr::LOCALHOST.into())
     }
@@ -96,7 +91,7 @@ impl EtcdServer {
     }
 
     /// TLS with client certificates required, but auth not on yet and no user or role: what an
-    /// operator's script ([`crate::roles::script`]) starts from. [`EtcdServer::etcdctl_env`]
+    /// operator's script ([`infera_registry::roles::script`]) starts from. [`EtcdServer::etcdctl_env`]
     /// is root's etcdctl.
     pub fn start_tls_only() -> Self {
         Self::start_with(std::net::Ipv4Addr::LOCALHOST.into(), Setup::TlsOnly)
@@ -295,6 +290,8 @@ impl Drop for EtcdServer {
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpListener;
+
     use super::*;
 
     #[test]

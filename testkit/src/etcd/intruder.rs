@@ -13,8 +13,8 @@ use etcd_client::{Certificate, ConnectOptions, GetOptions, Identity, TlsOptions}
 
 use super::EtcdServer;
 use super::secure::{NO_ROLE, STRANGER};
-use crate::client::ClientIdentity;
-use crate::{RegistryError, keys, roles};
+use infera_registry::client::ClientIdentity;
+use infera_registry::{RegistryError, keys, roles};
 
 /// A client without the right credentials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl EtcdServer {
     /// Every key under `/infera/` with its value and the revision it was last written at, read
     /// as root.
     pub async fn infera_keys(&self) -> BTreeMap<String, (String, i64)> {
-        let mut client = crate::connect(&self.root()).await.expect("root connects");
+        let mut client = infera_registry::connect(&self.root()).await.expect("root connects");
         let resp = client.get("/infera/", Some(GetOptions::new().with_prefix())).await.expect("root reads");
         resp.kvs()
             .iter()

@@ -1,6 +1,6 @@
 //! A secured test etcd: TLS on the client port with client certificates required
 //! (`--client-cert-auth`, `--trusted-ca-file`, `--cert-file`, `--key-file`), and etcd auth on
-//! with infera's roles ([`crate::roles`]), set up through the client API as an operator would
+//! with infera's roles ([`infera_registry::roles`]), set up through the client API as an operator would
 //! with etcdctl: the roles and their permissions, a user per role, `root`, a user with no role,
 //! then `auth_enable`.
 
@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::pki::Ca;
-use crate::client::ClientIdentity;
-use crate::{EtcdSecurity, roles};
+use infera_registry::client::ClientIdentity;
+use infera_registry::{EtcdSecurity, roles};
 
 /// etcd's root user (operators; no infera part runs as it).
 pub const ROOT: &str = "root";
@@ -113,10 +113,11 @@ impl Secure {
     /// Creates infera's roles, the users, and turns auth on, as root (before auth is on, the
     /// client certificate is all etcd asks for). Blocks: its own thread and runtime.
     pub(super) fn set_up_auth(&self, url: &str) {
-        let etcd = crate::EtcdConfig::new(vec![url.to_owned()], self.security(ROOT, Auth::Certificate))
-            .expect("root's settings");
+        let etcd =
+            infera_registry::EtcdConfig::new(vec![url.to_owned()], self.security(ROOT, Auth::Certificate))
+                .expect("root's settings");
         let setup = async move {
-            let mut c = crate::connect(&etcd).await?;
+            let mut c = infera_registry::connect(&etcd).await?;
             for role in roles::ROLES {
                 roles::grant(&mut c, &role).await?;
             }
@@ -127,7 +128,7 @@ impl Secure {
                 }
             }
             c.auth_enable().await?;
-            Ok::<(), crate::RegistryError>(())
+            Ok::<(), infera_registry::RegistryError>(())
         };
         std::thread::scope(|s| {
             s.spawn(|| {

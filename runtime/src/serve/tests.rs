@@ -180,7 +180,6 @@ async fn past_the_connection_cap_a_client_is_closed_at_once_and_counted() {
     assert!(served.is_success());
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test]
 async fn a_grpc_listener_is_closed_the_moment_its_incoming_stream_is_dropped() {
     use tokio_stream::StreamExt as _;

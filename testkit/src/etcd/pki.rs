@@ -1,8 +1,8 @@
 //! Certificates for a secured test etcd, made at run time with rcgen: a CA, etcd's server
 //! certificate for its address, and client certificates whose common name is the etcd user
 //! (etcd `--client-cert-auth` takes it as the user when a client sends no token). A second,
-//! foreign CA makes certificates etcd must refuse. The test kit's CA (`infera_testkit::tls`)
-//! issues its certificates with the same [`Ca`].
+//! foreign CA makes certificates etcd must refuse. The kit's CA ([`crate::tls`]) issues its
+//! certificates with the same [`Ca`].
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 
-use crate::client::ClientIdentity;
+use infera_registry::client::ClientIdentity;
 
 /// A CA whose files are written under a directory.
 #[derive(Debug)]

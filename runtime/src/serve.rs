@@ -1,16 +1,13 @@
-//! How every binary serves HTTP and stops (feature `serve`): one shutdown signal that every
+//! How every binary serves HTTP and stops: one shutdown signal that every
 //! task of a server waits on ([`Stop`]), and one hyper accept loop (HTTP/1 and HTTP/2, no
 //! Nagle) that stops accepting on it and lets open connections finish ([`serve_http`]), plain
-//! or behind TLS (feature `tls`). The proxy's API, the sim's API and
+//! or behind TLS ([`tls`]). The proxy's API, the sim's API and
 //! bootstrap ports and control's `/metrics` all run on it.
 
-#[cfg(feature = "tls")]
 pub mod grpc;
 pub mod limits;
-#[cfg(feature = "tls")]
 pub mod tls;
 mod version;
-#[cfg(feature = "tls")]
 pub mod worker_client;
 
 pub use limits::{ConnLimits, Gate, GateCounts};
@@ -71,7 +68,7 @@ pub enum Drain {
 }
 
 /// How an accepted TCP connection becomes the stream HTTP runs on: [`Plain`], or TLS
-/// (`Arc<tls::ServerTls>`, feature `tls`).
+/// (`Arc<tls::ServerTls>`).
 pub trait Handshake: Clone + Send + Sync + 'static {
     /// The stream after the handshake.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
@@ -100,7 +97,6 @@ impl Handshake for Plain {
 
 /// TLS on the configuration in force when the connection arrived (a reload applies to the next
 /// connections).
-#[cfg(feature = "tls")]
 impl Handshake for std::sync::Arc<tls::ServerTls> {
     type Io = tokio_rustls::server::TlsStream<TcpStream>;
 
