@@ -6,8 +6,8 @@
 #   bench/study-fair.sh --list          # the steps, their commands and budgets; runs nothing
 #   bench/study-fair.sh ledger unsaturated   # only these steps
 #
-# Needs a release build (cargo build --release -p infera-bench -p infera-control -p infera-proxy)
-# and `cargo xtask setup` (SMG, sglang-router). Each step writes OUT/STEP/ (stdout.log with the
+# Needs a release build (cargo build --release -p infera-bench -p infera-control -p infera-proxy),
+# `cargo xtask setup` (SMG, sglang-router) and `cargo xtask traces` (the agentic traces, in traces/). Each step writes OUT/STEP/ (stdout.log with the
 # tables, study.json, the SVGs) and OUT/STEP/done when it finished; a finished step is skipped,
 # so a night cut short resumes where it stopped. Nothing else should run on the machine meanwhile:
 # the arms share its cores with whatever else does.
@@ -21,7 +21,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 B=${INFERA_BENCH_BIN:-target/release/infera-bench}
-TRACES=${INFERA_STUDY_TRACES:-../shared/traces/agentx}
+TRACES=${INFERA_STUDY_TRACES:-traces/agentx}
 OUT=${INFERA_STUDY_OUT:-target/study-fair}
 ARMS=1e6/age,least-running,round-robin,smg:round_robin,smg:least_load,smg:power_of_two,smg:cache_aware,smg:least_load:no-overload,sglang-router:cache_aware
 BEST_PEER=${INFERA_STUDY_BEST_PEER:-smg:least_load:no-overload}

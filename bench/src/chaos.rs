@@ -99,24 +99,9 @@ pub(crate) fn run(args: ChaosArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.min_tokens <= args.max_tokens, "--min-tokens is above --max-tokens");
     anyhow::ensure!((0.0..=1.0).contains(&args.stream_share), "--stream-share is a share (0–1)");
     anyhow::ensure!((0.0..=1.0).contains(&args.cancel_share), "--cancel-share is a share (0–1)");
-    binaries()?;
+    crate::binaries::release_binaries("chaos", &["infera-control", "infera-proxy"])?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(bench(args))
-}
-
-/// Control and the proxies run as processes of the binaries `INFERA_BIN_DIR` names; a bench
-/// measures release ones (`cargo xtask bench chaos` sets it).
-pub(crate) fn binaries() -> anyhow::Result<()> {
-    if std::env::var_os("INFERA_BIN_DIR").is_none() {
-        let beside = std::env::current_exe()?;
-        let hint = beside.parent().map(|d| d.display().to_string()).unwrap_or_default();
-        anyhow::bail!(
-            "set INFERA_BIN_DIR to the directory of the release infera-control and infera-proxy \
-             (e.g. INFERA_BIN_DIR={hint}), or run cargo xtask bench chaos"
-        );
-    }
-    infera_testkit::process::binary("infera-control")?;
-    infera_testkit::process::binary("infera-proxy").map(drop)
 }
 
 /// The fault shape of a run of `requests`.

@@ -80,23 +80,9 @@ pub(crate) fn run(args: FailoverArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.gap_min_ms <= args.gap_max_ms, "--gap-min-ms is above --gap-max-ms");
     anyhow::ensure!(args.streams > 0, "--streams must be at least 1");
     anyhow::ensure!(args.min_tokens <= args.max_tokens, "--min-tokens is above --max-tokens");
-    binaries()?;
+    crate::binaries::release_binaries("failover", &["infera-control"])?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(bench(args))
-}
-
-/// The controls run as processes of the binaries `INFERA_BIN_DIR` names; a bench measures release
-/// ones (`cargo xtask bench failover` sets it).
-fn binaries() -> anyhow::Result<()> {
-    let beside = std::env::current_exe()?.with_file_name("infera-control");
-    if std::env::var_os("INFERA_BIN_DIR").is_none() {
-        let hint = beside.parent().map(|d| d.display().to_string()).unwrap_or_default();
-        anyhow::bail!(
-            "set INFERA_BIN_DIR to the directory of the release infera-control (e.g. INFERA_BIN_DIR={hint}), \
-             or run cargo xtask bench failover"
-        );
-    }
-    infera_testkit::process::binary("infera-control").map(drop)
 }
 
 async fn bench(args: FailoverArgs) -> anyhow::Result<()> {

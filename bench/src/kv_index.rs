@@ -14,7 +14,6 @@
 //! - the cost a KV-aware prefill pick adds: pick + release with 2,000 page hashes against the
 //!   same pick without them.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +24,7 @@ use infera_control::target::TargetKey;
 use infera_kv::event::{KvEvent, Medium};
 use infera_kv::hash::{PageHash, chain_page, salted_page_hashes};
 
-use crate::replay::trace::{self, Format};
+use crate::replay::trace::{Format, Source};
 
 mod picks;
 
@@ -37,9 +36,10 @@ const BLOCK_TOKENS: usize = 512;
 /// Flags of `infera-bench kv-index`.
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
-    /// A Mooncake-format trace (`.jsonl` or `.jsonl.gz`).
-    #[arg(long, env = "INFERA_BENCH_TRACE")]
-    trace: PathBuf,
+    /// A Mooncake-format trace (`.jsonl` or `.jsonl.gz`); the default is the bench's built-in
+    /// synthetic one (the real ones: `cargo xtask traces`, into `traces/mooncake/`).
+    #[arg(long, env = "INFERA_BENCH_TRACE", default_value = "builtin:mooncake")]
+    trace: Source,
     /// Trace requests turned into events.
     #[arg(long, env = "INFERA_BENCH_KV_REQUESTS", default_value_t = 3_000)]
     requests: usize,
@@ -87,6 +87,7 @@ struct Store {
 /// Runs the benchmark and prints its report.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.targets > 0 && args.page_size > 0, "--targets and --page-size must be positive");
+    args.trace.announce();
     let prompts = load_prompts(&args)?;
     let stores = events(&prompts, &args);
     let pages: usize = stores.iter().map(|s| s.pages).sum();
@@ -241,7 +242,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 /// The token ids of the first `--requests` trace requests.
 fn load_prompts(args: &Args) -> anyhow::Result<Vec<Vec<u32>>> {
     let mut prompts = Vec::with_capacity(args.requests);
-    for session in trace::open(&args.trace, Format::Mooncake)?.take(args.requests) {
+    for session in args.trace.open(Format::Mooncake)?.take(args.requests) {
         let session = session?;
         for turn in &session.turns {
             let mut tokens = Vec::with_capacity(turn.input_tokens as usize);
@@ -386,4 +387,21 @@ fn p50_p99(v: &[f64]) -> (f64, f64) {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)])
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::replay::trace::{Builtin, Source};
+
+    #[test]
+    fn without_a_trace_the_defaults_run_on_the_builtin_mooncake_trace() {
+        let parsed = crate::Args::try_parse_from(["infera-bench", "kv-index"]).unwrap();
+        let crate::Cmd::KvIndex(args) = parsed.command else { panic!("not kv-index") };
+        assert_eq!(args.trace, Source::Builtin(Builtin::Mooncake));
+        let prompts = super::load_prompts(&args).unwrap();
+        let long = prompts.iter().filter(|p| p.len() >= args.query_pages * args.page_size).count();
+        assert!(long > 0, "no prompt of {} pages for the default query", args.query_pages);
+    }
 }

@@ -27,7 +27,7 @@ use serde_json::json;
 
 use crate::replay::report::Report;
 use crate::replay::schedule::Shaping;
-use crate::replay::trace::Format;
+use crate::replay::trace::{Format, Source};
 use crate::replay::{Mode, Plan};
 use bound::{Offline, infinite_cache_bound, offline_longest_prefix, requests};
 use deploy::{Deployment, MODEL, Spec};
@@ -35,9 +35,11 @@ use deploy::{Deployment, MODEL, Spec};
 /// Flags of `infera-bench kv-study`.
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
-    /// A Mooncake-format trace (`.jsonl` or `.jsonl.gz`).
-    #[arg(long, env = "INFERA_BENCH_TRACE")]
-    trace: PathBuf,
+    /// A Mooncake-format trace (`.jsonl` or `.jsonl.gz`); the default is the bench's built-in
+    /// synthetic one (the real ones: `cargo xtask traces`, then
+    /// `--trace traces/mooncake/conversation_trace.jsonl.gz`).
+    #[arg(long, env = "INFERA_BENCH_TRACE", default_value = "builtin:mooncake")]
+    trace: Source,
     /// Trace requests replayed per arm (the first ones).
     #[arg(long, env = "INFERA_BENCH_KV_STUDY_REQUESTS", default_value_t = 1_000)]
     requests: usize,
@@ -80,6 +82,7 @@ struct ArmResult {
 /// Runs every arm and prints the table.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.prefills > 0 && args.requests > 0, "--prefills and --requests must be positive");
+    args.trace.announce();
     let window = requests(&args)?;
     let (bound, offline) = (infinite_cache_bound(&window), offline_longest_prefix(&window, args.prefills));
     let dir = tempfile::tempdir()?;
@@ -120,7 +123,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                        "picks_on_the_best_holder": r.picks.on_best_holder, "replay": r.report.json()})
             })
             .collect();
-        let out = json!({"trace": args.trace.display().to_string(), "requests": args.requests, "prefills": args.prefills,
+        let out = json!({"trace": args.trace.to_string(), "requests": args.requests, "prefills": args.prefills,
                          "infinite_cache_bound": bound,
                          "offline_longest_prefix": {"hit_ratio": offline.hit_ratio, "computed_tokens": offline.computed},
                          "arms": arms});
@@ -282,7 +285,7 @@ mod tests {
 
     fn args(path: &std::path::Path, requests: usize) -> Args {
         Args {
-            trace: path.to_owned(),
+            trace: Source::File(path.to_owned()),
             requests,
             prefills: 2,
             speedup: 1.0,
@@ -293,6 +296,19 @@ mod tests {
             overlap_credit: Vec::new(),
             json: None,
         }
+    }
+
+    #[test]
+    fn without_a_trace_it_runs_on_the_builtin_mooncake_trace() {
+        use clap::Parser as _;
+        let parsed = crate::Args::try_parse_from(["infera-bench", "kv-study"]).unwrap();
+        let crate::Cmd::KvStudy(a) = parsed.command else { panic!("not kv-study") };
+        assert_eq!(a.trace, Source::Builtin(crate::replay::trace::Builtin::Mooncake));
+        // The default window is the whole built-in trace, with prefixes to find.
+        let window = requests(&a).unwrap();
+        assert_eq!(window.len(), a.requests);
+        let bound = infinite_cache_bound(&window);
+        assert!((0.2..0.7).contains(&bound), "{bound}");
     }
 
     #[test]

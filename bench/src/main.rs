@@ -32,6 +32,7 @@
 //!   with the session cache, against parsing the request's JSON.
 
 mod attack;
+mod binaries;
 mod bpe_compare;
 mod chaos;
 mod control;

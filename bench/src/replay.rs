@@ -11,7 +11,8 @@
 //! - [`report`]: the summary, as text and as JSON (`--json FILE`).
 //!
 //! Mooncake replays open loop by default, agentic traces closed loop; `--mode` overrides
-//! (closed loop over Mooncake treats each request as a one-turn session).
+//! (closed loop over Mooncake treats each request as a one-turn session). Without `--trace` it
+//! replays a built-in synthetic trace ([`trace::synthetic`]) of the kind the flags ask for.
 
 mod drive;
 pub(crate) mod goodput;
@@ -24,7 +25,7 @@ pub(crate) mod seed_load;
 pub(crate) mod trace;
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -34,7 +35,7 @@ use infera_sim::params::TimingParams;
 use ranks::Sampler;
 use report::{Report, Sample};
 use schedule::{Job, Ran, Shaping};
-use trace::Format;
+use trace::{Builtin, Format, Source};
 
 /// How requests are paced.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,9 +48,12 @@ pub(crate) enum Mode {
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ReplayArgs {
-    /// The trace: Mooncake JSONL or agentic session JSONL, optionally `.gz`.
+    /// The trace: Mooncake JSONL or agentic session JSONL, optionally `.gz`, or a built-in
+    /// synthetic one, `builtin:mooncake` or `builtin:agentic` (real traces: `cargo xtask
+    /// traces`, into `traces/`). Default: the built-in agentic trace with `--format agentic`,
+    /// `--mode closed` or `--match-seed-load`, else the built-in Mooncake one.
     #[arg(long, env = "INFERA_BENCH_TRACE")]
-    trace: PathBuf,
+    trace: Option<Source>,
     /// The trace format.
     #[arg(long, env = "INFERA_BENCH_FORMAT", value_enum, default_value_t = Format::Auto)]
     format: Format,
@@ -154,21 +158,31 @@ impl ReplayArgs {
         })
     }
 
+    /// `--trace`, else the built-in trace of the kind the other flags ask for.
+    fn source(&self) -> Source {
+        let agentic = match self.format {
+            Format::Auto => self.mode == Some(Mode::Closed) || self.match_seed_load,
+            f => f == Format::Agentic,
+        };
+        let builtin = if agentic { Builtin::Agentic } else { Builtin::Mooncake };
+        self.trace.clone().unwrap_or(Source::Builtin(builtin))
+    }
+
     /// The run these flags describe (`--match-seed-load` reads the trace's first sessions).
     pub(crate) fn plan(&self) -> anyhow::Result<Plan> {
         let mut shaping = self.shaping()?;
+        let trace = self.source();
         let format = match self.format {
-            Format::Auto => detect(&self.trace)?,
+            Format::Auto => detect(&trace)?,
             f => f,
         };
         if self.match_seed_load {
-            let load =
-                seed_load::from_trace(&self.trace, format, shaping.concurrency, shaping.idle_gap_cap_s)?;
+            let load = seed_load::from_trace(&trace, format, shaping.concurrency, shaping.idle_gap_cap_s)?;
             eprintln!("{load}");
             (shaping.think_time_scale, shaping.output_scale) = (load.think_time_scale, load.output_scale);
         }
         Ok(Plan {
-            trace: self.trace.clone(),
+            trace,
             format,
             urls: self.url.clone(),
             model: self.model.clone(),
@@ -202,7 +216,7 @@ pub(crate) struct Loads {
 /// One replay, fully decided.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
-    pub(crate) trace: PathBuf,
+    pub(crate) trace: Source,
     /// Never `Auto`.
     pub(crate) format: Format,
     /// The routers' base URLs; sessions are spread over them.
@@ -223,6 +237,7 @@ pub(crate) struct Plan {
 }
 
 pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    args.source().announce();
     let plan = args.plan()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = rt.block_on(replay(&plan))?;
@@ -235,8 +250,8 @@ pub(crate) fn run(args: ReplayArgs) -> anyhow::Result<()> {
 }
 
 /// The first session's format, for `--format auto`.
-fn detect(path: &Path) -> anyhow::Result<Format> {
-    let mut reader = trace::open(path, Format::Auto)?;
+fn detect(source: &Source) -> anyhow::Result<Format> {
+    let mut reader = source.open(Format::Auto)?;
     let first = reader.next().transpose()?;
     let agentic = first.is_some_and(|s| s.turns.len() != 1 || s.block_tokens != trace::MOONCAKE_BLOCK_TOKENS);
     Ok(if agentic { Format::Agentic } else { Format::Mooncake })
@@ -250,9 +265,11 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
         !(mode == Mode::Open && format == Format::Agentic),
         "open-loop replay needs trace-wide timestamps (Mooncake); agentic sessions replay closed loop"
     );
-    let sessions = trace::open(&plan.trace, format)?
+    let sessions = plan
+        .trace
+        .open(format)?
         .skip(plan.session_offset)
-        .chain(trace::open(&plan.trace, format)?.take(plan.session_offset));
+        .chain(plan.trace.open(format)?.take(plan.session_offset));
     let origin = Instant::now();
     anyhow::ensure!(!plan.urls.is_empty(), "no URL to replay against");
     let first = Target::new(&plan.urls[0], &plan.model, origin)?;
@@ -313,8 +330,7 @@ pub(crate) async fn replay(plan: &Plan) -> anyhow::Result<Report> {
         eprintln!("{failed} requests failed; the first: {e}");
     }
     let mode_name = if mode == Mode::Open { "open" } else { "closed" };
-    let mut report =
-        Report::new(plan.trace.display().to_string(), mode_name, shaping, &samples, failed, warmup);
+    let mut report = Report::new(plan.trace.to_string(), mode_name, shaping, &samples, failed, warmup);
     report.cut = ran.cut;
     Ok(match (rank_samples, &plan.loads) {
         (Some((ranks, errors)), Some(loads)) => {
@@ -352,3 +368,31 @@ async fn progress_line(target: Target) {
 
 #[cfg(test)]
 mod e2e;
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::trace::{Builtin, Source};
+
+    /// `infera-bench replay ARGS…`'s trace.
+    fn source(args: &[&str]) -> Source {
+        let argv = ["infera-bench", "replay"].into_iter().chain(args.iter().copied());
+        let crate::Cmd::Replay(args) = crate::Args::try_parse_from(argv).unwrap().command else {
+            panic!("not replay")
+        };
+        args.source()
+    }
+
+    #[test]
+    fn without_a_trace_the_flags_pick_the_builtin_one() {
+        assert_eq!(source(&[]), Source::Builtin(Builtin::Mooncake));
+        assert_eq!(source(&["--mode", "open"]), Source::Builtin(Builtin::Mooncake));
+        assert_eq!(source(&["--mode", "closed"]), Source::Builtin(Builtin::Agentic));
+        assert_eq!(source(&["--match-seed-load"]), Source::Builtin(Builtin::Agentic));
+        assert_eq!(source(&["--format", "agentic"]), Source::Builtin(Builtin::Agentic));
+        assert_eq!(source(&["--format", "mooncake", "--mode", "closed"]), Source::Builtin(Builtin::Mooncake));
+        assert_eq!(source(&["--trace", "builtin:agentic"]), Source::Builtin(Builtin::Agentic));
+        assert_eq!(source(&["--trace", "t.jsonl.gz"]), Source::File("t.jsonl.gz".into()));
+    }
+}

@@ -51,7 +51,7 @@ use table::Label;
 use crate::replay::report::Report;
 use crate::replay::schedule::Shaping;
 use crate::replay::seed_load::{self, SeedLoad};
-use crate::replay::trace::Format;
+use crate::replay::trace::{Format, Source};
 use crate::replay::{Loads, Mode, Plan};
 
 /// `infera-bench study …`.
@@ -88,9 +88,11 @@ impl LoadPoint {
 /// `study decode-weight` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DecodeWeightArgs {
-    /// The agentic trace (session JSONL, optionally `.gz`).
-    #[arg(long, env = "INFERA_BENCH_TRACE")]
-    trace: PathBuf,
+    /// The agentic trace (session JSONL, optionally `.gz`); the default is the bench's built-in
+    /// synthetic one (the real ones: `cargo xtask traces`, then
+    /// `--trace traces/agentx/weka_v8.jsonl.gz`).
+    #[arg(long, env = "INFERA_BENCH_TRACE", default_value = "builtin:agentic")]
+    trace: Source,
     /// Scenarios, each with every load point and arm.
     #[arg(long, env = "INFERA_BENCH_SCENARIOS", value_enum, value_delimiter = ',', default_value = "steady")]
     scenarios: Vec<Scenario>,
@@ -248,6 +250,7 @@ pub(crate) struct LoadRun {
 
 pub(crate) fn run(args: StudyArgs) -> anyhow::Result<()> {
     let Which::DecodeWeight(args) = args.study;
+    args.trace.announce();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let loads = rt.block_on(decode_weight(&args))?;
@@ -536,8 +539,8 @@ mod tests {
     #[test]
     fn every_flag_follows_the_cli_conventions() {
         let study = super::DecodeWeightArgs::augment_args(clap::Command::new("decode-weight"));
-        infera_proto::cli::check_conventions(study);
+        infera_runtime::cli::check_conventions(study);
         let replay = crate::replay::ReplayArgs::augment_args(clap::Command::new("replay"));
-        infera_proto::cli::check_conventions(replay);
+        infera_runtime::cli::check_conventions(replay);
     }
 }

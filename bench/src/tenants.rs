@@ -150,7 +150,7 @@ pub(crate) fn run(args: TenantsArgs) -> anyhow::Result<()> {
         "--proxies and --decode-ranks must be at least 1"
     );
     anyhow::ensure!(args.steady_weight > 0.0 && args.flood_weight > 0.0, "weights must be positive");
-    crate::chaos::binaries()?;
+    crate::binaries::release_binaries("tenants", &["infera-control", "infera-proxy"])?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let mut runs = Vec::new();

@@ -13,7 +13,7 @@ pub(super) type Request = Vec<(BlockId, u64)>;
 /// The first `--requests` requests of the trace as blocks, read once for both measures.
 pub(super) fn requests(args: &Args) -> anyhow::Result<Vec<Request>> {
     let mut out: Vec<Request> = Vec::new();
-    for session in trace::open(&args.trace, Format::Mooncake)?.take(args.requests) {
+    for session in args.trace.open(Format::Mooncake)?.take(args.requests) {
         for turn in &session?.turns {
             let mut left = u64::from(turn.input_tokens);
             let blocks = turn

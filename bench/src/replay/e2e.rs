@@ -1,6 +1,7 @@
 //! End to end: 30 requests in the Mooncake format (made here: 3 per 3-second tick, all sharing
-//! their first block, as the conversation trace does), open loop at a high speed-up, against an
-//! in-process sim worker on a port-0 listener (bound before the run starts, so no waiting).
+//! their first block, as the conversation trace does), open loop at a high speed-up, and the
+//! built-in agentic trace closed loop (no `--trace`), each against an in-process sim worker on a
+//! port-0 listener (bound before the run starts, so no waiting).
 
 use clap::Parser;
 use tokio::net::TcpListener;
@@ -36,10 +37,11 @@ fn mooncake_trace(n: u64) -> tempfile::NamedTempFile {
     file
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replays_a_mooncake_trace_against_a_sim() {
-    let trace_file = mooncake_trace(30);
-    let trace_path = trace_file.path().to_str().unwrap().to_owned();
+/// A running sim: its base URL, its stop and its task.
+type Sim = (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>);
+
+/// A sim worker serving model `m`.
+async fn start_sim() -> Sim {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();
     let port = addr.port().to_string();
@@ -65,8 +67,14 @@ async fn replays_a_mooncake_trace_against_a_sim() {
     let sim = tokio::spawn(infera_sim::run(infera_sim::Listeners { http, bootstrap: None }, config, async {
         let _ = stopped.await;
     }));
+    (format!("http://{addr}"), stop, sim)
+}
 
-    let url = format!("http://{addr}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_a_mooncake_trace_against_a_sim() {
+    let trace_file = mooncake_trace(30);
+    let trace_path = trace_file.path().to_str().unwrap().to_owned();
+    let (url, stop, sim) = start_sim().await;
     let cli = Cli::try_parse_from([
         "replay",
         "--trace",
@@ -97,6 +105,36 @@ async fn replays_a_mooncake_trace_against_a_sim() {
     // Not ITL: under CPU load a request's tokens may all arrive in one chunk (no gaps).
     assert!(report.ttft_ms.p50.is_some(), "{report}");
     assert_eq!(report.json()["shaping"]["speedup"], 100.0);
+
+    let _ = stop.send(());
+    sim.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_trace_closed_loop_replays_the_builtin_agentic_sessions() {
+    let (url, stop, sim) = start_sim().await;
+    let cli = Cli::try_parse_from([
+        "replay",
+        "--url",
+        &url,
+        "--mode",
+        "closed",
+        "--concurrency",
+        "2",
+        "--max-requests",
+        "6",
+        "--think-time-scale",
+        "0",
+        "--output-scale",
+        "0.02",
+        "--quiet",
+    ])
+    .unwrap();
+    let plan = cli.replay.plan().unwrap();
+    assert_eq!(plan.trace.to_string(), "builtin:agentic");
+    let report = replay(&plan).await.unwrap();
+    assert_eq!((report.completed, report.failed), (6, 0), "{report}");
+    assert_eq!((report.mode, report.trace.as_str()), ("closed", "builtin:agentic"));
 
     let _ = stop.send(());
     sim.await.unwrap().unwrap();

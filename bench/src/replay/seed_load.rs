@@ -18,9 +18,7 @@
 //! It changes nothing else: lengths and think times keep the trace's shape, only their means
 //! move to the original study's.
 
-use std::path::Path;
-
-use super::trace::{self, Format, Session, TraceError};
+use super::trace::{Format, Session, Source, TraceError};
 
 /// Mean output tokens per request at the original study's operating point.
 pub(crate) const SEED_OUTPUT_TOKENS: f64 = 1_000.0;
@@ -65,14 +63,14 @@ pub(crate) fn measure(sessions: &[Session], cap_s: f64) -> SeedLoad {
     }
 }
 
-/// Reads the first `sessions` sessions of the trace at `path` and measures them.
+/// Reads the first `sessions` sessions of the trace and measures them.
 pub(crate) fn from_trace(
-    path: &Path,
+    trace: &Source,
     format: Format,
     sessions: usize,
     cap_s: f64,
 ) -> Result<SeedLoad, TraceError> {
-    let read: Vec<Session> = trace::open(path, format)?.take(sessions).collect::<Result<_, _>>()?;
+    let read: Vec<Session> = trace.open(format)?.take(sessions).collect::<Result<_, _>>()?;
     Ok(measure(&read, cap_s))
 }
 

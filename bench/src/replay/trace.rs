@@ -15,12 +15,18 @@
 //! next `think_time` spans the sub-agents' run: that turn's think time here is the trace's
 //! less the group's longest `duration_ms`, at least 0. Markers nested inside a sub-agent are
 //! dropped (none occur in the published sets).
+//!
+//! - [`source`]: `--trace` — a file, or a built-in trace ([`synthetic`]) read the same way.
+
+mod source;
+pub(crate) mod synthetic;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::Value;
+pub(crate) use source::{Builtin, Source};
 
 /// Tokens per Mooncake hash block.
 pub(crate) const MOONCAKE_BLOCK_TOKENS: u32 = 512;
@@ -87,6 +93,8 @@ pub(crate) enum TraceError {
     Json { line: usize, source: serde_json::Error },
     #[error("line {line}: {what}")]
     Field { line: usize, what: String },
+    #[error("{name} is not a {wanted:?} trace")]
+    Builtin { name: String, wanted: Format },
 }
 
 /// Sessions from a trace, parsed as they are read.

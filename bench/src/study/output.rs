@@ -95,7 +95,7 @@ fn catch_up(a: &ArmRun, e: &events::Applied) -> Option<Option<f64>> {
 pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
     json!({
         "study": "decode-weight",
-        "trace": args.trace.display().to_string(),
+        "trace": args.trace.to_string(),
         "deployment": {
             "shape": "in process: prefill sims (1 rank, 8k chunks) + decode sims (TP = ranks, DP attention) + infera-control + infera-proxy per router; an SMG arm: the same sims behind `smg launch --pd-disaggregation --dp-aware` per router instead",
             "prefill_schedule_policy": args.prefill_schedule_policy,

@@ -47,3 +47,37 @@ pub(super) fn screened(args: &DecodeWeightArgs, done: &[ArmRun]) -> Vec<Arm> {
     keep.extend(eligible.into_iter().take(args.screen_keep).map(|(a, _)| a));
     keep
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Parser as _, ValueEnum as _};
+
+    use super::super::scenario::Scenario;
+    use super::super::{LoadPoint, StudyArgs, Which};
+    use super::Pairing;
+    use crate::replay::trace::{Builtin, Source, synthetic};
+
+    /// Without `--trace` the study runs on the built-in agentic trace, which has two sessions for
+    /// every lane of every scenario at the default concurrency and a window of its own for each
+    /// of five runs.
+    #[test]
+    fn the_default_trace_is_the_builtin_one_and_fills_every_lane() {
+        let parsed = crate::Args::try_parse_from(["infera-bench", "study", "decode-weight"]).unwrap();
+        let crate::Cmd::Study(StudyArgs { study: Which::DecodeWeight(args) }) = parsed.command else {
+            panic!("not the study")
+        };
+        assert_eq!(args.trace, Source::Builtin(Builtin::Agentic));
+        args.validate().unwrap();
+        for scenario in Scenario::value_variants() {
+            let topology = scenario.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
+            let (shaping, _) = args.shaping(LoadPoint::Published, &topology).unwrap();
+            assert!(2 * shaping.concurrency <= synthetic::AGENTIC_SESSIONS, "{}", scenario.name());
+        }
+        assert!(Pairing::of(&args, 5).session_offset < synthetic::AGENTIC_SESSIONS);
+        let steady = Scenario::Steady.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
+        let (shaping, seed) = args.shaping(LoadPoint::Seed, &steady).unwrap();
+        let seed = seed.unwrap();
+        assert_eq!(seed.sessions, args.concurrency);
+        assert!(shaping.output_scale > 1.0 && shaping.think_time_scale > 0.0, "{seed}");
+    }
+}
