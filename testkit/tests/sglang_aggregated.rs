@@ -336,3 +336,57 @@ fn the_step_predicted_from_the_ledger_is_checked_against_the_engines_own() {
         cluster.stop().await.unwrap();
     });
 }
+
+#[test]
+fn fleet_admission_queues_a_request_the_real_engine_has_no_room_for_and_admits_it_once_a_stream_ends() {
+    run(async {
+        let w = world().await;
+        let mut spec = infera_testkit::ClusterSpec::new(MODEL, Vec::new()).running([w.single.record.clone()]);
+        spec.proxies = 1;
+        spec.proxy_flags = sglang::tokenizer_flags();
+        spec.proxy_flags.extend(["--queue-timeout-ms".to_owned(), "60000".to_owned()]);
+        spec.control = spec.control.flags(["--admission", "on", "--max-requests-per-rank", "1"]);
+        let cluster = spec.start().await.expect("cluster");
+        let url = format!("{}/v1/chat/completions", cluster.proxies[0].url);
+        let chat = |max_tokens: u32, stream: bool| {
+            let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Count on."}],
+                "max_tokens": max_tokens, "stream": stream, "ignore_eos": true});
+            bytes::Bytes::from(body.to_string())
+        };
+        // The engine's one rank holds a long stream (its first event read, the rest left).
+        let resp = http::send(hyper::Method::POST, &url, chat(3_000, true), &[]).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut held = resp.into_body();
+        http_body_util::BodyExt::frame(&mut held).await.unwrap().unwrap();
+        // A batch request finds no room and waits in control, not at the engine.
+        let (batch_url, batch_body) = (url.clone(), chat(4, false));
+        let batch = tokio::spawn(async move {
+            let resp = http::send(
+                hyper::Method::POST,
+                &batch_url,
+                batch_body,
+                &[("x-infera-service-class", "batch")],
+            )
+            .await;
+            resp.unwrap().status()
+        });
+        let series = format!("infera_router_admission_waiting{{model=\"{MODEL}\",class=\"batch\"}} 1");
+        eventually::poll(Duration::from_secs(30), "a batch request waiting in control", async || {
+            cluster.control.metrics().await.ok()?.lines().any(|l| l == series).then_some(())
+        })
+        .await
+        .unwrap();
+        assert!(!batch.is_finished(), "the rank still holds the stream");
+        // The client leaves: the stream's release admits the waiter, which the engine answers.
+        drop(held);
+        assert_eq!(batch.await.unwrap(), 200);
+        let metrics = cluster.control.metrics().await.unwrap();
+        let waited = format!(
+            "infera_router_admissions_total{{model=\"{MODEL}\",class=\"batch\",outcome=\"waited\"}} 1"
+        );
+        assert!(metrics.lines().any(|l| l == waited), "{waited} in\n{metrics}");
+        engine_idle(&w.single).await;
+        cluster.ledger_returns_to_zero().await.unwrap();
+        cluster.stop().await.unwrap();
+    });
+}
