@@ -41,8 +41,6 @@ pub const CEILING: f64 = 1e8;
 pub const SETTLED: f64 = 1.25;
 /// How much faster the second fit forgets.
 const FAST: u32 = 4;
-/// The longest an interval runs on while it holds too few decode steps to count.
-const LONGEST_INTERVAL: Duration = Duration::from_secs(1);
 /// A trusted fit within this ratio of W in force (±5 %) does not move it.
 pub const DEADBAND: f64 = 0.05;
 /// The W that tells the busiest rank from the others before any trusted fit (the original study's hand
@@ -151,15 +149,7 @@ impl WorkerFit {
                 self.fast.add(&sample);
                 self.interval = Some(sample);
             }
-            Err(NoInterval::TooFewSteps) => {
-                // Polled faster than the engine steps: the interval runs on from `before` until
-                // it holds enough steps, instead of starting again at every reading (up to
-                // `LONGEST_INTERVAL`: an idle engine's old reading would blur the context).
-                if after.at.saturating_duration_since(before.at) < LONGEST_INTERVAL {
-                    self.last = Some(before);
-                }
-                return;
-            }
+            Err(NoInterval::TooFewSteps) => return,
             Err(NoInterval::Reset) => {
                 // A restarted engine: its sums start again from this reading; the fit so far
                 // still describes the engine.

@@ -8,15 +8,13 @@ struct Engine {
     at: u64,
     sums: [[f64; 6]; 8],
     context: [u64; 8],
-    /// Decode steps between two readings.
-    steps: f64,
     /// Deterministic noise source (an LCG).
     seed: u64,
 }
 
 impl Engine {
     fn new() -> Self {
-        Self { t0: Instant::now(), at: 0, sums: [[0.0; 6]; 8], context: [0; 8], steps: 3.0, seed: 1 }
+        Self { t0: Instant::now(), at: 0, sums: [[0.0; 6]; 8], context: [0; 8], seed: 1 }
     }
 
     fn uniform(&mut self) -> f64 {
@@ -29,7 +27,7 @@ impl Engine {
     fn interval(&mut self, n: f64, k_end: u64, w: f64, noise_ms: f64) -> WorkerReading {
         let k_mean = (self.context[0] + k_end) as f64 / 2.0;
         let step = 31.2 + 1.55 * (n + k_mean / w) + noise_ms * (2.0 * self.uniform() - 1.0);
-        let steps = self.steps;
+        let steps = 3.0;
         for (r, sums) in self.sums.iter_mut().enumerate() {
             let batch = if r == 0 { n } else { (n - 3.0).max(1.0) };
             sums[0] += steps;
@@ -98,18 +96,6 @@ fn noisy_step_times_still_recover_w() {
     assert_eq!(r.verdict, Verdict::Trusted, "{s:?}");
     assert!((s.weight_tokens / 1.05e6 - 1.0).abs() < 3.0 * s.weight_rel_se.max(0.02), "{s:?}");
     assert!(s.weight_rel_se < MAX_REL_SE, "{s:?}");
-}
-
-#[test]
-fn an_engine_stepping_slower_than_it_is_polled_is_fitted_over_longer_intervals() {
-    // One step between readings: no reading pair alone has the two steps an interval needs.
-    let (mut e, mut fit) = (Engine::new(), WorkerFit::new(HALF_LIFE));
-    e.steps = 1.0;
-    fit.observe(e.reading());
-    e.run(&mut fit, 120, 1.05e6, 0.0);
-    let r = fit.report();
-    assert!(r.samples > 40.0, "every second reading closes an interval: {}", r.samples);
-    assert_eq!(r.interval.map(|i| i.steps), Some(2.0));
 }
 
 #[test]
