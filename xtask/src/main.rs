@@ -130,3 +130,9 @@ fn status(mut cmd: Command) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A command line's words, for the flag parsers' tests.
+#[cfg(test)]
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| (*s).to_owned()).collect()
+}

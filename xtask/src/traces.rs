@@ -169,10 +169,7 @@ fn tempfile_dir(dest: &Path) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| (*s).to_owned()).collect()
-    }
+    use crate::args;
 
     #[test]
     fn flags() {
