@@ -141,9 +141,12 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "0,180000,1000000,round-robin,power-of-two"
     )]
     arms: Vec<Arm>,
-    /// Concurrent sessions (the original study: 88), × the scenario's session scale.
-    #[arg(long, env = "INFERA_BENCH_CONCURRENCY", default_value_t = 88)]
-    concurrency: usize,
+    /// Concurrent sessions (the original study: 88), × the scenario's session scale. Several
+    /// (`88,132,176`) sweep the offered load: each is a cell of its own, all with the think-time
+    /// and output scales the first one's sessions give at the seed point, and with
+    /// `--batch-share` a goodput curve over them is drawn.
+    #[arg(long, env = "INFERA_BENCH_CONCURRENCY", value_delimiter = ',', default_value = "88")]
+    concurrency: Vec<usize>,
     /// Trace gaps are capped at this many seconds (AgentX: 300).
     #[arg(long, env = "INFERA_BENCH_IDLE_GAP_CAP_S", default_value_t = 300.0)]
     idle_gap_cap_s: f64,
@@ -275,7 +278,8 @@ impl DecodeWeightArgs {
             anyhow::ensure!(v.is_finite() && v > 0.0, "{name} must be positive");
         }
         anyhow::ensure!(
-            self.concurrency > 0
+            self.concurrency.iter().all(|&c| c > 0)
+                && !self.concurrency.is_empty()
                 && self.runs > 0
                 && !self.arms.is_empty()
                 && !self.loads.is_empty()
@@ -297,10 +301,26 @@ impl DecodeWeightArgs {
         Window { warmup_s: self.warmup_s, end_s: self.duration_s }
     }
 
-    /// The load point's shaping for `topology` (its sessions scale the concurrency; the seed
-    /// point's output and think-time scales come from the first `--concurrency` sessions).
-    fn shaping(&self, load: LoadPoint, topology: &Topology) -> anyhow::Result<(Shaping, Option<SeedLoad>)> {
-        let concurrency = ((self.concurrency as f64 * topology.sessions_scale).round() as usize).max(1);
+    /// The first `--concurrency`: the sessions the seed point's scales come from.
+    fn base_concurrency(&self) -> usize {
+        self.concurrency.first().copied().unwrap_or(1)
+    }
+
+    /// Whether `--concurrency` sweeps the offered load (cells, logs and plots name their sessions).
+    fn sweeps(&self) -> bool {
+        self.concurrency.len() > 1
+    }
+
+    /// The load point's shaping for `topology` at `sessions` concurrent sessions (the scenario's
+    /// session scale multiplies them; the seed point's output and think-time scales come from the
+    /// first `--concurrency` sessions of the trace).
+    fn shaping(
+        &self,
+        load: LoadPoint,
+        topology: &Topology,
+        sessions: usize,
+    ) -> anyhow::Result<(Shaping, Option<SeedLoad>)> {
+        let concurrency = ((sessions as f64 * topology.sessions_scale).round() as usize).max(1);
         let mut shaping = Shaping {
             speedup: 1.0,
             think_time_scale: 1.0,
@@ -317,7 +337,12 @@ impl DecodeWeightArgs {
         if load == LoadPoint::Published {
             return Ok((shaping, None));
         }
-        let m = seed_load::from_trace(&self.trace, Format::Agentic, self.concurrency, self.idle_gap_cap_s)?;
+        let m = seed_load::from_trace(
+            &self.trace,
+            Format::Agentic,
+            self.base_concurrency(),
+            self.idle_gap_cap_s,
+        )?;
         (shaping.think_time_scale, shaping.output_scale) = (m.think_time_scale, m.output_scale);
         Ok((shaping, Some(m)))
     }
@@ -329,8 +354,9 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
     let mut cells = Vec::new();
     for &scenario in &args.scenarios {
         let topology = scenario.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
-        for &load in &args.loads {
-            let (shaping, seed_load) = args.shaping(load, &topology)?;
+        for (&load, &sessions) in args.loads.iter().flat_map(|l| args.concurrency.iter().map(move |c| (l, c)))
+        {
+            let (shaping, seed_load) = args.shaping(load, &topology, sessions)?;
             println!("== scenario {}, load point {}: {topology}", scenario.name(), load.name());
             println!("   {}", describe(&shaping));
             if let Some(m) = &seed_load {
@@ -394,6 +420,18 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
     Ok(cells)
 }
 
+/// A cell's name in file names: `scenario-load`, and `-cN` (its concurrent sessions) when
+/// `--concurrency` sweeps.
+pub(crate) fn cell_name(
+    args: &DecodeWeightArgs,
+    scenario: Scenario,
+    load: LoadPoint,
+    shaping: &Shaping,
+) -> String {
+    let name = format!("{}-{}", scenario.name(), load.name());
+    if args.sweeps() { format!("{name}-c{}", shaping.concurrency) } else { name }
+}
+
 /// Emulated seconds between readings of control's W.
 const WEIGHT_INTERVAL_S: f64 = 10.0;
 
@@ -426,9 +464,8 @@ async fn run_arm(
         smg: args.smg.clone(),
         sglang_router: args.sglang_router.clone(),
         smg_log: args.out.join(format!(
-            "smg-{}-{}-{}-{run}",
-            cell.scenario.name(),
-            cell.load.name(),
+            "smg-{}-{}-{run}",
+            cell_name(args, cell.scenario, cell.load, cell.shaping),
             arm.key()
         )),
     };

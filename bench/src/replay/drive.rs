@@ -116,7 +116,9 @@ impl Target {
             req = req.header("x-session-id", session);
         }
         if let Some(class) = class {
+            // Each router reads its own header and ignores the other's.
             req = req.header("x-infera-service-class", class.name());
+            req = req.header("x-smg-priority", class.smg_priority());
         }
         let req =
             req.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| DriveError::Url(e.to_string()))?;

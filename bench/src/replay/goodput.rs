@@ -1,7 +1,7 @@
 //! Goodput: the requests that met both targets of their service class (TTFT and per-request
 //! ITL), per second of the measured window, and their tokens. A replay with `--batch-share F`
 //! marks each session `batch` or `interactive` by its index (the same sessions in every arm)
-//! and names the class in `x-infera-service-class`; the targets are control's built-in classes
+//! and names the class in `x-infera-service-class` (and in SMG's `x-smg-priority`); the targets are control's built-in classes
 //! (`manual/features/service_classes.md`). A request that failed (a shed 503 included) meets
 //! nothing.
 
@@ -29,6 +29,14 @@ impl Class {
         match self {
             Class::Interactive => "interactive",
             Class::Batch => "batch",
+        }
+    }
+
+    /// SMG's class for it (`x-smg-priority`, its priority scheduler's built-in classes).
+    pub(crate) fn smg_priority(self) -> &'static str {
+        match self {
+            Class::Interactive => "interactive",
+            Class::Batch => "bulk",
         }
     }
 

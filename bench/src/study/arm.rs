@@ -13,7 +13,7 @@
 //!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
 //!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
-//! - SMG instead of control and the proxy, `smg:POLICY[:no-overload]`, or SGLang's older
+//! - SMG instead of control and the proxy, `smg:POLICY[:no-overload][:priority]`, or SGLang's older
 //!   router, `sglang-router:POLICY` ([`super::smg`]).
 
 use std::fmt;
@@ -192,8 +192,16 @@ impl fmt::Display for Arm {
             Arm::Smg(a) if a.gateway == Gateway::SglangRouter => {
                 write!(f, "sglang-router 0.3.2 {}, not DP-aware", a.policy.name())
             }
-            Arm::Smg(a) if a.overload_protection => write!(f, "SMG {}", a.policy.name()),
-            Arm::Smg(a) => write!(f, "SMG {}, no overload protection", a.policy.name()),
+            Arm::Smg(a) => {
+                write!(f, "SMG {}", a.policy.name())?;
+                if !a.overload_protection {
+                    write!(f, ", no overload protection")?;
+                }
+                if a.priority_scheduler {
+                    write!(f, ", priority scheduler")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -268,7 +276,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload] or sglang-router:POLICY"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload][:priority] or sglang-router:POLICY"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {

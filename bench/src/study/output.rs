@@ -117,6 +117,7 @@ pub(crate) fn json(args: &DecodeWeightArgs, cells: &[LoadRun]) -> Value {
             "topology": c.topology.to_string(),
             "gpus": c.topology.gpus(args.prefill_gpus),
             "load": c.load.name(),
+            "sessions": c.shaping.concurrency,
             "shaping": describe(&c.shaping),
             "match_seed_load": c.seed_load.as_ref().map(|m| json!({
                 "sessions": m.sessions,
@@ -166,7 +167,7 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     for c in cells {
         let rows = rows(c, args.runs);
-        let name = format!("{}-{}", c.scenario.name(), c.load.name());
+        let name = super::cell_name(args, c.scenario, c.load, &c.shaping);
         let gpus = c.topology.gpus(args.prefill_gpus);
         let svg =
             plot::interactivity_vs_throughput(&format!("Interactivity vs throughput, {name}"), &rows, gpus);
@@ -174,7 +175,57 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
         let svg = plot::busiest_over_time(&format!("Decode ranks over time, {name}"), &rows);
         std::fs::write(args.out.join(format!("{name}-busiest-rank.svg")), svg)?;
     }
+    if args.sweeps() && args.batch_share.is_some() {
+        for (name, curves) in goodput_curves(cells) {
+            let svg = plot::goodput_curve(&format!("Goodput over offered load, {name}"), &curves);
+            std::fs::write(args.out.join(format!("{name}-goodput.svg")), svg)?;
+        }
+    }
     let path = args.out.join("study.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json(args, cells))? + "\n")?;
     Ok(path)
+}
+
+/// Per scenario and load point (`scenario-load`), each arm's goodput (the mean over its runs)
+/// at each offered load of the sweep, in the order the cells ran.
+fn goodput_curves(cells: &[LoadRun]) -> Vec<(String, Vec<plot::Curve>)> {
+    let mut out: Vec<(String, Vec<plot::Curve>)> = Vec::new();
+    for c in cells {
+        let name = format!("{}-{}", c.scenario.name(), c.load.name());
+        let at = match out.iter().position(|(n, _)| *n == name) {
+            Some(i) => i,
+            None => {
+                out.push((name, Vec::new()));
+                out.len() - 1
+            }
+        };
+        let curves = &mut out[at].1;
+        let mut arms: Vec<String> = Vec::new();
+        for a in &c.arms {
+            let arm = a.arm.to_string();
+            if !arms.contains(&arm) {
+                arms.push(arm);
+            }
+        }
+        for arm in arms {
+            let runs: Vec<f64> = c
+                .arms
+                .iter()
+                .filter(|a| a.arm.to_string() == arm)
+                .filter_map(|a| a.report.goodput.as_ref().map(|g| g.per_s()))
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let point = plot::Point {
+                sessions: c.shaping.concurrency as f64,
+                goodput: runs.iter().sum::<f64>() / runs.len() as f64,
+            };
+            match curves.iter_mut().find(|k| k.arm == arm) {
+                Some(k) => k.points.push(point),
+                None => curves.push(plot::Curve { arm, points: vec![point] }),
+            }
+        }
+    }
+    out
 }

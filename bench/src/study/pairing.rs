@@ -70,14 +70,15 @@ mod tests {
         args.validate().unwrap();
         for scenario in Scenario::value_variants() {
             let topology = scenario.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
-            let (shaping, _) = args.shaping(LoadPoint::Published, &topology).unwrap();
+            let (shaping, _) =
+                args.shaping(LoadPoint::Published, &topology, args.base_concurrency()).unwrap();
             assert!(2 * shaping.concurrency <= synthetic::AGENTIC_SESSIONS, "{}", scenario.name());
         }
         assert!(Pairing::of(&args, 5).session_offset < synthetic::AGENTIC_SESSIONS);
         let steady = Scenario::Steady.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
-        let (shaping, seed) = args.shaping(LoadPoint::Seed, &steady).unwrap();
+        let (shaping, seed) = args.shaping(LoadPoint::Seed, &steady, args.base_concurrency()).unwrap();
         let seed = seed.unwrap();
-        assert_eq!(seed.sessions, args.concurrency);
+        assert_eq!(seed.sessions, args.base_concurrency());
         assert!(shaping.output_scale > 1.0 && shaping.think_time_scale > 0.0, "{seed}");
     }
 }

@@ -3,9 +3,14 @@
 //! - **interactivity vs throughput**: one marker pair per arm, p50 (filled) and p90 (open, the
 //!   slow side) interactivity against tok/s/GPU;
 //! - **busiest-rank load over time**: one panel per arm, the busiest decode rank's running
-//!   requests (colour) and the mean rank's (grey) over emulated time, the measured window shaded.
+//!   requests (colour) and the mean rank's (grey) over emulated time, the measured window shaded;
+//! - and for a load sweep with service classes, **the goodput curve** ([`goodput_curve`]).
+
+mod goodput_curve;
 
 use std::fmt::Write as _;
+
+pub(crate) use goodput_curve::{Curve, Point, goodput_curve};
 
 use super::table::Label;
 use crate::replay::report::Report;

@@ -10,13 +10,16 @@
 //! | `kv-pressure` | 1 | 8, `--max-total-tokens` per rank | 1 | ×1 | nothing |
 //! | `multi-proxy` | 1 | 8 | 4 | ×1 | nothing |
 //! | `unsaturated-prefill` | 2 | 8 | 1 | ×1 | nothing |
+//! | `classes` | 2 | 8 | 4 | ×1 | nothing |
 //!
 //! "Routers" is how many infera proxies share the one control, or how many SMG replicas each
 //! route on their own; the replay spreads the sessions over them. Scale-out and mixed DP get
 //! a second prefill and 1.5× the sessions so that the decodes, not the one prefill, are what
 //! the load presses on (one prefill is saturated at the seed point already). The unsaturated
 //! prefill is steady state with a second prefill: the prefill queue no longer holds requests
-//! for minutes, which is what the ledger's age decay corrects for.
+//! for minutes, which is what the ledger's age decay corrects for. `classes` is the service-class
+//! family (`--batch-share`, swept with `--concurrency`): two prefills, so that past the knee the
+//! decode is what binds, and four routers, each SMG replica admitting on its own.
 
 use std::fmt;
 
@@ -35,6 +38,8 @@ pub(crate) enum Scenario {
     MultiProxy,
     /// Steady state with two prefills, so the prefill keeps up.
     UnsaturatedPrefill,
+    /// Two prefills and four routers: service classes where the decode binds.
+    Classes,
 }
 
 /// One decode worker of a scenario.
@@ -107,6 +112,7 @@ impl Scenario {
             Scenario::KvPressure => "kv-pressure",
             Scenario::MultiProxy => "multi-proxy",
             Scenario::UnsaturatedPrefill => "unsaturated-prefill",
+            Scenario::Classes => "classes",
         }
     }
 
@@ -144,6 +150,7 @@ impl Scenario {
             },
             Scenario::MultiProxy => Topology { routers: 4, ..one },
             Scenario::UnsaturatedPrefill => Topology { prefills: 2, ..one },
+            Scenario::Classes => Topology { prefills: 2, routers: 4, ..one },
         }
     }
 }
@@ -212,5 +219,7 @@ mod tests {
         assert_eq!(Scenario::MultiProxy.topology(8, 0, w).routers, 4);
         let unsaturated = Scenario::UnsaturatedPrefill.topology(8, 0, w);
         assert_eq!((unsaturated.prefills, unsaturated.decodes.len(), unsaturated.gpus(4)), (2, 1, 16));
+        let classes = Scenario::Classes.topology(8, 0, w);
+        assert_eq!((classes.prefills, classes.routers, classes.gpus(4)), (2, 4, 16));
     }
 }

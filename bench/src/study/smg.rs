@@ -2,7 +2,11 @@
 //! study: `smg:POLICY` runs `smg launch` in PD mode with DP awareness in front of the same sims
 //! the infera arms get (one SMG per router of the scenario, each routing on its own), with
 //! `--decode-policy POLICY` and every other flag at the default a user would run (loopback
-//! only); `smg:POLICY:no-overload` adds `--disable-worker-overload-protection`. A decode that
+//! only); `smg:POLICY:no-overload` adds `--disable-worker-overload-protection`, and
+//! `smg:POLICY[:no-overload]:priority` its priority-aware admission scheduler
+//! (`--priority-scheduler-enabled`, the built-in classes: each request's class comes from the
+//! `x-smg-priority` header the replay sends beside infera's, `interactive` or `bulk`; its slots
+//! are the fleet's `max_running_requests`, counted by each replica on its own). A decode that
 //! joins is added through SMG's `POST /workers` (`dp_aware`), one that is drained removed
 //! rank by rank through `DELETE /workers/{id}`: SMG's own worker API, as an operator uses it.
 //!
@@ -101,31 +105,37 @@ impl SmgPolicy {
     }
 }
 
-/// One gateway arm: the gateway, its decode policy, and whether SMG's worker overload
-/// protection (on by default: a rank with ≥ 8 waiting requests or ≥ 0.8 KV usage is left out
-/// while another is under) runs (sglang-router has none).
+/// One gateway arm: the gateway, its decode policy, whether SMG's worker overload protection
+/// (on by default: a rank with ≥ 8 waiting requests or ≥ 0.8 KV usage is left out while
+/// another is under) runs (sglang-router has none), and whether SMG admits through its
+/// priority scheduler (off by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SmgArm {
     pub(crate) gateway: Gateway,
     pub(crate) policy: SmgPolicy,
     pub(crate) overload_protection: bool,
+    pub(crate) priority_scheduler: bool,
 }
 
 impl SmgArm {
-    /// `POLICY` or `POLICY:no-overload` (what follows `smg:`).
+    /// `POLICY[:no-overload][:priority]` (what follows `smg:`).
     pub(crate) fn parse(rest: &str) -> Result<Self, String> {
-        let (name, overload_protection) = match rest.strip_suffix(":no-overload") {
+        let (name, priority_scheduler) = match rest.strip_suffix(":priority") {
+            Some(name) => (name, true),
+            None => (rest, false),
+        };
+        let (name, overload_protection) = match name.strip_suffix(":no-overload") {
             Some(name) => (name, false),
-            None => (rest, true),
+            None => (name, true),
         };
         let policy = SmgPolicy::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
             let names: Vec<&str> = SmgPolicy::ALL.iter().map(|p| p.name()).collect();
             format!(
-                "smg:{rest:?}: SMG's decode policy is one of {} (optionally :no-overload)",
+                "smg:{rest:?}: SMG's decode policy is one of {} (optionally :no-overload, then :priority)",
                 names.join(", ")
             )
         })?;
-        Ok(Self { gateway: Gateway::Smg, policy, overload_protection })
+        Ok(Self { gateway: Gateway::Smg, policy, overload_protection, priority_scheduler })
     }
 
     /// `POLICY` (what follows `sglang-router:`): round_robin, power_of_two or cache_aware.
@@ -136,16 +146,22 @@ impl SmgArm {
             .ok_or_else(|| {
                 format!("sglang-router:{rest:?}: its decode policy is one of round_robin, power_of_two, cache_aware")
             })?;
-        Ok(Self { gateway: Gateway::SglangRouter, policy, overload_protection: false })
+        Ok(Self {
+            gateway: Gateway::SglangRouter,
+            policy,
+            overload_protection: false,
+            priority_scheduler: false,
+        })
     }
 
     /// The `--arms` spelling back.
     pub(crate) fn spec(&self) -> String {
-        let suffix = match self.gateway {
+        let overload = match self.gateway {
             Gateway::Smg if !self.overload_protection => ":no-overload",
             _ => "",
         };
-        format!("{}:{}{suffix}", self.gateway.name(), self.policy.name())
+        let priority = if self.priority_scheduler { ":priority" } else { "" };
+        format!("{}:{}{overload}{priority}", self.gateway.name(), self.policy.name())
     }
 }
 
@@ -206,6 +222,9 @@ impl Launch {
             }
             if let Some(s) = self.load_monitor_interval_s {
                 argv.extend(["--load-monitor-interval".to_owned(), s.to_string()]);
+            }
+            if self.arm.priority_scheduler {
+                argv.push("--priority-scheduler-enabled".to_owned());
             }
         }
         argv

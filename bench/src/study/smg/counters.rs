@@ -30,6 +30,38 @@ pub(crate) struct Counters {
     pub(crate) retries: f64,
     /// `smg_worker_requests_total{worker="DECODE@r"}` per DP rank r, decode after decode.
     pub(crate) rank_dispatches: Vec<f64>,
+    /// The priority scheduler's outcomes (all 0 without `--priority-scheduler-enabled`).
+    pub(crate) scheduler: Scheduler,
+}
+
+/// `smg_scheduler_admit_total` by outcome, and `smg_scheduler_preemption_total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Scheduler {
+    pub(crate) admitted: f64,
+    /// `rejected_queue_full` (429) and `rejected_queue_timeout` (408).
+    pub(crate) rejected: f64,
+    pub(crate) preempted: f64,
+}
+
+impl Scheduler {
+    fn parse(text: &str) -> Self {
+        let outcome = |o: &str| metric_sum(text, "smg_scheduler_admit_total", &format!("outcome=\"{o}\""));
+        Self {
+            admitted: outcome("admitted"),
+            rejected: outcome("rejected_queue_full") + outcome("rejected_queue_timeout"),
+            preempted: metric_sum(text, "smg_scheduler_preemption_total", ""),
+        }
+    }
+
+    fn add(&mut self, o: &Scheduler) {
+        self.admitted += o.admitted;
+        self.rejected += o.rejected;
+        self.preempted += o.preempted;
+    }
+
+    fn ran(&self) -> bool {
+        self.admitted + self.rejected + self.preempted > 0.0
+    }
 }
 
 /// A decode as SMG names it (`http://host:port`), with its DP ranks.
@@ -63,6 +95,7 @@ impl Counters {
                     metric_sum(text, "smg_worker_requests_total", &format!("worker=\"{}@{r}\"", d.url))
                 })
                 .collect(),
+            scheduler: Scheduler::parse(text),
         }
     }
 
@@ -76,6 +109,7 @@ impl Counters {
             out.overload_sheds += c.overload_sheds;
             out.liveness_fallbacks += c.liveness_fallbacks;
             out.retries += c.retries;
+            out.scheduler.add(&c.scheduler);
             for (a, b) in out.rank_dispatches.iter_mut().zip(&c.rank_dispatches) {
                 *a += b;
             }
@@ -108,6 +142,16 @@ impl Counters {
         if let Some(r) = self.dispatch_max_over_mean() {
             let _ = write!(out, " (busiest / mean {r:.2})");
         }
+        let s = &self.scheduler;
+        if s.ran() {
+            let _ = write!(
+                out,
+                "; priority scheduler: {} admitted, {} rejected (queue full or timed out), {} preempted",
+                thousands(s.admitted),
+                thousands(s.rejected),
+                thousands(s.preempted)
+            );
+        }
         out
     }
 
@@ -121,6 +165,11 @@ impl Counters {
             "liveness_fallbacks": self.liveness_fallbacks,
             "retries": self.retries,
             "decode_rank_dispatches": self.rank_dispatches,
+            "scheduler": {
+                "admitted": self.scheduler.admitted,
+                "rejected": self.scheduler.rejected,
+                "preempted": self.scheduler.preempted,
+            },
         })
     }
 }
@@ -141,7 +190,11 @@ mod tests {
             smg_worker_retries_total{worker_type=\"decode\",endpoint=\"chat\"} 3\n\
             smg_worker_requests_total{worker=\"http://127.0.0.1:9@0\",model=\"m\"} 4\n\
             smg_worker_requests_total{worker=\"http://127.0.0.1:9@1\",model=\"m\"} 2\n\
-            smg_worker_requests_total{worker=\"http://127.0.0.1:8\",model=\"m\"} 6\n";
+            smg_worker_requests_total{worker=\"http://127.0.0.1:8\",model=\"m\"} 6\n\
+            smg_scheduler_admit_total{class=\"interactive\",outcome=\"admitted\"} 5\n\
+            smg_scheduler_admit_total{class=\"bulk\",outcome=\"admitted\"} 1\n\
+            smg_scheduler_admit_total{class=\"bulk\",outcome=\"rejected_queue_timeout\"} 2\n\
+            smg_scheduler_preemption_total{victim_class=\"bulk\",by_class=\"interactive\"} 1\n";
         let c = Counters::parse(text, &[DecodeRanks { url: "http://127.0.0.1:9".into(), ranks: 2 }]);
         assert_eq!(c.decode_policy, "least_load");
         assert_eq!(
@@ -158,7 +211,14 @@ mod tests {
             "{}",
             c.line()
         );
-        assert!(c.line().ends_with("per rank 4/2 (busiest / mean 1.33)"), "{}", c.line());
+        assert_eq!(c.scheduler, Scheduler { admitted: 6.0, rejected: 2.0, preempted: 1.0 });
+        assert!(
+            c.line().ends_with(
+                "per rank 4/2 (busiest / mean 1.33); priority scheduler: 6 admitted, 2 rejected (queue full or timed out), 1 preempted"
+            ),
+            "{}",
+            c.line()
+        );
         let two = Counters::sum(&[c.clone(), c.clone()]);
         assert_eq!((two.decode_selections, two.rank_dispatches.clone()), (12.0, vec![8.0, 4.0]));
         assert_eq!(two.decode_policy, "least_load");

@@ -5,12 +5,22 @@ fn arms_parse_and_map_to_smg_argv() {
     let arm = SmgArm::parse("least_load").unwrap();
     assert_eq!(
         arm,
-        SmgArm { gateway: Gateway::Smg, policy: SmgPolicy::LeastLoad, overload_protection: true }
+        SmgArm {
+            gateway: Gateway::Smg,
+            policy: SmgPolicy::LeastLoad,
+            overload_protection: true,
+            priority_scheduler: false
+        }
     );
     let off = SmgArm::parse("cache_aware:no-overload").unwrap();
     assert_eq!(
         off,
-        SmgArm { gateway: Gateway::Smg, policy: SmgPolicy::CacheAware, overload_protection: false }
+        SmgArm {
+            gateway: Gateway::Smg,
+            policy: SmgPolicy::CacheAware,
+            overload_protection: false,
+            priority_scheduler: false
+        }
     );
     assert_eq!((arm.spec(), off.spec()), ("smg:least_load".into(), "smg:cache_aware:no-overload".into()));
     for p in SmgPolicy::ALL {
@@ -40,6 +50,17 @@ fn arms_parse_and_map_to_smg_argv() {
     assert!(
         fair.argv().join(" ").ends_with("--disable-worker-overload-protection --load-monitor-interval 1")
     );
+    let priority = SmgArm::parse("least_load:no-overload:priority").unwrap();
+    assert!(priority.priority_scheduler && !priority.overload_protection);
+    assert_eq!(priority.spec(), "smg:least_load:no-overload:priority");
+    assert_eq!(SmgArm::parse(&priority.spec()["smg:".len()..]), Ok(priority), "the spec parses back");
+    assert!(SmgArm::parse("least_load:priority:no-overload").is_err(), "one order");
+    let admits = Launch { arm: priority, ..off.clone() }.argv().join(" ");
+    assert!(
+        admits.ends_with("--disable-worker-overload-protection --priority-scheduler-enabled"),
+        "{admits}"
+    );
+    assert!(!off.argv().join(" ").contains("priority"), "off unless asked for");
     let old = SmgArm::parse_sglang_router("cache_aware").unwrap();
     assert_eq!(old.spec(), "sglang-router:cache_aware");
     assert!(SmgArm::parse_sglang_router("least_load").unwrap_err().contains("round_robin, power_of_two"));
