@@ -2,7 +2,9 @@
 //! decode worker's fitted step model (`manual/features/service_classes.md`).
 //!
 //! A decode pick of class `c` may book a rank only when the worker's step, predicted with the
-//! request added ([`crate::fit::predict`]), stays within the tightest ITL target among `c` and
+//! request added ([`crate::fit::predict`]) and divided by the tokens a request gains per step
+//! (speculative decoding's accept length, from the engine's `decode_moments`; 1 without it),
+//! stays within the tightest ITL target among `c` and
 //! every request the worker already holds: under DP attention every rank steps at the busiest
 //! one's pace, so each held request sees the worker's step. Every booked request counts, those
 //! still prefilling too. A worker whose fit does not track its step
@@ -55,6 +57,17 @@ impl StepFits {
     }
 }
 
+/// How admission counts a held request still in prefill: whole, or by the age decay the decode
+/// picks use (`--decode-prefilling-age-decay`, [`crate::prefill_phase::age_weight`]): one
+/// prefilling longer than the model's median phase is likely stuck in a saturated prefill queue
+/// and will not step beside the request admitted now.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prefilling {
+    /// The model's median prefill phase; `None` (or the decay off): every request counts whole.
+    pub(crate) median: Option<std::time::Duration>,
+    pub(crate) now: std::time::Instant,
+}
+
 /// Keeps the candidates whose worker admits one more request of `tokens` within `limit`;
 /// `false` when none is left.
 pub(crate) fn within_predicted_itl(
@@ -64,8 +77,9 @@ pub(crate) fn within_predicted_itl(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
+    prefilling: Prefilling,
 ) -> bool {
-    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens));
+    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens, prefilling));
     !candidates.is_empty()
 }
 
@@ -93,6 +107,7 @@ fn admits(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
+    prefilling: Prefilling,
 ) -> bool {
     use crate::fit::predict::RankLoad;
     let worker = &view.slot(key).target.worker;
@@ -104,8 +119,25 @@ fn admits(
         return true;
     }
     // Every booked request counts, those still prefilling too: admitted while their prefills
-    // run, they all step once they arrive.
-    let loads: Vec<RankLoad> = held.iter().map(RankLoad::committed).collect();
+    // run, they all step once they arrive — except, with the age decay, in part those stuck
+    // longer than prefills take.
+    let loads: Vec<RankLoad> = keys
+        .iter()
+        .zip(&held)
+        .map(|(k, load)| {
+            let mut r = RankLoad::from_ledger(load);
+            for e in ledger.prefilling_on(*k) {
+                let w = crate::prefill_phase::age_weight(
+                    prefilling.now.saturating_duration_since(e.booked),
+                    prefilling.median,
+                );
+                r.requests += w;
+                r.context_tokens += w * e.tokens as f64;
+            }
+            r
+        })
+        .collect();
     let Some(rank) = keys.iter().position(|k| *k == key) else { return false };
-    fit.worker_step_ms_with(&loads, rank, tokens).is_some_and(|p| p <= f64::from(limit_ms))
+    // The targets are per token: with speculative decoding a step yields several.
+    fit.worker_step_ms_with(&loads, rank, tokens).is_some_and(|p| fit.itl_ms(p) <= f64::from(limit_ms))
 }

@@ -86,6 +86,13 @@ impl PhaseWindow {
         }
     }
 
+    /// The `q` quantile (0 = the quickest, 1 = the slowest, nearest rank below); `None` when
+    /// empty.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        let n = self.sorted.len();
+        (n > 0).then(|| self.sorted[((n - 1) as f64 * q.clamp(0.0, 1.0)).floor() as usize])
+    }
+
     /// Samples held.
     pub fn len(&self) -> usize {
         self.sorted.len()
@@ -131,6 +138,11 @@ impl PhaseWindows {
     /// The model's median phase; `None` before its first.
     pub fn median(&self, model: &ModelName) -> Option<Duration> {
         self.by_model.get(model).and_then(PhaseWindow::median)
+    }
+
+    /// The model's `q` quantile phase ([`PhaseWindow::quantile`]); `None` before its first.
+    pub fn quantile(&self, model: &ModelName, q: f64) -> Option<Duration> {
+        self.by_model.get(model).and_then(|w| w.quantile(q))
     }
 
     /// A model's window, if it has one.
@@ -184,6 +196,15 @@ mod tests {
         }
         w.push(s(9));
         assert_eq!((w.len(), w.median()), (3, Some(s(5))));
+        let mut d = PhaseWindow::new(100);
+        assert_eq!(d.quantile(0.1), None);
+        for i in (1..=20).rev() {
+            d.push(s(i));
+        }
+        assert_eq!(
+            (d.quantile(0.0), d.quantile(0.1), d.quantile(1.0)),
+            (Some(s(1)), Some(s(2)), Some(s(20)))
+        );
     }
 
     #[test]

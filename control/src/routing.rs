@@ -198,6 +198,15 @@ impl<R: Rng> RoutingCore<R> {
                 &self.step_fits,
                 limit,
                 req.input_tokens,
+                crate::admission::Prefilling {
+                    median: self
+                        .settings
+                        .prefilling_age_decay
+                        .is_on()
+                        .then(|| self.ledger.phases().median(&req.model))
+                        .flatten(),
+                    now,
+                },
             )
         {
             return Err(ControlError::AdmissionQueued { model: req.model.clone() });

@@ -73,9 +73,13 @@ pub fn interval(
         }
         let requests = (m1[1] - m0[1]) / steps;
         let step_ms = (m1[2] - m0[2]) / steps / 1000.0;
+        let request_steps = m1[1] - m0[1];
+        let generated = m1[5] - m0[5];
+        let tokens_per_step =
+            if request_steps > 0.0 && generated > 0.0 { generated / request_steps } else { 1.0 };
         let context_tokens = context(b, a, requests);
         let load = requests + context_tokens / weight_guess;
-        let sample = Sample { at: after.at, requests, context_tokens, step_ms, steps };
+        let sample = Sample { at: after.at, requests, context_tokens, step_ms, steps, tokens_per_step };
         if best.as_ref().is_none_or(|(l, _)| load > *l) {
             best = Some((load, sample));
         }
@@ -114,8 +118,9 @@ mod tests {
         let after = WorkerReading {
             at: t0 + Duration::from_millis(100),
             ranks: vec![
-                // 4 steps of 6.5 requests on average, 41 ms each.
-                rank(0, [14.0, 86.0, 564_000.0, 0.0, 0.0, 0.0], 700_000),
+                // 4 steps of 6.5 requests on average, 41 ms each, 3.5 tokens a request a step
+                // (speculative decoding: 91 tokens over 26 request-steps).
+                rank(0, [14.0, 86.0, 564_000.0, 0.0, 0.0, 91.0], 700_000),
                 rank(1, [14.0, 28.0, 564_000.0, 0.0, 0.0, 0.0], 100_000),
             ],
         };
@@ -123,6 +128,16 @@ mod tests {
         assert_eq!(
             (s.requests, s.context_tokens, s.step_ms, s.steps, s.at),
             (6.5, 600_000.0, 41.0, 4.0, after.at)
+        );
+        assert_eq!(s.tokens_per_step, 3.5);
+        let plain = WorkerReading {
+            at: after.at,
+            ranks: vec![rank(0, [14.0, 86.0, 564_000.0, 0.0, 0.0, 0.0], 700_000)],
+        };
+        assert_eq!(
+            interval(&before, &plain, 1e6).unwrap().tokens_per_step,
+            1.0,
+            "no generated count: one a step"
         );
     }
 

@@ -35,14 +35,6 @@ impl RankLoad {
         Self { requests: requests as f64, context_tokens: tokens as f64 }
     }
 
-    /// What a decode rank will step over once every request booked on it has arrived: all its
-    /// held requests and their input tokens, those still prefilling included. Admission weighs
-    /// this, so that requests admitted while their prefills run cannot add up past the limit
-    /// when they all arrive.
-    pub fn committed(load: &Load) -> Self {
-        Self { requests: load.held_requests as f64, context_tokens: load.booked_input_tokens as f64 }
-    }
-
     /// The same with one more request of `tokens`.
     pub fn with_request(self, tokens: u64) -> Self {
         Self { requests: self.requests + 1.0, context_tokens: self.context_tokens + tokens as f64 }
@@ -67,6 +59,12 @@ impl Solution {
         let added = ranks.get(rank)?.with_request(tokens);
         let others = ranks.iter().enumerate().filter(|(i, _)| *i != rank).map(|(_, r)| self.step_ms(*r));
         Some(others.fold(self.step_ms(added), f64::max))
+    }
+
+    /// The inter-token latency a request sees at a step of `step_ms`: the step over the tokens
+    /// it gains per step (with speculative decoding, several).
+    pub fn itl_ms(&self, step_ms: f64) -> f64 {
+        step_ms / self.tokens_per_step.max(1.0)
     }
 }
 
@@ -104,6 +102,7 @@ mod tests {
             weight_rel_se: 0.01,
             mean_requests: 6.0,
             mean_context_tokens: 1e6,
+            tokens_per_step: 1.0,
         }
     }
 
@@ -117,8 +116,6 @@ mod tests {
         let r = RankLoad::from_ledger(&load);
         assert_eq!(r, RankLoad { requests: 3.0, context_tokens: 500_000.0 });
         assert_eq!(model().step_ms(r), 30.0 + 4.5 + 1.5);
-        // What admission weighs: the same rank once its two prefills have arrived.
-        assert_eq!(RankLoad::committed(&load), RankLoad { requests: 5.0, context_tokens: 900_000.0 });
     }
 
     fn report(solution: Solution, samples: f64) -> FitReport {

@@ -32,6 +32,9 @@ pub struct Sample {
     pub step_ms: f64,
     /// Decode steps the interval averages.
     pub steps: f64,
+    /// Tokens each request gained per decode step (Δ Σ generated / Δ Σ batch): 1 without
+    /// speculative decoding, its accept length with it.
+    pub tokens_per_step: f64,
 }
 
 /// Decayed weighted sums of the regression.
@@ -50,12 +53,14 @@ struct Sums {
     ny: f64,
     ky: f64,
     yy: f64,
+    /// Σ weight · tokens per step.
+    g: f64,
 }
 
 impl Sums {
     fn scale(&mut self, f: f64) {
-        let Self { w, count, n, k, y, nn, nk, kk, ny, ky, yy } = self;
-        for v in [w, count, n, k, y, nn, nk, kk, ny, ky, yy] {
+        let Self { w, count, n, k, y, nn, nk, kk, ny, ky, yy, g } = self;
+        for v in [w, count, n, k, y, nn, nk, kk, ny, ky, yy, g] {
             *v *= f;
         }
     }
@@ -90,6 +95,9 @@ pub struct Solution {
     pub mean_requests: f64,
     /// The operating point: weighted mean context tokens of the busiest rank.
     pub mean_context_tokens: f64,
+    /// Tokens a request gains per step (weighted mean, at least 1): a request's ITL is the
+    /// step over this.
+    pub tokens_per_step: f64,
 }
 
 impl Regression {
@@ -123,6 +131,7 @@ impl Regression {
         m.ny += w * n * y;
         m.ky += w * k * y;
         m.yy += w * y * y;
+        m.g += w * if s.tokens_per_step.is_finite() { s.tokens_per_step.max(1.0) } else { 1.0 };
     }
 
     /// Effective number of intervals.
@@ -174,6 +183,7 @@ impl Regression {
             weight_rel_se,
             mean_requests: mn,
             mean_context_tokens: mk * TOKENS_PER_UNIT,
+            tokens_per_step: (m.g / m.w).max(1.0),
         })
     }
 }
@@ -189,6 +199,7 @@ mod tests {
             context_tokens: k,
             step_ms: y,
             steps: 3.0,
+            tokens_per_step: 1.0,
         }
     }
 

@@ -14,6 +14,10 @@ use crate::ejection::{
 use crate::identity::Identity;
 use crate::target::TargetKey;
 
+/// The quantile of the prefill phase a waiter's shedding is judged by: it is shed once even a
+/// prefill as quick as one in ten could not bring its first token in time.
+const QUICK_PHASE: f64 = 0.1;
+
 /// What a reported leg did to the breakers.
 #[derive(Debug, Default)]
 pub(super) struct LegObserved {
@@ -133,6 +137,12 @@ impl<R: Rng> RoutingCore<R> {
         model: &infera_proto::types::ModelName,
     ) -> Option<std::time::Duration> {
         self.ledger.phases().median(model)
+    }
+
+    /// The prefill phase of `model` only one in ten so far was quicker than: the soonest a
+    /// request admitted now can reasonably expect its first token (`None` before any ended).
+    pub fn prefill_phase_quick(&self, model: &infera_proto::types::ModelName) -> Option<std::time::Duration> {
+        self.ledger.phases().quantile(model, QUICK_PHASE)
     }
 
     /// A target's health.

@@ -1,6 +1,7 @@
 //! Fleet admission in the shell (`crate::admission`): the class book in force, each model's one
 //! queue, and the dispatcher that admits its waiters as ranks free up, sheds those whose TTFT
-//! target can no longer be met and forgets those whose caller left.
+//! target can no longer be met (not even after a prefill as quick as the quickest tenth) and
+//! forgets those whose caller left.
 //!
 //! Lock order: a model's queue, then the core (a direct pick looks at the queue and lets go of
 //! it before it takes the core).
@@ -46,6 +47,23 @@ struct Parked {
     limit: AdmitLimit,
     parked: Instant,
     answer: oneshot::Sender<Result<Picked, ControlError>>,
+}
+
+/// How many median prefill phases of its own TTFT slack a lower class keeps: with less left, it
+/// no longer yields to the top class's first token.
+const YIELD_SLACK_PHASES: u32 = 2;
+
+/// A lower class yields to the top class's first token (the prefill guard,
+/// [`AdmitLimit::protect_ttft_ms`]) only while it can afford to: once less than
+/// [`YIELD_SLACK_PHASES`] median prefill phases (`prefill`) are left before its own `deadline`,
+/// it is held to its ITL target alone. Without this, a prefill that stays saturated would hold
+/// every lower-class request until it is shed.
+fn yielding(limit: AdmitLimit, deadline: Instant, now: Instant, prefill: Duration) -> AdmitLimit {
+    if limit.protect_ttft_ms.is_some() && now + prefill * YIELD_SLACK_PHASES >= deadline {
+        AdmitLimit { protect_ttft_ms: None, ..limit }
+    } else {
+        limit
+    }
 }
 
 /// What admission holds a decode pick to.
@@ -179,8 +197,14 @@ impl ControlState {
         let mut queues = self.admission.queues.lock().expect("admission lock");
         for (model, queue) in queues.iter_mut() {
             let now = Instant::now();
-            let prefill = self.core().prefill_phase_median(model).unwrap_or_default();
-            for gone in queue.remove_where(|w| w.item.answer.is_closed() || now + prefill >= w.deadline) {
+            let (prefill, quick) = {
+                let core = self.core();
+                (core.prefill_phase_median(model), core.prefill_phase_quick(model))
+            };
+            let (prefill, quick) = (prefill.unwrap_or_default(), quick.unwrap_or_default());
+            // Shed once the first token could no longer come in time even after a quick prefill:
+            // the median would shed half of those that would have made it.
+            for gone in queue.remove_where(|w| w.item.answer.is_closed() || now + quick >= w.deadline) {
                 let Parked { class, answer, .. } = gone.item;
                 if answer.is_closed() {
                     self.metrics.admission.outcome(model.as_str(), class.as_str(), Outcome::Cancelled);
@@ -191,7 +215,8 @@ impl ControlState {
             }
             while let Some(head) = queue.head() {
                 let p = &head.item;
-                let result = self.pick_limited(PickKind::Decode, &p.req, &p.caller, Some(p.limit));
+                let limit = yielding(p.limit, head.deadline, now, prefill);
+                let result = self.pick_limited(PickKind::Decode, &p.req, &p.caller, Some(limit));
                 if matches!(result, Err(ControlError::AdmissionQueued { .. })) {
                     break;
                 }
@@ -284,5 +309,26 @@ impl ControlState {
             None => "anonymous",
         };
         self.metrics.admission.admitted(model, class, tenant, req.input_tokens, waited);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_class_stops_yielding_when_its_own_slack_runs_short() {
+        let (t0, phase) = (Instant::now(), Duration::from_secs(5));
+        let guarded = AdmitLimit { itl_ms: 250, protect_ttft_ms: Some(2_000) };
+        let deadline = t0 + Duration::from_secs(60);
+        // 60 s of slack against two 5 s phases: it yields.
+        assert_eq!(yielding(guarded, deadline, t0, phase), guarded);
+        assert_eq!(yielding(guarded, deadline, deadline - Duration::from_secs(11), phase), guarded);
+        // 10 s left: held to its ITL alone.
+        let late = yielding(guarded, deadline, deadline - Duration::from_secs(10), phase);
+        assert_eq!(late, AdmitLimit { itl_ms: 250, protect_ttft_ms: None });
+        // The top class has nothing to yield.
+        let top = AdmitLimit { itl_ms: 50, protect_ttft_ms: None };
+        assert_eq!(yielding(top, deadline, deadline, phase), top);
     }
 }

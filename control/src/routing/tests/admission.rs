@@ -17,6 +17,7 @@ fn fit() -> Solution {
         weight_rel_se: 0.0,
         mean_requests: 4.0,
         mean_context_tokens: 0.0,
+        tokens_per_step: 1.0,
     }
 }
 
@@ -30,6 +31,17 @@ fn fixture() -> Fixture {
 
 /// A decode pick of request `id` for `tokens` under admission's `limit`, now.
 fn decode(f: &mut Fixture, id: &str, tokens: u64, limit: AdmitLimit) -> Result<Picked, ControlError> {
+    leg(f, PickKind::Decode, id, tokens, Some(limit))
+}
+
+/// A `kind` pick of request `id` for `tokens`, under `limit` if any, now.
+fn leg(
+    f: &mut Fixture,
+    kind: PickKind,
+    id: &str,
+    tokens: u64,
+    limit: Option<AdmitLimit>,
+) -> Result<Picked, ControlError> {
     let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
     let ctx = PickContext {
         caller: anon(),
@@ -39,7 +51,7 @@ fn decode(f: &mut Fixture, id: &str, tokens: u64, limit: AdmitLimit) -> Result<P
         wall: SystemTime::now(),
         kv_room: None,
     };
-    f.core.pick_within(PickKind::Decode, &req, ctx, Some(limit))
+    f.core.pick_within(kind, &req, ctx, limit)
 }
 
 fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, ControlError> {
@@ -70,6 +82,24 @@ fn a_worker_admits_while_its_predicted_step_stays_within_every_held_target() {
     f.release(next.reservation).unwrap();
     let key = f.core.view.key(&first.chosen.target).unwrap();
     assert_eq!(f.core.ledger.tightest_itl_ms(key), None, "every held target released");
+}
+
+#[test]
+fn with_speculative_decoding_the_target_is_held_against_the_step_per_token() {
+    let mut f = fixture();
+    f.core.set_drained(&WorkerId::new("d1"), None, true).unwrap();
+    // Steps of 15 and 20 ms, as in the test above, but 2.5 tokens a request a step: each
+    // token comes every 6 and 8 ms.
+    f.core.set_step_fits(StepFits::new([(WorkerId::new("d0"), Solution { tokens_per_step: 2.5, ..fit() })]));
+    let first = pick(&mut f, "a", 0, 12).unwrap();
+    let second = pick(&mut f, "b", 0, 12).unwrap();
+    assert_eq!(second.chosen.target.worker.as_str(), "d0");
+    // Two a rank: 20 ms steps, 8 ms a token, over a 7 ms target.
+    let third = pick(&mut f, "c", 0, 7);
+    assert!(matches!(third, Err(ControlError::AdmissionQueued { .. })), "{third:?}");
+    for p in [first, second] {
+        f.release(p.reservation).unwrap();
+    }
 }
 
 #[test]
@@ -115,4 +145,42 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
     f.release(queued.reservation).unwrap();
     let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
     f.release(after.reservation).unwrap();
+}
+
+/// One decode rank holding a PD request whose prefill has run 90 s, against prefills that take
+/// 10 s: with the age decay (control's default) it counts a ninth of a request, and a request
+/// whose 16 ms target the rank meets alone (10 + 5 · 1.11 ms) is admitted; without the decay
+/// it counts whole (10 + 5 · 2 = 20 ms) and the request waits.
+#[test]
+fn a_request_stuck_in_prefill_counts_by_its_age_under_the_decay() {
+    use crate::settings::AgeDecay;
+    for (decay, admitted) in [(AgeDecay::On, true), (AgeDecay::Off, false)] {
+        let s = Settings {
+            lease_ttl: Duration::from_secs(300),
+            prefilling_age_decay: decay,
+            ..settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin)
+        };
+        let workers = vec![worker("d", Role::Decode, "m", 1), worker("p", Role::Prefill, "m", 1)];
+        let mut f = Fixture::new(workers, s);
+        f.core.set_step_fits(StepFits::new([(WorkerId::new("d"), fit())]));
+        let t0 = f.now;
+        let warm: Vec<Picked> = (0..5).map(|_| f.pick(PickKind::Prefill, "m", 10).unwrap()).collect();
+        f.now = t0 + Duration::from_secs(10);
+        for p in warm {
+            f.release(p.reservation).unwrap();
+        }
+        // Its decode is booked, then its prefill: the decode counts as prefilling.
+        let stuck = pick(&mut f, "stuck", 0, 1_000).unwrap();
+        let prefill = leg(&mut f, PickKind::Prefill, "stuck", 100, None).unwrap();
+        f.now = t0 + Duration::from_secs(100);
+        f.core.keep_alive(f.lease, anon(), f.now).unwrap();
+        let next = pick(&mut f, "next", 0, 16);
+        assert_eq!(next.is_ok(), admitted, "{decay:?}: {next:?}");
+        for r in [Some(stuck.reservation), Some(prefill.reservation), next.ok().map(|p| p.reservation)]
+            .into_iter()
+            .flatten()
+        {
+            f.release(r).unwrap();
+        }
+    }
 }
