@@ -24,7 +24,8 @@ pub(crate) struct Curve {
 
 /// The SVG: goodput (y, from 0) against concurrent sessions (x), a line and dots per arm.
 pub(crate) fn goodput_curve(title: &str, curves: &[Curve]) -> String {
-    let (w, h) = (760.0, 440.0);
+    // Wide enough for the legend's longest arm names at the right.
+    let (w, h) = (900.0, 440.0);
     let area = (80.0, 40.0, 500.0, 380.0);
     let all = curves.iter().flat_map(|c| &c.points);
     let (lo, hi) = all
