@@ -7,7 +7,7 @@
 //! stays within the tightest ITL target among `c` and
 //! every request the worker already holds: under DP attention every rank steps at the busiest
 //! one's pace, so each held request sees the worker's step. Every booked request counts, those
-//! still prefilling too. A worker whose fit does not track its step
+//! still prefilling too (by their age under the age decay). A worker whose fit does not track its step
 //! ([`crate::fit::predict::predictor`]) is not predicted and admits as before; an idle worker
 //! always admits (nothing it could hold
 //! steps faster). When no candidate admits, or others already wait, the pick waits in the
@@ -62,7 +62,7 @@ impl StepFits {
 /// prefilling longer than the model's median phase is likely stuck in a saturated prefill queue
 /// and will not step beside the request admitted now.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Prefilling {
+pub(crate) struct PrefillAge {
     /// The model's median prefill phase; `None` (or the decay off): every request counts whole.
     pub(crate) median: Option<std::time::Duration>,
     pub(crate) now: std::time::Instant,
@@ -77,7 +77,7 @@ pub(crate) fn within_predicted_itl(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
-    prefilling: Prefilling,
+    prefilling: PrefillAge,
 ) -> bool {
     candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens, prefilling));
     !candidates.is_empty()
@@ -107,7 +107,7 @@ fn admits(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
-    prefilling: Prefilling,
+    prefilling: PrefillAge,
 ) -> bool {
     use crate::fit::predict::RankLoad;
     let worker = &view.slot(key).target.worker;
@@ -126,14 +126,9 @@ fn admits(
         .zip(&held)
         .map(|(k, load)| {
             let mut r = RankLoad::from_ledger(load);
-            for e in ledger.prefilling_on(*k) {
-                let w = crate::prefill_phase::age_weight(
-                    prefilling.now.saturating_duration_since(e.booked),
-                    prefilling.median,
-                );
-                r.requests += w;
-                r.context_tokens += w * e.tokens as f64;
-            }
+            let weighted = ledger.prefilling_weighted(*k, prefilling.median, prefilling.now);
+            r.requests += weighted.requests;
+            r.context_tokens += weighted.tokens;
             r
         })
         .collect();

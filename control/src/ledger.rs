@@ -24,8 +24,8 @@ use infera_proto::types::{LeaseId, ModelName, PickKind, ReleaseReason, RequestId
 
 use crate::error::ControlError;
 use crate::identity::Identity;
-use crate::prefill_phase::{PhaseWindows, is_phase_end};
-use crate::target::{Load, Prefilling, TargetKey};
+use crate::prefill_phase::{PhaseWindows, age_weight, is_phase_end};
+use crate::target::{Load, Prefilling, TargetKey, WeightedPrefilling};
 
 mod itl_limits;
 mod prefilling;
@@ -367,6 +367,23 @@ impl Ledger {
     /// `load.prefilling.requests`).
     pub fn prefilling_on(&self, target: TargetKey) -> impl Iterator<Item = &PrefillingEntry> {
         self.prefilling.on(target)
+    }
+
+    /// The target's prefilling decode reservations, each counted by its age against the
+    /// model's `median` prefill phase (`crate::prefill_phase::age_weight`; `None`: whole).
+    pub fn prefilling_weighted(
+        &self,
+        target: TargetKey,
+        median: Option<Duration>,
+        now: Instant,
+    ) -> WeightedPrefilling {
+        let mut weighted = WeightedPrefilling::default();
+        for e in self.prefilling_on(target) {
+            let w = age_weight(now.saturating_duration_since(e.booked), median);
+            weighted.requests += w;
+            weighted.tokens += w * e.tokens as f64;
+        }
+        weighted
     }
 
     /// How long the prefill phases of each model took (their EOF releases).

@@ -71,9 +71,9 @@ pub fn interval(
         if steps < MIN_STEPS {
             continue;
         }
-        let requests = (m1[1] - m0[1]) / steps;
-        let step_ms = (m1[2] - m0[2]) / steps / 1000.0;
         let request_steps = m1[1] - m0[1];
+        let requests = request_steps / steps;
+        let step_ms = (m1[2] - m0[2]) / steps / 1000.0;
         let generated = m1[5] - m0[5];
         let tokens_per_step =
             if request_steps > 0.0 && generated > 0.0 { generated / request_steps } else { 1.0 };

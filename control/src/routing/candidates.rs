@@ -11,9 +11,8 @@ use crate::affinity::LastPrefill;
 use crate::capacity::Capacity;
 use crate::ejection::{Admit, Breakers};
 use crate::ledger::Ledger;
-use crate::prefill_phase::age_weight;
 use crate::scoring::{Candidate, Scored};
-use crate::target::{KvRoom, TargetKey, WeightedPrefilling};
+use crate::target::{KvRoom, TargetKey};
 use crate::view::View;
 
 /// What screening left of the candidates.
@@ -99,7 +98,7 @@ pub(super) fn credit_session(candidates: &mut [Candidate], last: Option<LastPref
 
 /// The age decay (`crate::prefill_phase`): each decode candidate's prefilling reservations count
 /// `min(1, median / age)` each, against the pool's `median` prefill phase (`None` before the
-/// first: all count whole, as loaded). Touches only the candidates' own prefilling
+/// first, or with the decay off: all count whole, as loaded). Touches only the candidates' own prefilling
 /// reservations.
 pub(super) fn decay_prefilling(
     candidates: &mut [Candidate],
@@ -111,13 +110,7 @@ pub(super) fn decay_prefilling(
         return;
     }
     for c in candidates.iter_mut().filter(|c| c.load.prefilling.requests > 0) {
-        let mut weighted = WeightedPrefilling::default();
-        for e in ledger.prefilling_on(c.key) {
-            let w = age_weight(now.saturating_duration_since(e.booked), median);
-            weighted.requests += w;
-            weighted.tokens += w * e.tokens as f64;
-        }
-        c.prefilling = weighted;
+        c.prefilling = ledger.prefilling_weighted(c.key, median, now);
     }
 }
 
