@@ -420,7 +420,12 @@ pub(crate) async fn decode_weight(args: &DecodeWeightArgs) -> anyhow::Result<Vec
     Ok(cells)
 }
 
-/// A cell's name in file names: `scenario-load`, and `-cN` (its concurrent sessions) when
+/// A scenario's and load point's name in file names: `scenario-load`.
+pub(crate) fn cell_base(scenario: Scenario, load: LoadPoint) -> String {
+    format!("{}-{}", scenario.name(), load.name())
+}
+
+/// A cell's name in file names: [`cell_base`], and `-cN` (its concurrent sessions) when
 /// `--concurrency` sweeps.
 pub(crate) fn cell_name(
     args: &DecodeWeightArgs,
@@ -428,7 +433,7 @@ pub(crate) fn cell_name(
     load: LoadPoint,
     shaping: &Shaping,
 ) -> String {
-    let name = format!("{}-{}", scenario.name(), load.name());
+    let name = cell_base(scenario, load);
     if args.sweeps() { format!("{name}-c{}", shaping.concurrency) } else { name }
 }
 

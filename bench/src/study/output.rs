@@ -7,11 +7,12 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
+use super::arm::Arm;
 use super::deploy::Routing;
 use super::events::{self, CATCH_UP_SHARE};
 use super::scenario::Change;
 use super::table::Label;
-use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, table};
+use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, stats, table};
 use crate::replay::report::Report;
 
 fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
@@ -187,43 +188,33 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
 }
 
 /// Per scenario and load point (`scenario-load`), each arm's goodput (the mean over its runs)
-/// at each offered load of the sweep, in the order the cells ran.
+/// at each offered load of the sweep, in the order the cells ran (a scenario's and load
+/// point's cells run one after another, and a cell's arms are sorted by arm).
 fn goodput_curves(cells: &[LoadRun]) -> Vec<(String, Vec<plot::Curve>)> {
     let mut out: Vec<(String, Vec<plot::Curve>)> = Vec::new();
     for c in cells {
-        let name = format!("{}-{}", c.scenario.name(), c.load.name());
-        let at = match out.iter().position(|(n, _)| *n == name) {
-            Some(i) => i,
-            None => {
-                out.push((name, Vec::new()));
-                out.len() - 1
-            }
-        };
-        let curves = &mut out[at].1;
-        let mut arms: Vec<String> = Vec::new();
-        for a in &c.arms {
-            let arm = a.arm.to_string();
-            if !arms.contains(&arm) {
-                arms.push(arm);
-            }
+        let name = super::cell_base(c.scenario, c.load);
+        if out.last().is_none_or(|(n, _)| *n != name) {
+            out.push((name, Vec::new()));
         }
+        let curves = &mut out.last_mut().expect("a curve set was just pushed").1;
+        let mut arms: Vec<Arm> = c.arms.iter().map(|a| a.arm).collect();
+        arms.dedup();
         for arm in arms {
             let runs: Vec<f64> = c
                 .arms
                 .iter()
-                .filter(|a| a.arm.to_string() == arm)
+                .filter(|a| a.arm == arm)
                 .filter_map(|a| a.report.goodput.as_ref().map(|g| g.per_s()))
                 .collect();
             if runs.is_empty() {
                 continue;
             }
-            let point = plot::Point {
-                sessions: c.shaping.concurrency as f64,
-                goodput: runs.iter().sum::<f64>() / runs.len() as f64,
-            };
-            match curves.iter_mut().find(|k| k.arm == arm) {
+            let point = plot::Point { sessions: c.shaping.concurrency as f64, goodput: stats::mean(&runs) };
+            let label = arm.to_string();
+            match curves.iter_mut().find(|k| k.arm == label) {
                 Some(k) => k.points.push(point),
-                None => curves.push(plot::Curve { arm, points: vec![point] }),
+                None => curves.push(plot::Curve { arm: label, points: vec![point] }),
             }
         }
     }
