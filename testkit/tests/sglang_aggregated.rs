@@ -245,18 +245,18 @@ fn error_buckets(metrics: &str, model: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Control predicts the decode step from the ledger under the fit of the engine's own
-/// `decode_moments` and compares every poll interval with the step the engine measured
-/// (`control/src/fit/predict.rs`), from a trusted fit only. With one, this prints how close the
-/// prediction came (how close it must come is not asserted: CPU steps on a shared machine are
-/// noisy); without one, as the tiny model's CPU steps give (they hardly move with context), it
-/// checks that nothing is predicted.
 /// Whether control predicts steps from `fit` (`fit::predict::predictor`: 20 intervals, R² ≥ 0.5,
 /// a positive cost per request).
 fn predicts(fit: &pb::DecodeWeightFit) -> bool {
     fit.samples >= 20.0 && fit.r_squared >= 0.5 && fit.ms_per_request > 0.0
 }
 
+/// Control predicts the decode step from the ledger under the fit of the engine's own
+/// `decode_moments` and compares every poll interval with the step the engine measured
+/// (`control/src/fit/predict.rs`), from a trusted fit only. With one, this prints how close the
+/// prediction came (how close it must come is not asserted: CPU steps on a shared machine are
+/// noisy); without one, as the tiny model's CPU steps give (they hardly move with context), it
+/// checks that nothing is predicted.
 #[test]
 fn the_step_predicted_from_the_ledger_is_checked_against_the_engines_own() {
     run(async {
