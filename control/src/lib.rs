@@ -94,7 +94,8 @@ const WEIGHT_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 /// How often idle sessions are forgotten.
 const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a replica that has read the registry waits for its workers' engine facts before it
-/// campaigns (a worker that does not answer is waited for no longer).
+/// campaigns, and a static control before it opens leases (a worker that does not answer is
+/// waited for no longer).
 const DISCOVERY_WAIT: Duration = Duration::from_secs(5);
 /// How long connecting to a worker's HTTP server may take (its `/server_info`, `/v1/loads`).
 const WORKER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -254,6 +255,11 @@ pub async fn run(
                 leader::election::run(election, leadership, takeover, stop).await;
             }
         });
+    } else {
+        // A static control leads from the start, but opens no lease before its workers' facts
+        // are read: a proxy's first picks (or its waiting ones, re-sent after a restart) would
+        // meet a view without them.
+        state.wait_for_facts(std::time::Instant::now() + DISCOVERY_WAIT);
     }
     let stopped = || stop.wait();
 

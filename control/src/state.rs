@@ -293,7 +293,7 @@ impl ControlState {
         ttl: Duration,
         caller: &Identity,
     ) -> Result<OpenedLease, ControlError> {
-        self.gate("OpenLease")?;
+        self.gate_lease()?;
         let (opened, leases, theirs) = {
             let mut core = self.core();
             let opened = core.open_lease(holder.clone(), caller, ttl, Instant::now());

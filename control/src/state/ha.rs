@@ -34,8 +34,11 @@ pub struct Ha {
     /// The proxies' default lease TTL: how long a new leader waits for unknown proxies.
     lease_ttl: Duration,
     metrics: LeaderMetrics,
-    /// The worker registry has been read (always, with a static workers file).
+    /// The worker registry has been read (always, with a static workers file), and its workers'
+    /// engine facts (or the bounded wait for them is over).
     registry_read: std::sync::atomic::AtomicBool,
+    /// A static control: until then, no lease while a worker's engine facts are being read.
+    facts_wait: std::sync::OnceLock<Instant>,
 }
 
 impl Ha {
@@ -60,6 +63,7 @@ impl Ha {
             lease_ttl,
             metrics,
             registry_read: std::sync::atomic::AtomicBool::new(true),
+            facts_wait: std::sync::OnceLock::new(),
         }
     }
 
@@ -105,7 +109,17 @@ impl ControlState {
         self.ha.leadership.check(Instant::now()).inspect_err(|_| self.ha.metrics.not_leader(rpc))
     }
 
-    /// The registry (etcd) has not been read yet: the target list is not to be handed out.
+    /// Refuses `OpenLease` as [`Self::gate`] does, and before the registry and its workers'
+    /// engine facts are read: a proxy (or one whose picks wait on across a restart) would
+    /// otherwise pick on a view without them and meet "no eligible target". It retries, and
+    /// its legs wait for the lease.
+    pub(super) fn gate_lease(&self) -> Result<(), ControlError> {
+        self.check_registry_read().inspect_err(|_| self.ha.metrics.not_leader("OpenLease"))?;
+        self.gate("OpenLease")
+    }
+
+    /// The registry (etcd) or its workers' engine facts have not been read yet: the target list
+    /// is not to be handed out, nor a lease opened.
     pub fn registry_pending(&self) {
         self.ha.registry_read.store(false, std::sync::atomic::Ordering::Release);
     }
@@ -121,20 +135,38 @@ impl ControlState {
     /// out a list it has not learned yet — empty, or without a worker still being asked (a
     /// proxy keeps its last list on an error).
     pub fn check_registry_read(&self) -> Result<(), ControlError> {
-        if self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire) {
+        if self.facts_read() {
             Ok(())
         } else {
             Err(ControlError::NotLeader { leader: self.ha.leadership.view().leader_url, lapsed: false })
         }
     }
 
-    /// `GET /readiness`: ready (with the role) once the registry has been read.
+    /// `GET /readiness`: ready (with the role) once the registry and its workers' engine facts
+    /// have been read.
     pub fn readiness(&self) -> Result<&'static str, &'static str> {
-        if self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire) {
+        if self.facts_read() {
             Ok(self.ha.leadership.view().role.as_str())
         } else {
-            Err("the registry (etcd) has not been read yet")
+            Err("the worker registry or its workers' engine facts have not been read yet")
         }
+    }
+
+    /// A static control (no registry to read): its workers' engine facts are waited for until
+    /// `until`, or until none is being asked for any more.
+    pub fn wait_for_facts(&self, until: Instant) {
+        let _ = self.ha.facts_wait.set(until);
+    }
+
+    /// Whether the registry and its workers' engine facts have been read (or the bounded wait
+    /// for the facts is over).
+    fn facts_read(&self) -> bool {
+        self.ha.registry_read.load(std::sync::atomic::Ordering::Acquire)
+            && !self
+                .ha
+                .facts_wait
+                .get()
+                .is_some_and(|until| Instant::now() < *until && self.workers_awaiting_facts() > 0)
     }
 
     /// The leadership (for `GetConfig`, and where Admin calls go).

@@ -134,14 +134,23 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 }
 
 #[test]
-fn readiness_waits_for_the_registry() {
-    // A static workers file is the registry: ready from the listening line on.
+fn readiness_waits_for_the_registry_and_its_workers_engine_facts() {
+    // A static workers file is the registry. Its workers do not answer here: control is not
+    // ready while it waits for their `/server_info`, and is once the bounded wait (5 s) is over.
+    let started = std::time::Instant::now();
     let control = Running::spawn(command(&workers_file(WORKERS)));
-    let answer = http_get(control.metrics, "/readiness");
-    assert!(
-        answer.lines().next().unwrap_or_default().contains(" 200 ") && answer.ends_with("ready standalone\n"),
-        "{answer}"
-    );
+    let first = http_get(control.metrics, "/readiness");
+    if started.elapsed() < Duration::from_secs(4) {
+        assert!(
+            first.lines().next().unwrap_or_default().contains(" 503 ") && first.contains("engine facts"),
+            "{first}"
+        );
+    }
+    let answer = infera_testkit::eventually_blocking(Duration::from_secs(20), "ready after the wait", || {
+        let answer = http_get(control.metrics, "/readiness");
+        answer.lines().next().unwrap_or_default().contains(" 200 ").then_some(answer)
+    });
+    assert!(answer.ends_with("ready standalone\n"), "{answer}");
 
     // A replica whose etcd does not answer has not read the registry: not ready (Kubernetes
     // keeps it out of the Service and a rolling update waits for it).

@@ -105,8 +105,12 @@ async fn an_engine_serving_another_model_or_role_holds_its_worker_out() {
         assert_eq!(ranks(&control, held_out).await.0, Vec::<u32>::new(), "{held_out} is not a target");
     }
     assert_eq!(awaiting(&control).await, 2.0, "both are still asked (an engine may be fixed)");
-    let lease = pb::OpenLeaseRequest { holder: "test".into(), ttl_ms: 0 };
-    let lease = control.router().await.open_lease(lease).await.unwrap().into_inner().lease_id;
+    // Control opens leases once its bounded wait for the two is over.
+    let lease = eventually(WAIT, "a lease once control stops waiting for the held-out workers", async || {
+        let req = pb::OpenLeaseRequest { holder: "test".into(), ttl_ms: 0 };
+        control.router().await.open_lease(req).await.ok().map(|r| r.into_inner().lease_id)
+    })
+    .await;
     for _ in 0..4 {
         let picked = control.router().await.pick_decode(pick(&lease, "m", 10)).await.unwrap().into_inner();
         assert_eq!(picked.worker.unwrap().worker_id, "decode-0");
