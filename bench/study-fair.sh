@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fair decode-balancing study (manual/features/decode_balancing.md, "Method"): every
-# condition the results table has, one after another, in one night on a 2-core machine.
+# condition the results table has, one after another, in two nights on a 2-core machine.
 #
-#   bench/study-fair.sh                 # all of it (~6.1 h)
+#   bench/study-fair.sh                 # all of it (~8.3 h; it resumes where it stopped)
+#   bench/study-fair.sh --night 2       # one night's steps (night 1 ~6.1 h, night 2 ~2.1 h)
 #   bench/study-fair.sh --list          # the steps, their commands and budgets; runs nothing
 #   bench/study-fair.sh ledger unsaturated   # only these steps
 #
@@ -16,7 +17,8 @@
 # a headline scenario with the screen is 9 arms in run 1 and 3 in runs 2-5, 21 arm-runs or
 # 37 min; a further condition is screened the same way with 3 runs, 15 arm-runs or 26 min;
 # the 1x check is 2 arms x 2 runs of 17 min. Six headline scenarios (222 min) + three
-# conditions (78 min) + the 1x check (68 min) = 368 min.
+# conditions (78 min) + the 1x check (68 min) = 368 min, night 1. The equal-throughput sweeps
+# are 2 arms x 3 loads x 3 runs, 18 arm-runs or 32 min each, 128 min for four: night 2.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,36 +31,49 @@ BEST_PEER=${INFERA_STUDY_BEST_PEER:-smg:least_load:no-overload}
 # carries its session in x-session-id, which infera's prefill affinity reads and SMG ignores.
 V8="--trace $TRACES/weka_v8.jsonl.gz --session-header"
 SCREENED="--arms $ARMS --screen"
+SWEEP="--arms 1e6/age,$BEST_PEER --concurrency 66,88,110 --runs 3"
 
-# step | minutes | flags after `study decode-weight`
+# night | step | minutes | flags after `study decode-weight`
 STEPS=(
-  "headline|74|$V8 --loads seed --scenarios steady,multi-proxy $SCREENED --runs 5"
-  "ledger|111|$V8 --loads seed --scenarios scale-out,mixed-dp,kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
-  "unsaturated|37|$V8 --loads seed --scenarios unsaturated-prefill $SCREENED --runs 5"
-  "hrrn|26|$V8 --loads seed --scenarios steady --prefill-schedule-policy hrrn $SCREENED --runs 3"
-  "weka-v6|26|--trace $TRACES/weka_v6.jsonl.gz --session-header --loads seed --scenarios steady $SCREENED --runs 3"
-  "published|26|$V8 --loads published --scenarios steady $SCREENED --runs 3"
-  "realtime|68|$V8 --loads seed --scenarios steady --arms 1e6/age,$BEST_PEER --runs 2 --speedup 1"
+  "1|headline|74|$V8 --loads seed --scenarios steady,multi-proxy $SCREENED --runs 5"
+  "1|ledger|111|$V8 --loads seed --scenarios scale-out,mixed-dp,kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
+  "1|unsaturated|37|$V8 --loads seed --scenarios unsaturated-prefill $SCREENED --runs 5"
+  "1|hrrn|26|$V8 --loads seed --scenarios steady --prefill-schedule-policy hrrn $SCREENED --runs 3"
+  "1|weka-v6|26|--trace $TRACES/weka_v6.jsonl.gz --session-header --loads seed --scenarios steady $SCREENED --runs 3"
+  "1|published|26|$V8 --loads published --scenarios steady $SCREENED --runs 3"
+  "1|realtime|68|$V8 --loads seed --scenarios steady --arms 1e6/age,$BEST_PEER --runs 2 --speedup 1"
+  # At equal throughput: each scenario's sweep of the recommended arm and the best peer, whose
+  # curves are compared at the same tok/s/GPU (manual/reference/bench.md, "Sweeps").
+  "2|iso-unsaturated|32|$V8 --loads seed --scenarios unsaturated-prefill $SWEEP"
+  "2|iso-multi-proxy|32|$V8 --loads seed --scenarios multi-proxy $SWEEP"
+  "2|iso-scale-out|32|$V8 --loads seed --scenarios scale-out $SWEEP"
+  "2|iso-mixed-dp|32|$V8 --loads seed --scenarios mixed-dp $SWEEP"
 )
 
 list=false
+only_night=
 wanted=()
-for a in "$@"; do
-  case $a in
+while (($#)); do
+  case $1 in
     --list) list=true ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
-    *) wanted+=("$a") ;;
+    --night) only_night=$2; shift ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    *) wanted+=("$1") ;;
   esac
+  shift
 done
 
 total=0
+declare -A nights=()
 for step in "${STEPS[@]}"; do
-  IFS='|' read -r name minutes flags <<<"$step"
+  IFS='|' read -r night name minutes flags <<<"$step"
   if ((${#wanted[@]})) && [[ ! " ${wanted[*]} " == *" $name "* ]]; then continue; fi
+  if [[ -n $only_night && $night != "$only_night" ]]; then continue; fi
   total=$((total + minutes))
+  nights[$night]=$((${nights[$night]:-0} + minutes))
   cmd="$B study decode-weight $flags --quiet --out $OUT/$name"
   if $list; then
-    printf '%-12s ~%3d min  %s\n' "$name" "$minutes" "$cmd"
+    printf '%-16s night %s ~%3d min  %s\n' "$name" "$night" "$minutes" "$cmd"
     continue
   fi
   if [[ -f $OUT/$name/done ]]; then
@@ -71,5 +86,8 @@ for step in "${STEPS[@]}"; do
   $cmd >"$OUT/$name/stdout.log"
   touch "$OUT/$name/done"
   echo "== $name finished $(date -u +%H:%M)"
+done
+for night in $(printf '%s\n' "${!nights[@]}" | sort); do
+  echo "== budget of night $night: ${nights[$night]} min"
 done
 echo "== budget of these steps: $total min"

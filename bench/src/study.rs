@@ -25,6 +25,7 @@ pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;
 mod events;
+mod iso_throughput;
 mod numbers;
 mod output;
 mod pairing;
@@ -142,11 +143,17 @@ pub(crate) struct DecodeWeightArgs {
     )]
     arms: Vec<Arm>,
     /// Concurrent sessions (the original study: 88), × the scenario's session scale. Several
-    /// (`88,132,176`) sweep the offered load: each is a cell of its own, all with the think-time
-    /// and output scales the first one's sessions give at the seed point, and with
-    /// `--batch-share` a goodput curve over them is drawn.
+    /// (`66,88,110`) sweep the offered load: each is a cell of its own, all with the same
+    /// think-time and output scales (`--seed-sessions`); the study then compares the arms at
+    /// equal throughput and draws each arm's throughput–interactivity curve, and with
+    /// `--batch-share` a goodput curve.
     #[arg(long, env = "INFERA_BENCH_CONCURRENCY", value_delimiter = ',', default_value = "88")]
     concurrency: Vec<usize>,
+    /// The seed point's output and think-time scales are matched on the trace's first this many
+    /// sessions (the original study's 88), whatever `--concurrency` offers: a sweep changes
+    /// only the load.
+    #[arg(long, env = "INFERA_BENCH_SEED_SESSIONS", default_value_t = 88)]
+    seed_sessions: usize,
     /// Trace gaps are capped at this many seconds (AgentX: 300).
     #[arg(long, env = "INFERA_BENCH_IDLE_GAP_CAP_S", default_value_t = 300.0)]
     idle_gap_cap_s: f64,
@@ -257,6 +264,7 @@ pub(crate) fn run(args: StudyArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let loads = rt.block_on(decode_weight(&args))?;
+    output::print_sweeps(&args, &loads);
     let path = output::write(&args, &loads)?;
     println!(
         "wrote {} and the plots beside it ({:.0} s wall in all)",
@@ -281,6 +289,7 @@ impl DecodeWeightArgs {
             self.concurrency.iter().all(|&c| c > 0)
                 && !self.concurrency.is_empty()
                 && self.runs > 0
+                && self.seed_sessions > 0
                 && !self.arms.is_empty()
                 && !self.loads.is_empty()
                 && !self.scenarios.is_empty(),
@@ -301,11 +310,6 @@ impl DecodeWeightArgs {
         Window { warmup_s: self.warmup_s, end_s: self.duration_s }
     }
 
-    /// The first `--concurrency`: the sessions the seed point's scales come from.
-    fn base_concurrency(&self) -> usize {
-        self.concurrency.first().copied().unwrap_or(1)
-    }
-
     /// Whether `--concurrency` sweeps the offered load (cells, logs and plots name their sessions).
     fn sweeps(&self) -> bool {
         self.concurrency.len() > 1
@@ -313,7 +317,7 @@ impl DecodeWeightArgs {
 
     /// The load point's shaping for `topology` at `sessions` concurrent sessions (the scenario's
     /// session scale multiplies them; the seed point's output and think-time scales come from the
-    /// first `--concurrency` sessions of the trace).
+    /// trace's first `--seed-sessions`).
     fn shaping(
         &self,
         load: LoadPoint,
@@ -337,12 +341,7 @@ impl DecodeWeightArgs {
         if load == LoadPoint::Published {
             return Ok((shaping, None));
         }
-        let m = seed_load::from_trace(
-            &self.trace,
-            Format::Agentic,
-            self.base_concurrency(),
-            self.idle_gap_cap_s,
-        )?;
+        let m = seed_load::from_trace(&self.trace, Format::Agentic, self.seed_sessions, self.idle_gap_cap_s)?;
         (shaping.think_time_scale, shaping.output_scale) = (m.think_time_scale, m.output_scale);
         Ok((shaping, Some(m)))
     }
@@ -544,25 +543,19 @@ mod tests {
     use clap::Parser as _;
 
     /// `bench/study-fair.sh --list`: every step's command parses and validates as the study's
-    /// own command line, and the whole plan fits one night (8 h).
+    /// own command line, and each night's steps fit one night (8 h).
     #[test]
-    fn the_night_plan_runs_valid_commands_within_a_night() {
+    fn the_night_plan_runs_valid_commands_a_night_at_a_time() {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/study-fair.sh");
         let out = std::process::Command::new("bash").args([script, "--list"]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let listing = String::from_utf8(out.stdout).unwrap();
-        let mut steps = 0;
-        let mut minutes = 0;
+        let mut nights = std::collections::BTreeMap::<u32, u32>::new();
         for line in listing.lines().filter(|l| !l.starts_with("==")) {
             let (head, command) = line.split_once("  target/release/infera-bench ").expect(line);
-            minutes += head
-                .split('~')
-                .nth(1)
-                .and_then(|m| m.trim().strip_suffix(" min"))
-                .unwrap()
-                .trim()
-                .parse::<u32>()
-                .unwrap();
+            let (night, minutes) = head.split_once(" night ").expect(line).1.split_once('~').expect(line);
+            let minutes = minutes.trim().strip_suffix(" min").expect(line).trim().parse::<u32>().unwrap();
+            *nights.entry(night.trim().parse().unwrap()).or_default() += minutes;
             let argv = std::iter::once("infera-bench").chain(command.split_whitespace());
             let args = crate::Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{line}: {e}"));
             let crate::Cmd::Study(super::StudyArgs { study: super::Which::DecodeWeight(args) }) =
@@ -571,11 +564,21 @@ mod tests {
                 panic!("{line}: not the study");
             };
             args.validate().unwrap_or_else(|e| panic!("{line}: {e}"));
-            steps += 1;
         }
-        assert_eq!(steps, 7, "{listing}");
-        assert!(listing.contains(&format!("budget of these steps: {minutes} min")), "{listing}");
-        assert!(minutes <= 8 * 60, "{minutes} min is more than a night");
+        assert_eq!(listing.lines().filter(|l| !l.starts_with("==")).count(), 11, "{listing}");
+        assert_eq!(nights.keys().copied().collect::<Vec<_>>(), [1, 2], "{listing}");
+        for (night, minutes) in &nights {
+            assert!(listing.contains(&format!("budget of night {night}: {minutes} min")), "{listing}");
+            assert!(*minutes <= 8 * 60, "night {night}: {minutes} min is more than a night");
+        }
+        let total: u32 = nights.values().sum();
+        assert!(listing.contains(&format!("budget of these steps: {total} min")), "{listing}");
+        // One night's steps alone.
+        let out =
+            std::process::Command::new("bash").args([script, "--list", "--night", "2"]).output().unwrap();
+        let second = String::from_utf8(out.stdout).unwrap();
+        assert!(second.lines().filter(|l| !l.starts_with("==")).all(|l| l.contains(" night 2 ")), "{second}");
+        assert!(second.contains(&format!("budget of these steps: {} min", nights[&2])), "{second}");
     }
 
     #[test]

@@ -5,11 +5,14 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use rand::SeedableRng as _;
+use rand::rngs::SmallRng;
 use serde_json::{Value, json};
 
 use super::arm::Arm;
 use super::deploy::Routing;
 use super::events::{self, CATCH_UP_SHARE};
+use super::iso_throughput::{self, Sample};
 use super::scenario::Change;
 use super::table::Label;
 use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, stats, table};
@@ -176,10 +179,28 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
         let svg = plot::busiest_over_time(&format!("Decode ranks over time, {name}"), &rows);
         std::fs::write(args.out.join(format!("{name}-busiest-rank.svg")), svg)?;
     }
-    if args.sweeps() && args.batch_share.is_some() {
-        for (name, curves) in goodput_curves(cells) {
-            let svg = plot::goodput_curve(&format!("Goodput over offered load, {name}"), &curves);
-            std::fs::write(args.out.join(format!("{name}-goodput.svg")), svg)?;
+    if args.sweeps() {
+        let goodput = |a: &ArmRun, c: &LoadRun| {
+            let g = a.report.goodput.as_ref()?;
+            Some(plot::Point { x: c.shaping.concurrency as f64, y: g.per_s() })
+        };
+        let frontier = |a: &ArmRun, c: &LoadRun| {
+            let x = a.report.total_tokens_per_s / f64::from(c.topology.gpus(args.prefill_gpus));
+            Some(plot::Point { x, y: a.report.interactivity.p90? })
+        };
+        for (name, lines) in sweep_curves(cells, &frontier) {
+            let svg = plot::curves(
+                &format!("p90 interactivity over throughput, {name}"),
+                plot::INTERACTIVITY,
+                &lines,
+            );
+            std::fs::write(args.out.join(format!("{name}-frontier.svg")), svg)?;
+        }
+        if args.batch_share.is_some() {
+            for (name, lines) in sweep_curves(cells, &goodput) {
+                let svg = plot::curves(&format!("Goodput over offered load, {name}"), plot::GOODPUT, &lines);
+                std::fs::write(args.out.join(format!("{name}-goodput.svg")), svg)?;
+            }
         }
     }
     let path = args.out.join("study.json");
@@ -187,10 +208,14 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
     Ok(path)
 }
 
-/// Per scenario and load point (`scenario-load`), each arm's goodput (the mean over its runs)
-/// at each offered load of the sweep, in the order the cells ran (a scenario's and load
-/// point's cells run one after another, and a cell's arms are sorted by arm).
-fn goodput_curves(cells: &[LoadRun]) -> Vec<(String, Vec<plot::Curve>)> {
+/// Per scenario and load point (`scenario-load`), each arm's point at each offered load of the
+/// sweep (`point` of every run, x and y each the mean over the runs), in the order the cells ran
+/// (a scenario's and load point's cells run one after another, and a cell's arms are sorted by
+/// arm).
+fn sweep_curves(
+    cells: &[LoadRun],
+    point: &dyn Fn(&ArmRun, &LoadRun) -> Option<plot::Point>,
+) -> Vec<(String, Vec<plot::Curve>)> {
     let mut out: Vec<(String, Vec<plot::Curve>)> = Vec::new();
     for c in cells {
         let name = super::cell_base(c.scenario, c.load);
@@ -201,16 +226,13 @@ fn goodput_curves(cells: &[LoadRun]) -> Vec<(String, Vec<plot::Curve>)> {
         let mut arms: Vec<Arm> = c.arms.iter().map(|a| a.arm).collect();
         arms.dedup();
         for arm in arms {
-            let runs: Vec<f64> = c
-                .arms
-                .iter()
-                .filter(|a| a.arm == arm)
-                .filter_map(|a| a.report.goodput.as_ref().map(|g| g.per_s()))
-                .collect();
+            let runs: Vec<plot::Point> =
+                c.arms.iter().filter(|a| a.arm == arm).filter_map(|a| point(a, c)).collect();
             if runs.is_empty() {
                 continue;
             }
-            let point = plot::Point { sessions: c.shaping.concurrency as f64, goodput: stats::mean(&runs) };
+            let (xs, ys): (Vec<f64>, Vec<f64>) = runs.iter().map(|p| (p.x, p.y)).unzip();
+            let point = plot::Point { x: stats::mean(&xs), y: stats::mean(&ys) };
             let label = arm.to_string();
             match curves.iter_mut().find(|k| k.arm == label) {
                 Some(k) => k.points.push(point),
@@ -220,3 +242,72 @@ fn goodput_curves(cells: &[LoadRun]) -> Vec<(String, Vec<plot::Curve>)> {
     }
     out
 }
+
+/// For a load sweep, per scenario and load point: the recommended arm's p90 interactivity at
+/// each peer point's throughput ([`iso_throughput`]), on stdout.
+pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
+    if !args.sweeps() {
+        return;
+    }
+    let mut names: Vec<String> = cells.iter().map(|c| super::cell_base(c.scenario, c.load)).collect();
+    names.dedup();
+    for name in names {
+        let of = |arm: Arm| -> Vec<Sample> {
+            cells
+                .iter()
+                .filter(|c| super::cell_base(c.scenario, c.load) == name)
+                .flat_map(|c| {
+                    let gpus = f64::from(c.topology.gpus(args.prefill_gpus));
+                    c.arms.iter().filter(move |a| a.arm == arm).filter_map(move |a| {
+                        Some(Sample {
+                            sessions: c.shaping.concurrency,
+                            run: a.run,
+                            tokens_per_gpu: a.report.total_tokens_per_s / gpus,
+                            p90: a.report.interactivity.p90?,
+                        })
+                    })
+                })
+                .collect()
+        };
+        let ours = of(args.recommended);
+        if ours.is_empty() {
+            continue;
+        }
+        let range = iso_throughput::curve(&ours, &[1]);
+        let (lo, hi) = range
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), p| (l.min(p.tokens_per_gpu), h.max(p.tokens_per_gpu)));
+        println!(
+            "\nAt equal throughput, {name}: {}'s p90 interactivity read off its own sweep (linear between its loads, {lo:.0}–{hi:.0} tok/s/GPU in run 1) at each peer point's tok/s/GPU, against the peer's p90; paired-bootstrap 95 % intervals over the runs:\n",
+            args.recommended
+        );
+        println!(
+            "| peer arm | sessions | its tok/s/GPU | its p90 | {} p90 there | × [95 % CI] | runs |",
+            args.recommended
+        );
+        println!("|---|---|---|---|---|---|---|");
+        let mut rng = SmallRng::seed_from_u64(ISO_BOOTSTRAP_SEED);
+        let mut peers: Vec<Arm> = args.arms.iter().copied().filter(Arm::is_peer).collect();
+        peers.dedup();
+        for peer in peers {
+            for row in iso_throughput::versus(&ours, &of(peer), stats::RESAMPLES, &mut rng) {
+                let ratio = match (row.ratio, row.interval) {
+                    (Some(r), Some(i)) => format!("{r:.3} [{:.3}, {:.3}]", i.low, i.high),
+                    (Some(r), None) => format!("{r:.3}"),
+                    (None, _) => "outside its sweep".to_owned(),
+                };
+                println!(
+                    "| {peer} | {} | {:.0} | {:.1} | {} | {ratio} | {} |",
+                    row.peer.sessions,
+                    row.peer.tokens_per_gpu,
+                    row.peer.p90,
+                    row.ours.map_or_else(|| "–".to_owned(), |y| format!("{y:.1}")),
+                    row.runs
+                );
+            }
+        }
+    }
+}
+
+/// The equal-throughput intervals' bootstrap seed (fixed: the same runs give the same table).
+const ISO_BOOTSTRAP_SEED: u64 = 0x150;

@@ -70,15 +70,18 @@ mod tests {
         args.validate().unwrap();
         for scenario in Scenario::value_variants() {
             let topology = scenario.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
-            let (shaping, _) =
-                args.shaping(LoadPoint::Published, &topology, args.base_concurrency()).unwrap();
+            let (shaping, _) = args.shaping(LoadPoint::Published, &topology, args.concurrency[0]).unwrap();
             assert!(2 * shaping.concurrency <= synthetic::AGENTIC_SESSIONS, "{}", scenario.name());
         }
         assert!(Pairing::of(&args, 5).session_offset < synthetic::AGENTIC_SESSIONS);
         let steady = Scenario::Steady.topology(args.decode_ranks, args.kv_pressure_tokens, args.window());
-        let (shaping, seed) = args.shaping(LoadPoint::Seed, &steady, args.base_concurrency()).unwrap();
+        let (shaping, seed) = args.shaping(LoadPoint::Seed, &steady, 132).unwrap();
         let seed = seed.unwrap();
-        assert_eq!(seed.sessions, args.base_concurrency());
+        assert_eq!(
+            (seed.sessions, shaping.concurrency),
+            (args.seed_sessions, 132),
+            "the scales of 88 sessions"
+        );
         assert!(shaping.output_scale > 1.0 && shaping.think_time_scale > 0.0, "{seed}");
     }
 }

@@ -4,13 +4,14 @@
 //!   slow side) interactivity against tok/s/GPU;
 //! - **busiest-rank load over time**: one panel per arm, the busiest decode rank's running
 //!   requests (colour) and the mean rank's (grey) over emulated time, the measured window shaded;
-//! - and for a load sweep with service classes, **the goodput curve** ([`goodput_curve`]).
+//! - and for a load sweep, **the throughput–interactivity curve** and, with service classes,
+//!   **the goodput curve** ([`curves`]).
 
-mod goodput_curve;
+mod curves;
 
 use std::fmt::Write as _;
 
-pub(crate) use goodput_curve::{Curve, Point, goodput_curve};
+pub(crate) use curves::{Curve, GOODPUT, INTERACTIVITY, Point, curves};
 
 use super::table::Label;
 use crate::replay::report::Report;
