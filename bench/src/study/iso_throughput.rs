@@ -7,8 +7,13 @@
 //!
 //! - each arm's sweep is a curve of (tok/s/GPU, p90 interactivity) points, the means over its
 //!   runs at each offered load;
-//! - the recommended arm's curve, linear between its points, is read at each peer point's
-//!   throughput, never outside its own range;
+//! - the recommended arm's curve is read at each peer point's throughput, on its efficient
+//!   points only: a load that another load beats on both throughput and p90 is not an
+//!   operating point anyone would choose (past saturation, more sessions can serve less, and
+//!   slower). Between two efficient points the reading is linear. Where the peer serves less
+//!   than the lowest of them, that point's p90 is a floor ("at least"): the recommended arm
+//!   serves more than the peer there, at that p90. Where the peer serves more than every load
+//!   of the recommended arm, there is no reading;
 //! - the ratio is that reading over the peer's p90. Its 95 % interval comes from a paired
 //!   bootstrap over runs: run r of every arm and load shares a seed and a trace window, so one
 //!   resample of run indices recomputes every mean on both sides.
@@ -44,8 +49,8 @@ pub(crate) struct CurvePoint {
 pub(crate) struct AtPeerPoint {
     /// The peer's point (the means over every run).
     pub(crate) peer: CurvePoint,
-    /// The recommended arm's p90 at the peer's throughput (`None`: outside its range).
-    pub(crate) ours: Option<f64>,
+    /// The recommended arm's p90 at the peer's throughput (`None`: it has no curve).
+    pub(crate) ours: Option<Reading>,
     /// `ours / peer.p90`.
     pub(crate) ratio: Option<f64>,
     /// The ratio's 95 % interval (`None` with one run, or when fewer than nine in ten
@@ -53,6 +58,32 @@ pub(crate) struct AtPeerPoint {
     pub(crate) interval: Option<Interval>,
     /// Paired runs it rests on.
     pub(crate) runs: usize,
+}
+
+/// A curve read at a throughput.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Reading {
+    pub(crate) p90: f64,
+    pub(crate) bound: Bound,
+}
+
+/// What a [`Reading`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// Between two of the curve's efficient points (or on one).
+    Between,
+    /// Below the lowest efficient point's throughput: that point's p90, a floor.
+    AtLeast,
+}
+
+impl Bound {
+    /// How a ratio read this way is written: `≥` for a floor.
+    pub(crate) fn sign(self) -> &'static str {
+        match self {
+            Bound::Between => "",
+            Bound::AtLeast => "≥ ",
+        }
+    }
 }
 
 /// A 95 % interval's ends.
@@ -81,23 +112,38 @@ pub(crate) fn curve(samples: &[Sample], runs: &[usize]) -> Vec<CurvePoint> {
         .collect()
 }
 
-/// The curve's p90 at throughput `x`: linear between the two points around it (ordered by
-/// throughput); `None` outside the curve's range.
-pub(crate) fn at_throughput(curve: &[CurvePoint], x: f64) -> Option<f64> {
-    let mut points: Vec<(f64, f64)> = curve.iter().map(|p| (p.tokens_per_gpu, p.p90)).collect();
+/// The curve's p90 at throughput `x`, read on its efficient points (none other serves at
+/// least as much at a p90 at least as high, and beats it on one): linear between the two around
+/// `x`, below the lowest a floor at its p90; `None` above the highest, or without points.
+pub(crate) fn at_throughput(curve: &[CurvePoint], x: f64) -> Option<Reading> {
+    let beats = |q: &CurvePoint, p: &CurvePoint| {
+        q.tokens_per_gpu >= p.tokens_per_gpu
+            && q.p90 >= p.p90
+            && (q.tokens_per_gpu > p.tokens_per_gpu || q.p90 > p.p90)
+    };
+    let mut points: Vec<(f64, f64)> = curve
+        .iter()
+        .filter(|p| !curve.iter().any(|q| beats(q, p)))
+        .map(|p| (p.tokens_per_gpu, p.p90))
+        .collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    if let [(only_x, only_y)] = points[..] {
-        return (only_x == x).then_some(only_y);
+    let (&(lo_x, lo_y), &(hi_x, _)) = (points.first()?, points.last()?);
+    if x > hi_x {
+        return None;
     }
-    points.windows(2).find_map(|w| {
+    if x < lo_x {
+        return Some(Reading { p90: lo_y, bound: Bound::AtLeast });
+    }
+    let p90 = points.windows(2).find_map(|w| {
         let ((x0, y0), (x1, y1)) = (w[0], w[1]);
         (x0 <= x && x <= x1).then(|| if x1 > x0 { y0 + (x - x0) / (x1 - x0) * (y1 - y0) } else { y0 })
-    })
+    });
+    Some(Reading { p90: p90.unwrap_or(lo_y), bound: Bound::Between })
 }
 
 /// The recommended arm (`ours`) read at each of the peer's points, with paired-bootstrap
-/// intervals from `resamples` resamples of the runs both arms have at every load. An interval
-/// needs nine in ten resamples to reach the peer's throughput; otherwise it is the point.
+/// intervals from `resamples` resamples of the runs both arms have at every load (a resample
+/// reads its own curve the same way, a bound where it falls outside).
 pub(crate) fn versus(
     ours: &[Sample],
     peer: &[Sample],
@@ -118,7 +164,7 @@ pub(crate) fn versus(
                 if let Some(y) = at_throughput(&mine, p.tokens_per_gpu)
                     && p.p90 > 0.0
                 {
-                    boot[i].push(y / p.p90);
+                    boot[i].push(y.p90 / p.p90);
                 }
             }
         }
@@ -128,7 +174,7 @@ pub(crate) fn versus(
         .zip(boot)
         .map(|(p, mut samples)| {
             let ours = at_throughput(&our_curve, p.tokens_per_gpu);
-            let ratio = ours.filter(|_| p.p90 > 0.0).map(|y| y / p.p90);
+            let ratio = ours.filter(|_| p.p90 > 0.0).map(|y| y.p90 / p.p90);
             samples.sort_by(f64::total_cmp);
             let interval = (ratio.is_some() && !samples.is_empty() && samples.len() * 10 >= resamples * 9)
                 .then(|| {
@@ -152,17 +198,23 @@ mod tests {
     }
 
     #[test]
-    fn the_curve_is_read_between_its_points_and_never_outside() {
+    fn the_curve_is_read_between_its_efficient_points_and_as_a_floor_below_them() {
         let samples = [s(66, 1, 10_000.0, 90.0), s(88, 1, 12_000.0, 80.0), s(110, 1, 14_000.0, 70.0)];
         let c = curve(&samples, &[1]);
         assert_eq!(c.len(), 3);
-        assert_eq!(at_throughput(&c, 13_000.0), Some(75.0));
-        assert_eq!(at_throughput(&c, 10_000.0), Some(90.0));
-        assert_eq!(at_throughput(&c, 9_999.0), None);
-        assert_eq!(at_throughput(&c, 14_001.0), None);
-        // Noise may put a higher load at a lower throughput: the points are ordered by it.
-        let crossed = [s(66, 1, 12_500.0, 85.0), s(88, 1, 12_000.0, 80.0)];
-        assert_eq!(at_throughput(&curve(&crossed, &[1]), 12_250.0), Some(82.5));
+        let between = |p90| Some(Reading { p90, bound: Bound::Between });
+        assert_eq!(at_throughput(&c, 13_000.0), between(75.0));
+        assert_eq!(at_throughput(&c, 10_000.0), between(90.0));
+        assert_eq!(at_throughput(&c, 9_999.0), Some(Reading { p90: 90.0, bound: Bound::AtLeast }));
+        assert_eq!(at_throughput(&c, 14_001.0), None, "no load of it serves that much");
+        assert_eq!(at_throughput(&[], 1.0), None);
+        assert_eq!((Bound::AtLeast.sign(), Bound::Between.sign()), ("≥ ", ""));
+        // A load another one beats on both (more sessions past saturation: less served, and
+        // slower) is no operating point: the reading skips it.
+        let past = [s(66, 1, 20_036.0, 80.7), s(88, 1, 19_612.0, 66.7), s(110, 1, 16_865.0, 59.6)];
+        let c = curve(&past, &[1]);
+        assert_eq!(at_throughput(&c, 16_483.0), Some(Reading { p90: 80.7, bound: Bound::AtLeast }));
+        assert_eq!(at_throughput(&c, 19_800.0), Some(Reading { p90: 80.7, bound: Bound::AtLeast }));
         // A load without every run drawn is left out; a repeated run counts twice.
         let two = [s(88, 1, 10.0, 80.0), s(88, 2, 20.0, 60.0), s(110, 1, 30.0, 50.0)];
         assert_eq!(curve(&two, &[1, 2]).len(), 1);
@@ -192,9 +244,13 @@ mod tests {
         let (ratio, interval) = (at88.ratio.unwrap(), at88.interval.unwrap());
         assert!(ratio > 1.0 && interval.low > 1.0 && interval.high >= ratio, "{at88:?}");
         assert_eq!(at88.runs, 4);
-        // The peer's lowest point serves less than our lowest: outside our range, no ratio.
+        assert_eq!(at88.ours.unwrap().bound, Bound::Between);
+        // The peer's lowest point serves less than our lowest: our lowest point's p90 is a
+        // floor, and the ratio "at least" 84 / 90.72.
         let at66 = rows.iter().find(|r| r.peer.sessions == 66).unwrap();
-        assert_eq!((at66.ours, at66.ratio), (None, None));
+        let floor = at66.ours.unwrap();
+        assert_eq!(floor.bound, Bound::AtLeast);
+        assert!((at66.ratio.unwrap() - 84.0 / 90.72).abs() < 1e-9, "{at66:?}");
     }
 
     #[test]
@@ -203,7 +259,8 @@ mod tests {
         let ours = [s(88, 1, 100.0, 80.0), s(110, 1, 200.0, 60.0)];
         let peer = [s(88, 1, 150.0, 68.0)];
         let rows = versus(&ours, &peer, 100, &mut rng);
-        assert_eq!((rows[0].ours, rows[0].ratio), (Some(70.0), Some(70.0 / 68.0)));
+        assert_eq!(rows[0].ours, Some(Reading { p90: 70.0, bound: Bound::Between }));
+        assert_eq!(rows[0].ratio, Some(70.0 / 68.0));
         assert_eq!((rows[0].interval, rows[0].runs), (None, 1));
     }
 }

@@ -278,7 +278,7 @@ pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
             .iter()
             .fold((f64::INFINITY, 0.0f64), |(l, h), p| (l.min(p.tokens_per_gpu), h.max(p.tokens_per_gpu)));
         println!(
-            "\nAt equal throughput, {name}: {}'s p90 interactivity read off its own sweep (linear between its loads, {lo:.0}–{hi:.0} tok/s/GPU in run 1) at each peer point's tok/s/GPU, against the peer's p90; paired-bootstrap 95 % intervals over the runs:\n",
+            "\nAt equal throughput, {name}: {}'s p90 interactivity read off its own sweep (linear between its loads, {lo:.0}–{hi:.0} tok/s/GPU in run 1) at each peer point's tok/s/GPU, against the peer's p90; only its efficient loads count (none of its other loads serves as much at a p90 as high), and where the peer serves less than the lowest of them, that load's p90 is a floor (≥); paired-bootstrap 95 % intervals over the runs:\n",
             args.recommended
         );
         println!(
@@ -291,17 +291,18 @@ pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
         peers.dedup();
         for peer in peers {
             for row in iso_throughput::versus(&ours, &of(peer), stats::RESAMPLES, &mut rng) {
+                let sign = row.ours.map_or("", |o| o.bound.sign());
                 let ratio = match (row.ratio, row.interval) {
-                    (Some(r), Some(i)) => format!("{r:.3} [{:.3}, {:.3}]", i.low, i.high),
-                    (Some(r), None) => format!("{r:.3}"),
-                    (None, _) => "outside its sweep".to_owned(),
+                    (Some(r), Some(i)) => format!("{sign}{r:.3} [{:.3}, {:.3}]", i.low, i.high),
+                    (Some(r), None) => format!("{sign}{r:.3}"),
+                    (None, _) => "– (serves more than any of its loads)".to_owned(),
                 };
                 println!(
                     "| {peer} | {} | {:.0} | {:.1} | {} | {ratio} | {} |",
                     row.peer.sessions,
                     row.peer.tokens_per_gpu,
                     row.peer.p90,
-                    row.ours.map_or_else(|| "–".to_owned(), |y| format!("{y:.1}")),
+                    row.ours.map_or_else(|| "–".to_owned(), |y| format!("{sign}{:.1}", y.p90)),
                     row.runs
                 );
             }
