@@ -264,7 +264,7 @@ pub(crate) fn run(args: StudyArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let loads = rt.block_on(decode_weight(&args))?;
-    output::print_sweeps(&args, &loads);
+    print!("{}", output::sweep_tables(&args, &loads));
     let path = output::write(&args, &loads)?;
     println!(
         "wrote {} and the plots beside it ({:.0} s wall in all)",

@@ -167,6 +167,33 @@ async fn paired_runs_share_seed_and_window_and_the_screen_keeps_the_strongest_pe
     assert!(v.contains("(2 runs) the best peer arm"), "{v}");
 }
 
+/// A load sweep (`--concurrency 1,2`, two runs): one cell per load, the curves drawn, and the
+/// equal-throughput table has a row for each of the peer's loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_sweep_draws_its_curves_and_compares_at_equal_throughput() {
+    let trace = trace();
+    let out = tempfile::tempdir().unwrap();
+    let argv = ["--loads", "seed", "--arms", "1e6,round-robin", "--recommended", "1e6", "--runs", "2"];
+    let mut cli = tiny_study(&trace, &out, &argv);
+    cli.study.concurrency = vec![1, 2];
+    cli.study.batch_share = Some(0.5);
+    let loads = decode_weight(&cli.study).await.unwrap();
+    assert_eq!(loads.iter().map(|c| c.shaping.concurrency).collect::<Vec<_>>(), [1, 2]);
+    output::write(&cli.study, &loads).unwrap();
+    for svg in ["steady-seed-frontier.svg", "steady-seed-goodput.svg"] {
+        let text = std::fs::read_to_string(out.path().join(svg)).unwrap_or_else(|e| panic!("{svg}: {e}"));
+        assert_eq!(text.matches("<polyline").count(), 2, "a line per arm: {svg}");
+    }
+    for cell in ["c1", "c2"] {
+        assert!(out.path().join(format!("steady-seed-{cell}-interactivity.svg")).exists(), "{cell}");
+    }
+    let tables = output::sweep_tables(&cli.study, &loads);
+    assert!(tables.contains("At equal throughput, steady-seed: W = 1,000,000's"), "{tables}");
+    let rows: Vec<&str> = tables.lines().filter(|l| l.starts_with("| round-robin (legacy) |")).collect();
+    assert_eq!(rows.len(), 2, "a row per load of the peer:\n{tables}");
+    assert!(rows.iter().all(|r| r.ends_with("| 2 |")), "two paired runs each:\n{tables}");
+}
+
 /// sglang-router 0.3.2 in PD mode, not DP-aware (its DP-aware PD path is broken): every request
 /// goes through it and its cache-aware decode policy chose each one; the engine spread them over
 /// its ranks.

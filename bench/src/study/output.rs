@@ -2,6 +2,7 @@
 //! did and what the scenario's events did (on stdout as each cell completes), every run as
 //! `study.json`, and two plots per cell under `--out`.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -185,8 +186,7 @@ pub(crate) fn write(args: &DecodeWeightArgs, cells: &[LoadRun]) -> anyhow::Resul
             Some(plot::Point { x: c.shaping.concurrency as f64, y: g.per_s() })
         };
         let frontier = |a: &ArmRun, c: &LoadRun| {
-            let x = a.report.total_tokens_per_s / f64::from(c.topology.gpus(args.prefill_gpus));
-            Some(plot::Point { x, y: a.report.interactivity.p90? })
+            sample(args, a, c).map(|s| plot::Point { x: s.tokens_per_gpu, y: s.p90 })
         };
         for (name, lines) in sweep_curves(cells, &frontier) {
             let svg = plot::curves(
@@ -216,56 +216,63 @@ fn sweep_curves(
     cells: &[LoadRun],
     point: &dyn Fn(&ArmRun, &LoadRun) -> Option<plot::Point>,
 ) -> Vec<(String, Vec<plot::Curve>)> {
-    let mut out: Vec<(String, Vec<plot::Curve>)> = Vec::new();
-    for c in cells {
-        let name = super::cell_base(c.scenario, c.load);
-        if out.last().is_none_or(|(n, _)| *n != name) {
-            out.push((name, Vec::new()));
-        }
-        let curves = &mut out.last_mut().expect("a curve set was just pushed").1;
-        let mut arms: Vec<Arm> = c.arms.iter().map(|a| a.arm).collect();
-        arms.dedup();
-        for arm in arms {
-            let runs: Vec<plot::Point> =
-                c.arms.iter().filter(|a| a.arm == arm).filter_map(|a| point(a, c)).collect();
-            if runs.is_empty() {
-                continue;
+    sweeps(cells)
+        .map(|(name, sweep)| {
+            let mut curves: Vec<plot::Curve> = Vec::new();
+            for c in sweep {
+                let mut arms: Vec<Arm> = c.arms.iter().map(|a| a.arm).collect();
+                arms.dedup();
+                for arm in arms {
+                    let runs: Vec<plot::Point> =
+                        c.arms.iter().filter(|a| a.arm == arm).filter_map(|a| point(a, c)).collect();
+                    if runs.is_empty() {
+                        continue;
+                    }
+                    let (xs, ys): (Vec<f64>, Vec<f64>) = runs.iter().map(|p| (p.x, p.y)).unzip();
+                    let point = plot::Point { x: stats::mean(&xs), y: stats::mean(&ys) };
+                    let label = arm.to_string();
+                    match curves.iter_mut().find(|k| k.arm == label) {
+                        Some(k) => k.points.push(point),
+                        None => curves.push(plot::Curve { arm: label, points: vec![point] }),
+                    }
+                }
             }
-            let (xs, ys): (Vec<f64>, Vec<f64>) = runs.iter().map(|p| (p.x, p.y)).unzip();
-            let point = plot::Point { x: stats::mean(&xs), y: stats::mean(&ys) };
-            let label = arm.to_string();
-            match curves.iter_mut().find(|k| k.arm == label) {
-                Some(k) => k.points.push(point),
-                None => curves.push(plot::Curve { arm: label, points: vec![point] }),
-            }
-        }
-    }
-    out
+            (name, curves)
+        })
+        .collect()
+}
+
+/// A sweep's cells grouped by scenario and load point (`scenario-load`): they run one after
+/// another, so each group is a run of neighbouring cells.
+fn sweeps(cells: &[LoadRun]) -> impl Iterator<Item = (String, &[LoadRun])> {
+    let base = |c: &LoadRun| super::cell_base(c.scenario, c.load);
+    cells.chunk_by(move |a, b| base(a) == base(b)).map(move |sweep| (base(&sweep[0]), sweep))
+}
+
+/// An arm-run's point of the throughput–interactivity curve: its tok/s/GPU and p90
+/// interactivity (`None` without a p90).
+fn sample(args: &DecodeWeightArgs, a: &ArmRun, c: &LoadRun) -> Option<Sample> {
+    Some(Sample {
+        sessions: c.shaping.concurrency,
+        run: a.run,
+        tokens_per_gpu: a.report.total_tokens_per_s / f64::from(c.topology.gpus(args.prefill_gpus)),
+        p90: a.report.interactivity.p90?,
+    })
 }
 
 /// For a load sweep, per scenario and load point: the recommended arm's p90 interactivity at
-/// each peer point's throughput ([`iso_throughput`]), on stdout.
-pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
+/// each peer point's throughput ([`iso_throughput`]), as tables (empty without a sweep).
+pub(crate) fn sweep_tables(args: &DecodeWeightArgs, cells: &[LoadRun]) -> String {
+    let mut out = String::new();
     if !args.sweeps() {
-        return;
+        return out;
     }
-    let mut names: Vec<String> = cells.iter().map(|c| super::cell_base(c.scenario, c.load)).collect();
-    names.dedup();
-    for name in names {
+    for (name, sweep) in sweeps(cells) {
         let of = |arm: Arm| -> Vec<Sample> {
-            cells
+            sweep
                 .iter()
-                .filter(|c| super::cell_base(c.scenario, c.load) == name)
                 .flat_map(|c| {
-                    let gpus = f64::from(c.topology.gpus(args.prefill_gpus));
-                    c.arms.iter().filter(move |a| a.arm == arm).filter_map(move |a| {
-                        Some(Sample {
-                            sessions: c.shaping.concurrency,
-                            run: a.run,
-                            tokens_per_gpu: a.report.total_tokens_per_s / gpus,
-                            p90: a.report.interactivity.p90?,
-                        })
-                    })
+                    c.arms.iter().filter(move |a| a.arm == arm).filter_map(move |a| sample(args, a, c))
                 })
                 .collect()
         };
@@ -277,15 +284,17 @@ pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
         let (lo, hi) = range
             .iter()
             .fold((f64::INFINITY, 0.0f64), |(l, h), p| (l.min(p.tokens_per_gpu), h.max(p.tokens_per_gpu)));
-        println!(
+        let _ = writeln!(
+            out,
             "\nAt equal throughput, {name}: {}'s p90 interactivity read off its own sweep (linear between its loads, {lo:.0}–{hi:.0} tok/s/GPU in run 1) at each peer point's tok/s/GPU, against the peer's p90; only its efficient loads count (none of its other loads serves as much at a p90 as high), and where the peer serves less than the lowest of them, that load's p90 is a floor (≥); paired-bootstrap 95 % intervals over the runs:\n",
             args.recommended
         );
-        println!(
+        let _ = writeln!(
+            out,
             "| peer arm | sessions | its tok/s/GPU | its p90 | {} p90 there | × [95 % CI] | runs |",
             args.recommended
         );
-        println!("|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
         let mut rng = SmallRng::seed_from_u64(ISO_BOOTSTRAP_SEED);
         let mut peers: Vec<Arm> = args.arms.iter().copied().filter(Arm::is_peer).collect();
         peers.dedup();
@@ -297,7 +306,8 @@ pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
                     (Some(r), None) => format!("{sign}{r:.3}"),
                     (None, _) => "– (serves more than any of its loads)".to_owned(),
                 };
-                println!(
+                let _ = writeln!(
+                    out,
                     "| {peer} | {} | {:.0} | {:.1} | {} | {ratio} | {} |",
                     row.peer.sessions,
                     row.peer.tokens_per_gpu,
@@ -308,6 +318,7 @@ pub(crate) fn print_sweeps(args: &DecodeWeightArgs, cells: &[LoadRun]) {
             }
         }
     }
+    out
 }
 
 /// The equal-throughput intervals' bootstrap seed (fixed: the same runs give the same table).
