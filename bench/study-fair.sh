@@ -2,8 +2,8 @@
 # The fair decode-balancing study (manual/features/decode_balancing.md, "Method"): every
 # condition the results table has, one after another, in two nights on a 2-core machine.
 #
-#   bench/study-fair.sh                 # all of it (~8.3 h; it resumes where it stopped)
-#   bench/study-fair.sh --night 2       # one night's steps (night 1 ~6.1 h, night 2 ~2.1 h)
+#   bench/study-fair.sh                 # all of it (~8.9 h; it resumes where it stopped)
+#   bench/study-fair.sh --night 2       # one night's steps (night 1 ~6.8 h, night 2 ~2.1 h)
 #   bench/study-fair.sh --list          # the steps, their commands and budgets; runs nothing
 #   bench/study-fair.sh ledger unsaturated   # only these steps
 #
@@ -16,8 +16,8 @@
 # Budget, at 10x (an arm-run is 1,000 emulated s: 100 s of wall clock plus ~3 s to deploy):
 # a headline scenario with the screen is 9 arms in run 1 and 3 in runs 2-5, 21 arm-runs or
 # 37 min; a further condition is screened the same way with 3 runs, 15 arm-runs or 26 min;
-# the 1x check is 2 arms x 2 runs of 17 min. Six headline scenarios (222 min) + three
-# conditions (78 min) + the 1x check (68 min) = 368 min, night 1. The equal-throughput sweeps
+# the 1x check is 2 arms x 2 runs of 17 min. Seven headline scenarios (259 min) + three
+# conditions (78 min) + the 1x check (68 min) = 405 min, night 1. The equal-throughput sweeps
 # are 2 arms x 3 loads x 3 runs, 18 arm-runs or 32 min each, 128 min for four: night 2.
 set -euo pipefail
 
@@ -38,6 +38,8 @@ STEPS=(
   "1|headline|74|$V8 --loads seed --scenarios steady,multi-proxy $SCREENED --runs 5"
   "1|ledger|111|$V8 --loads seed --scenarios scale-out,mixed-dp,kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
   "1|unsaturated|37|$V8 --loads seed --scenarios unsaturated-prefill $SCREENED --runs 5"
+  # Two prefills at half the seed load: a prefill that keeps up (the seed load saturates both).
+  "1|keeps-up|37|$V8 --loads seed --scenarios unsaturated-prefill --concurrency 44 $SCREENED --runs 5"
   "1|hrrn|26|$V8 --loads seed --scenarios steady --prefill-schedule-policy hrrn $SCREENED --runs 3"
   "1|weka-v6|26|--trace $TRACES/weka_v6.jsonl.gz --session-header --loads seed --scenarios steady $SCREENED --runs 3"
   "1|published|26|$V8 --loads published --scenarios steady $SCREENED --runs 3"
