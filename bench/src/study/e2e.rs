@@ -194,14 +194,17 @@ async fn a_load_sweep_draws_its_curves_and_compares_at_equal_throughput() {
     assert!(rows.iter().all(|r| r.ends_with("| 2 |")), "two paired runs each:\n{tables}");
 }
 
-/// sglang-router 0.3.2 in PD mode, not DP-aware (its DP-aware PD path is broken): every request
+/// sglang-router 0.3.2 in PD mode, not DP-aware (its DP-aware PD path is broken), in front of
+/// two prefills (its pool gauge counts one; the study waits on its worker list): every request
 /// goes through it and its cache-aware decode policy chose each one; the engine spread them over
 /// its ranks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sglang_router_arm_routes_pd_and_the_engine_picks_the_ranks() {
     let trace = trace();
     let out = tempfile::tempdir().unwrap();
-    let cli = tiny_study(&trace, &out, &["--loads", "seed", "--arms", "sglang-router:cache_aware"]);
+    let arms =
+        ["--loads", "seed", "--scenarios", "unsaturated-prefill", "--arms", "sglang-router:cache_aware"];
+    let cli = tiny_study(&trace, &out, &arms);
     let loads = decode_weight(&cli.study).await.unwrap();
     let arm = &loads[0].arms[0];
     let r = &arm.report;

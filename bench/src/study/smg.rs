@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub(crate) use counters::{Counters, DecodeRanks};
-use infera_testkit::http::{get_json, get_ok, metric_sum, post_json, request};
+use infera_testkit::http::{get_json, get_ok, post_json, request};
 use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
@@ -315,22 +315,33 @@ impl Smg {
         Ok(smg)
     }
 
+    /// Waits until it lists the model and every worker ready in `/workers`. Not by its
+    /// `smg_worker_pool_size` gauge: with two prefills both SMG 1.13 and sglang-router 0.3.2
+    /// report 1 there while `/workers` lists both, and sglang-router never corrects it.
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
-        let (models_url, metrics_url) = (format!("{}/v1/models", self.url), self.metrics_url.clone());
-        let prefills = self.launch.prefills.len() as f64;
-        let decode_ranks =
-            if self.launch.arm.gateway.dp_aware() { decode_ranks } else { self.launch.decodes.len() as u32 };
+        let (models_url, workers_url) = (format!("{}/v1/models", self.url), format!("{}/workers", self.url));
+        let prefills = self.launch.prefills.len();
+        let decodes = if self.launch.arm.gateway.dp_aware() {
+            decode_ranks as usize
+        } else {
+            self.launch.decodes.len()
+        };
         let child = &mut self.child;
         let waited = infera_testkit::poll(READY, "SMG to list the model with every worker", async || {
             if let Ok(Some(status)) = child.try_wait() {
                 return Some(Err(anyhow::anyhow!("SMG exited ({status})")));
             }
             let listed = get_ok(&models_url).await.is_ok_and(|m| m.contains(&format!("\"{model}\"")));
-            let metrics = get_ok(&metrics_url).await.unwrap_or_default();
-            let pool =
-                |kind: &str| metric_sum(&metrics, "smg_worker_pool_size", &format!("worker_type=\"{kind}\""));
-            (listed && pool("prefill") >= prefills && pool("decode") >= f64::from(decode_ranks))
-                .then_some(Ok(()))
+            let workers = get_json(&workers_url).await.unwrap_or_default();
+            let ready = |kind: &str| {
+                workers["workers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| w["worker_type"] == kind && is_ready(w))
+                    .count()
+            };
+            (listed && ready("prefill") >= prefills && ready("decode") >= decodes).then_some(Ok(()))
         })
         .await;
         let why = match waited {
@@ -414,11 +425,7 @@ impl Smg {
             .filter_map(|w| {
                 let (id, wurl) = (w["id"].as_str()?, w["url"].as_str()?);
                 (wurl == url || wurl.starts_with(&prefix))
-                    // SMG says `status: ready`; sglang-router 0.3.2 `is_healthy: true`.
-                    .then(|| Listed {
-                        id: id.to_owned(),
-                        ready: w["status"] == "ready" || w["is_healthy"] == true,
-                    })
+                    .then(|| Listed { id: id.to_owned(), ready: is_ready(w) })
             })
             .collect())
     }
@@ -437,6 +444,12 @@ impl Smg {
         tokio::time::timeout(EXIT, self.child.wait()).await.context("SMG did not exit")??;
         Ok(())
     }
+}
+
+/// Whether a worker of `/workers` is ready: SMG says `status: ready`, sglang-router 0.3.2
+/// `is_healthy: true`.
+fn is_ready(worker: &serde_json::Value) -> bool {
+    worker["status"] == "ready" || worker["is_healthy"] == true
 }
 
 #[cfg(test)]
