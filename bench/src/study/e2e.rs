@@ -202,9 +202,9 @@ async fn a_load_sweep_draws_its_curves_and_compares_at_equal_throughput() {
 async fn an_sglang_router_arm_routes_pd_and_the_engine_picks_the_ranks() {
     let trace = trace();
     let out = tempfile::tempdir().unwrap();
-    let arms =
+    let flags =
         ["--loads", "seed", "--scenarios", "unsaturated-prefill", "--arms", "sglang-router:cache_aware"];
-    let cli = tiny_study(&trace, &out, &arms);
+    let cli = tiny_study(&trace, &out, &flags);
     let loads = decode_weight(&cli.study).await.unwrap();
     let arm = &loads[0].arms[0];
     let r = &arm.report;

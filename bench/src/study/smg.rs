@@ -266,7 +266,29 @@ fn free_port() -> anyhow::Result<u16> {
 /// A worker in SMG's `GET /workers`.
 struct Listed {
     id: String,
+    url: String,
+    /// `prefill` or `decode`.
+    worker_type: String,
+    /// SMG says `status: ready`, sglang-router 0.3.2 `is_healthy: true`.
     ready: bool,
+}
+
+/// The workers the gateway at `base` lists in `GET /workers`.
+async fn list_workers(base: &str) -> anyhow::Result<Vec<Listed>> {
+    let listed = get_json(&format!("{base}/workers")).await?;
+    Ok(listed["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| {
+            Some(Listed {
+                id: w["id"].as_str()?.to_owned(),
+                url: w["url"].as_str()?.to_owned(),
+                worker_type: w["worker_type"].as_str().unwrap_or_default().to_owned(),
+                ready: w["status"] == "ready" || w["is_healthy"] == true,
+            })
+        })
+        .collect())
 }
 
 /// A running SMG; killed on drop.
@@ -319,7 +341,7 @@ impl Smg {
     /// `smg_worker_pool_size` gauge: with two prefills both SMG 1.13 and sglang-router 0.3.2
     /// report 1 there while `/workers` lists both, and sglang-router never corrects it.
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
-        let (models_url, workers_url) = (format!("{}/v1/models", self.url), format!("{}/workers", self.url));
+        let (base, models_url) = (self.url.clone(), format!("{}/v1/models", self.url));
         let prefills = self.launch.prefills.len();
         let decodes = if self.launch.arm.gateway.dp_aware() {
             decode_ranks as usize
@@ -332,15 +354,8 @@ impl Smg {
                 return Some(Err(anyhow::anyhow!("SMG exited ({status})")));
             }
             let listed = get_ok(&models_url).await.is_ok_and(|m| m.contains(&format!("\"{model}\"")));
-            let workers = get_json(&workers_url).await.unwrap_or_default();
-            let ready = |kind: &str| {
-                workers["workers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|w| w["worker_type"] == kind && is_ready(w))
-                    .count()
-            };
+            let workers = list_workers(&base).await.unwrap_or_default();
+            let ready = |kind: &str| workers.iter().filter(|w| w.worker_type == kind && w.ready).count();
             (listed && ready("prefill") >= prefills && ready("decode") >= decodes).then_some(Ok(()))
         })
         .await;
@@ -416,18 +431,10 @@ impl Smg {
 
     /// The workers SMG lists for the decode at `url` (one per DP rank, `URL@rank`).
     async fn ranks_of(&self, url: &str) -> anyhow::Result<Vec<Listed>> {
-        let listed = get_json(&format!("{}/workers", self.url)).await?;
         let prefix = format!("{url}@");
-        Ok(listed["workers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|w| {
-                let (id, wurl) = (w["id"].as_str()?, w["url"].as_str()?);
-                (wurl == url || wurl.starts_with(&prefix))
-                    .then(|| Listed { id: id.to_owned(), ready: is_ready(w) })
-            })
-            .collect())
+        let mut listed = list_workers(&self.url).await?;
+        listed.retain(|w| w.url == url || w.url.starts_with(&prefix));
+        Ok(listed)
     }
 
     /// Its argv.
@@ -444,12 +451,6 @@ impl Smg {
         tokio::time::timeout(EXIT, self.child.wait()).await.context("SMG did not exit")??;
         Ok(())
     }
-}
-
-/// Whether a worker of `/workers` is ready: SMG says `status: ready`, sglang-router 0.3.2
-/// `is_healthy: true`.
-fn is_ready(worker: &serde_json::Value) -> bool {
-    worker["status"] == "ready" || worker["is_healthy"] == true
 }
 
 #[cfg(test)]
