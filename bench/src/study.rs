@@ -25,6 +25,7 @@ pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;
 mod events;
+mod goodput_versus;
 mod iso_throughput;
 mod numbers;
 mod output;
@@ -32,7 +33,7 @@ mod pairing;
 mod plot;
 mod prefill_cache;
 mod scenario;
-mod smg;
+pub(crate) mod smg;
 mod stats;
 mod table;
 mod weight;

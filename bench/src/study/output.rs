@@ -16,7 +16,7 @@ use super::events::{self, CATCH_UP_SHARE};
 use super::iso_throughput::{self, Sample};
 use super::scenario::Change;
 use super::table::Label;
-use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, plot, stats, table};
+use super::{ArmRun, DecodeWeightArgs, LoadRun, describe, goodput_versus, plot, stats, table};
 use crate::replay::report::Report;
 
 fn rows(cell: &LoadRun, runs: usize) -> Vec<(Label, &Report)> {
@@ -31,6 +31,11 @@ pub(crate) fn print(args: &DecodeWeightArgs, cell: &LoadRun) {
         println!(
             "Goodput (interactive: TTFT ≤ 2 s, ITL ≤ 50 ms; batch: TTFT ≤ 60 s, ITL ≤ 250 ms; emulated):\n\n{goodput}"
         );
+        if args.runs > 1
+            && let Some(versus) = goodput_versus::versus(&rows, cell.topology.gpus(args.prefill_gpus))
+        {
+            println!("{versus}");
+        }
     }
     // With several prefills the router's prefill pick decides how much of each conversation
     // a prefill recomputes.

@@ -52,6 +52,18 @@ pub(crate) fn paired_ratio(
     Some(RatioInterval { ratio, low: at(0.025), high: at(0.975), runs: n })
 }
 
+/// [`paired_ratio`] of two series of `(run, value)`, paired by run number (a run only `ours`
+/// has is left out).
+pub(crate) fn paired_by_run(
+    ours: &[(usize, f64)],
+    theirs: &[(usize, f64)],
+    rng: &mut impl Rng,
+) -> Option<RatioInterval> {
+    let (ours, theirs): (Vec<f64>, Vec<f64>) =
+        ours.iter().filter_map(|(run, v)| Some((*v, theirs.iter().find(|(r, _)| r == run)?.1))).unzip();
+    paired_ratio(&ours, &theirs, RESAMPLES, rng)
+}
+
 /// How much less than the best-serving arm an arm may serve (tok/s) and still be a reference:
 /// an arm that serves far less runs fewer requests at once on the decode, so its interactivity
 /// is not measured at the same operating point (a router that starves its decode of work

@@ -164,13 +164,7 @@ pub(crate) fn versus(rows: &[(Label, &Report)], gpus: u32, recommended: Arm, spe
     };
     let mut rng = SmallRng::seed_from_u64(BOOTSTRAP_SEED);
     let mut interval = |arm: Arm, metric: &dyn Fn(&Report) -> Option<f64>| -> Option<RatioInterval> {
-        let peer = peer?;
-        let theirs = series(peer, metric);
-        let (ours, theirs): (Vec<f64>, Vec<f64>) = series(arm, metric)
-            .into_iter()
-            .filter_map(|(run, v)| Some((v, theirs.iter().find(|(r, _)| *r == run)?.1)))
-            .unzip();
-        stats::paired_ratio(&ours, &theirs, stats::RESAMPLES, &mut rng)
+        stats::paired_by_run(&series(arm, metric), &series(peer?, metric), &mut rng)
     };
     let cell = |i: Option<RatioInterval>| {
         i.map_or_else(|| "–".to_owned(), |i| format!("{:.3} [{:.3}, {:.3}]", i.ratio, i.low, i.high))
