@@ -13,6 +13,11 @@
 //! - `per-proxy`: no fleet admission; each proxy admits on its own (`--max-inflight`, the
 //!   fleet's capacity divided among the proxies, FIFO): what a gateway replica can do alone.
 //! - `none`: no admission anywhere.
+//! - `smg`: the peer. SMG replicas in place of the proxies, one per proxy, each with SMG's
+//!   tenant rate limits (each tenant's share of the deployment's tokens per minute, split among
+//!   the replicas) and its concurrency cap (`--per-proxy-inflight`): what an SMG operator turns
+//!   on against a noisy tenant. SMG 1.13 applies those limits on its gRPC path only, so in
+//!   front of these HTTP PD workers only the cap acts ([`smg`]).
 //!
 //! Measured over a window once control's step fit predicts the decode's step (after the callers
 //! have all joined): each tenant's share of the input
@@ -24,6 +29,7 @@ mod fairness;
 mod load;
 mod report;
 mod sample;
+mod smg;
 
 use std::time::{Duration, Instant};
 
@@ -37,12 +43,12 @@ const MODEL: &str = "m";
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct TenantsArgs {
-    /// The arms, in the order run: `fleet`, `per-proxy`, `none`.
+    /// The arms, in the order run: `fleet`, `per-proxy`, `none`, `smg`.
     #[arg(
         long,
         env = "INFERA_BENCH_TENANTS_ARMS",
         value_delimiter = ',',
-        default_value = "fleet,per-proxy,none"
+        default_value = "fleet,per-proxy,none,smg"
     )]
     arms: Vec<Arm>,
     /// Runs of every arm (the order of the arms turns by one each run).
@@ -54,9 +60,11 @@ pub(crate) struct TenantsArgs {
     /// DP ranks of the one decode worker.
     #[arg(long, env = "INFERA_BENCH_TENANTS_DECODE_RANKS", default_value_t = 4)]
     decode_ranks: u32,
-    /// The class's ITL target, ms of engine time (the sim's step is 31.2 + 1.55·x ms up to
-    /// x = 8 requests on the busiest rank, 5.9 ms a request above: 45 ms is about 8 requests).
-    #[arg(long, env = "INFERA_BENCH_TENANTS_ITL_MS", default_value_t = 45)]
+    /// The class's ITL target, ms of engine time per token. The sim's step is 31.2 + 1.55·x ms
+    /// up to x = 8 requests on the busiest rank, 5.9 ms a request above, and each step yields
+    /// 3.5 tokens a request (its default calibration's speculative decoding, which control's fit
+    /// reads from `decode_moments`): 13 ms is a step of about 46 ms, about 9 requests.
+    #[arg(long, env = "INFERA_BENCH_TENANTS_ITL_MS", default_value_t = 13)]
     itl_ms: u32,
     /// The class's TTFT target, ms: a request still waiting then is shed.
     #[arg(long, env = "INFERA_BENCH_TENANTS_TTFT_MS", default_value_t = 30_000)]
@@ -82,7 +90,8 @@ pub(crate) struct TenantsArgs {
     /// Tokens asked per answer.
     #[arg(long, env = "INFERA_BENCH_TENANTS_MAX_TOKENS", default_value_t = 128)]
     max_tokens: u32,
-    /// Each proxy's `--max-inflight` in the `per-proxy` arm.
+    /// Each proxy's `--max-inflight` in the `per-proxy` arm, and each SMG replica's
+    /// `--max-concurrent-requests` in the `smg` arm.
     #[arg(long, env = "INFERA_BENCH_TENANTS_PER_PROXY_INFLIGHT", default_value_t = 8)]
     per_proxy_inflight: usize,
     /// The sims' `--sim-speedup`.
@@ -104,6 +113,15 @@ pub(crate) struct TenantsArgs {
     /// The first run's seed (prompts and sims); run `r` uses `seed + r`.
     #[arg(long, env = "INFERA_BENCH_TENANTS_SEED", default_value_t = 1)]
     seed: u64,
+    /// The `smg` arm's program (else the workspace's `.venv/bin/smg`).
+    #[arg(long, env = "INFERA_SMG")]
+    smg: Option<std::path::PathBuf>,
+    /// What the deployment serves at the ITL target, in SMG's tokens (input and output) per
+    /// wall-clock minute: the `smg` arm's tenant limits split it by weight, then among the
+    /// replicas. The default is what fleet admission served at the default point (4.78 M input
+    /// and 1.41 M output tokens a minute, `bench/results/2026-12-05-tenants.md`).
+    #[arg(long, env = "INFERA_BENCH_TENANTS_SMG_TOKENS_PER_MINUTE", default_value_t = 6_190_000)]
+    smg_tokens_per_minute: u64,
 }
 
 /// Who admits.
@@ -115,6 +133,8 @@ pub(crate) enum Arm {
     PerProxy,
     /// Nobody.
     None,
+    /// SMG replicas, each with its tenant rate limits and concurrency cap ([`smg`]).
+    Smg,
 }
 
 impl Arm {
@@ -123,6 +143,7 @@ impl Arm {
             Arm::Fleet => "fleet admission (control)",
             Arm::PerProxy => "per-proxy cap",
             Arm::None => "no admission",
+            Arm::Smg => "SMG: tenant rate limits and a cap per replica",
         }
     }
 }
@@ -142,6 +163,9 @@ pub(crate) struct ArmRun {
     /// Control's admitted tokens per tenant over the window (`infera_router_admitted_tokens_total`).
     pub(crate) admitted: Vec<f64>,
     pub(crate) steps: Vec<sample::StepSample>,
+    /// Tokens a request gained per decode step over the run (the engine's `decode_moments`):
+    /// the steps are held to the ITL target times this.
+    pub(crate) tokens_per_step: f64,
 }
 
 pub(crate) fn run(args: TenantsArgs) -> anyhow::Result<()> {
@@ -219,11 +243,20 @@ async fn arm_run(args: &TenantsArgs, arm: Arm, run: u32) -> anyhow::Result<ArmRu
             max_tokens: args.max_tokens,
         },
     ];
+    // The SMG arm's callers go to its replicas; control and the proxies stay up beside them,
+    // routing nothing, for control's reading of the engine's measured step.
+    let replicas = match arm {
+        Arm::Smg => Some(smg::start(args, &cluster, &keys).await?),
+        _ => None,
+    };
+    let urls = replicas.as_ref().map_or_else(|| cluster.proxy_urls(), smg::Replicas::urls);
     let started = Instant::now();
     let ramp = Duration::from_secs(args.ramp_s);
-    let load = Load::start(MODEL, &cluster.proxy_urls(), &tenants, seed, ramp);
-    let predicted_after_s =
-        until_predicted(&cluster.control, Duration::from_secs(args.predict_timeout_s), started).await?;
+    let load = Load::start(MODEL, &urls, &tenants, seed, ramp);
+    let predicted_after_s = match arm {
+        Arm::Smg => None,
+        _ => until_predicted(&cluster.control, Duration::from_secs(args.predict_timeout_s), started).await?,
+    };
     // The window starts once every caller has joined and the load has settled.
     let joined = started + ramp;
     tokio::time::sleep(joined.saturating_duration_since(Instant::now()) + Duration::from_secs(args.settle_s))
@@ -231,10 +264,15 @@ async fn arm_run(args: &TenantsArgs, arm: Arm, run: u32) -> anyhow::Result<ArmRu
 
     let before = admitted(&cluster.control.metrics().await?);
     let from = Instant::now();
-    let steps = sample::steps(&cluster.control, MODEL, Duration::from_secs(args.window_s)).await?;
+    let window = Duration::from_secs(args.window_s);
+    let steps = sample::steps(&cluster.control, MODEL, window, arm != Arm::Smg).await?;
     let to = Instant::now();
     let after = admitted(&cluster.control.metrics().await?);
+    let tokens_per_step = sample::engine_tokens_per_step(&cluster.sim("decode-0").url).await?;
     let answers = load.stop().await?;
+    if let Some(replicas) = replicas {
+        replicas.stop().await?;
+    }
     let tenants = tenants.iter().map(|t| report::TenantWindow::of(&t.tenant, &answers, from, to)).collect();
     let drained = cluster.ledger_returns_to_zero().await;
     cluster.stop().await?;
@@ -247,6 +285,7 @@ async fn arm_run(args: &TenantsArgs, arm: Arm, run: u32) -> anyhow::Result<ArmRu
         tenants,
         admitted: after.iter().zip(&before).map(|(a, b)| a - b).collect(),
         steps,
+        tokens_per_step,
     })
 }
 
@@ -286,3 +325,6 @@ fn allocations(args: &TenantsArgs, tokens: [f64; 2]) -> [Allocation; 2] {
         Allocation { tokens: tokens[1], weight: args.flood_weight },
     ]
 }
+
+#[cfg(test)]
+mod tests;

@@ -189,6 +189,9 @@ impl Deployment {
                 decodes: at_start.clone(),
                 port: 0,
                 metrics_port: 0,
+                extra: Vec::new(),
+                api_key: None,
+                control_key: None,
             };
             let log = PathBuf::from(format!("{}-{i}.log", spec.smg_log.display()));
             smgs.push(Smg::start(&program, launch, MODEL, ranks, log).await?);

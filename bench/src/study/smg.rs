@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub(crate) use counters::{Counters, DecodeRanks};
-use infera_testkit::http::{get_json, get_ok, post_json, request};
+use infera_testkit::http::{Method, get_json, get_ok, post_json, request, request_with};
 use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
@@ -184,6 +184,12 @@ pub(crate) struct Launch {
     /// SMG's router port and its Prometheus port.
     pub(crate) port: u16,
     pub(crate) metrics_port: u16,
+    /// Further flags, appended as given (the tenants bench's API keys and tenant limits).
+    pub(crate) extra: Vec<String>,
+    /// A serving-path API key the readiness check sends (`None`: the gateway asks for none).
+    pub(crate) api_key: Option<String>,
+    /// A control-plane API key for its worker list (SMG asks for one once it has serving keys).
+    pub(crate) control_key: Option<String>,
 }
 
 impl Launch {
@@ -227,6 +233,7 @@ impl Launch {
                 argv.push("--priority-scheduler-enabled".to_owned());
             }
         }
+        argv.extend(self.extra.iter().cloned());
         argv
     }
 }
@@ -273,9 +280,18 @@ struct Listed {
     ready: bool,
 }
 
-/// The workers the gateway at `base` lists in `GET /workers`.
-async fn list_workers(base: &str) -> anyhow::Result<Vec<Listed>> {
-    let listed = get_json(&format!("{base}/workers")).await?;
+/// The workers the gateway at `base` lists in `GET /workers`, asked with `control_key` if any.
+async fn list_workers(base: &str, control_key: Option<&str>) -> anyhow::Result<Vec<Listed>> {
+    let url = format!("{base}/workers");
+    let listed = match control_key {
+        None => get_json(&url).await?,
+        Some(key) => {
+            let bearer = format!("Bearer {key}");
+            let (status, body) = request_with(Method::GET, &url, None, &[("authorization", &bearer)]).await?;
+            anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
+            serde_json::from_str(&body)?
+        }
+    };
     Ok(listed["workers"]
         .as_array()
         .into_iter()
@@ -342,6 +358,10 @@ impl Smg {
     /// report 1 there while `/workers` lists both, and sglang-router never corrects it.
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
         let (base, models_url) = (self.url.clone(), format!("{}/v1/models", self.url));
+        let bearer = self.launch.api_key.as_ref().map(|k| format!("Bearer {k}"));
+        let auth: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+        let control_key = self.launch.control_key.clone();
+        let control_key = control_key.as_deref();
         let prefills = self.launch.prefills.len();
         let decodes = if self.launch.arm.gateway.dp_aware() {
             decode_ranks as usize
@@ -353,8 +373,10 @@ impl Smg {
             if let Ok(Some(status)) = child.try_wait() {
                 return Some(Err(anyhow::anyhow!("SMG exited ({status})")));
             }
-            let listed = get_ok(&models_url).await.is_ok_and(|m| m.contains(&format!("\"{model}\"")));
-            let workers = list_workers(&base).await.unwrap_or_default();
+            let listed = request_with(Method::GET, &models_url, None, &auth)
+                .await
+                .is_ok_and(|(status, m)| status.is_success() && m.contains(&format!("\"{model}\"")));
+            let workers = list_workers(&base, control_key).await.unwrap_or_default();
             let ready = |kind: &str| workers.iter().filter(|w| w.worker_type == kind && w.ready).count();
             (listed && ready("prefill") >= prefills && ready("decode") >= decodes).then_some(Ok(()))
         })
@@ -432,7 +454,7 @@ impl Smg {
     /// The workers SMG lists for the decode at `url` (one per DP rank, `URL@rank`).
     async fn ranks_of(&self, url: &str) -> anyhow::Result<Vec<Listed>> {
         let prefix = format!("{url}@");
-        let mut listed = list_workers(&self.url).await?;
+        let mut listed = list_workers(&self.url, self.launch.control_key.as_deref()).await?;
         listed.retain(|w| w.url == url || w.url.starts_with(&prefix));
         Ok(listed)
     }

@@ -1,13 +1,17 @@
 //! The tenants bench's clients: per tenant, closed-loop callers of whole (non-streamed) chat
-//! completions with the tenant's API key, spread over the proxies in turn. Each caller sends its
+//! completions with the tenant's API key, spread over the routers in turn. Each caller sends its
 //! next request as soon as the last one ends, whatever it answered (a shed 503 included: a
-//! flooding client does not back off). Every answer is kept with when it ended.
+//! flooding client does not back off), except a 429: a rate limit (SMG's tenant limiter) is
+//! waited out for its `Retry-After` (1 s without one, at most 60 s), as the OpenAI client
+//! does, instead of being hammered. Every answer is kept with when it ended.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use infera_testkit::http::{Method, request_with};
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use infera_testkit::http::{Method, send};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -97,10 +101,16 @@ impl Load {
                             "max_tokens": load.max_tokens,
                         });
                         let started = Instant::now();
-                        let sent =
-                            request_with(Method::POST, &url, Some(&body), &[("authorization", &auth)]).await;
-                        let answer = answer(&load.tenant, started, sent);
+                        let (answer, wait) = match call(&url, &body, &auth).await {
+                            Ok(called) => {
+                                (answer(&load.tenant, started, called.status, &called.body), called.wait)
+                            }
+                            Err(_) => (answer(&load.tenant, started, 0, ""), None),
+                        };
                         answers.lock().await.push(answer);
+                        if let Some(wait) = wait {
+                            wait_unless_stopped(wait, &stop).await;
+                        }
                     }
                 }));
             }
@@ -118,12 +128,53 @@ impl Load {
     }
 }
 
-fn answer(tenant: &str, started: Instant, sent: anyhow::Result<(http::StatusCode, String)>) -> Answer {
+/// Waits `wait`, or less once `stop` is set (a caller waiting out a 429 must not hold up the
+/// end of the load).
+async fn wait_unless_stopped(wait: Duration, stop: &AtomicBool) {
+    let until = Instant::now() + wait;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        tokio::time::sleep(until.saturating_duration_since(Instant::now()).min(STOP_CHECK)).await;
+    }
+}
+
+/// How often a waiting caller looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// The longest `Retry-After` a caller waits.
+const MOST_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// What one call answered.
+struct Called {
+    status: u16,
+    body: String,
+    /// How long to wait before the next call: a 429's `Retry-After`.
+    wait: Option<Duration>,
+}
+
+/// POSTs `body` to `url` with the caller's `authorization`.
+async fn call(url: &str, body: &Value, auth: &str) -> anyhow::Result<Called> {
+    let headers = [("authorization", auth), ("content-type", "application/json")];
+    let resp = send(Method::POST, url, Bytes::from(body.to_string()), &headers).await?;
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(Called {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        wait: (status == 429).then(|| retry_wait(retry_after.as_deref())),
+    })
+}
+
+/// A 429's wait: its `Retry-After` in whole seconds, 1 s without a readable one, at most
+/// [`MOST_RETRY_AFTER`].
+fn retry_wait(retry_after: Option<&str>) -> Duration {
+    let secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(1);
+    Duration::from_secs(secs).min(MOST_RETRY_AFTER)
+}
+
+fn answer(tenant: &str, started: Instant, status: u16, body: &str) -> Answer {
     let ended = Instant::now();
-    let (status, body) = match sent {
-        Ok((status, body)) => (status.as_u16(), serde_json::from_str::<Value>(&body).unwrap_or(Value::Null)),
-        Err(_) => (0, Value::Null),
-    };
+    let body = serde_json::from_str::<Value>(body).unwrap_or(Value::Null);
     let usage = |field: &str| if status == 200 { body["usage"][field].as_u64().unwrap_or(0) } else { 0 };
     let (prompt_tokens, completion_tokens) = (usage("prompt_tokens"), usage("completion_tokens"));
     let code = body["error"]["code"].as_str().map(str::to_owned);
@@ -135,5 +186,18 @@ fn answer(tenant: &str, started: Instant, sent: anyhow::Result<(http::StatusCode
         code,
         prompt_tokens,
         completion_tokens,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_429_waits_its_retry_after_within_bounds() {
+        assert_eq!(retry_wait(Some("3")), Duration::from_secs(3));
+        assert_eq!(retry_wait(None), Duration::from_secs(1), "none given");
+        assert_eq!(retry_wait(Some("Wed, 21 Oct 2026 07:28:00 GMT")), Duration::from_secs(1), "a date");
+        assert_eq!(retry_wait(Some("3600")), MOST_RETRY_AFTER);
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct TenantWindow {
     pub(crate) answered_tokens: u64,
     /// Shed by admission (503 `shed`).
     pub(crate) shed: u64,
+    /// Refused by a rate limit (429).
+    pub(crate) limited: u64,
     /// Anything else that did not answer 200.
     pub(crate) failed: u64,
     /// Whole-request latency of the answered ones, p50 and p90, s.
@@ -36,6 +38,7 @@ impl TenantWindow {
         let ok: Vec<&&Answer> = mine.iter().filter(|a| a.status == 200).collect();
         let shed =
             mine.iter().filter(|a| a.status == 503 && a.code.as_deref() == Some("shed")).count() as u64;
+        let limited = mine.iter().filter(|a| a.status == 429).count() as u64;
         let latencies: Vec<f64> = ok.iter().map(|a| a.latency.as_secs_f64()).collect();
         let p = |q| percentile(&latencies, q).unwrap_or(f64::NAN);
         Self {
@@ -44,7 +47,8 @@ impl TenantWindow {
             tokens: ok.iter().map(|a| a.prompt_tokens).sum(),
             answered_tokens: ok.iter().map(|a| a.completion_tokens).sum(),
             shed,
-            failed: mine.len() as u64 - ok.len() as u64 - shed,
+            limited,
+            failed: mine.len() as u64 - ok.len() as u64 - shed - limited,
             latency_s: (p(50.0), p(90.0)),
         }
     }
@@ -65,9 +69,20 @@ fn figures(args: &TenantsArgs, run: &ArmRun) -> Figures {
     Figures {
         jain: jain(&a).unwrap_or(f64::NAN),
         steady_share: shares(&a).map_or(f64::NAN, |s| s[0]),
-        predicted_over: over(&run.steps, f64::from(args.itl_ms), |s| s.predicted_ms),
+        // Control's ledger predicts only what it routed: nothing in the SMG arm.
+        predicted_over: if run.arm == Arm::Smg {
+            f64::NAN
+        } else {
+            over(&run.steps, step_limit_ms(args, run), |s| s.predicted_ms)
+        },
         measured_p90: percentile(&measured, 90.0).unwrap_or(f64::NAN),
     }
+}
+
+/// The step the ITL target allows: the target per token times the tokens a request gains per
+/// step (what control's admission holds the step to).
+fn step_limit_ms(args: &TenantsArgs, run: &ArmRun) -> f64 {
+    f64::from(args.itl_ms) * run.tokens_per_step
 }
 
 /// The share of `steps` whose `what` is above `limit_ms` (NaN without samples).
@@ -81,8 +96,11 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
     let tokens = [run.tenants[0].tokens as f64, run.tenants[1].tokens as f64];
     let a = allocations(args, tokens);
     let owed = owed(&a);
-    let predicted =
-        run.predicted_after_s.map_or("not within the timeout".to_owned(), |s| format!("after {s:.0} s"));
+    let predicted = match (run.arm, run.predicted_after_s) {
+        (Arm::Smg, _) => "by no one: SMG routed".to_owned(),
+        (_, None) => "not within the timeout".to_owned(),
+        (_, Some(s)) => format!("after {s:.0} s"),
+    };
     println!(
         "\n== {} · run {} (step predicted {predicted}; window {:.0} s) ==",
         run.arm.name(),
@@ -90,13 +108,13 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
         run.window_s
     );
     println!(
-        "| tenant | answered (per s) | prompt tokens | share (owed) | output tokens | shed | other failures | latency p50 / p90 |"
+        "| tenant | answered (per s) | prompt tokens | share (owed) | output tokens | shed | rate-limited (429) | other failures | latency p50 / p90 |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (i, t) in run.tenants.iter().enumerate() {
         let share = shares(&a).map_or(f64::NAN, |s| s[i]);
         println!(
-            "| {} | {} ({:.1}) | {} | {:.3} ({:.3}) | {} | {} | {} | {:.2} / {:.2} s |",
+            "| {} | {} ({:.1}) | {} | {:.3} ({:.3}) | {} | {} | {} | {} | {:.2} / {:.2} s |",
             t.tenant,
             t.ok,
             t.ok as f64 / run.window_s,
@@ -105,6 +123,7 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
             owed[i],
             t.answered_tokens,
             t.shed,
+            t.limited,
             t.failed,
             t.latency_s.0,
             t.latency_s.1
@@ -114,12 +133,28 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
     let (pred, meas) = (pick(|s| s.predicted_ms), pick(|s| s.measured_ms));
     let q = |v: &[f64], p| percentile(v, p).unwrap_or(f64::NAN);
     let errors: Vec<f64> = run.steps.iter().map(|s| (s.predicted_ms / s.measured_ms - 1.0).abs()).collect();
+    if run.arm == Arm::Smg {
+        println!(
+            "Jain {:.3}; decode step (ITL target {} ms at {:.2} tokens a step: {:.1} ms), {} samples: measured p50 / p90 {:.1} / {:.1} ms, {:.1} % over",
+            f.jain,
+            args.itl_ms,
+            run.tokens_per_step,
+            step_limit_ms(args, run),
+            run.steps.len(),
+            q(&meas, 50.0),
+            f.measured_p90,
+            100.0 * over(&run.steps, step_limit_ms(args, run), |s| s.measured_ms),
+        );
+        return;
+    }
     println!(
-        "Jain {:.3}; decode step (ITL target {} ms), {} samples: predicted p50 / p90 / max {:.1} / {:.1} / {:.1} ms, \
+        "Jain {:.3}; decode step (ITL target {} ms at {:.2} tokens a step: {:.1} ms), {} samples: predicted p50 / p90 / max {:.1} / {:.1} / {:.1} ms, \
          {:.1} % of samples over the target; measured p50 / p90 {:.1} / {:.1} ms, {:.1} % over; |predicted / measured − 1| \
          median {:.3}",
         f.jain,
         args.itl_ms,
+        run.tokens_per_step,
+        step_limit_ms(args, run),
         run.steps.len(),
         q(&pred, 50.0),
         q(&pred, 90.0),
@@ -127,7 +162,7 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
         100.0 * f.predicted_over,
         q(&meas, 50.0),
         f.measured_p90,
-        100.0 * over(&run.steps, f64::from(args.itl_ms), |s| s.measured_ms),
+        100.0 * over(&run.steps, step_limit_ms(args, run), |s| s.measured_ms),
         q(&errors, 50.0),
     );
     if run.arm == Arm::Fleet {
@@ -145,7 +180,7 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
 /// Every arm over the runs: mean (min–max).
 pub(crate) fn print_summary(args: &TenantsArgs, runs: &[ArmRun]) {
     println!(
-        "\n| arm | runs | Jain, mean (min–max) | steady's token share (owed {:.3}) | predicted step over {} ms | measured step p90, ms |",
+        "\n| arm | runs | Jain, mean (min–max) | steady's token share (owed {:.3}) | predicted step over the ITL target ({} ms a token) × tokens a step, % of samples | measured step p90, ms |",
         owed(&allocations(args, [1.0, 1.0]))[0],
         args.itl_ms
     );
@@ -156,13 +191,16 @@ pub(crate) fn print_summary(args: &TenantsArgs, runs: &[ArmRun]) {
     for arm in arms {
         let f: Vec<Figures> = runs.iter().filter(|r| r.arm == arm).map(|r| figures(args, r)).collect();
         let cell = |v: Vec<f64>, scale: f64, digits: usize| {
+            if v.iter().all(|x| x.is_nan()) {
+                return "–".to_owned();
+            }
             let mean = v.iter().sum::<f64>() / v.len() as f64;
             let (lo, hi) =
                 v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
             format!("{:.digits$} ({:.digits$}–{:.digits$})", mean * scale, lo * scale, hi * scale)
         };
         println!(
-            "| {} | {} | {} | {} | {} % | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             arm.name(),
             f.len(),
             cell(f.iter().map(|x| x.jain).collect(), 1.0, 3),

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use infera_testkit::Control;
-use infera_testkit::http::metric_sum;
+use infera_testkit::http::{get_json, metric_sum};
+use serde_json::Value;
 
 /// How often control is read.
 pub(crate) const EVERY: Duration = Duration::from_millis(200);
@@ -34,7 +35,18 @@ pub(crate) fn step(metrics: &str, model: &str) -> Option<StepSample> {
     })
 }
 
-/// Reads `control`'s `/metrics` every [`EVERY`] for `window`.
+/// The engine's measured step alone (`None` before control has read one): what is there to
+/// sample when control routed nothing (the SMG arm), so its ledger predicts nothing.
+pub(crate) fn measured(metrics: &str, model: &str) -> Option<f64> {
+    let labels = format!("model=\"{model}\"");
+    metrics
+        .lines()
+        .any(|l| l.starts_with("infera_router_decode_step_measured_ms{") && l.contains(&labels))
+        .then(|| metric_sum(metrics, "infera_router_decode_step_measured_ms", &labels))
+}
+
+/// Reads `control`'s `/metrics` every [`EVERY`] for `window`: with `predicted`, the samples
+/// that carry a prediction; without, the measured step alone (the prediction NaN).
 ///
 /// # Errors
 /// When control does not answer.
@@ -42,17 +54,42 @@ pub(crate) async fn steps(
     control: &Control,
     model: &str,
     window: Duration,
+    predicted: bool,
 ) -> anyhow::Result<Vec<StepSample>> {
     let end = tokio::time::Instant::now() + window;
     let mut samples = Vec::new();
     let mut tick = tokio::time::interval(EVERY);
     while tokio::time::Instant::now() < end {
         tick.tick().await;
-        if let Some(s) = step(&control.metrics().await?, model) {
-            samples.push(s);
-        }
+        let text = control.metrics().await?;
+        let sample = if predicted {
+            step(&text, model)
+        } else {
+            measured(&text, model).map(|measured_ms| StepSample { predicted_ms: f64::NAN, measured_ms })
+        };
+        samples.extend(sample);
     }
     Ok(samples)
+}
+
+/// Tokens a request gains per decode step, from the engine's `decode_moments` in `loads` (its
+/// `/v1/loads`): Σ generated over Σ batch, every rank together, as control's fit reads it
+/// (more than 1 under speculative decoding); 1 before any decode step.
+pub(crate) fn tokens_per_step(loads: &Value) -> f64 {
+    let (mut batch, mut generated) = (0.0, 0.0);
+    for m in loads["loads"].as_array().into_iter().flatten().filter_map(|l| l["decode_moments"].as_array()) {
+        batch += m.get(1).and_then(Value::as_f64).unwrap_or(0.0);
+        generated += m.get(5).and_then(Value::as_f64).unwrap_or(0.0);
+    }
+    if batch > 0.0 && generated > 0.0 { generated / batch } else { 1.0 }
+}
+
+/// [`tokens_per_step`] of the decode engine at `url`.
+///
+/// # Errors
+/// When it does not answer.
+pub(crate) async fn engine_tokens_per_step(url: &str) -> anyhow::Result<f64> {
+    Ok(tokens_per_step(&get_json(&format!("{url}/v1/loads")).await?))
 }
 
 #[cfg(test)]
@@ -68,5 +105,18 @@ mod tests {
                      infera_router_decode_step_measured_ms{model=\"m\",worker=\"d\"} 43.0\n";
         let s = step(after, "m").unwrap();
         assert_eq!((s.predicted_ms, s.measured_ms), (44.5, 43.0));
+        assert_eq!(measured(before, "m"), Some(43.0), "measured without a prediction");
+        assert_eq!(measured("", "m"), None);
+    }
+
+    #[test]
+    fn tokens_per_step_are_generated_over_batch_across_ranks() {
+        let loads = serde_json::json!({"loads": [
+            {"dp_rank": 0, "decode_moments": [10.0, 40.0, 4e5, 0.0, 0.0, 140.0]},
+            {"dp_rank": 1, "decode_moments": [10.0, 60.0, 4e5, 0.0, 0.0, 210.0]},
+            {"dp_rank": 2, "decode_moments": null},
+        ]});
+        assert_eq!(tokens_per_step(&loads), 3.5);
+        assert_eq!(tokens_per_step(&serde_json::json!({"loads": []})), 1.0, "no step yet");
     }
 }

@@ -36,6 +36,9 @@ fn arms_parse_and_map_to_smg_argv() {
         decodes: vec!["http://127.0.0.1:4003".into()],
         port: 4004,
         metrics_port: 4005,
+        extra: Vec::new(),
+        api_key: None,
+        control_key: None,
     };
     assert_eq!(
         launch.argv().join(" "),
@@ -68,6 +71,11 @@ fn arms_parse_and_map_to_smg_argv() {
     let argv = router.argv().join(" ");
     assert!(argv.contains("--decode-policy cache_aware --prometheus-host"), "not DP-aware: {argv}");
     assert!(argv.ends_with("--log-level warn"), "no SMG-only flag: {argv}");
+    let keyed = Launch { extra: vec!["--max-concurrent-requests".into(), "8".into()], ..off.clone() };
+    assert!(
+        keyed.argv().join(" ").ends_with("--disable-worker-overload-protection --max-concurrent-requests 8"),
+        "further flags come last"
+    );
     assert_eq!(
         [1.0, 2.0, 10.0, 25.0].map(load_monitor_interval_s),
         [None, Some(5), Some(1), Some(1)],
