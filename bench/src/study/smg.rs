@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub(crate) use counters::{Counters, DecodeRanks};
-use infera_testkit::http::{Method, get_json, get_ok, post_json, request, request_with};
+use infera_testkit::http::{Method, get_ok, post_json, request, request_with};
 use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
@@ -283,15 +283,11 @@ struct Listed {
 /// The workers the gateway at `base` lists in `GET /workers`, asked with `control_key` if any.
 async fn list_workers(base: &str, control_key: Option<&str>) -> anyhow::Result<Vec<Listed>> {
     let url = format!("{base}/workers");
-    let listed = match control_key {
-        None => get_json(&url).await?,
-        Some(key) => {
-            let bearer = format!("Bearer {key}");
-            let (status, body) = request_with(Method::GET, &url, None, &[("authorization", &bearer)]).await?;
-            anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
-            serde_json::from_str(&body)?
-        }
-    };
+    let bearer = control_key.map(|k| format!("Bearer {k}"));
+    let auth: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    let (status, body) = request_with(Method::GET, &url, None, &auth).await?;
+    anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
+    let listed: serde_json::Value = serde_json::from_str(&body)?;
     Ok(listed["workers"]
         .as_array()
         .into_iter()

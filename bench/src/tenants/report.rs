@@ -133,37 +133,34 @@ pub(crate) fn print_run(args: &TenantsArgs, run: &ArmRun) {
     let (pred, meas) = (pick(|s| s.predicted_ms), pick(|s| s.measured_ms));
     let q = |v: &[f64], p| percentile(v, p).unwrap_or(f64::NAN);
     let errors: Vec<f64> = run.steps.iter().map(|s| (s.predicted_ms / s.measured_ms - 1.0).abs()).collect();
-    if run.arm == Arm::Smg {
-        println!(
-            "Jain {:.3}; decode step (ITL target {} ms at {:.2} tokens a step: {:.1} ms), {} samples: measured p50 / p90 {:.1} / {:.1} ms, {:.1} % over",
-            f.jain,
-            args.itl_ms,
-            run.tokens_per_step,
-            step_limit_ms(args, run),
-            run.steps.len(),
-            q(&meas, 50.0),
-            f.measured_p90,
-            100.0 * over(&run.steps, step_limit_ms(args, run), |s| s.measured_ms),
-        );
-        return;
-    }
+    let limit = step_limit_ms(args, run);
+    // Control's ledger predicts only what it routed: nothing in the SMG arm.
+    let predicted = if run.arm == Arm::Smg {
+        String::new()
+    } else {
+        format!(
+            "predicted p50 / p90 / max {:.1} / {:.1} / {:.1} ms, {:.1} % of samples over the target; ",
+            q(&pred, 50.0),
+            q(&pred, 90.0),
+            pred.iter().copied().fold(f64::NAN, f64::max),
+            100.0 * f.predicted_over,
+        )
+    };
+    let error = if run.arm == Arm::Smg {
+        String::new()
+    } else {
+        format!("; |predicted / measured − 1| median {:.3}", q(&errors, 50.0))
+    };
     println!(
-        "Jain {:.3}; decode step (ITL target {} ms at {:.2} tokens a step: {:.1} ms), {} samples: predicted p50 / p90 / max {:.1} / {:.1} / {:.1} ms, \
-         {:.1} % of samples over the target; measured p50 / p90 {:.1} / {:.1} ms, {:.1} % over; |predicted / measured − 1| \
-         median {:.3}",
+        "Jain {:.3}; decode step (ITL target {} ms at {:.2} tokens a step: {limit:.1} ms), {} samples: {predicted}\
+         measured p50 / p90 {:.1} / {:.1} ms, {:.1} % over{error}",
         f.jain,
         args.itl_ms,
         run.tokens_per_step,
-        step_limit_ms(args, run),
         run.steps.len(),
-        q(&pred, 50.0),
-        q(&pred, 90.0),
-        pred.iter().copied().fold(f64::NAN, f64::max),
-        100.0 * f.predicted_over,
         q(&meas, 50.0),
         f.measured_p90,
-        100.0 * over(&run.steps, step_limit_ms(args, run), |s| s.measured_ms),
-        q(&errors, 50.0),
+        100.0 * over(&run.steps, limit, |s| s.measured_ms),
     );
     if run.arm == Arm::Fleet {
         let control = allocations(args, [run.admitted[0], run.admitted[1]]);
