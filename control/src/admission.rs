@@ -6,8 +6,11 @@
 //! (speculative decoding's accept length, from the engine's `decode_moments`; 1 without it),
 //! stays within the tightest ITL target among `c` and
 //! every request the worker already holds: under DP attention every rank steps at the busiest
-//! one's pace, so each held request sees the worker's step. Every booked request counts, those
-//! still prefilling too (by their age under the age decay). A worker whose fit does not track its step
+//! one's pace, so each held request sees the worker's step. Every booked request counts whole,
+//! those still prefilling too, however long they have waited: the target is a bound on every
+//! step the held requests will share, and a prefill stuck now may still end while the request
+//! admitted now decodes (the age decay is the decode picks' estimate, not a bound). A worker
+//! whose fit does not track its step
 //! ([`crate::fit::predict::predictor`]) is not predicted and admits as before; an idle worker
 //! always admits (nothing it could hold
 //! steps faster). When no candidate admits, or others already wait, the pick waits in the
@@ -57,17 +60,6 @@ impl StepFits {
     }
 }
 
-/// How admission counts a held request still in prefill: whole, or by the age decay the decode
-/// picks use (`--decode-prefilling-age-decay`, [`crate::prefill_phase::age_weight`]): one
-/// prefilling longer than the model's median phase is likely stuck in a saturated prefill queue
-/// and will not step beside the request admitted now.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PrefillAge {
-    /// The model's median prefill phase; `None` (or the decay off): every request counts whole.
-    pub(crate) median: Option<std::time::Duration>,
-    pub(crate) now: std::time::Instant,
-}
-
 /// Keeps the candidates whose worker admits one more request of `tokens` within `limit`;
 /// `false` when none is left.
 pub(crate) fn within_predicted_itl(
@@ -77,9 +69,8 @@ pub(crate) fn within_predicted_itl(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
-    prefilling: PrefillAge,
 ) -> bool {
-    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens, prefilling));
+    candidates.retain(|c| admits(c.key, view, ledger, fits, limit, tokens));
     !candidates.is_empty()
 }
 
@@ -107,7 +98,6 @@ fn admits(
     fits: &StepFits,
     limit: AdmitLimit,
     tokens: u64,
-    prefilling: PrefillAge,
 ) -> bool {
     use crate::fit::predict::RankLoad;
     let worker = &view.slot(key).target.worker;
@@ -118,20 +108,7 @@ fn admits(
     if held.iter().all(|l| l.held_requests == 0) {
         return true;
     }
-    // Every booked request counts, those still prefilling too: admitted while their prefills
-    // run, they all step once they arrive — except, with the age decay, in part those stuck
-    // longer than prefills take.
-    let loads: Vec<RankLoad> = keys
-        .iter()
-        .zip(&held)
-        .map(|(k, load)| {
-            let mut r = RankLoad::from_ledger(load);
-            let weighted = ledger.prefilling_weighted(*k, prefilling.median, prefilling.now);
-            r.requests += weighted.requests;
-            r.context_tokens += weighted.tokens;
-            r
-        })
-        .collect();
+    let loads: Vec<RankLoad> = held.iter().map(RankLoad::booked).collect();
     let Some(rank) = keys.iter().position(|k| *k == key) else { return false };
     // The targets are per token: with speculative decoding a step yields several.
     fit.worker_step_ms_with(&loads, rank, tokens).is_some_and(|p| fit.itl_ms(p) <= f64::from(limit_ms))

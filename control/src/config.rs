@@ -143,8 +143,9 @@ struct DecodeArgs {
     /// 1 counts them alike: the cost as it always was.
     #[arg(long, env = "INFERA_DECODE_PREFILLING_WEIGHT", default_value = "1", allow_negative_numbers = true)]
     decode_prefilling_weight: PrefillingWeight,
-    /// Whether a held request still in prefill counts less the longer it has been prefilling:
-    /// min(1, median prefill phase of its model / its age) of a request and of its tokens.
+    /// Whether a held request still in prefill counts less in the decode cost the longer it has
+    /// been prefilling: min(1, median prefill phase of its model / its age) of a request and of
+    /// its tokens. Fleet admission (`--admission on`) counts it whole either way.
     #[arg(long, env = "INFERA_DECODE_PREFILLING_AGE_DECAY", value_enum, default_value_t = AgeDecay::On)]
     decode_prefilling_age_decay: AgeDecay,
 }

@@ -203,7 +203,6 @@ impl<R: Rng> RoutingCore<R> {
                 &self.step_fits,
                 limit,
                 req.input_tokens,
-                crate::admission::PrefillAge { median: decay_median, now },
             )
         {
             return Err(ControlError::AdmissionQueued { model: req.model.clone() });
@@ -453,6 +452,7 @@ impl<R: Rng> RoutingCore<R> {
                 slot: s.clone(),
                 load: self.ledger.load(k),
                 health: self.health(k, now),
+                itl_limit_ms: self.ledger.tightest_itl_ms(k),
             })
             .collect()
     }
@@ -464,6 +464,7 @@ impl<R: Rng> RoutingCore<R> {
                 slot: self.view.slot(*k).clone(),
                 load: self.ledger.load(*k),
                 health: self.health(*k, now),
+                itl_limit_ms: self.ledger.tightest_itl_ms(*k),
             })
             .collect()
     }

@@ -3,8 +3,11 @@
 //! `…_fit_trusted`), and per pool the W its decode picks use
 //! (`infera_router_decode_request_weight`: pinned, fitted or the fallback). Beside them, the step
 //! time the fit predicts from the ledger and the one the engine measured
-//! (`infera_router_decode_step_predicted_ms`, `…_measured_ms`), and the prediction's error per
-//! interval (`infera_router_decode_step_prediction_error`).
+//! (`infera_router_decode_step_predicted_ms`, `…_measured_ms`), the prediction's error per
+//! interval (`infera_router_decode_step_prediction_error`), and the ITL the prediction gives a
+//! request against the tightest target the worker's requests were admitted under
+//! (`infera_router_decode_itl_predicted_ms`, `…_itl_limit_ms`): fleet admission keeps the first
+//! within the second.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,6 +42,21 @@ fn error_histogram() -> Histogram {
     Histogram::new(ERROR_BUCKETS)
 }
 
+/// One worker's step as its fit predicts it from the ledger, beside the engine's.
+#[derive(Clone, Copy, Debug)]
+pub struct StepPrediction {
+    /// When the engine's interval was measured.
+    pub at: Instant,
+    /// The step the fit predicts from the ledger's load (its busiest rank's), ms.
+    pub predicted_ms: f64,
+    /// The engine's mean step over the interval, ms.
+    pub measured_ms: f64,
+    /// The ITL a request sees at the predicted step (over the tokens it gains a step), ms.
+    pub predicted_itl_ms: f64,
+    /// The tightest ITL target among the requests the worker holds under fleet admission, ms.
+    pub itl_limit_ms: Option<u32>,
+}
+
 /// The fit's gauges.
 #[derive(Debug)]
 pub struct FitMetrics {
@@ -49,6 +67,8 @@ pub struct FitMetrics {
     in_use: Family<PoolLabels, FloatGauge>,
     predicted: Family<WorkerLabels, FloatGauge>,
     measured: Family<WorkerLabels, FloatGauge>,
+    predicted_itl: Family<WorkerLabels, FloatGauge>,
+    itl_limit: Family<WorkerLabels, FloatGauge>,
     error: ErrorHistogram,
     /// The latest interval compared per worker: each is counted once.
     compared: Mutex<HashMap<WorkerLabels, Instant>>,
@@ -68,6 +88,8 @@ impl FitMetrics {
             in_use: Family::default(),
             predicted: Family::default(),
             measured: Family::default(),
+            predicted_itl: Family::default(),
+            itl_limit: Family::default(),
             error: Family::new_with_constructor(error_histogram),
             compared: Mutex::default(),
         };
@@ -109,6 +131,16 @@ impl FitMetrics {
             m.measured.clone(),
         );
         r.register(
+            "decode_itl_predicted_ms",
+            "Inter-token latency the predicted step gives a request (step over the tokens a request gains a step), ms",
+            m.predicted_itl.clone(),
+        );
+        r.register(
+            "decode_itl_limit_ms",
+            "The tightest ITL target among the requests the worker holds under fleet admission (NaN: none held), ms",
+            m.itl_limit.clone(),
+        );
+        r.register(
             "decode_step_prediction_error",
             "predicted / measured - 1 of the decode step time, once per poll interval and worker",
             m.error.clone(),
@@ -116,12 +148,16 @@ impl FitMetrics {
         m
     }
 
-    /// A worker's predicted step against the interval the engine measured at `at` (counted in
-    /// the error once per interval).
-    pub fn prediction(&self, model: &str, worker: &str, at: Instant, predicted_ms: f64, measured_ms: f64) {
+    /// A worker's prediction against the interval the engine measured (counted in the error
+    /// once per interval).
+    pub fn prediction(&self, model: &str, worker: &str, p: StepPrediction) {
+        let StepPrediction { at, predicted_ms, measured_ms, predicted_itl_ms, itl_limit_ms } = p;
         let labels = WorkerLabels { model: model.to_owned(), worker: worker.to_owned() };
         self.predicted.get_or_create(&labels).set(predicted_ms);
         self.measured.get_or_create(&labels).set(measured_ms);
+        self.predicted_itl.get_or_create(&labels).set(predicted_itl_ms);
+        // No held request under admission: no target to hold to (NaN, not a stale one).
+        self.itl_limit.get_or_create(&labels).set(itl_limit_ms.map_or(f64::NAN, f64::from));
         let mut compared = self.compared.lock().expect("compared lock");
         if compared.get(&labels).is_some_and(|last| *last >= at) {
             return;

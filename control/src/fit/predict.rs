@@ -35,6 +35,12 @@ impl RankLoad {
         Self { requests: requests as f64, context_tokens: tokens as f64 }
     }
 
+    /// A decode rank's load with every request booked on it, those still in prefill too: what
+    /// it will step with once their prefills end (what fleet admission bounds).
+    pub fn booked(load: &Load) -> Self {
+        Self { requests: load.held_requests as f64, context_tokens: load.booked_input_tokens as f64 }
+    }
+
     /// The same with one more request of `tokens`.
     pub fn with_request(self, tokens: u64) -> Self {
         Self { requests: self.requests + 1.0, context_tokens: self.context_tokens + tokens as f64 }

@@ -140,4 +140,7 @@ pub struct TargetRow {
     pub load: Load,
     /// Outlier ejection: healthy, ejected or probing.
     pub health: crate::ejection::Health,
+    /// The tightest ITL target (ms) among the requests it holds under fleet admission; `None`
+    /// when it holds none.
+    pub itl_limit_ms: Option<u32>,
 }

@@ -85,7 +85,7 @@ pub(super) fn millis(d: std::time::Duration) -> u32 {
 }
 
 pub(super) fn target_status(
-    TargetRow { slot, load, health }: &TargetRow,
+    TargetRow { slot, load, health, .. }: &TargetRow,
     engine: &EngineBoard,
 ) -> pb::TargetStatus {
     let reading = engine.get(&slot.target);

@@ -136,6 +136,12 @@ async fn auto_uses_the_fallback_then_the_w_fitted_from_the_engines_moments() {
     let predicted = http::metric_sum(&metrics, "infera_router_decode_step_predicted_ms", worker);
     let measured = http::metric_sum(&metrics, "infera_router_decode_step_measured_ms", worker);
     assert!(measured > 30.0 && (0.0..measured).contains(&predicted), "{predicted} vs {measured}\n{metrics}");
+    // The ITL it gives a request: the step over the tokens a request gains a step (at least 1).
+    // No request was admitted under `--admission on`, so no worker holds a target.
+    let itl = http::metric_sum(&metrics, "infera_router_decode_itl_predicted_ms", worker);
+    assert!(itl > 0.0 && itl <= predicted, "{itl} vs {predicted}\n{metrics}");
+    let limit = http::metric_sum(&metrics, "infera_router_decode_itl_limit_ms", worker);
+    assert!(limit.is_nan(), "{limit}\n{metrics}");
     let compared =
         http::metric_sum(&metrics, "infera_router_decode_step_prediction_error_count", "model=\"m\"");
     assert!(compared >= 10.0, "{metrics}");
