@@ -1,7 +1,9 @@
 //! What control says about the decode while the window runs: every `EVERY`, the step its fit
-//! predicts from the ledger (`infera_router_decode_step_predicted_ms`) and the step the engine
-//! measured over its latest interval (`…_measured_ms`). A prediction is the ledger's view of
-//! what was admitted: a sample above the ITL target is an admission beyond the predicted limit.
+//! predicts from the ledger (`infera_router_decode_step_predicted_ms`), the ITL that step gives a
+//! request (`infera_router_decode_itl_predicted_ms`: over the tokens a request gains a step, as
+//! control's fit reads them) and the step the engine measured over its latest interval
+//! (`…_measured_ms`). A prediction is the ledger's view of what was admitted: a sample whose
+//! predicted ITL is above the target is an admission beyond the predicted limit.
 
 use std::time::Duration;
 
@@ -17,6 +19,8 @@ pub(crate) const EVERY: Duration = Duration::from_millis(200);
 pub(crate) struct StepSample {
     /// What the fit predicts from the ledger, ms.
     pub(crate) predicted_ms: f64,
+    /// The ITL that step gives a request, ms.
+    pub(crate) predicted_itl_ms: f64,
     /// What the engine measured, ms.
     pub(crate) measured_ms: f64,
 }
@@ -31,6 +35,7 @@ pub(crate) fn step(metrics: &str, model: &str) -> Option<StepSample> {
     }
     Some(StepSample {
         predicted_ms: metric_sum(metrics, "infera_router_decode_step_predicted_ms", &labels),
+        predicted_itl_ms: metric_sum(metrics, "infera_router_decode_itl_predicted_ms", &labels),
         measured_ms: metric_sum(metrics, "infera_router_decode_step_measured_ms", &labels),
     })
 }
@@ -65,7 +70,11 @@ pub(crate) async fn steps(
         let sample = if predicted {
             step(&text, model)
         } else {
-            measured(&text, model).map(|measured_ms| StepSample { predicted_ms: f64::NAN, measured_ms })
+            measured(&text, model).map(|measured_ms| StepSample {
+                predicted_ms: f64::NAN,
+                predicted_itl_ms: f64::NAN,
+                measured_ms,
+            })
         };
         samples.extend(sample);
     }
@@ -102,9 +111,10 @@ mod tests {
         assert!(step(before, "m").is_none());
         let after = "infera_router_decode_request_weight_fit_trusted{model=\"m\",worker=\"d\"} 0\n\
                      infera_router_decode_step_predicted_ms{model=\"m\",worker=\"d\"} 44.5\n\
+                     infera_router_decode_itl_predicted_ms{model=\"m\",worker=\"d\"} 12.7\n\
                      infera_router_decode_step_measured_ms{model=\"m\",worker=\"d\"} 43.0\n";
         let s = step(after, "m").unwrap();
-        assert_eq!((s.predicted_ms, s.measured_ms), (44.5, 43.0));
+        assert_eq!((s.predicted_ms, s.predicted_itl_ms, s.measured_ms), (44.5, 12.7, 43.0));
         assert_eq!(measured(before, "m"), Some(43.0), "measured without a prediction");
         assert_eq!(measured("", "m"), None);
     }
