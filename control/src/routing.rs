@@ -183,11 +183,6 @@ impl<R: Rng> RoutingCore<R> {
         self.excluded.clear();
         self.excluded.extend(req.exclude.iter().filter_map(|t| self.view.key(t)));
         let screened = screen(&mut self.candidates, &self.breakers, &self.excluded, now);
-        // The median prefill phase prefilling decode reservations are aged against (the age
-        // decay, `crate::prefill_phase`); `None` with the decay off: they count whole.
-        let decay_median = (kind == PickKind::Decode && self.settings.prefilling_age_decay.is_on())
-            .then(|| self.ledger.phases().median(&req.model))
-            .flatten();
         if !within_capacity(&mut self.candidates, &self.capacity, &self.view, kv_room) {
             // Under fleet admission a full pool queues the pick in control, in its order.
             return Err(match (kind, limit) {
@@ -225,7 +220,15 @@ impl<R: Rng> RoutingCore<R> {
             }
         }
         if kind == PickKind::Decode {
-            decay_prefilling(&mut self.candidates, &self.ledger, decay_median, now);
+            // The median prefill phase prefilling decode reservations are aged against (the age
+            // decay, `crate::prefill_phase`); `None` with the decay off: they count whole.
+            let median = self
+                .settings
+                .prefilling_age_decay
+                .is_on()
+                .then(|| self.ledger.phases().median(&req.model))
+                .flatten();
+            decay_prefilling(&mut self.candidates, &self.ledger, median, now);
         }
         // The W of this pick: pinned, or the pool's fitted W (auto).
         let weight = match kind {

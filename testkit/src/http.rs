@@ -160,6 +160,17 @@ pub async fn get(url: &str) -> anyhow::Result<(StatusCode, String)> {
     request(Method::GET, url, None).await
 }
 
+/// GET `url` with `key`, if any, as its bearer token (`authorization: Bearer KEY`): the status
+/// and body.
+///
+/// # Errors
+/// When the connection fails or breaks.
+pub async fn get_as(url: &str, key: Option<&str>) -> anyhow::Result<(StatusCode, String)> {
+    let auth = key.map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    request_with(Method::GET, url, None, &headers).await
+}
+
 /// GET `url`: the body of a 2xx answer.
 ///
 /// # Errors

@@ -157,11 +157,9 @@ impl Proxy {
     /// When it is not ready in time.
     pub async fn wait_ready_as(&self, model: &str, key: Option<&str>) -> anyhow::Result<()> {
         let needle = format!("\"id\":\"{model}\"");
-        let auth = key.map(|k| format!("Bearer {k}"));
-        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
         poll(READY, &format!("proxy {} to be ready with model {model} and a lease", self.url), async || {
             let url = format!("{}/v1/models", self.url);
-            let models = http::request_with(http::Method::GET, &url, None, &headers).await.ok()?;
+            let models = http::get_as(&url, key).await.ok()?;
             let ready = http::get(&format!("{}/readiness", self.url)).await.ok()?;
             let leased =
                 http::metric_sum(&self.metrics().await.ok()?, "infera_proxy_control_lease", "") == 1.0;

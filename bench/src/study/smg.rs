@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub(crate) use counters::{Counters, DecodeRanks};
-use infera_testkit::http::{Method, get_ok, post_json, request, request_with};
+use infera_testkit::http::{get_as, get_ok, post_json, request};
 use serde_json::json;
 
 /// SMG's default `--load-monitor-interval`, wall-clock seconds.
@@ -283,9 +283,7 @@ struct Listed {
 /// The workers the gateway at `base` lists in `GET /workers`, asked with `control_key` if any.
 async fn list_workers(base: &str, control_key: Option<&str>) -> anyhow::Result<Vec<Listed>> {
     let url = format!("{base}/workers");
-    let bearer = control_key.map(|k| format!("Bearer {k}"));
-    let auth: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
-    let (status, body) = request_with(Method::GET, &url, None, &auth).await?;
+    let (status, body) = get_as(&url, control_key).await?;
     anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
     let listed: serde_json::Value = serde_json::from_str(&body)?;
     Ok(listed["workers"]
@@ -354,8 +352,8 @@ impl Smg {
     /// report 1 there while `/workers` lists both, and sglang-router never corrects it.
     async fn wait_ready(&mut self, model: &str, decode_ranks: u32) -> anyhow::Result<()> {
         let (base, models_url) = (self.url.clone(), format!("{}/v1/models", self.url));
-        let bearer = self.launch.api_key.as_ref().map(|k| format!("Bearer {k}"));
-        let auth: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+        let api_key = self.launch.api_key.clone();
+        let api_key = api_key.as_deref();
         let control_key = self.launch.control_key.clone();
         let control_key = control_key.as_deref();
         let prefills = self.launch.prefills.len();
@@ -369,7 +367,7 @@ impl Smg {
             if let Ok(Some(status)) = child.try_wait() {
                 return Some(Err(anyhow::anyhow!("SMG exited ({status})")));
             }
-            let listed = request_with(Method::GET, &models_url, None, &auth)
+            let listed = get_as(&models_url, api_key)
                 .await
                 .is_ok_and(|(status, m)| status.is_success() && m.contains(&format!("\"{model}\"")));
             let workers = list_workers(&base, control_key).await.unwrap_or_default();

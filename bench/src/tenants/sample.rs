@@ -29,12 +29,8 @@ pub(crate) struct StepSample {
 /// control exports a prediction only from a fit that tracks the step, the one admission uses).
 pub(crate) fn step(metrics: &str, model: &str) -> Option<StepSample> {
     let labels = format!("model=\"{model}\"");
-    let has = |name: &str| metrics.lines().any(|l| l.starts_with(name) && l.contains(&labels));
-    if !has("infera_router_decode_step_predicted_ms{") {
-        return None;
-    }
     Some(StepSample {
-        predicted_ms: metric_sum(metrics, "infera_router_decode_step_predicted_ms", &labels),
+        predicted_ms: gauge(metrics, "infera_router_decode_step_predicted_ms", model)?,
         predicted_itl_ms: metric_sum(metrics, "infera_router_decode_itl_predicted_ms", &labels),
         measured_ms: metric_sum(metrics, "infera_router_decode_step_measured_ms", &labels),
     })
@@ -43,11 +39,17 @@ pub(crate) fn step(metrics: &str, model: &str) -> Option<StepSample> {
 /// The engine's measured step alone (`None` before control has read one): what is there to
 /// sample when control routed nothing (the SMG arm), so its ledger predicts nothing.
 pub(crate) fn measured(metrics: &str, model: &str) -> Option<f64> {
+    gauge(metrics, "infera_router_decode_step_measured_ms", model)
+}
+
+/// `model`'s series of the gauge `name`, summed; `None` when control exports none yet.
+fn gauge(metrics: &str, name: &str, model: &str) -> Option<f64> {
     let labels = format!("model=\"{model}\"");
+    let series = format!("{name}{{");
     metrics
         .lines()
-        .any(|l| l.starts_with("infera_router_decode_step_measured_ms{") && l.contains(&labels))
-        .then(|| metric_sum(metrics, "infera_router_decode_step_measured_ms", &labels))
+        .any(|l| l.starts_with(&series) && l.contains(&labels))
+        .then(|| metric_sum(metrics, name, &labels))
 }
 
 /// Reads `control`'s `/metrics` every [`EVERY`] for `window`: with `predicted`, the samples
