@@ -79,11 +79,15 @@ impl Child {
     /// `None` when it exited first.
     pub async fn listening(&mut self) -> Option<String> {
         let mut rx = self.listening.clone();
-        let line = tokio::select! {
-            line = rx.wait_for(Option::is_some) => line.ok().and_then(|l| l.clone()),
-            _ = self.inner.wait() => None,
-        };
-        line.or_else(|| self.listening.borrow().clone())
+        tokio::select! {
+            line = rx.wait_for(Option::is_some) => return line.ok().and_then(|l| l.clone()),
+            _ = self.inner.wait() => {}
+        }
+        // The exit can be seen before the stdout reader has read the last lines: let it reach
+        // the end (its sender drops) or find the line, bounded as in `wait`.
+        let mut rx = self.listening.clone();
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, rx.wait_for(Option::is_some)).await;
+        self.listening.borrow().clone()
     }
 
     /// The last lines of its stderr, oldest first.
