@@ -44,6 +44,18 @@ pub struct AdmitLimit {
     pub protect_ttft_ms: Option<u32>,
 }
 
+/// `--admission-prefill-guard`: whether a lower-class request is held for the top class's first
+/// token ([`AdmitLimit::protect_ttft_ms`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefillGuard {
+    /// While the prefill queue it would join, with its tokens, predicts the top class's next
+    /// first token past its target (the default).
+    #[default]
+    Queue,
+    /// Never: a lower class is held to its ITL target alone.
+    Off,
+}
+
 /// The step models admission predicts with, per decode worker ([`crate::fit::predict::predictor`]).
 #[derive(Clone, Debug, Default)]
 pub struct StepFits(HashMap<WorkerId, Solution>);
@@ -74,10 +86,10 @@ pub(crate) fn within_predicted_itl(
     !candidates.is_empty()
 }
 
-/// Whether a lower-class request of `tokens` may join `model`'s prefill queue now: the queue
-/// it would join (`shortest`: the least-booked prefill target's tokens) with its tokens added
-/// must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
-/// model) or no prediction yet: it may.
+/// Whether a lower-class request of `tokens` may join `model`'s prefill queue now (the prefill
+/// guard): the queue it would join (`shortest`: the least-booked prefill target's tokens) with
+/// its tokens added must predict a phase within `ttft_ms` for whoever comes next. No prefill pool
+/// (an aggregated model) or no prediction yet: it may.
 pub(crate) fn prefill_admits(
     model: &infera_proto::types::ModelName,
     shortest: Option<u64>,

@@ -385,6 +385,7 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+    use crate::admission::PrefillGuard;
 
     #[test]
     fn the_command_line_keeps_the_conventions() {
@@ -450,6 +451,17 @@ mod tests {
         {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn the_prefill_guard_defaults_to_the_queue_and_can_be_turned_off() {
+        let base = ["infera-control", "--workers", "/dev/null", "--admission", "on"];
+        let parse = |extra: &[&str]| Args::try_parse_from([&base[..], extra].concat());
+        let c = Config::try_from(parse(&[]).unwrap()).unwrap();
+        assert_eq!((c.admission.on, c.admission.prefill_guard), (true, PrefillGuard::Queue));
+        let c = Config::try_from(parse(&["--admission-prefill-guard", "off"]).unwrap()).unwrap();
+        assert_eq!(c.admission.prefill_guard, PrefillGuard::Off);
+        assert!(parse(&["--admission-prefill-guard", "top-class"]).is_err());
     }
 
     #[test]

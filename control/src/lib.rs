@@ -157,6 +157,7 @@ pub async fn run(
     core.set_ejection(config.ejection);
     core.set_capacity(config.capacity);
     core.set_bounds(config.bounds);
+    core.set_prefill_guard(config.admission.prefill_guard);
     let mut registry = prometheus_client::registry::Registry::default();
     let persist_to = etcd.clone();
     let kv = routing::KvIndex::new(config.kv_index_max_blocks);

@@ -20,7 +20,7 @@ use infera_proto::types::{
 };
 use rand::Rng;
 
-use crate::admission::{AdmitLimit, StepFits};
+use crate::admission::{AdmitLimit, PrefillGuard, StepFits};
 use crate::affinity::Sessions;
 use crate::bounds::Bounds;
 use crate::capacity::Capacity;
@@ -109,6 +109,8 @@ pub struct RoutingCore<R> {
     bounds: Bounds,
     /// The decode workers' trusted step fits, for fleet admission.
     step_fits: StepFits,
+    /// When fleet admission holds a lower class for the top class's first token.
+    prefill_guard: PrefillGuard,
 }
 
 impl<R: Rng> RoutingCore<R> {
@@ -136,6 +138,7 @@ impl<R: Rng> RoutingCore<R> {
             capacity: Capacity::default(),
             pending_ejections: std::collections::HashMap::new(),
             step_fits: StepFits::default(),
+            prefill_guard: PrefillGuard::default(),
         })
     }
 
@@ -162,7 +165,9 @@ impl<R: Rng> RoutingCore<R> {
     ) -> Result<Picked, ControlError> {
         let PickContext { caller, kv, record_decision, now, wall, kv_room } = ctx;
         self.ledger.check_lease(req.lease, caller, now)?;
-        if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit) {
+        if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit)
+            && self.prefill_guard == PrefillGuard::Queue
+        {
             let ledger = &self.ledger;
             let mut prefills = Vec::new();
             let shortest = match self.view.candidates(
@@ -357,6 +362,11 @@ impl<R: Rng> RoutingCore<R> {
     ) -> Result<Vec<Ended>, ControlError> {
         let released = self.ledger.close_lease(lease, caller, now)?;
         Ok(self.ended(released))
+    }
+
+    /// Sets when fleet admission holds a lower class for the top class's first token (at start).
+    pub fn set_prefill_guard(&mut self, guard: PrefillGuard) {
+        self.prefill_guard = guard;
     }
 
     /// Sets the bounds per identity (at start).

@@ -13,6 +13,8 @@
 //!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
 //!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
+//! - `auto/admission`: `auto` with fleet admission on and control's default prefill guard
+//!   (`queue`); `auto/admission/no-guard` with `--admission-prefill-guard off`;
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload][:priority]`, or SGLang's older
 //!   router, `sglang-router:POLICY` ([`super::smg`]).
 
@@ -29,8 +31,9 @@ pub(crate) enum Arm {
     Weight(f64),
     /// Demand on with W fitted online.
     Auto,
-    /// `auto`, with fleet admission on (`--admission on`, the built-in service classes).
-    Admitted,
+    /// `auto`, with fleet admission on (`--admission on`, the built-in service classes) and
+    /// this prefill guard.
+    Admitted(PrefillGuard),
     /// Demand on with a request weight and a prefilling weight.
     Phased {
         /// W.
@@ -57,6 +60,31 @@ pub(crate) enum Legacy {
     LeastRunning,
 }
 
+/// Control's `--admission-prefill-guard` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrefillGuard {
+    /// Control's default.
+    Queue,
+    Off,
+}
+
+impl PrefillGuard {
+    fn flag(self) -> &'static str {
+        match self {
+            PrefillGuard::Queue => "queue",
+            PrefillGuard::Off => "off",
+        }
+    }
+
+    /// The arm's suffix after `auto/admission` (none for the default).
+    fn suffix(self) -> &'static str {
+        match self {
+            PrefillGuard::Queue => "",
+            PrefillGuard::Off => "/no-guard",
+        }
+    }
+}
+
 impl Legacy {
     fn name(self) -> &'static str {
         match self {
@@ -76,11 +104,18 @@ impl Arm {
             Arm::Auto => {
                 ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
             }
-            Arm::Admitted => {
-                ["--decode-input-demand", "on", "--decode-request-weight", "auto", "--admission", "on"]
-                    .map(str::to_owned)
-                    .into()
-            }
+            Arm::Admitted(guard) => [
+                "--decode-input-demand",
+                "on",
+                "--decode-request-weight",
+                "auto",
+                "--admission",
+                "on",
+                "--admission-prefill-guard",
+                guard.flag(),
+            ]
+            .map(str::to_owned)
+            .into(),
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
@@ -110,7 +145,7 @@ impl Arm {
         match self {
             Arm::Weight(_)
             | Arm::Auto
-            | Arm::Admitted
+            | Arm::Admitted(_)
             | Arm::Phased { .. }
             | Arm::Legacy(Legacy::PowerOfTwo) => {
                 format!("0 (ledger; KV room polled every {engine_s:.1} s)")
@@ -136,7 +171,7 @@ impl Arm {
         match self {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Auto => "auto".to_owned(),
-            Arm::Admitted => "auto-admission".to_owned(),
+            Arm::Admitted(guard) => format!("auto-admission{}", guard.suffix().replace('/', "-")),
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let age = if *age_decay { "-age" } else { "" };
                 let credit = overlap_credit.map(|c| format!("-c{c}")).unwrap_or_default();
@@ -177,7 +212,8 @@ impl fmt::Display for Arm {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
             Arm::Auto => f.write_str("W = auto"),
-            Arm::Admitted => f.write_str("W = auto, fleet admission"),
+            Arm::Admitted(PrefillGuard::Queue) => f.write_str("W = auto, fleet admission"),
+            Arm::Admitted(PrefillGuard::Off) => f.write_str("W = auto, fleet admission, no prefill guard"),
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
                 if *age_decay {
@@ -224,8 +260,12 @@ impl FromStr for Arm {
         if s == "auto" {
             return Ok(Arm::Auto);
         }
-        if s == "auto/admission" {
-            return Ok(Arm::Admitted);
+        if let Some(guard) = s.strip_prefix("auto/admission") {
+            return [PrefillGuard::Queue, PrefillGuard::Off]
+                .into_iter()
+                .find(|g| g.suffix() == guard)
+                .map(Arm::Admitted)
+                .ok_or_else(|| format!("{s:?}: auto/admission takes /no-guard"));
         }
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
@@ -287,100 +327,4 @@ impl FromStr for Arm {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arms_parse_and_map_to_control_flags() {
-        let arms: Vec<Arm> = ["0", "180_000", "1e6", "round-robin", "power-of-two"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
-        assert_eq!(arms[2], Arm::Weight(1e6));
-        let phased: Arm = "1e6/p0.5".parse().unwrap();
-        assert_eq!(
-            phased,
-            Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: false, overlap_credit: None }
-        );
-        assert_eq!(
-            phased.control_flags()[4..].join(" "),
-            "--decode-prefilling-age-decay off --decode-prefilling-weight 0.5"
-        );
-        assert!("1e6/p9".parse::<Arm>().is_err() && "1e6/px".parse::<Arm>().is_err());
-        let aged: Arm = "1e6/age".parse().unwrap();
-        assert_eq!(aged, Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true, overlap_credit: None });
-        assert_eq!(
-            aged.control_flags()[4..].join(" "),
-            "--decode-prefilling-age-decay on --decode-prefilling-weight 1"
-        );
-        assert_eq!(
-            (aged.key(), aged.to_string()),
-            ("w1000000-p1-age".into(), "W = 1,000,000, prefilling ×1, age-decayed".into())
-        );
-        let half: Arm = "1e6/p0.5/age".parse().unwrap();
-        assert_eq!(half, Arm::Phased { weight: 1e6, prefilling: 0.5, age_decay: true, overlap_credit: None });
-        let credited: Arm = "1e6/age/c1".parse().unwrap();
-        assert_eq!(
-            credited,
-            Arm::Phased { weight: 1e6, prefilling: 1.0, age_decay: true, overlap_credit: Some(1.0) }
-        );
-        assert_eq!(
-            credited.control_flags()[4..].join(" "),
-            "--decode-prefilling-age-decay on --decode-prefilling-weight 1 --prefill-overlap-credit 1"
-        );
-        assert_eq!(
-            (credited.key(), credited.to_string()),
-            (
-                "w1000000-p1-age-c1".into(),
-                "W = 1,000,000, prefilling ×1, age-decayed, prefill overlap credit 1".into()
-            )
-        );
-        for bad in ["1e6/c1/c2", "1e6/cx", "round-robin/c1", "1e6/c-1", "1e6/c1/age"] {
-            assert!(bad.parse::<Arm>().is_err(), "{bad}");
-        }
-        assert_eq!(phased.key(), "w1000000-p0.5", "no /age: no decay, the key as before");
-        for bad in ["round-robin/age", "1e6/age/age", "/age", "1e6/age/p1"] {
-            assert!(bad.parse::<Arm>().is_err(), "{bad}");
-        }
-        assert_eq!(
-            arms[1].control_flags().join(" "),
-            "--decode-input-demand on --decode-request-weight 180000 --decode-prefilling-age-decay off"
-        );
-        assert_eq!(
-            arms[4].control_flags().join(" "),
-            "--decode-input-demand off --decode-policy power-of-two"
-        );
-        assert_eq!(
-            arms.iter().map(Arm::key).collect::<Vec<_>>(),
-            ["w0", "w180000", "w1000000", "round-robin", "power-of-two"]
-        );
-        assert_eq!(arms[2].to_string(), "W = 1,000,000");
-        let least: Arm = "least-running".parse().unwrap();
-        assert_eq!(
-            least.control_flags().join(" "),
-            "--decode-input-demand off --decode-policy least-running"
-        );
-        assert!("-1".parse::<Arm>().is_err() && "fastest".parse::<Arm>().is_err());
-        let smg: Arm = "smg:least_load:no-overload".parse().unwrap();
-        assert_eq!(smg.key(), "smg-least_load-no-overload");
-        assert_eq!(smg.to_string(), "SMG least_load, no overload protection");
-        assert!(smg.control_flags().is_empty());
-        assert_eq!("smg:round_robin".parse::<Arm>().unwrap().to_string(), "SMG round_robin");
-        assert!("smg:random".parse::<Arm>().is_err() && "smg:".parse::<Arm>().is_err());
-        assert!(smg.is_peer() && least.is_peer() && !aged.is_peer());
-        assert_eq!(smg.load_view(10.0), "10 (load monitor, 1 s wall)");
-        assert_eq!(smg.load_view(1.0), "10 (load monitor, 10 s wall)");
-        assert_eq!(least.load_view(10.0), "0.1 (engine poll)");
-        assert_eq!(least.load_view(25.0), "0.1 (engine poll)");
-        assert!(aged.load_view(10.0).starts_with("0 (ledger"));
-        let old: Arm = "sglang-router:cache_aware".parse().unwrap();
-        assert_eq!(
-            (old.key(), old.to_string()),
-            ("sglang-router-cache_aware".into(), "sglang-router 0.3.2 cache_aware, not DP-aware".into())
-        );
-        assert!(old.is_peer() && old.load_view(10.0).contains("DP controller"));
-        let auto: Arm = "auto".parse().unwrap();
-        assert_eq!(auto.control_flags().join(" "), "--decode-input-demand on --decode-request-weight auto");
-        assert_eq!((auto.key(), auto.to_string()), ("auto".to_owned(), "W = auto".to_owned()));
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args as ClapArgs;
 
+use crate::admission::PrefillGuard;
 use crate::classes::{ClassBook, ClassFileError};
 
 /// Whether decode picks go through fleet admission.
@@ -27,6 +28,12 @@ pub(super) struct AdmissionArgs {
     /// waits.
     #[arg(long, env = "INFERA_ADMISSION", value_enum, default_value_t = AdmissionMode::Off)]
     admission: AdmissionMode,
+    /// Whether admission holds a request of a class below the top priority for the top class's
+    /// first token (the prefill guard). `queue`: while the least-booked prefill queue, with its
+    /// tokens, predicts the top class's next first token past its TTFT target. `off`: never; it
+    /// is held to its ITL target alone.
+    #[arg(long, env = "INFERA_ADMISSION_PREFILL_GUARD", value_enum, default_value_t = PrefillGuard::Queue)]
+    admission_prefill_guard: PrefillGuard,
     /// Service classes and tenant weights (TOML), read again on SIGHUP. Without it: `interactive`
     /// (TTFT 2 s, ITL 50 ms, the default) and `batch` (TTFT 60 s, ITL 250 ms), every tenant weight 1.
     #[arg(long, env = "INFERA_SERVICE_CLASSES")]
@@ -38,6 +45,8 @@ pub(super) struct AdmissionArgs {
 pub struct AdmissionConfig {
     /// Whether decode picks are admitted on the predicted step.
     pub on: bool,
+    /// When a lower class is held for the top class's first token.
+    pub prefill_guard: PrefillGuard,
     /// The class book read at start.
     pub classes: ClassBook,
     /// Where it was read from (read again on SIGHUP).
@@ -51,6 +60,11 @@ impl AdmissionArgs {
             Some(path) => ClassBook::load(path)?,
             None => ClassBook::default(),
         };
-        Ok(AdmissionConfig { on: self.admission == AdmissionMode::On, classes, file: self.service_classes })
+        Ok(AdmissionConfig {
+            on: self.admission == AdmissionMode::On,
+            prefill_guard: self.admission_prefill_guard,
+            classes,
+            file: self.service_classes,
+        })
     }
 }

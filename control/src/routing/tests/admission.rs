@@ -2,7 +2,7 @@
 //! predicted step, with the request, stays within it and within every held request's target.
 
 use super::*;
-use crate::admission::{AdmitLimit, StepFits};
+use crate::admission::{AdmitLimit, PrefillGuard, StepFits};
 use crate::fit::regress::Solution;
 
 /// 10 ms a step, plus 5 ms a request and 1 ms per 100 k context tokens on the busiest rank.
@@ -112,12 +112,12 @@ fn a_worker_without_a_trusted_fit_admits_as_before() {
     }
 }
 
-#[test]
-fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_first_token() {
+/// One prefill whose phase is 10 ms plus 1 ms per 10 tokens it found queued (its own included),
+/// learnt from 40 prefills, 8 at a time, under `guard`.
+fn prefill_fixture(guard: PrefillGuard) -> Fixture {
     let workers = vec![worker("p", Role::Prefill, "m", 1), worker("d", Role::Decode, "m", 1)];
     let mut f = Fixture::new(workers, settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin));
-    // 40 prefills, 8 at a time: each takes 10 ms plus 1 ms per 10 tokens it found queued
-    // (its own included).
+    f.core.set_prefill_guard(guard);
     let t0 = f.now;
     for batch in 0..5u64 {
         let start = t0 + Duration::from_secs(batch * 5);
@@ -132,19 +132,38 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
             f.release(p.reservation).unwrap();
         }
     }
-    let protect = |ttft_ms| AdmitLimit { itl_ms: 1_000, protect_ttft_ms: Some(ttft_ms) };
-    // An empty prefill: 10 ms + 500 ms for 5,000 tokens, within 2 s.
-    let ok = decode(&mut f, "a", 5_000, protect(2_000)).unwrap();
-    f.release(ok.reservation).unwrap();
-    // 30,000 tokens queued: 3.5 s predicted. A batch request waits; the top class does not.
-    let queued = f.pick(PickKind::Prefill, "m", 30_000).unwrap();
-    let held = decode(&mut f, "b", 5_000, protect(2_000));
-    assert!(matches!(held, Err(ControlError::AdmissionQueued { .. })), "{held:?}");
-    let top = decode(&mut f, "c", 5_000, AdmitLimit { itl_ms: 1_000, protect_ttft_ms: None }).unwrap();
-    f.release(top.reservation).unwrap();
-    f.release(queued.reservation).unwrap();
-    let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
-    f.release(after.reservation).unwrap();
+    f
+}
+
+fn protect(ttft_ms: u32) -> AdmitLimit {
+    AdmitLimit { itl_ms: 1_000, protect_ttft_ms: Some(ttft_ms) }
+}
+
+#[test]
+fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_first_token() {
+    for guard in [PrefillGuard::Queue, PrefillGuard::Off] {
+        let mut f = prefill_fixture(guard);
+        // An empty prefill: 10 ms + 500 ms for 5,000 tokens, within 2 s.
+        let ok = decode(&mut f, "a", 5_000, protect(2_000)).unwrap();
+        f.release(ok.reservation).unwrap();
+        // 30,000 tokens queued: 3.5 s predicted. A batch request waits, unless the guard is
+        // off; the top class never does.
+        let queued = f.pick(PickKind::Prefill, "m", 30_000).unwrap();
+        let held = decode(&mut f, "b", 5_000, protect(2_000));
+        match guard {
+            PrefillGuard::Off => {
+                f.release(held.unwrap().reservation).unwrap();
+            }
+            PrefillGuard::Queue => {
+                assert!(matches!(held, Err(ControlError::AdmissionQueued { .. })), "{held:?}")
+            }
+        }
+        let top = decode(&mut f, "c", 5_000, AdmitLimit { itl_ms: 1_000, protect_ttft_ms: None }).unwrap();
+        f.release(top.reservation).unwrap();
+        f.release(queued.reservation).unwrap();
+        let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
+        f.release(after.reservation).unwrap();
+    }
 }
 
 /// One decode rank holding a PD request whose prefill has run 90 s, against prefills that take
