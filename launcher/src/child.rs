@@ -85,7 +85,6 @@ impl Child {
         }
         // The exit can be seen before the stdout reader has read the last lines: let it reach
         // the end (its sender drops) or find the line, bounded as in `wait`.
-        let mut rx = self.listening.clone();
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, rx.wait_for(Option::is_some)).await;
         self.listening.borrow().clone()
     }
