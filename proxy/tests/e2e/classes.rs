@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use http::StatusCode;
+use infera_proto::pb;
 use serde_json::Value;
 
 use crate::admission::open_stream;
@@ -109,12 +110,11 @@ async fn a_waiting_request_waits_on_at_the_next_control_instead_of_jumping_the_q
     cluster.stop().await;
 }
 
-/// A chat of `tenant` (its API key) through `url`, on its own task: its status and when it ended.
-fn chat_of(url: &str, key: &str) -> tokio::task::JoinHandle<(StatusCode, std::time::Instant)> {
+/// A chat of `tenant` (its API key) through `url` as request `id`, on its own task: its status.
+fn chat_of(url: &str, key: &str, id: String) -> tokio::task::JoinHandle<StatusCode> {
     let (url, auth) = (url.to_owned(), format!("Bearer {key}"));
     tokio::spawn(async move {
-        let status = post_json(&url, &chat(4, false), &[("authorization", &auth)]).await.0;
-        (status, std::time::Instant::now())
+        post_json(&url, &chat(4, false), &[("authorization", &auth), ("x-request-id", &id)]).await.0
     })
 }
 
@@ -131,7 +131,10 @@ async fn until_n_waiting(cluster: &Cluster, n: usize) {
 async fn a_flooding_tenant_waits_behind_its_own_share_not_in_front_of_another_tenant_across_proxies() {
     let keys = infera_testkit::ApiKeys::new(&["steady", "flood"]);
     let classes = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(classes.path(), "[tenants]\nweights = { steady = 1, flood = 1 }\n").unwrap();
+    // A TTFT target no loaded machine misses: the order is under test, not the shedding.
+    let file = "[[classes]]\nname = \"interactive\"\nttft_ms = 60000\nitl_ms = 50\npriority = 1\n\n\
+                [tenants]\nweights = { steady = 1, flood = 1 }\n";
+    std::fs::write(classes.path(), file).unwrap();
     let leak = |p: &std::path::Path| -> &'static str { Box::leak(p.display().to_string().into_boxed_str()) };
     let mut shape = one_request_per_rank(1, 2, "30000");
     shape.control_flags.extend(["--service-classes", leak(classes.path())]);
@@ -147,27 +150,30 @@ async fn a_flooding_tenant_waits_behind_its_own_share_not_in_front_of_another_te
     assert_eq!(resp.status(), StatusCode::OK);
     let mut held = resp.into_body();
     http_body_util::BodyExt::frame(&mut held).await.unwrap().unwrap();
-    let mut flood = Vec::new();
+    let mut tasks = Vec::new();
     for n in 1..=6 {
-        flood.push(chat_of(&url(0), keys.key("flood")));
+        tasks.push(chat_of(&url(0), keys.key("flood"), format!("flood-{n}")));
         until_n_waiting(&cluster, n).await;
     }
-    let steady: Vec<_> = (0..2).map(|_| chat_of(&url(1), keys.key("steady"))).collect();
+    tasks.extend((1..=2).map(|n| chat_of(&url(1), keys.key("steady"), format!("steady-{n}"))));
     until_n_waiting(&cluster, 8).await;
-    // One at a time through the freed rank: first come would serve the flood's six first; by
-    // tenant share the steady tenant's two are among the first four.
+    // One at a time through the freed rank, in the order control's decode picks admit them:
+    // first come would serve the flood's six first; by tenant share the steady tenant's two
+    // are among the first four.
+    let mut decisions = cluster.decisions().await;
     drop(held);
-    let mut ended = Vec::new();
-    for (tenant, task) in
-        flood.into_iter().map(|t| ("flood", t)).chain(steady.into_iter().map(|t| ("steady", t)))
-    {
-        let (status, at) = task.await.unwrap();
-        assert_eq!(status, StatusCode::OK);
-        ended.push((at, tenant));
+    let mut order = Vec::new();
+    while order.len() < 8 {
+        let d = tokio::time::timeout(Duration::from_secs(60), decisions.message()).await;
+        let d = d.expect("eight decode picks in time").unwrap().expect("the watch stays open");
+        if d.kind == pb::PickKind::Decode as i32 {
+            order.push(d.request_id.split('-').next().unwrap_or_default().to_owned());
+        }
     }
-    ended.sort();
-    let order: Vec<&str> = ended.iter().map(|(_, t)| *t).collect();
-    assert_eq!(order[..4].iter().filter(|t| **t == "steady").count(), 2, "admission order {order:?}");
+    assert_eq!(order[..4].iter().filter(|t| *t == "steady").count(), 2, "admission order {order:?}");
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::OK);
+    }
     let metrics = cluster.control_metrics().await;
     for tenant in ["steady", "flood"] {
         let series = format!("infera_router_admitted_tokens_total{{model=\"{MODEL}\",tenant=\"{tenant}\"}}");
