@@ -58,6 +58,8 @@ struct Step {
 pub struct Scheduler {
     params: TimingParams,
     chunk: u32,
+    /// `--page-size`: the unit a shortened chunk is rounded to.
+    page_size: u32,
     order: QueueOrder,
     ranks: Vec<Rank>,
     reqs: HashMap<ReqId, Req>,
@@ -88,6 +90,7 @@ impl Scheduler {
             ranks: (0..ranks.max(1)).map(|_| Rank::new(cache.clone())).collect(),
             params,
             chunk: chunk.max(1),
+            page_size: page_size.max(1),
             order,
             reqs: HashMap::new(),
             step: None,

@@ -1,12 +1,14 @@
 //! Prefill batches: a rank runs one at a time, a chunk of at most `--chunked-prefill-size` new
 //! tokens from the request it was in the middle of and then its queue, timed by
 //! [`timing::prefill_batch_ms`]; its end puts the computed pages in the rank's prefix cache.
+//! Under shortest-prefill-first the request in the middle of its prefill leaves room in the
+//! chunk for the shorter prompts waiting ([`chunk_limit`]).
 
 use std::time::Duration;
 
 use infera_kv::hash::PageHash;
 
-use super::{Batch, Event, Phase, Scheduler};
+use super::{Batch, Event, Phase, QueueOrder, Scheduler};
 use crate::prefix_cache::PrefixCache;
 use crate::timing;
 
@@ -18,6 +20,14 @@ impl Scheduler {
         let mut parts = Vec::new();
         let r = &mut self.ranks[rank];
         let mut next = r.chunked.take();
+        let mut limit = match (next.and_then(|id| self.reqs.get(&id)), self.order) {
+            (Some(chunked), QueueOrder::ShortestPrefillFirst) => {
+                let mut work: Vec<u32> = r.waiting.iter().map(|w| w.estimate).collect();
+                work.sort_unstable();
+                chunk_limit(chunked.remaining, &work, budget, self.page_size)
+            }
+            _ => None,
+        };
         while budget > 0 {
             let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
             let Some(req) = self.reqs.get_mut(&id) else { continue };
@@ -26,7 +36,7 @@ impl Scheduler {
                 req.remaining = req.prompt_tokens - req.cached;
                 req.phase = Phase::Prefilling;
             }
-            let n = req.remaining.min(budget);
+            let n = req.remaining.min(budget).min(limit.take().unwrap_or(u32::MAX));
             budget -= n;
             parts.push((id, n));
         }
@@ -69,6 +79,31 @@ impl Scheduler {
             self.kv_batches.push((rank, kv));
         }
     }
+}
+
+/// The most new tokens the request in the middle of its prefill may take of a chunk of `budget`
+/// tokens, so that the shorter prompts waiting (`waiting_work`: their uncached tokens, shortest
+/// first) fit beside it; `None` leaves it the whole budget. As SGLang's
+/// `SchedulePolicy.shortest_prefill_chunk_limit` (`sglang/srt/managers/schedule_policy.py`,
+/// 0.5.22 and 0.5.23), which the scheduler applies under shortest-prefill-first only: waiting
+/// prompts are reserved page-rounded room, shortest first, while each is shorter than what the
+/// chunked request has left and the reservation leaves at least a page; SGLang's in-batch
+/// prefix deprioritisation, which reorders duplicate prefixes, is not emulated.
+pub(super) fn chunk_limit(remaining: u32, waiting_work: &[u32], budget: u32, page_size: u32) -> Option<u32> {
+    let page = page_size.max(1);
+    if budget < 2 * page {
+        return None;
+    }
+    let mut reserved = 0u32;
+    for &work in waiting_work {
+        let work = work.max(1);
+        let charge = work.div_ceil(page) * page;
+        if work >= remaining || reserved + charge > budget - page {
+            break;
+        }
+        reserved += charge;
+    }
+    (reserved > 0).then(|| (budget - reserved) / page * page)
 }
 
 /// Cached prompt tokens on a rank; at least one token is always computed.

@@ -134,6 +134,43 @@ fn shortest_prefill_first_overtakes_a_long_prompt() {
 }
 
 #[test]
+fn under_shortest_prefill_first_a_chunked_prompt_leaves_room_for_a_shorter_one() {
+    for (order, beside) in [(QueueOrder::Fcfs, false), (QueueOrder::ShortestPrefillFirst, true)] {
+        let mut s = engine(1, order);
+        let long = s.submit(Duration::ZERO, prefill(0, &prompt(30_000, 8), 1));
+        // The short prompt arrives while the long one's first 8k chunk runs.
+        let first_chunk_ends = s.next_deadline().expect("the long prompt's first chunk");
+        s.advance(first_chunk_ends / 2);
+        let short = s.submit(first_chunk_ends / 2, prefill(0, &prompt(100, 9), 1));
+        let events = run(&mut s);
+        let prefilled = |id| time_of(&events, &Event::Prefilled { id, cached_tokens: 0 });
+        assert_eq!(prefilled(short) < prefilled(long), beside, "{order:?}");
+        if beside {
+            // The long prompt's second chunk gives up the short prompt's 100 tokens to it.
+            let second = timing::prefill_batch_ms(&TimingParams::default(), [8192 - 100, 100]);
+            assert!((ms(prefilled(short)) - ms(first_chunk_ends) - second).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn the_chunk_limit_reserves_page_rounded_room_for_shorter_waiting_prompts() {
+    use super::prefill::chunk_limit;
+    // 100 and 500 tokens take 128 and 512 of 64-token pages; 30,000 is not shorter than the
+    // 20,000 left, so the reservation stops there.
+    assert_eq!(chunk_limit(20_000, &[100, 500, 30_000, 10], 8192, 64), Some(8192 - 640));
+    // Nothing shorter waits, or nothing waits: the whole chunk.
+    assert_eq!(chunk_limit(300, &[300, 400], 8192, 64), None);
+    assert_eq!(chunk_limit(20_000, &[], 8192, 64), None);
+    // The reservation always leaves a page; a budget under two pages is left whole.
+    assert_eq!(chunk_limit(20_000, &[8_130], 8192, 64), None);
+    assert_eq!(chunk_limit(20_000, &[60, 8_100], 8192, 64), Some(8192 - 64));
+    assert_eq!(chunk_limit(20_000, &[1], 100, 64), None);
+    // A prompt with nothing to prefill is charged a page, as SGLang counts at least one token.
+    assert_eq!(chunk_limit(20_000, &[0], 8192, 64), Some(8192 - 64));
+}
+
+#[test]
 fn the_stall_fault_holds_the_slot_until_removed() {
     let mut s = engine(1, QueueOrder::Fcfs);
     let mut a = prefill(0, &prompt(10, 6), 100);
