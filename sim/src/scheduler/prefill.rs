@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use infera_kv::hash::PageHash;
 
-use super::{Batch, Event, Phase, QueueOrder, Scheduler};
+use super::{Batch, Event, Phase, QueueOrder, Req, Scheduler};
 use crate::prefix_cache::PrefixCache;
 use crate::timing;
 
@@ -28,8 +28,23 @@ impl Scheduler {
             }
             _ => None,
         };
+        // Once a part is left unfinished, a queued prompt joins only if it fits whole: a rank
+        // tracks one unfinished chunked request (SGLang's `_select_prefill_admission` under
+        // shortest-prefill-first; without the limit the budget is spent there anyway).
+        let mut whole_only = false;
         while budget > 0 {
-            let Some(id) = next.take().or_else(|| r.pop_next(self.order)) else { break };
+            let id = match next.take() {
+                Some(id) => id,
+                None => {
+                    let Some(at) = r.next_index(self.order) else { break };
+                    let id = r.waiting[at].id;
+                    if whole_only && self.reqs.get(&id).is_some_and(|req| uncached(req, &r.cache) > budget) {
+                        break;
+                    }
+                    r.waiting.remove(at);
+                    id
+                }
+            };
             let Some(req) = self.reqs.get_mut(&id) else { continue };
             if matches!(req.phase, Phase::Waiting) {
                 req.cached = cached_of(&r.cache, &req.pages.hashes, req.prompt_tokens);
@@ -37,6 +52,7 @@ impl Scheduler {
                 req.phase = Phase::Prefilling;
             }
             let n = req.remaining.min(budget).min(limit.take().unwrap_or(u32::MAX));
+            whole_only |= n < req.remaining;
             budget -= n;
             parts.push((id, n));
         }
@@ -104,6 +120,14 @@ pub(super) fn chunk_limit(remaining: u32, waiting_work: &[u32], budget: u32, pag
         reserved += charge;
     }
     (reserved > 0).then(|| (budget - reserved) / page * page)
+}
+
+/// The tokens `req` has yet to prefill on a rank with `cache`.
+fn uncached(req: &Req, cache: &PrefixCache) -> u32 {
+    match req.phase {
+        Phase::Waiting => req.prompt_tokens - cached_of(cache, &req.pages.hashes, req.prompt_tokens),
+        _ => req.remaining,
+    }
 }
 
 /// Cached prompt tokens on a rank; at least one token is always computed.

@@ -89,7 +89,17 @@ impl Rank {
     }
 
     /// Takes the next request to prefill from the queue in `order`.
+    #[cfg(test)]
     pub(super) fn pop_next(&mut self, order: QueueOrder) -> Option<ReqId> {
+        let at = self.next_index(order)?;
+        self.waiting.remove(at).map(|w| w.id)
+    }
+
+    /// Where in the queue the next request to prefill in `order` is.
+    pub(super) fn next_index(&self, order: QueueOrder) -> Option<usize> {
+        if self.waiting.is_empty() {
+            return None;
+        }
         let at = match order {
             QueueOrder::Fcfs => 0,
             // Ties keep arrival order: the first minimum wins.
@@ -122,7 +132,7 @@ impl Rank {
                 best
             }
         };
-        self.waiting.remove(at).map(|w| w.id)
+        Some(at)
     }
 
     /// Forgets `id` wherever it is queued or held (an in-flight batch or step skips it later).

@@ -154,6 +154,26 @@ fn under_shortest_prefill_first_a_chunked_prompt_leaves_room_for_a_shorter_one()
 }
 
 #[test]
+fn beside_an_unfinished_chunk_a_prompt_that_does_not_fit_whole_waits_its_turn() {
+    // 64-token pages: the short prompt is reserved 128 tokens, the long one's chunk is 8,064,
+    // and the 28 tokens left cannot start the 25,000-token prompt, which would make a second
+    // unfinished chunked request (SGLang tracks one).
+    let mut s = Scheduler::new(TimingParams::default(), 1, 8192, 64, QueueOrder::ShortestPrefillFirst);
+    let long = s.submit(Duration::ZERO, prefill(0, &prompt(30_000, 10), 1));
+    let first_chunk_ends = s.next_deadline().expect("the long prompt's first chunk");
+    s.advance(first_chunk_ends / 2);
+    let short = s.submit(first_chunk_ends / 2, prefill(0, &prompt(100, 11), 1));
+    let medium = s.submit(first_chunk_ends / 2, prefill(0, &prompt(25_000, 12), 1));
+    let events = run(&mut s);
+    let prefilled = |id| time_of(&events, &Event::Prefilled { id, cached_tokens: 0 });
+    let second = timing::prefill_batch_ms(&TimingParams::default(), [8192 - 128, 100]);
+    assert!((ms(prefilled(short)) - ms(first_chunk_ends) - second).abs() < 1e-6);
+    // Both long prompts finish, one after the other.
+    assert!(prefilled(long) < prefilled(medium));
+    assert_eq!(s.next_deadline(), None);
+}
+
+#[test]
 fn the_chunk_limit_reserves_page_rounded_room_for_shorter_waiting_prompts() {
     use super::prefill::chunk_limit;
     // 100 and 500 tokens take 128 and 512 of 64-token pages; 30,000 is not shorter than the
