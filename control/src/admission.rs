@@ -38,8 +38,9 @@ pub struct AdmitLimit {
     /// The ITL target of the request's class, ms.
     pub itl_ms: u32,
     /// The top class's TTFT target, ms, for a request of a lower class: it is held while the
-    /// prefill queue it would join (the shortest of the model's prefill targets, with its own
-    /// tokens added) predicts a later first token than that ([`prefill_fit`]). `None` for the
+    /// prefill queue it would join (the prefill target where it would find the fewest tokens,
+    /// the queue plus what it would book: its prompt less what that target caches of it)
+    /// predicts a later first token than that ([`prefill_fit`]). `None` for the
     /// top class, which is never held for its TTFT (waiting would not make it sooner).
     pub protect_ttft_ms: Option<u32>,
 }
@@ -48,8 +49,8 @@ pub struct AdmitLimit {
 /// token ([`AdmitLimit::protect_ttft_ms`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrefillGuard {
-    /// While the prefill queue it would join, with its tokens, predicts the top class's next
-    /// first token past its target (the default).
+    /// While the prefill queue it would join, with what it would book there, predicts the top
+    /// class's next first token past its target (the default).
     #[default]
     Queue,
     /// Never: a lower class is held to its ITL target alone.
@@ -86,19 +87,19 @@ pub(crate) fn within_predicted_itl(
     !candidates.is_empty()
 }
 
-/// Whether a lower-class request of `tokens` may join `model`'s prefill queue now (the prefill
-/// guard): the queue it would join (`shortest`: the least-booked prefill target's tokens) with
-/// its tokens added must predict a phase within `ttft_ms` for whoever comes next. No prefill pool
-/// (an aggregated model) or no prediction yet: it may.
+/// Whether a lower-class request may join `model`'s prefill queue now (the prefill guard): the
+/// tokens it would find there (`found`: the queue booked on the prefill target where it finds
+/// the fewest, plus what it would book itself, its prompt less what that target caches of it)
+/// must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
+/// model) or no prediction yet: it may.
 pub(crate) fn prefill_admits(
     model: &infera_proto::types::ModelName,
-    shortest: Option<u64>,
+    found: Option<u64>,
     ledger: &Ledger,
     ttft_ms: u32,
-    tokens: u64,
 ) -> bool {
-    let Some(shortest) = shortest else { return true };
-    ledger.prefill_fits().predict_ms(model, shortest + tokens).is_none_or(|p| p <= f64::from(ttft_ms))
+    let Some(found) = found else { return true };
+    ledger.prefill_fits().predict_ms(model, found).is_none_or(|p| p <= f64::from(ttft_ms))
 }
 
 /// Whether `key`'s worker may take one more request of `tokens` within `limit` and the held

@@ -168,18 +168,8 @@ impl<R: Rng> RoutingCore<R> {
         if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit)
             && self.prefill_guard == PrefillGuard::Queue
         {
-            let ledger = &self.ledger;
-            let mut prefills = Vec::new();
-            let shortest = match self.view.candidates(
-                &req.model,
-                PickKind::Prefill,
-                |k| ledger.load(k),
-                &mut prefills,
-            ) {
-                Ok(_) => prefills.iter().map(|c| c.load.booked_input_tokens).min(),
-                Err(_) => None,
-            };
-            if !crate::admission::prefill_admits(&req.model, shortest, ledger, ttft, req.input_tokens) {
+            let found = self.prefill_queue_found(req, kv, now);
+            if !crate::admission::prefill_admits(&req.model, found, &self.ledger, ttft) {
                 return Err(ControlError::AdmissionQueued { model: req.model.clone() });
             }
         }
@@ -362,6 +352,36 @@ impl<R: Rng> RoutingCore<R> {
     ) -> Result<Vec<Ended>, ControlError> {
         let released = self.ledger.close_lease(lease, caller, now)?;
         Ok(self.ended(released))
+    }
+
+    /// What the prefill guard predicts `req`'s first token from: the tokens it would find on the
+    /// prefill target where it finds the fewest, the queue booked there plus its own tokens less
+    /// what that target is credited with caching of it (the KV index's pages, or its session's
+    /// last prompt), as the prefill pick would credit and book it. `None` without a prefill pool.
+    fn prefill_queue_found(
+        &mut self,
+        req: &PickRequest,
+        kv: Option<&dyn OverlapSource>,
+        now: Instant,
+    ) -> Option<u64> {
+        let ledger = &self.ledger;
+        let mut prefills = Vec::new();
+        self.view.candidates(&req.model, PickKind::Prefill, |k| ledger.load(k), &mut prefills).ok()?;
+        match kv {
+            Some(index) if !req.page_hashes.is_empty() => {
+                credit_overlap(&mut prefills, &mut self.overlap, index, req);
+            }
+            _ if req.page_hashes.is_empty() => {
+                let last =
+                    req.session.as_ref().and_then(|s| self.sessions.last(s, now, self.settings.session_ttl));
+                credit_session(&mut prefills, last, req.input_tokens);
+            }
+            _ => {}
+        }
+        prefills
+            .iter()
+            .map(|c| c.load.booked_input_tokens + req.input_tokens.saturating_sub(c.cached_tokens))
+            .min()
     }
 
     /// Sets when fleet admission holds a lower class for the top class's first token (at start).

@@ -29,9 +29,10 @@ pub(super) struct AdmissionArgs {
     #[arg(long, env = "INFERA_ADMISSION", value_enum, default_value_t = AdmissionMode::Off)]
     admission: AdmissionMode,
     /// Whether admission holds a request of a class below the top priority for the top class's
-    /// first token (the prefill guard). `queue`: while the least-booked prefill queue, with its
-    /// tokens, predicts the top class's next first token past its TTFT target. `off`: never; it
-    /// is held to its ITL target alone.
+    /// first token (the prefill guard). `queue`: while the prefill queue it would join, with what
+    /// it would book there (its prompt less what that prefill caches of it), predicts the top
+    /// class's next first token past its TTFT target. `off`: never; it is held to its ITL
+    /// target alone.
     #[arg(long, env = "INFERA_ADMISSION_PREFILL_GUARD", value_enum, default_value_t = PrefillGuard::Queue)]
     admission_prefill_guard: PrefillGuard,
     /// Service classes and tenant weights (TOML), read again on SIGHUP. Without it: `interactive`

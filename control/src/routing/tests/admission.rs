@@ -43,6 +43,16 @@ fn leg(
     limit: Option<AdmitLimit>,
 ) -> Result<Picked, ControlError> {
     let req = PickRequest { request_id: RequestId::new(id), ..f.req("m", tokens, None) };
+    leg_of(f, kind, &req, limit)
+}
+
+/// `req` as a `kind` pick, under `limit` if any, now.
+fn leg_of(
+    f: &mut Fixture,
+    kind: PickKind,
+    req: &PickRequest,
+    limit: Option<AdmitLimit>,
+) -> Result<Picked, ControlError> {
     let ctx = PickContext {
         caller: anon(),
         kv: None,
@@ -51,7 +61,7 @@ fn leg(
         wall: SystemTime::now(),
         kv_room: None,
     };
-    f.core.pick_within(kind, &req, ctx, limit)
+    f.core.pick_within(kind, req, ctx, limit)
 }
 
 fn pick(f: &mut Fixture, id: &str, tokens: u64, itl_ms: u32) -> Result<Picked, ControlError> {
@@ -164,6 +174,32 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
         let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
         f.release(after.reservation).unwrap();
     }
+}
+
+/// The guard predicts with what a request would book, as its prefill pick would: a session's
+/// next turn on the prefill that computed its last prompt adds only its new tokens, so a long
+/// conversation is not held for a prefix it will not compute again.
+#[test]
+fn the_prefill_guard_counts_what_a_session_turn_adds() {
+    let mut f = prefill_fixture(PrefillGuard::Queue);
+    // The session's last turn, 25,000 tokens, prefilled on p (cancelled: the fit learns no phase
+    // from it, and p's queue is empty again).
+    let first = f.req("m", 25_000, Some("s"));
+    let last = leg_of(&mut f, PickKind::Prefill, &first, None).unwrap();
+    f.core.release(Release::new(last.reservation, ReleaseReason::Cancelled), anon(), f.now).unwrap();
+    let queued = f.pick(PickKind::Prefill, "m", 10_000).unwrap();
+    // Its next turn, 27,000 tokens: 10,000 queued + 2,000 new, 1.21 s predicted; it is admitted.
+    let turn = PickRequest { request_id: RequestId::new("turn"), ..f.req("m", 27_000, Some("s")) };
+    let admitted = leg_of(&mut f, PickKind::Decode, &turn, Some(protect(2_000))).unwrap();
+    f.release(admitted.reservation).unwrap();
+    // The same prompt without its session would compute all of it: 3.71 s predicted, it waits.
+    let cold = decode(&mut f, "cold", 27_000, protect(2_000));
+    assert!(matches!(cold, Err(ControlError::AdmissionQueued { .. })), "{cold:?}");
+    // Another session's turn finds nothing of its own cached there either.
+    let other = PickRequest { request_id: RequestId::new("other"), ..f.req("m", 27_000, Some("t")) };
+    let other = leg_of(&mut f, PickKind::Decode, &other, Some(protect(2_000)));
+    assert!(matches!(other, Err(ControlError::AdmissionQueued { .. })), "{other:?}");
+    f.release(queued.reservation).unwrap();
 }
 
 /// One decode rank holding a PD request whose prefill has run 90 s, against prefills that take
