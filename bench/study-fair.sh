@@ -5,7 +5,7 @@
 #   bench/study-fair.sh                 # all of it (~8.9 h; it resumes where it stopped)
 #   bench/study-fair.sh --night 2       # one night's steps (night 1 ~6.8 h, night 2 ~2.1 h)
 #   bench/study-fair.sh --list          # the steps, their commands and budgets; runs nothing
-#   bench/study-fair.sh ledger unsaturated   # only these steps
+#   bench/study-fair.sh scale-out unsaturated   # only these steps
 #
 # Needs a release build (cargo build --release -p infera-bench -p infera-control -p infera-proxy),
 # `cargo xtask setup` (SMG, sglang-router) and `cargo xtask traces` (the agentic traces, in traces/). Each step writes OUT/STEP/ (stdout.log with the
@@ -36,7 +36,10 @@ SWEEP="--arms 1e6/age,$BEST_PEER --concurrency 66,88,110 --runs 3"
 # night | step | minutes | flags after `study decode-weight`
 STEPS=(
   "1|headline|74|$V8 --loads seed --scenarios steady,multi-proxy $SCREENED --runs 5"
-  "1|ledger|111|$V8 --loads seed --scenarios scale-out,mixed-dp,kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
+  # The scenarios where a ledger sees what a stateless router cannot (issue targets ≥ 1.05×).
+  "1|scale-out|37|$V8 --loads seed --scenarios scale-out $SCREENED --runs 5"
+  "1|mixed-dp|37|$V8 --loads seed --scenarios mixed-dp $SCREENED --runs 5"
+  "1|kv-pressure|37|$V8 --loads seed --scenarios kv-pressure --kv-pressure-tokens 2000000 $SCREENED --runs 5"
   "1|unsaturated|37|$V8 --loads seed --scenarios unsaturated-prefill $SCREENED --runs 5"
   # Two prefills at half the seed load: a prefill that keeps up (the seed load saturates both).
   "1|keeps-up|37|$V8 --loads seed --scenarios unsaturated-prefill --concurrency 44 $SCREENED --runs 5"
