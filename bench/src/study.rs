@@ -567,7 +567,7 @@ mod tests {
             };
             args.validate().unwrap_or_else(|e| panic!("{line}: {e}"));
         }
-        assert_eq!(listing.lines().filter(|l| !l.starts_with("==")).count(), 12, "{listing}");
+        assert_eq!(listing.lines().filter(|l| !l.starts_with("==")).count(), 14, "{listing}");
         assert_eq!(nights.keys().copied().collect::<Vec<_>>(), [1, 2], "{listing}");
         for (night, minutes) in &nights {
             assert!(listing.contains(&format!("budget of night {night}: {minutes} min")), "{listing}");
