@@ -168,14 +168,17 @@ async fn a_short_replay_buffer_resets_and_keeps_what_follows_the_hole() {
     assert_eq!(sub.stats().snapshot().resets, resets + 1);
 }
 
-/// A port that was free a moment ago (the OS picks it; the caller binds it again).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Two ports that were free at once a moment ago (the OS picks them; the caller binds them
+/// again). Held together so that the OS cannot hand out the same port twice.
+fn two_free_ports() -> (u16, u16) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (a, b) = (bind(), bind());
+    (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
 }
 
 #[tokio::test]
 async fn a_publisher_that_comes_up_late_or_restarts_is_followed() {
-    let (port, replay_port) = (free_port(), free_port());
+    let (port, replay_port) = two_free_ports();
     let config = || {
         let mut c = PublisherConfig::new(format!("tcp://127.0.0.1:{port}"));
         c.replay_endpoint = Some(format!("tcp://127.0.0.1:{replay_port}"));

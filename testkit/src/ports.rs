@@ -2,18 +2,40 @@
 //! SGLang, a launcher's deployment file): the OS picks them, the listeners are closed on
 //! return, and the server binds them a moment later. Another process could take one in
 //! between; the callers that can retry on fresh ports do.
+//!
+//! The OS may hand the port it just freed to the next `bind(0)`, so two calls in a row can
+//! return the same port (a deployment file then claims one port twice). This process never
+//! hands out a port twice.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
 
 use anyhow::bail;
 
-/// A loopback port that was free a moment ago (the OS picked it; the caller binds it again).
+/// Every port this process has handed out.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// Records `port` as handed out; false when it was already.
+fn first_hand_out(port: u16) -> bool {
+    let mut given = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+    given.get_or_insert_with(HashSet::new).insert(port)
+}
+
+/// A loopback port that was free a moment ago (the OS picked it; the caller binds it again),
+/// never one this process handed out before.
 ///
 /// # Panics
 /// When the OS has no free loopback port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if first_hand_out(port) {
+            return port;
+        }
+    }
 }
 
 /// Ports the OS had free at once, one per entry of `spans`, each with `span - 1` free ports
@@ -31,7 +53,9 @@ pub fn free_ports(spans: &[u16]) -> anyhow::Result<Vec<u16>> {
         let rest: Option<Vec<_>> = (1..span)
             .map(|i| base.checked_add(i).and_then(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok()))
             .collect();
-        if let Some(rest) = rest {
+        if let Some(rest) = rest
+            && (0..span).all(|i| first_hand_out(base + i))
+        {
             ports.push(base);
             held.push(first);
             held.extend(rest);
@@ -54,5 +78,13 @@ mod tests {
             }
         }
         assert_ne!(free_port(), 0);
+    }
+
+    #[test]
+    fn no_port_is_handed_out_twice() {
+        let mut seen = HashSet::new();
+        for _ in 0..2000 {
+            assert!(seen.insert(free_port()), "a port handed out twice");
+        }
     }
 }

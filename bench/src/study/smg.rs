@@ -265,9 +265,11 @@ pub(crate) fn binary(gateway: Gateway, explicit: Option<&Path>) -> anyhow::Resul
     Ok(path)
 }
 
-/// A loopback port the OS picked, released for SMG to bind (it cannot take port 0).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Two loopback ports the OS picked at once (so not the same one twice), released for SMG to
+/// bind (it cannot take port 0).
+fn two_free_ports() -> anyhow::Result<[u16; 2]> {
+    let (a, b) = (TcpListener::bind("127.0.0.1:0")?, TcpListener::bind("127.0.0.1:0")?);
+    Ok([a.local_addr()?.port(), b.local_addr()?.port()])
 }
 
 /// A worker in SMG's `GET /workers`.
@@ -325,8 +327,7 @@ impl Smg {
         decode_ranks: u32,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
-        launch.port = free_port()?;
-        launch.metrics_port = free_port()?;
+        [launch.port, launch.metrics_port] = two_free_ports()?;
         let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = tokio::process::Command::new(program)
             .args(launch.argv())
