@@ -46,8 +46,7 @@ mod tests;
 mod weights;
 
 use candidates::{
-    OverlapScratch, credit_overlap, credit_session, decay_prefilling, screen, skip_overflowing,
-    within_capacity,
+    OverlapScratch, credit_cached, decay_prefilling, screen, skip_overflowing, within_capacity,
 };
 pub use outcome::{
     DrainHolding, Ended, LeaseExpired, LoadChange, OpenedLease, Picked, ReleaseEffect, ReleasedNow,
@@ -197,15 +196,10 @@ impl<R: Rng> RoutingCore<R> {
         {
             return Err(ControlError::AdmissionQueued { model: req.model.clone() });
         }
-        if let (PickKind::Prefill, Some(index)) = (kind, kv)
-            && !req.page_hashes.is_empty()
-        {
-            credit_overlap(&mut self.candidates, &mut self.overlap, index, req);
-        }
-        if kind == PickKind::Prefill && req.page_hashes.is_empty() {
-            let last =
-                req.session.as_ref().and_then(|s| self.sessions.last(s, now, self.settings.session_ttl));
-            credit_session(&mut self.candidates, last, req.input_tokens);
+        if kind == PickKind::Prefill {
+            let (sessions, ttl) = (&self.sessions, self.settings.session_ttl);
+            let last = || req.session.as_ref().and_then(|s| sessions.last(s, now, ttl));
+            credit_cached(&mut self.candidates, &mut self.overlap, kv, last, req);
         }
         if let (PickKind::Decode, DecodePolicy::LeastRunning, Some(engines)) =
             (kind, self.settings.policy, kv_room)
@@ -367,17 +361,9 @@ impl<R: Rng> RoutingCore<R> {
         let ledger = &self.ledger;
         let mut prefills = Vec::new();
         self.view.candidates(&req.model, PickKind::Prefill, |k| ledger.load(k), &mut prefills).ok()?;
-        match kv {
-            Some(index) if !req.page_hashes.is_empty() => {
-                credit_overlap(&mut prefills, &mut self.overlap, index, req);
-            }
-            _ if req.page_hashes.is_empty() => {
-                let last =
-                    req.session.as_ref().and_then(|s| self.sessions.last(s, now, self.settings.session_ttl));
-                credit_session(&mut prefills, last, req.input_tokens);
-            }
-            _ => {}
-        }
+        let (sessions, ttl) = (&self.sessions, self.settings.session_ttl);
+        let last = || req.session.as_ref().and_then(|s| sessions.last(s, now, ttl));
+        credit_cached(&mut prefills, &mut self.overlap, kv, last, req);
         prefills
             .iter()
             .map(|c| c.load.booked_input_tokens + req.input_tokens.saturating_sub(c.cached_tokens))

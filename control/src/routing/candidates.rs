@@ -66,9 +66,27 @@ pub(super) struct OverlapScratch {
     pub(super) pages: Vec<u32>,
 }
 
+/// Credits each prefill candidate with what it caches of `req`: the KV index's pages when the
+/// proxy hashed the prompt (and control has an index), else the session's last prompt on its
+/// previous prefill target (`last`, looked up only then). The prefill pick and the prefill guard
+/// both credit through here, so the guard counts what the pick would book.
+pub(super) fn credit_cached(
+    candidates: &mut [Candidate],
+    scratch: &mut OverlapScratch,
+    kv: Option<&dyn OverlapSource>,
+    last: impl FnOnce() -> Option<LastPrefill>,
+    req: &PickRequest,
+) {
+    match kv {
+        _ if req.page_hashes.is_empty() => credit_session(candidates, last(), req.input_tokens),
+        Some(index) => credit_overlap(candidates, scratch, index, req),
+        None => {}
+    }
+}
+
 /// Fills each prefill candidate's overlap from `source`; only targets whose page size is the one
 /// the prompt was hashed with can match.
-pub(super) fn credit_overlap(
+fn credit_overlap(
     candidates: &mut [Candidate],
     OverlapScratch { keys, pages: out }: &mut OverlapScratch,
     source: &dyn OverlapSource,
@@ -89,7 +107,7 @@ pub(super) fn credit_overlap(
 /// holds; a session's previous prefill target holds at least its last prompt, which it just
 /// computed. That target is credited with it as cached (at most this request's tokens), as the
 /// index would credit the pages, and books only the rest (`manual/features/kv_aware_routing.md`).
-pub(super) fn credit_session(candidates: &mut [Candidate], last: Option<LastPrefill>, request_tokens: u64) {
+fn credit_session(candidates: &mut [Candidate], last: Option<LastPrefill>, request_tokens: u64) {
     let Some(last) = last else { return };
     if let Some(c) = candidates.iter_mut().find(|c| c.key == last.target) {
         c.cached_tokens = last.tokens.min(request_tokens);
