@@ -173,9 +173,9 @@ impl ControlState {
             self.decisions.watched() || tracing::enabled!(target: "decode_demand", tracing::Level::DEBUG);
         // The KV overlaps first, under the index's read lock alone: the routing lock is held only
         // to list the pool's keys and then to book (`routing::overlaps`).
-        let overlaps = (kind == PickKind::Prefill && !req.page_hashes.is_empty()).then(|| {
+        let overlaps = Overlaps::needed_for(kind, req, limit).map(|pool| {
             let mut keys = Vec::new();
-            self.core().pool_keys(&req.model, kind, &mut keys);
+            self.core().pool_keys(&req.model, pool, &mut keys);
             Overlaps::compute(&self.kv_feed.index(), &req.page_hashes, keys)
         });
         let (result, mode) = {

@@ -18,7 +18,8 @@
 //! - `pick_call`: one pick — the RPC with its deadline, control's refusals, and the late answer
 //!   of a pick the proxy stopped waiting for (released at once); its `queue` sends the picks
 //!   asked together in one `PickMany`.
-//! - `page_hashes`: the prompt's page hashes a KV-aware prefill pick carries.
+//! - `page_hashes`: the prompt's page hashes a KV-aware prefill pick carries, and a decode pick
+//!   waiting in admission's queue.
 //! - `fallback`: the local choice when control cannot answer.
 //! - `pick`: [`Pick`], the chosen target of one leg, released exactly once; [`PickError`].
 //! - `release`: a leg's end — the local count at once, control's reservation in the background,

@@ -4,13 +4,15 @@
 //! [`crate::state::ControlState::pick`] asks the index for the pool's overlaps under the index's
 //! read lock alone, then books under the routing lock with the answer; only the booking waits on
 //! other picks. A candidate that joined the pool in between is credited no overlap, which can
-//! only under-state its cache, never invent one.
+//! only under-state its cache, never invent one. A decode pick that the prefill guard may hold
+//! gets the prefills' overlaps the same way ([`Overlaps::needed_for`]).
 
 use infera_kv::hash::PageHash;
-use infera_proto::types::{ModelName, PickKind};
+use infera_proto::types::{ModelName, PickKind, PickRequest};
 use rand::Rng;
 
 use super::RoutingCore;
+use crate::admission::AdmitLimit;
 use crate::target::TargetKey;
 
 /// The KV prefix index as control keeps it: per target key.
@@ -39,6 +41,23 @@ pub struct Overlaps {
 }
 
 impl Overlaps {
+    /// Which pool's overlaps a pick needs before it books, if any: a prefill pick its own (its
+    /// cost credits them); a decode pick its model's prefills when fleet admission may hold it
+    /// for the top class's first token (`limit` with `protect_ttft_ms`: the prefill guard
+    /// predicts from what the prefill would compute, `crate::admission`). None without the
+    /// prompt's page hashes; the proxy sends them on prefill picks and on decode picks that
+    /// wait in control's queue.
+    pub fn needed_for(kind: PickKind, req: &PickRequest, limit: Option<AdmitLimit>) -> Option<PickKind> {
+        if req.page_hashes.is_empty() {
+            return None;
+        }
+        match (kind, limit) {
+            (PickKind::Prefill, _) => Some(PickKind::Prefill),
+            (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(_), .. })) => Some(PickKind::Prefill),
+            (PickKind::Decode, _) => None,
+        }
+    }
+
     /// Asks `index` for the overlap of `page_hashes` (a pick request's) with each of `keys`.
     pub fn compute(index: &KvIndex, page_hashes: &[i64], keys: Vec<TargetKey>) -> Self {
         let mut pages = Vec::with_capacity(keys.len());

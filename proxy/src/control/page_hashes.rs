@@ -1,4 +1,5 @@
-//! The prompt's page hashes a KV-aware prefill pick carries: SGLang's page hash over the token
+//! The prompt's page hashes a KV-aware prefill pick carries (and a decode pick waiting in
+//! control's admission queue, for the prefill guard): SGLang's page hash over the token
 //! ids (`infera_kv::hash`), at the page size of the model's prefill workers, after the seed of the
 //! request's `cache_salt` as SGLang's KV events hash a salted prompt: a salted prompt is credited
 //! only with pages stored under the same salt, as SGLang's radix cache shares them. A LoRA
@@ -22,11 +23,23 @@ pub(super) struct PageHashes {
 }
 
 impl PageHashes {
-    /// The hashes for a `kind` pick of `model`. Empty for decode picks, without token ids (no
-    /// tokenizer, an ambiguous prompt), with a salt or an adapter per prompt, or before the
-    /// target list is known.
-    pub(super) fn of(kind: PickKind, facts: &Facts, model: &ModelName, targets: &TargetList) -> Self {
-        let (PickKind::Prefill, Some(ids)) = (kind, &facts.token_ids) else { return Self::default() };
+    /// The hashes a `kind` pick of `model` carries, at its prefills' page size. A prefill pick's
+    /// KV-aware cost credits them; a decode pick carries them only when it waits in control's
+    /// admission queue (`waiting`), where the prefill guard credits what the prompt's prefill
+    /// caches (`manual/features/service_classes.md`): a first decode pick stays small. Empty
+    /// without token ids (no tokenizer, an ambiguous prompt), with a salt or an adapter per
+    /// prompt, or before the target list is known.
+    pub(super) fn of(
+        kind: PickKind,
+        waiting: bool,
+        facts: &Facts,
+        model: &ModelName,
+        targets: &TargetList,
+    ) -> Self {
+        let Some(ids) = &facts.token_ids else { return Self::default() };
+        if kind == PickKind::Decode && !waiting {
+            return Self::default();
+        }
         let adapter = match &facts.adapter {
             Adapter::None => None,
             Adapter::Named(name) => Some(name.as_str()),
@@ -69,13 +82,28 @@ mod tests {
         TargetList::new(vec![pb::TargetStatus { target, worker: Some(worker), ..Default::default() }])
     }
 
-    /// The prefill pick's hashes of a prompt of 8 tokens sent as `body`.
-    fn hashes(body: &str) -> PageHashes {
+    /// The hashes a `kind` pick (`waiting` in control's queue or not) carries of a prompt of 8
+    /// tokens sent as `body`.
+    fn hashes_of(kind: PickKind, waiting: bool, body: &str) -> PageHashes {
         let list = list();
         let facts = crate::facts::derive(Api::Completions, &http::HeaderMap::new(), body.as_bytes()).unwrap();
         let (model, mut facts) = facts.served_by(&list);
         facts.token_ids = Some((1..=8).collect());
-        PageHashes::of(PickKind::Prefill, &facts, &model.unwrap(), &list)
+        PageHashes::of(kind, waiting, &facts, &model.unwrap(), &list)
+    }
+
+    /// The prefill pick's hashes of a prompt of 8 tokens sent as `body`.
+    fn hashes(body: &str) -> PageHashes {
+        hashes_of(PickKind::Prefill, false, body)
+    }
+
+    #[test]
+    fn a_decode_pick_carries_the_hashes_only_while_it_waits_in_controls_queue() {
+        let body = r#"{"model": "base", "prompt": "x"}"#;
+        assert_eq!(hashes_of(PickKind::Decode, false, body), PageHashes::default());
+        let waiting = hashes_of(PickKind::Decode, true, body);
+        assert_eq!(waiting, hashes(body), "the prefill pick's own hashes");
+        assert_eq!((waiting.hashes.len(), waiting.page_size), (4, 2));
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl ControlLink {
     ) -> Result<Pick, PickError> {
         let wait = until.map(|u| u.saturating_duration_since(std::time::Instant::now()));
         if let Some(lease) = self.lease() {
-            let page = PageHashes::of(kind, facts, model, &self.targets());
+            let page = PageHashes::of(kind, until.is_some(), facts, model, &self.targets());
             let pick = PickRequest {
                 lease,
                 request_id: facts.request_id.clone(),

@@ -53,9 +53,20 @@ fn leg_of(
     req: &PickRequest,
     limit: Option<AdmitLimit>,
 ) -> Result<Picked, ControlError> {
+    leg_with_kv(f, kind, req, limit, None)
+}
+
+/// [`leg_of`] with the KV overlaps `kv` (control computes them when the pick carries hashes).
+fn leg_with_kv(
+    f: &mut Fixture,
+    kind: PickKind,
+    req: &PickRequest,
+    limit: Option<AdmitLimit>,
+    kv: Option<&dyn OverlapSource>,
+) -> Result<Picked, ControlError> {
     let ctx = PickContext {
         caller: anon(),
-        kv: None,
+        kv,
         record_decision: false,
         now: f.now,
         wall: SystemTime::now(),
@@ -198,6 +209,35 @@ fn the_prefill_guard_counts_what_a_session_turn_adds() {
     // Another session's turn finds nothing of its own cached there either.
     let other = PickRequest { request_id: RequestId::new("other"), ..f.req("m", 27_000, Some("t")) };
     let other = leg_of(&mut f, PickKind::Decode, &other, Some(protect(2_000)));
+    assert!(matches!(other, Err(ControlError::AdmissionQueued { .. })), "{other:?}");
+    f.release(queued.reservation).unwrap();
+}
+
+/// A decode pick that waits in control's queue carries its prompt's page hashes (the proxy sends
+/// them then), and the guard credits the pages the KV index says a prefill holds, as the prefill
+/// pick would: a prompt cached there is admitted without a session name.
+#[test]
+fn the_prefill_guard_credits_the_pages_a_prefill_holds() {
+    let mut f = prefill_fixture(PrefillGuard::Queue);
+    let queued = f.pick(PickKind::Prefill, "m", 10_000).unwrap();
+    let prompt: Vec<u32> = (0..27_000).collect();
+    let p = f.core.view().worker_targets(&WorkerId::new("p"), Some(DpRank(0))).unwrap()[0];
+    let index = super::kv::index_holding_paged(p, &prompt, 25_000, 1);
+    let base = PickRequest {
+        page_hashes: infera_kv::hash::page_hashes(&prompt, 1).iter().map(|h| h.0).collect(),
+        page_size: 1,
+        ..f.req("m", 27_000, None)
+    };
+    let hashed = |id: &str| PickRequest { request_id: RequestId::new(id), ..base.clone() };
+    // 10,000 queued + 2,000 not cached: 1.21 s predicted, within 2 s.
+    let cached = leg_with_kv(&mut f, PickKind::Decode, &hashed("cached"), Some(protect(2_000)), Some(&index));
+    f.release(cached.unwrap().reservation).unwrap();
+    // Without the index's answer the whole prompt counts: 3.71 s predicted, it waits.
+    let blind = leg_with_kv(&mut f, PickKind::Decode, &hashed("blind"), Some(protect(2_000)), None);
+    assert!(matches!(blind, Err(ControlError::AdmissionQueued { .. })), "{blind:?}");
+    // Another prompt finds none of its pages there.
+    let other = PickRequest { page_hashes: vec![7; 27_000], ..hashed("other") };
+    let other = leg_with_kv(&mut f, PickKind::Decode, &other, Some(protect(2_000)), Some(&index));
     assert!(matches!(other, Err(ControlError::AdmissionQueued { .. })), "{other:?}");
     f.release(queued.reservation).unwrap();
 }

@@ -23,17 +23,22 @@ fn key(f: &mut Fixture, r: u32) -> TargetKey {
     f.core.view().worker_targets(&WorkerId::new("p"), Some(DpRank(r))).unwrap()[0]
 }
 
-/// An index where rank `r` holds the first `pages` pages of `prompt`.
+/// An index where `key` holds the first `pages` pages of `prompt`.
 fn index_holding(key: TargetKey, prompt: &[u32], pages: usize) -> KvIndex {
+    index_holding_paged(key, prompt, pages, PS)
+}
+
+/// An index where `key` holds the first `pages` pages of `prompt`, `page_size` tokens each.
+pub(super) fn index_holding_paged(key: TargetKey, prompt: &[u32], pages: usize, page_size: u32) -> KvIndex {
     let mut index = KvIndex::new(1 << 20);
-    let hashes = page_hashes(prompt, PS as usize);
+    let hashes = page_hashes(prompt, page_size as usize);
     index.apply(
         key,
         &KvEvent::BlockStored {
             block_hashes: hashes[..pages].iter().map(|h| h.0).collect(),
             parent_block_hash: None,
-            token_ids: prompt[..pages * PS as usize].iter().map(|&t| u64::from(t)).collect(),
-            block_size: PS,
+            token_ids: prompt[..pages * page_size as usize].iter().map(|&t| u64::from(t)).collect(),
+            block_size: page_size,
             medium: Medium::Gpu,
             cache_salt: None,
             lora_name: None,
@@ -257,4 +262,23 @@ fn overlaps_computed_before_the_pick_credit_like_the_index() {
     let mut keys = vec![holder];
     f.core.pool_keys(&ModelName::new("nope"), PickKind::Prefill, &mut keys);
     assert!(keys.is_empty(), "no pool: no keys");
+}
+
+/// Which pool's overlaps control computes before a pick: a hashed prefill pick's own; a hashed
+/// decode pick's prefills only when the prefill guard may hold it; nothing without hashes.
+#[test]
+fn overlaps_are_computed_for_hashed_prefill_picks_and_guarded_decode_picks() {
+    use crate::admission::AdmitLimit;
+    use crate::routing::Overlaps;
+    let f = prefill_pool(PS);
+    let plain = f.req("m", 100, None);
+    let hashed = PickRequest { page_hashes: vec![1, 2], page_size: PS, ..plain.clone() };
+    let guarded = Some(AdmitLimit { itl_ms: 100, protect_ttft_ms: Some(2_000) });
+    let top = Some(AdmitLimit { itl_ms: 100, protect_ttft_ms: None });
+    assert_eq!(Overlaps::needed_for(PickKind::Prefill, &hashed, None), Some(PickKind::Prefill));
+    assert_eq!(Overlaps::needed_for(PickKind::Decode, &hashed, guarded), Some(PickKind::Prefill));
+    assert_eq!(Overlaps::needed_for(PickKind::Decode, &hashed, top), None);
+    assert_eq!(Overlaps::needed_for(PickKind::Decode, &hashed, None), None);
+    assert_eq!(Overlaps::needed_for(PickKind::Prefill, &plain, None), None);
+    assert_eq!(Overlaps::needed_for(PickKind::Decode, &plain, guarded), None);
 }
