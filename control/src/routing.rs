@@ -358,12 +358,13 @@ impl<R: Rng> RoutingCore<R> {
         kv: Option<&dyn OverlapSource>,
         now: Instant,
     ) -> Option<u64> {
+        // The pick's own candidate buffer: the guard runs before the pick fills it.
         let ledger = &self.ledger;
-        let mut prefills = Vec::new();
-        self.view.candidates(&req.model, PickKind::Prefill, |k| ledger.load(k), &mut prefills).ok()?;
+        let prefills = &mut self.candidates;
+        self.view.candidates(&req.model, PickKind::Prefill, |k| ledger.load(k), prefills).ok()?;
         let (sessions, ttl) = (&self.sessions, self.settings.session_ttl);
         let last = || req.session.as_ref().and_then(|s| sessions.last(s, now, ttl));
-        credit_cached(&mut prefills, &mut self.overlap, kv, last, req);
+        credit_cached(prefills, &mut self.overlap, kv, last, req);
         prefills
             .iter()
             .map(|c| c.load.booked_input_tokens + req.input_tokens.saturating_sub(c.cached_tokens))
