@@ -14,7 +14,9 @@
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
 //!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
 //! - `auto/admission`: `auto` with fleet admission on and control's default prefill guard
-//!   (`queue`); `auto/admission/no-guard` with `--admission-prefill-guard off`;
+//!   (`queue`); `auto/admission/no-guard` with `--admission-prefill-guard off`; `W/age/admission`
+//!   (e.g. `1e6/age/admission`) the same on the recommended setting's pinned W (admission
+//!   predicts from the step fit whether W is pinned or fitted);
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload][:priority]`, or SGLang's older
 //!   router, `sglang-router:POLICY` ([`super::smg`]).
 
@@ -31,9 +33,14 @@ pub(crate) enum Arm {
     Weight(f64),
     /// Demand on with W fitted online.
     Auto,
-    /// `auto`, with fleet admission on (`--admission on`, the built-in service classes) and
+    /// Fleet admission on (`--admission on`, the built-in service classes) with this W and
     /// this prefill guard.
-    Admitted(PrefillGuard),
+    Admitted {
+        /// The W the picks score with.
+        weight: AdmittedWeight,
+        /// `--admission-prefill-guard`.
+        guard: PrefillGuard,
+    },
     /// Demand on with a request weight and a prefilling weight.
     Phased {
         /// W.
@@ -58,6 +65,15 @@ pub(crate) enum Legacy {
     PowerOfTwo,
     Random,
     LeastRunning,
+}
+
+/// The W of an admitted arm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum AdmittedWeight {
+    /// `--decode-request-weight auto`.
+    Auto,
+    /// This W, with the prefilling age decay on (the recommended setting's).
+    AgeDecayed(f64),
 }
 
 /// Control's `--admission-prefill-guard` values.
@@ -104,18 +120,16 @@ impl Arm {
             Arm::Auto => {
                 ["--decode-input-demand", "on", "--decode-request-weight", "auto"].map(str::to_owned).into()
             }
-            Arm::Admitted(guard) => [
-                "--decode-input-demand",
-                "on",
-                "--decode-request-weight",
-                "auto",
-                "--admission",
-                "on",
-                "--admission-prefill-guard",
-                guard.flag(),
-            ]
-            .map(str::to_owned)
-            .into(),
+            Arm::Admitted { weight, guard } => {
+                let mut flags = match weight {
+                    AdmittedWeight::Auto => Arm::Auto.control_flags(),
+                    AdmittedWeight::AgeDecayed(w) => demand_flags(*w, true),
+                };
+                flags.extend(
+                    ["--admission", "on", "--admission-prefill-guard", guard.flag()].map(str::to_owned),
+                );
+                flags
+            }
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let mut flags = demand_flags(*weight, *age_decay);
                 flags.extend(["--decode-prefilling-weight".into(), prefilling.to_string()]);
@@ -145,7 +159,7 @@ impl Arm {
         match self {
             Arm::Weight(_)
             | Arm::Auto
-            | Arm::Admitted(_)
+            | Arm::Admitted { .. }
             | Arm::Phased { .. }
             | Arm::Legacy(Legacy::PowerOfTwo) => {
                 format!("0 (ledger; KV room polled every {engine_s:.1} s)")
@@ -171,7 +185,13 @@ impl Arm {
         match self {
             Arm::Weight(w) => format!("w{w}"),
             Arm::Auto => "auto".to_owned(),
-            Arm::Admitted(guard) => format!("auto-admission{}", guard.suffix().replace('/', "-")),
+            Arm::Admitted { weight, guard } => {
+                let base = match weight {
+                    AdmittedWeight::Auto => Arm::Auto.key(),
+                    AdmittedWeight::AgeDecayed(w) => format!("w{w}-age"),
+                };
+                format!("{base}-admission{}", guard.suffix().replace('/', "-"))
+            }
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 let age = if *age_decay { "-age" } else { "" };
                 let credit = overlap_credit.map(|c| format!("-c{c}")).unwrap_or_default();
@@ -212,8 +232,17 @@ impl fmt::Display for Arm {
         match self {
             Arm::Weight(w) => write!(f, "W = {}", thousands(*w)),
             Arm::Auto => f.write_str("W = auto"),
-            Arm::Admitted(PrefillGuard::Queue) => f.write_str("W = auto, fleet admission"),
-            Arm::Admitted(PrefillGuard::Off) => f.write_str("W = auto, fleet admission, no prefill guard"),
+            Arm::Admitted { weight, guard } => {
+                match weight {
+                    AdmittedWeight::Auto => f.write_str("W = auto")?,
+                    AdmittedWeight::AgeDecayed(w) => write!(f, "W = {}, age-decayed", thousands(*w))?,
+                }
+                f.write_str(", fleet admission")?;
+                match guard {
+                    PrefillGuard::Queue => Ok(()),
+                    PrefillGuard::Off => f.write_str(", no prefill guard"),
+                }
+            }
             Arm::Phased { weight, prefilling, age_decay, overlap_credit } => {
                 write!(f, "W = {}, prefilling ×{prefilling}", thousands(*weight))?;
                 if *age_decay {
@@ -260,12 +289,19 @@ impl FromStr for Arm {
         if s == "auto" {
             return Ok(Arm::Auto);
         }
-        if let Some(guard) = s.strip_prefix("auto/admission") {
-            return [PrefillGuard::Queue, PrefillGuard::Off]
+        if let Some((base, guard)) = s.split_once("/admission") {
+            let guard = [PrefillGuard::Queue, PrefillGuard::Off]
                 .into_iter()
                 .find(|g| g.suffix() == guard)
-                .map(Arm::Admitted)
-                .ok_or_else(|| format!("{s:?}: auto/admission takes /no-guard"));
+                .ok_or_else(|| format!("{s:?}: /admission takes /no-guard"))?;
+            let weight = match base.parse()? {
+                Arm::Auto => AdmittedWeight::Auto,
+                Arm::Phased { weight, prefilling: 1.0, age_decay: true, overlap_credit: None } => {
+                    AdmittedWeight::AgeDecayed(weight)
+                }
+                _ => return Err(format!("{s:?}: /admission follows auto or W/age")),
+            };
+            return Ok(Arm::Admitted { weight, guard });
         }
         if let Some(rest) = s.strip_prefix("smg:") {
             return SmgArm::parse(rest).map(Arm::Smg);
@@ -316,7 +352,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload][:priority] or sglang-router:POLICY"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, auto/admission or W/age/admission (each [/no-guard]), round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload][:priority] or sglang-router:POLICY"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {

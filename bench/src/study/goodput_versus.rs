@@ -101,7 +101,7 @@ mod tests {
         let ours = [report(1.0, 0.5), report(0.9, 0.3)];
         let rr = [report(0.4, 0.1), report(0.5, 0.1)];
         let smg = [report(0.8, 0.2), report(0.6, 0.4)];
-        let auto = Arm::Admitted(crate::study::arm::PrefillGuard::Queue);
+        let auto: Arm = "auto/admission".parse().unwrap();
         let smg_arm: Arm = "smg:least_load".parse().unwrap();
         let mut rows: Vec<(Label, &Report)> = Vec::new();
         for run in 0..2 {

@@ -81,7 +81,7 @@ fn arms_parse_and_map_to_control_flags() {
     );
     assert!(old.is_peer() && old.load_view(10.0).contains("DP controller"));
     let admitted: Arm = "auto/admission/no-guard".parse().unwrap();
-    assert_eq!(admitted, Arm::Admitted(PrefillGuard::Off));
+    assert_eq!(admitted, Arm::Admitted { weight: AdmittedWeight::Auto, guard: PrefillGuard::Off });
     assert!(admitted.control_flags().join(" ").ends_with("--admission on --admission-prefill-guard off"));
     assert_eq!(
         (admitted.key(), admitted.to_string()),
@@ -93,7 +93,29 @@ fn arms_parse_and_map_to_control_flags() {
         ("auto-admission".into(), "W = auto, fleet admission".into())
     );
     assert!(plain.control_flags().join(" ").ends_with("--admission-prefill-guard queue"));
-    for bad in ["auto/admission/x", "auto/admissions", "auto/admission/top-class"] {
+    let pinned: Arm = "1e6/age/admission".parse().unwrap();
+    assert_eq!(
+        pinned.control_flags().join(" "),
+        "--decode-input-demand on --decode-request-weight 1000000 --decode-prefilling-age-decay on \
+         --admission on --admission-prefill-guard queue"
+    );
+    assert_eq!(
+        (pinned.key(), pinned.to_string()),
+        ("w1000000-age-admission".into(), "W = 1,000,000, age-decayed, fleet admission".into())
+    );
+    let pinned_off: Arm = "1e6/age/admission/no-guard".parse().unwrap();
+    assert_eq!(pinned_off.key(), "w1000000-age-admission-no-guard");
+    assert!(pinned_off.control_flags().join(" ").ends_with("--admission-prefill-guard off"));
+    assert!(!pinned.is_peer() && pinned.load_view(10.0).starts_with("0 (ledger"));
+    for bad in [
+        "auto/admission/x",
+        "auto/admissions",
+        "auto/admission/top-class",
+        "1e6/admission",
+        "1e6/p0/age/admission",
+        "1e6/age/c1/admission",
+        "round-robin/admission",
+    ] {
         assert!(bad.parse::<Arm>().is_err(), "{bad}");
     }
     let auto: Arm = "auto".parse().unwrap();
