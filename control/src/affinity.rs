@@ -2,6 +2,11 @@
 //! holds its prefix. Entries expire after the session TTL of inactivity, and the map holds at
 //! most `--session-max` sessions: at the cap, the session used least recently is forgotten
 //! (`infera_router_sessions_evicted_total`), so a flood of session keys costs a bounded amount.
+//!
+//! A session is remembered on its target once its prefill there reaches its end of stream: the
+//! prompt is computed and cached there then. A pick cancelled before it was sent (a PD request
+//! whose decode fleet admission queued gives its prefill pick back) or one that failed computed
+//! nothing there, and leaves the session where its last computed prompt is.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -35,10 +40,32 @@ pub struct LastPrefill {
     pub tokens: u64,
 }
 
+/// A prefill pick for a session ([`Sessions::picked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PickedPrefill {
+    /// The target picked.
+    pub target: TargetKey,
+    /// Its reservation's sequence.
+    pub seq: u64,
+    /// The request's prompt tokens.
+    pub tokens: u64,
+}
+
+/// A prefill picked for a session that has not ended yet: the prompt its target will hold once
+/// it reaches its end of stream.
+#[derive(Debug, Clone)]
+struct Computing {
+    session: SessionKey,
+    target: TargetKey,
+    tokens: u64,
+}
+
 /// Session → last prefill target, at most a cap of them.
 #[derive(Debug, Default)]
 pub struct Sessions {
     map: HashMap<SessionKey, Entry>,
+    /// The sessions' prefills under way, by their reservation's sequence.
+    computing: HashMap<u64, Computing>,
     /// The sessions by last use (oldest first): the order of `Entry::seq`.
     order: BTreeMap<u64, SessionKey>,
     next_seq: u64,
@@ -75,6 +102,28 @@ impl Sessions {
         }
         self.order.insert(seq, session.clone());
         self.map.insert(session, Entry { target: last.target, tokens: last.tokens, at: now, seq });
+    }
+
+    /// Records prefill reservation `seq` of `tokens` prompt tokens picked for `session` on
+    /// `target`; the session is remembered there once it ends computed ([`Sessions::ended`]).
+    pub fn picked(&mut self, session: SessionKey, at: PickedPrefill) {
+        let PickedPrefill { target, seq, tokens } = at;
+        self.computing.insert(seq, Computing { session, target, tokens });
+    }
+
+    /// Prefill reservation `seq` ended at `now`; `computed` when at its end of stream: its
+    /// session is remembered on its target with its prompt. Nothing for one not picked for a
+    /// session, or one that ended before.
+    pub fn ended(&mut self, seq: u64, computed: bool, now: Instant, max: usize) {
+        let Some(c) = self.computing.remove(&seq) else { return };
+        if computed {
+            self.remember(c.session, LastPrefill { target: c.target, tokens: c.tokens }, now, max);
+        }
+    }
+
+    /// How many prefills picked for a session have not ended.
+    pub fn computing(&self) -> usize {
+        self.computing.len()
     }
 
     /// Drops the sessions idle for `ttl` or longer.
@@ -165,6 +214,29 @@ mod tests {
             s.remember(key(n), target(0), t0, 3);
         }
         assert_eq!((s.len(), s.order.len()), (3, 3));
+    }
+
+    /// Only a prefill that reached its end of stream remembers its session on its target.
+    #[test]
+    fn a_session_is_remembered_where_its_prefill_ended_computed() {
+        let (t0, ttl) = (Instant::now(), Duration::from_secs(60));
+        let mut s = Sessions::default();
+        let at = |t, seq, tokens| PickedPrefill { target: TargetKey::from_index(t), seq, tokens };
+        let last = |s: &Sessions| s.last(&key(0), t0, ttl).map(|l| (l.target.index(), l.tokens));
+        s.picked(key(0), at(0, 1, 1_000));
+        assert_eq!(last(&s), None, "picked, not computed yet");
+        s.ended(1, true, t0, 10);
+        assert_eq!(last(&s), Some((0, 1_000)));
+        // The next turn's pick, elsewhere, is cancelled before it is sent: the session stays.
+        s.picked(key(0), at(1, 2, 1_500));
+        s.ended(2, false, t0, 10);
+        assert_eq!(last(&s), Some((0, 1_000)));
+        // Its retry there ends computed; a second end of it is nothing.
+        s.picked(key(0), at(1, 3, 1_500));
+        s.ended(3, true, t0, 10);
+        s.ended(3, false, t0, 10);
+        assert_eq!(last(&s), Some((1, 1_500)));
+        assert_eq!(s.computing(), 0);
     }
 
     #[test]

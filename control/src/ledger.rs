@@ -27,12 +27,15 @@ use crate::identity::Identity;
 use crate::prefill_phase::{PhaseWindows, age_weight, is_phase_end};
 use crate::target::{Load, Prefilling, TargetKey, WeightedPrefilling};
 
+mod awaiting;
 mod itl_limits;
 mod prefilling;
 pub mod tags;
 #[cfg(test)]
 mod tests;
 
+use awaiting::AwaitingIndex;
+pub use awaiting::AwaitingPrefill;
 use itl_limits::AdmitLimits;
 pub use prefilling::PrefillingEntry;
 use prefilling::PrefillingIndex;
@@ -129,6 +132,8 @@ pub struct Ledger {
     itl_limits: AdmitLimits,
     /// The prefill phase against the queue each prefill joined, per model.
     prefill_fits: crate::admission::prefill_fit::PrefillFits,
+    /// Decode reservations admitted before their request picked its prefill.
+    awaiting: AwaitingIndex,
 }
 
 impl Ledger {
@@ -148,6 +153,7 @@ impl Ledger {
             phases: PhaseWindows::default(),
             itl_limits: AdmitLimits::default(),
             prefill_fits: Default::default(),
+            awaiting: AwaitingIndex::default(),
         }
     }
 
@@ -255,10 +261,19 @@ impl Ledger {
         };
         let other = self.legs.get(&(other, reservation.request_id.clone())).copied();
         self.reservations.insert(seq, reservation);
-        // A decode whose request's prefill is live (booked before or after it) is prefilling.
+        // A decode whose request's prefill is live (booked before or after it) is prefilling;
+        // one booked first awaits its prefill until that is booked.
         match (booking.kind, other) {
             (PickKind::Decode, Some(_)) if registered => self.mark_prefilling(seq, true),
-            (PickKind::Prefill, Some(decode)) if registered => self.mark_prefilling(decode, true),
+            (PickKind::Decode, None) if registered => {
+                if let Some(prefill) = booking.awaiting_prefill {
+                    self.awaiting.add(seq, prefill);
+                }
+            }
+            (PickKind::Prefill, Some(decode)) if registered => {
+                self.awaiting.remove(decode);
+                self.mark_prefilling(decode, true);
+            }
             _ => {}
         }
         Ok((id, self.loads[i]))
@@ -396,6 +411,17 @@ impl Ledger {
         &self.prefill_fits
     }
 
+    /// The prompt tokens expected on prefill target `target` from requests whose decode was
+    /// admitted before they picked their prefill ([`AwaitingPrefill`]).
+    pub fn awaiting_prefill_on(&self, target: TargetKey) -> u64 {
+        self.awaiting.tokens_on(target)
+    }
+
+    /// How many decode reservations await their request's prefill pick.
+    pub fn awaiting_prefills(&self) -> usize {
+        self.awaiting.len()
+    }
+
     /// The tightest ITL target (ms) among the requests `target` holds under admission.
     pub fn tightest_itl_ms(&self, target: TargetKey) -> Option<u32> {
         self.itl_limits.tightest(target)
@@ -482,6 +508,9 @@ impl Ledger {
         if let Some(ms) = r.itl_limit_ms {
             self.itl_limits.remove(r.target, ms);
         }
+        if r.kind == PickKind::Decode {
+            self.awaiting.remove(r.id.seq);
+        }
         let load = &mut self.loads[r.target.index()];
         if r.prefilling {
             self.prefilling.remove(load, r.target, r.id.seq);
@@ -516,4 +545,7 @@ pub struct Booking {
     pub age: Duration,
     /// The ITL target (ms) of the class admission weighed it under (`None`: not weighed).
     pub itl_limit_ms: Option<u32>,
+    /// A decode leg booked before its request's prefill: where that prefill is expected and
+    /// what it will book there (`None`: not foreseen, or not a decode leg).
+    pub awaiting_prefill: Option<AwaitingPrefill>,
 }

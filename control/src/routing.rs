@@ -21,7 +21,7 @@ use infera_proto::types::{
 use rand::Rng;
 
 use crate::admission::{AdmitLimit, PrefillGuard, StepFits};
-use crate::affinity::Sessions;
+use crate::affinity::{PickedPrefill, Sessions};
 use crate::bounds::Bounds;
 use crate::capacity::Capacity;
 use crate::ejection::Breakers;
@@ -39,6 +39,7 @@ mod candidates;
 mod health;
 mod outcome;
 mod overlaps;
+mod prefill_queue;
 mod record;
 mod redeclare;
 #[cfg(test)]
@@ -164,14 +165,26 @@ impl<R: Rng> RoutingCore<R> {
     ) -> Result<Picked, ControlError> {
         let PickContext { caller, kv, record_decision, now, wall, kv_room } = ctx;
         self.ledger.check_lease(req.lease, caller, now)?;
-        if let (PickKind::Decode, Some(AdmitLimit { protect_ttft_ms: Some(ttft), .. })) = (kind, limit)
-            && self.prefill_guard == PrefillGuard::Queue
-        {
-            let found = self.prefill_queue_found(req, kv, now);
-            if !crate::admission::prefill_admits(&req.model, found, &self.ledger, ttft) {
-                return Err(ControlError::AdmissionQueued { model: req.model.clone() });
+        // Under the prefill guard every decode pick admission weighs foresees its prefill: a
+        // lower class is held on it, and whichever is admitted counts on that prefill's queue
+        // until its request picks it (`crate::ledger::AwaitingPrefill`).
+        let awaiting_prefill = match (kind, limit) {
+            (PickKind::Decode, Some(limit)) if self.prefill_guard == PrefillGuard::Queue => {
+                let next = self.prefill_queue_next(req, kv, now);
+                if let Some(ttft) = limit.protect_ttft_ms
+                    && !crate::admission::prefill_admits(
+                        &req.model,
+                        next.map(|n| n.found),
+                        &self.ledger,
+                        ttft,
+                    )
+                {
+                    return Err(ControlError::AdmissionQueued { model: req.model.clone() });
+                }
+                next.map(|n| n.awaiting)
             }
-        }
+            _ => None,
+        };
         let ledger = &self.ledger;
         let pool = self.view.candidates(&req.model, kind, |k| ledger.load(k), &mut self.candidates)?;
         self.excluded.clear();
@@ -254,12 +267,13 @@ impl<R: Rng> RoutingCore<R> {
             input_tokens: req.input_tokens - chosen.cached_tokens,
             age: Duration::ZERO,
             itl_limit_ms: limit.filter(|_| kind == PickKind::Decode).map(|l| l.itl_ms),
+            awaiting_prefill,
         };
         let (reservation, load) = self.ledger.book(req.lease, caller, booking, now, wall)?;
         self.breakers.picked(chosen.key, now);
         if let (PickKind::Prefill, Some(session)) = (kind, &req.session) {
-            let last = crate::affinity::LastPrefill { target: chosen.key, tokens: req.input_tokens };
-            self.sessions.remember(session.clone(), last, now, self.settings.session_max);
+            let at = PickedPrefill { target: chosen.key, seq: reservation.seq, tokens: req.input_tokens };
+            self.sessions.picked(session.clone(), at);
         }
         let decision = record_decision.then(|| self.decision(kind, req, reservation, &choice, weight, wall));
         let slot = self.view.slot(chosen.key);
@@ -293,6 +307,10 @@ impl<R: Rng> RoutingCore<R> {
         let Release { id, reason, failure } = release;
         Ok(match self.ledger.release(id, caller, reason, now)? {
             Released::Now(r, load) => {
+                if r.kind == PickKind::Prefill {
+                    let max = self.settings.session_max;
+                    self.sessions.ended(r.id.seq, is_phase_end(r.kind, reason), now, max);
+                }
                 let phase_median = is_phase_end(r.kind, reason)
                     .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
                     .flatten();
@@ -345,30 +363,7 @@ impl<R: Rng> RoutingCore<R> {
         now: Instant,
     ) -> Result<Vec<Ended>, ControlError> {
         let released = self.ledger.close_lease(lease, caller, now)?;
-        Ok(self.ended(released))
-    }
-
-    /// What the prefill guard predicts `req`'s first token from: the tokens it would find on the
-    /// prefill target where it finds the fewest, the queue booked there plus its own tokens less
-    /// what that target is credited with caching of it (the KV index's pages, or its session's
-    /// last prompt), as the prefill pick would credit and book it. `None` without a prefill pool.
-    fn prefill_queue_found(
-        &mut self,
-        req: &PickRequest,
-        kv: Option<&dyn OverlapSource>,
-        now: Instant,
-    ) -> Option<u64> {
-        // The pick's own candidate buffer: the guard runs before the pick fills it.
-        let ledger = &self.ledger;
-        let prefills = &mut self.candidates;
-        self.view.candidates(&req.model, PickKind::Prefill, |k| ledger.load(k), prefills).ok()?;
-        let (sessions, ttl) = (&self.sessions, self.settings.session_ttl);
-        let last = || req.session.as_ref().and_then(|s| sessions.last(s, now, ttl));
-        credit_cached(prefills, &mut self.overlap, kv, last, req);
-        prefills
-            .iter()
-            .map(|c| c.load.booked_input_tokens + req.input_tokens.saturating_sub(c.cached_tokens))
-            .min()
+        Ok(self.ended(released, now))
     }
 
     /// Sets when fleet admission holds a lower class for the top class's first token (at start).
@@ -390,7 +385,7 @@ impl<R: Rng> RoutingCore<R> {
                 lease: e.lease,
                 holder: e.holder,
                 owner: e.owner,
-                ended: self.ended(e.released),
+                ended: self.ended(e.released, now),
             })
             .collect()
     }
@@ -565,7 +560,14 @@ impl<R: Rng> RoutingCore<R> {
         LoadChange { target: slot.target.clone(), role: slot.worker.role, load }
     }
 
-    fn ended(&self, released: Vec<(Reservation, Load)>) -> Vec<Ended> {
+    /// What a lease's end released at `now`; a session's prefill among it is not known to have
+    /// computed anything.
+    fn ended(&mut self, released: Vec<(Reservation, Load)>, now: Instant) -> Vec<Ended> {
+        for (r, _) in &released {
+            if r.kind == PickKind::Prefill {
+                self.sessions.ended(r.id.seq, false, now, self.settings.session_max);
+            }
+        }
         released
             .into_iter()
             .map(|(reservation, load)| Ended { change: self.change(reservation.target, load), reservation })

@@ -53,6 +53,7 @@ fn leg(kind: PickKind, target: u32, tokens: u64, request: &str) -> Booking {
         input_tokens: tokens,
         age: Duration::ZERO,
         itl_limit_ms: None,
+        awaiting_prefill: None,
     }
 }
 
@@ -80,6 +81,20 @@ fn check_prefilling_sound(ledger: &Ledger) {
             live.iter().any(|p| p.kind == PickKind::Prefill && p.request_id == r.request_id),
             "{r:?} is marked prefilling without a live prefill"
         );
+    }
+}
+
+/// Only a live decode awaits a prefill, and each target's sum is its entries'.
+fn check_awaiting_sound(ledger: &Ledger) {
+    let entries = &ledger.awaiting.by_decode;
+    for seq in entries.keys() {
+        let r = ledger.reservations.get(seq).expect("an awaiting decode is live");
+        assert_eq!(r.kind, PickKind::Decode, "{r:?}");
+    }
+    for t in 0..TARGETS {
+        let key = TargetKey::from_index(t);
+        let sum: u64 = entries.values().filter(|p| p.target == key).map(|p| p.tokens).sum();
+        assert_eq!(ledger.awaiting_prefill_on(key), sum, "target {t}");
     }
 }
 
@@ -126,7 +141,12 @@ proptest! {
                     let lease = leases[lease % leases.len()];
                     let live = ledger.lease(lease).is_some_and(|s| s.expires_at > now);
                     let kind = if prefill { PickKind::Prefill } else { PickKind::Decode };
-                    let booking = leg(kind, target, tokens, &format!("req-{request}"));
+                    let mut booking = leg(kind, target, tokens, &format!("req-{request}"));
+                    if kind == PickKind::Decode {
+                        // Every decode foresees its prefill; only one booked first awaits it.
+                        let target = TargetKey::from_index((target + 1) % TARGETS);
+                        booking.awaiting_prefill = Some(AwaitingPrefill { target, tokens: tokens / 2 });
+                    }
                     match ledger.book(lease, &who(), booking, now, SystemTime::UNIX_EPOCH) {
                         Ok((id, _)) => { prop_assert!(live); issued.push(id); }
                         Err(ControlError::UnknownLease(_)) => prop_assert!(!live),
@@ -170,6 +190,7 @@ proptest! {
             }
             check_consistent(&ledger);
             check_prefilling_sound(&ledger);
+            check_awaiting_sound(&ledger);
             // Samples come from prefills released at their EOF only (never from expiries).
             prop_assert_eq!(phase_samples(&ledger), eof_prefills.min(crate::prefill_phase::PHASE_WINDOW));
         }
@@ -180,6 +201,10 @@ proptest! {
         }
         prop_assert_eq!(ledger.total(), Load::default());
         prop_assert!(ledger.reservations().is_empty());
+        prop_assert_eq!(ledger.awaiting_prefills(), 0);
+        for t in 0..TARGETS {
+            prop_assert_eq!(ledger.awaiting_prefill_on(TargetKey::from_index(t)), 0);
+        }
         prop_assert_eq!(ended.len(), issued.len());
         for id in issued {
             prop_assert_eq!(ledger.release(id, &who(), ReleaseReason::Eof, now).unwrap(), Released::Already);
@@ -269,6 +294,42 @@ fn a_decode_is_prefilling_while_its_requests_prefill_is_live_in_either_booking_o
     ledger.release(p2, &who(), ReleaseReason::Eof, now).unwrap();
     ledger.release(d1, &who(), ReleaseReason::Eof, now).unwrap();
     assert_eq!(ledger.total(), Load::default());
+}
+
+#[test]
+fn a_decode_booked_before_its_prefill_awaits_it_on_the_foreseen_target() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH;
+    let mut ledger = Ledger::new(1, IdTags::fixed([1; 32]));
+    let lease = ledger.open_lease("p".into(), who(), Duration::from_secs(60), now);
+    let p = TargetKey::from_index(0);
+    let foreseen = |tokens| Some(AwaitingPrefill { target: p, tokens });
+    let decode = |tokens, request| Booking {
+        awaiting_prefill: foreseen(tokens),
+        ..leg(PickKind::Decode, 1, 100, request)
+    };
+    // Two decodes admitted before their prefills: 60 + 30 tokens are on their way to p.
+    let (da, _) = ledger.book(lease, &who(), decode(60, "a"), now, wall).unwrap();
+    let (db, _) = ledger.book(lease, &who(), decode(30, "b"), now, wall).unwrap();
+    assert_eq!((ledger.awaiting_prefill_on(p), ledger.awaiting_prefills()), (90, 2));
+    // A's prefill is booked (anywhere): its queue holds it now, not the forecast.
+    let (pa, _) = ledger.book(lease, &who(), leg(PickKind::Prefill, 2, 60, "a"), now, wall).unwrap();
+    assert_eq!((ledger.awaiting_prefill_on(p), ledger.awaiting_prefills()), (30, 1));
+    // B's decode is cancelled before its prefill pick: nothing is awaited any more.
+    ledger.release(db, &who(), ReleaseReason::Cancelled, now).unwrap();
+    assert_eq!((ledger.awaiting_prefill_on(p), ledger.awaiting_prefills()), (0, 0));
+    // A decode booked after its prefill awaits nothing.
+    let (pc, _) = ledger.book(lease, &who(), leg(PickKind::Prefill, 0, 50, "c"), now, wall).unwrap();
+    let (dc, _) = ledger.book(lease, &who(), decode(50, "c"), now, wall).unwrap();
+    assert_eq!(ledger.awaiting_prefill_on(p), 0);
+    // A lease's expiry ends what it awaited with its decodes.
+    ledger.book(lease, &who(), decode(70, "d"), now, wall).unwrap();
+    assert_eq!(ledger.awaiting_prefill_on(p), 70);
+    ledger.expire(now + Duration::from_secs(61));
+    assert_eq!((ledger.awaiting_prefill_on(p), ledger.awaiting_prefills()), (0, 0));
+    for id in [da, pa, pc, dc] {
+        assert_eq!(ledger.release(id, &who(), ReleaseReason::Eof, now).unwrap(), Released::Already);
+    }
 }
 
 #[test]

@@ -80,6 +80,7 @@ impl<R: Rng> RoutingCore<R> {
                 // An age beyond a day is a proxy's clock gone wrong, not a leg.
                 age: leg.age.min(Duration::from_secs(86_400)),
                 itl_limit_ms: None,
+                awaiting_prefill: None,
             };
             let (reservation, load) = self.ledger.book(lease, caller, booking, now, wall)?;
             out.changes.push(self.change(key, load));

@@ -222,35 +222,55 @@ fn pools_are_per_model_and_role() {
     assert!(matches!(f.pick(PickKind::Decode, "nope", 1), Err(ControlError::UnknownModel(_))));
 }
 
+/// A session's turn on prefill: picked, and ended at its end of stream (its next turn comes
+/// after its answer).
+fn turn(f: &mut Fixture, tokens: u64, session: &str) -> Picked {
+    let req = f.req("m", tokens, Some(session));
+    let picked = f.pick_req(PickKind::Prefill, &req).unwrap();
+    f.release(picked.reservation).unwrap();
+    picked
+}
+
+/// Books `tokens` of a request without a session on prefill rank `on` of a two-rank worker.
+fn prefill_load_on(f: &mut Fixture, tokens: u64, on: u32) -> Picked {
+    let first = f.pick(PickKind::Prefill, "m", tokens).unwrap();
+    if rank(&first) == on {
+        return first;
+    }
+    let req = PickRequest { exclude: vec![first.chosen.target.clone()], ..f.req("m", tokens, None) };
+    let moved = f.pick_req(PickKind::Prefill, &req).unwrap();
+    f.release(first.reservation).unwrap();
+    moved
+}
+
 #[test]
 fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
     let mut f = Fixture::new(
         vec![worker("p", Role::Prefill, "m", 2)],
         settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin),
     );
-    let pick = |f: &mut Fixture, tokens, session| {
-        let req = f.req("m", tokens, Some(session));
-        f.pick_req(PickKind::Prefill, &req).unwrap()
-    };
-    let home = rank(&pick(&mut f, 100, "s1"));
+    let home = rank(&turn(&mut f, 100, "s1"));
     // Home holds the session's last 100 tokens (credit 1, no page hashes: the session's
-    // estimate): 100 booked + 100 − 100 cached, against 100 elsewhere. The session stays.
-    let second = pick(&mut f, 100, "s1");
+    // estimate): 100 − 100 cached, against 100 elsewhere. The session stays.
+    let second = turn(&mut f, 100, "s1");
     assert_eq!(rank(&second), home);
     assert!(second.chosen.session_affinity);
-    // 100 + 5,000 − 100 against 5,000: still within the slack; home books 4,900.
-    assert_eq!(rank(&pick(&mut f, 5_000, "s1")), home);
-    // 5,000 + 100 − 100 against 100: home is overloaded beyond its cache and the 1,000-token
-    // slack; the session moves and remembers its new target.
-    let moved = pick(&mut f, 100, "s1");
+    // 900 + 100 − 100 against 100: still within the 1,000-token slack.
+    let held = prefill_load_on(&mut f, 900, home);
+    assert_eq!(rank(&turn(&mut f, 100, "s1")), home);
+    // 5,000 + 100 − 100 against 100: home is overloaded beyond its cache and the slack; the
+    // session moves and is remembered on its new target.
+    f.release(held.reservation).unwrap();
+    let _busy = prefill_load_on(&mut f, 5_000, home);
+    let moved = turn(&mut f, 100, "s1");
     assert_ne!(rank(&moved), home);
     assert!(!moved.chosen.session_affinity);
-    assert_eq!(rank(&pick(&mut f, 100, "s1")), rank(&moved));
+    assert_eq!(rank(&turn(&mut f, 100, "s1")), rank(&moved));
     // After the session TTL the session is forgotten.
     f.now += Duration::from_secs(61);
     f.core.sweep_sessions(f.now);
     f.lease = f.core.open_lease("test".into(), &Identity::anonymous(), Duration::ZERO, f.now).unwrap().lease;
-    let fresh = pick(&mut f, 100, "s1");
+    let fresh = f.pick_req(PickKind::Prefill, &f.req("m", 100, Some("s1"))).unwrap();
     let d = fresh.decision.unwrap();
     assert!(d.candidates.iter().all(|c| !c.session_affinity));
     assert!(d.weight.is_zero(), "the prefill cost has no held-request term");
@@ -259,6 +279,7 @@ fn sessions_stick_to_their_prefill_unless_it_is_overloaded() {
 /// Without page hashes, a session's previous prefill target is credited with the session's last
 /// prompt as cached, as the KV index would credit its pages: a long conversation stays where its
 /// prefix is even when that target is busier by more than the slack, and books only what it adds.
+/// Only a prefill that reached its end of stream is credited.
 #[test]
 fn a_session_without_page_hashes_is_credited_with_its_last_prompt_where_it_ran() {
     let mut s = settings(DecodeInputDemand::On, 0.0, DecodePolicy::RoundRobin);
@@ -269,19 +290,25 @@ fn a_session_without_page_hashes_is_credited_with_its_last_prompt_where_it_ran()
         f.pick_req(PickKind::Prefill, &req).unwrap()
     };
     // The session's first turn: 100,000 tokens, booked whole on its home.
-    let home = pick(&mut f, 100_000, Some("s1"));
-    let other = 1 - rank(&home);
-    // 60,000 tokens of another request: the idle rank takes them.
-    let busy = pick(&mut f, 60_000, None);
-    assert_eq!(rank(&busy), other);
+    let first = pick(&mut f, 100_000, Some("s1"));
+    let (home, other) = (rank(&first), 1 - rank(&first));
+    // Until its prefill ends, nothing of it is credited: a pick now books whole, and one
+    // cancelled before it was sent computed nothing either.
+    let early = pick(&mut f, 104_000, Some("s1"));
+    assert_eq!(early.chosen.cached_tokens, 0);
+    f.core.release(Release::new(early.reservation, ReleaseReason::Cancelled), anon(), f.now).unwrap();
+    f.release(first.reservation).unwrap();
+    // Then 100,000 tokens of other requests on home, 60,000 on the other rank.
+    let _busy = prefill_load_on(&mut f, 60_000, other);
+    let _queued = prefill_load_on(&mut f, 100_000, home);
     // Home is 40,000 tokens busier, far past the 1,000-token slack. The next turn (104,000
     // tokens) costs 100,000 + 104,000 − 8 × 100,000 at home against 60,000 + 104,000 elsewhere.
     let next = pick(&mut f, 104_000, Some("s1"));
-    assert_eq!(rank(&next), rank(&home), "the conversation stays with its prefix");
+    assert_eq!(rank(&next), home, "the conversation stays with its prefix");
     assert!(next.chosen.session_affinity);
     assert_eq!(next.chosen.cached_tokens, 100_000);
     let loads = f.core.targets(Some("m"), Some(Role::Prefill), f.now);
-    let home_load = loads.iter().find(|t| t.slot.target.rank.0 == rank(&home)).unwrap().load;
+    let home_load = loads.iter().find(|t| t.slot.target.rank.0 == home).unwrap().load;
     assert_eq!(home_load.booked_input_tokens, 100_000 + 4_000, "only the new tokens are booked");
     // Without a session the same request has no estimate: the less loaded rank takes it.
     let anonymous = pick(&mut f, 104_000, None);

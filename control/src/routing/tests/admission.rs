@@ -187,17 +187,49 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
     }
 }
 
+/// Waiters admitted one after another (a dispatcher sweep) have not picked their prefills yet:
+/// each one counts on the queue the next is predicted against, so the guard admits as many as
+/// the prefill can start within the target, not all of them against the same empty queue.
+#[test]
+fn the_prefill_guard_counts_the_prompts_admitted_before_their_prefill_pick() {
+    let mut f = prefill_fixture(PrefillGuard::Queue);
+    // An empty prefill: 8,000 tokens predict 0.81 s, 16,000 1.61 s, 24,000 2.41 s.
+    let a = decode(&mut f, "a", 8_000, protect(2_000)).unwrap();
+    let b = decode(&mut f, "b", 8_000, protect(2_000)).unwrap();
+    let c = decode(&mut f, "c", 8_000, protect(2_000));
+    assert!(matches!(c, Err(ControlError::AdmissionQueued { .. })), "{c:?}");
+    assert_eq!(f.core.ledger.awaiting_prefills(), 2);
+    // A picks its prefill: the queue holds it now instead of the forecast, and C still waits.
+    let pa = leg(&mut f, PickKind::Prefill, "a", 8_000, None).unwrap();
+    let c = decode(&mut f, "c", 8_000, protect(2_000));
+    assert!(matches!(c, Err(ControlError::AdmissionQueued { .. })), "{c:?}");
+    // B gives up before its prefill pick: C is admitted.
+    f.release(b.reservation).unwrap();
+    let c = decode(&mut f, "c", 8_000, protect(2_000)).unwrap();
+    // The top class is never held, but what it will prefill counts for those below it.
+    let top = decode(&mut f, "top", 8_000, AdmitLimit { itl_ms: 1_000, protect_ttft_ms: None }).unwrap();
+    let d = decode(&mut f, "d", 1_000, protect(2_000));
+    assert!(matches!(d, Err(ControlError::AdmissionQueued { .. })), "{d:?}");
+    for p in [a, pa, c, top] {
+        f.release(p.reservation).unwrap();
+    }
+    assert_eq!(f.core.ledger.awaiting_prefills(), 0);
+    assert_eq!(f.core.ledger.total(), Load::default());
+}
+
 /// The guard predicts with what a request would book, as its prefill pick would: a session's
 /// next turn on the prefill that computed its last prompt adds only its new tokens, so a long
 /// conversation is not held for a prefix it will not compute again.
 #[test]
 fn the_prefill_guard_counts_what_a_session_turn_adds() {
     let mut f = prefill_fixture(PrefillGuard::Queue);
-    // The session's last turn, 25,000 tokens, prefilled on p (cancelled: the fit learns no phase
-    // from it, and p's queue is empty again).
+    // The session's last turn, 25,000 tokens, prefilled on p in the 2.51 s the fit predicts (so
+    // the fit learns nothing new from it), and p's queue is empty again.
     let first = f.req("m", 25_000, Some("s"));
     let last = leg_of(&mut f, PickKind::Prefill, &first, None).unwrap();
-    f.core.release(Release::new(last.reservation, ReleaseReason::Cancelled), anon(), f.now).unwrap();
+    f.now += Duration::from_millis(2_510);
+    f.core.keep_alive(f.lease, anon(), f.now).unwrap();
+    f.release(last.reservation).unwrap();
     let queued = f.pick(PickKind::Prefill, "m", 10_000).unwrap();
     // Its next turn, 27,000 tokens: 10,000 queued + 2,000 new, 1.21 s predicted; it is admitted.
     let turn = PickRequest { request_id: RequestId::new("turn"), ..f.req("m", 27_000, Some("s")) };
