@@ -21,6 +21,7 @@
 //! polling is divided by it too (fair clocks: each polls at its default in emulated time).
 
 mod arm;
+mod classes;
 pub(crate) mod deploy;
 #[cfg(test)]
 mod e2e;

@@ -41,7 +41,7 @@ impl Class {
     }
 
     /// (TTFT, ITL) targets, ms.
-    fn targets_ms(self) -> (f64, f64) {
+    pub(crate) fn targets_ms(self) -> (f64, f64) {
         match self {
             Class::Interactive => (2_000.0, 50.0),
             Class::Batch => (60_000.0, 250.0),

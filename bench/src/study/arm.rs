@@ -16,7 +16,8 @@
 //! - `auto/admission`: `auto` with fleet admission on and control's default prefill guard
 //!   (`queue`); `auto/admission/no-guard` with `--admission-prefill-guard off`; `W/age/admission`
 //!   (e.g. `1e6/age/admission`) the same on the recommended setting's pinned W (admission
-//!   predicts from the step fit whether W is pinned or fitted);
+//!   predicts from the step fit whether W is pinned or fitted); each with goodput's two classes
+//!   on the run's clock ([`super::classes`]);
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload][:priority]`, or SGLang's older
 //!   router, `sglang-router:POLICY` ([`super::smg`]).
 
@@ -113,6 +114,11 @@ impl Legacy {
 }
 
 impl Arm {
+    /// Whether control runs fleet admission in this arm.
+    pub(crate) fn admits(&self) -> bool {
+        matches!(self, Arm::Admitted { .. })
+    }
+
     /// Control's flags for this arm (none for SMG: no control runs).
     pub(crate) fn control_flags(&self) -> Vec<String> {
         match self {

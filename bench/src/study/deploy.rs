@@ -207,6 +207,17 @@ impl Deployment {
         // (what the least-running arm picks on; the ledger arms' KV view), not 100 ms of wall.
         let mut flags = spec.arm.control_flags();
         flags.extend(["--engine-poll-ms".to_owned(), super::arm::engine_poll_ms(spec.speedup).to_string()]);
+        // Fair clocks for admission too: its TTFT targets on control's clock are goodput's in
+        // emulated time ([`super::classes`]).
+        if spec.arm.admits() {
+            let path = spec.smg_log.with_file_name("control-classes.toml");
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            std::fs::write(&path, super::classes::file(spec.speedup))
+                .with_context(|| format!("writing {}", path.display()))?;
+            flags.extend(["--service-classes".to_owned(), path.display().to_string()]);
+        }
         cluster.control = ControlSpec::new(Workers::None).flags(flags);
         cluster.control.seed = Some(spec.seed);
         cluster.proxies = spec.topology.routers;

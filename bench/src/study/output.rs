@@ -158,6 +158,9 @@ fn arm_json(a: &ArmRun, gpus: u32) -> Value {
         "prefill_cache": a.prefill_cache.json(),
         "report": a.report.json(),
     });
+    if a.arm.admits() {
+        v["service_classes"] = json!(super::classes::file(a.report.shaping.compression));
+    }
     match &a.routing {
         Routing::Control { picks_at_start, picks, fallback_picks } => {
             v["control_decode_picks_at_start"] = json!(picks_at_start);
