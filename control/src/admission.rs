@@ -42,8 +42,8 @@ pub struct AdmitLimit {
     /// the queue booked there, the prompts of requests admitted before their prefill pick
     /// ([`crate::ledger::AwaitingPrefill`]), and what it would book itself, its prompt less
     /// what that target caches of it) predicts a later first token than that
-    /// ([`prefill_fit`]). `None` for the
-    /// top class, which is never held for its TTFT (waiting would not make it sooner).
+    /// ([`prefill_fit`]). `None` for the top class, which is never held for its TTFT (waiting
+    /// would not make it sooner).
     pub protect_ttft_ms: Option<u32>,
 }
 
@@ -92,9 +92,8 @@ pub(crate) fn within_predicted_itl(
 /// Whether a lower-class request may join `model`'s prefill queue now (the prefill guard): the
 /// tokens it would find there (`found`: the queue booked and awaited on the prefill target where
 /// it finds the fewest, plus what it would book itself, its prompt less what that target caches
-/// of it)
-/// must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an aggregated
-/// model) or no prediction yet: it may.
+/// of it) must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an
+/// aggregated model) or no prediction yet: it may.
 pub(crate) fn prefill_admits(
     model: &infera_proto::types::ModelName,
     found: Option<u64>,

@@ -122,7 +122,8 @@ impl Sessions {
     }
 
     /// How many prefills picked for a session have not ended.
-    pub fn computing(&self) -> usize {
+    #[cfg(test)]
+    fn computing(&self) -> usize {
         self.computing.len()
     }
 

@@ -418,7 +418,8 @@ impl Ledger {
     }
 
     /// How many decode reservations await their request's prefill pick.
-    pub fn awaiting_prefills(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn awaiting_prefills(&self) -> usize {
         self.awaiting.len()
     }
 

@@ -307,11 +307,11 @@ impl<R: Rng> RoutingCore<R> {
         let Release { id, reason, failure } = release;
         Ok(match self.ledger.release(id, caller, reason, now)? {
             Released::Now(r, load) => {
+                let computed = is_phase_end(r.kind, reason);
                 if r.kind == PickKind::Prefill {
-                    let max = self.settings.session_max;
-                    self.sessions.ended(r.id.seq, is_phase_end(r.kind, reason), now, max);
+                    self.sessions.ended(r.id.seq, computed, now, self.settings.session_max);
                 }
-                let phase_median = is_phase_end(r.kind, reason)
+                let phase_median = computed
                     .then(|| self.ledger.phases().median(&r.model).map(|m| (r.model.clone(), m)))
                     .flatten();
                 let observed = self.observe_leg(r.target, reason, failure, caller, now);

@@ -3,7 +3,7 @@
 //! (`manual/features/service_classes.md`), so for the moment between the two picks its prompt
 //! is on no prefill queue yet. The prefill guard (`crate::admission::prefill_admits`) counts
 //! these prompts on the prefill target each was expected at: without them, one dispatcher sweep
-//! admits every held waiter against the same short queue and releases them as one wave.
+//! judges every held waiter against the same short queue.
 
 use std::collections::HashMap;
 
@@ -48,6 +48,7 @@ impl AwaitingIndex {
     }
 
     /// How many decode reservations await their prefill.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.by_decode.len()
     }
