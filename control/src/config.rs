@@ -461,6 +461,8 @@ mod tests {
         assert_eq!((c.admission.on, c.admission.prefill_guard), (true, PrefillGuard::Queue));
         let c = Config::try_from(parse(&["--admission-prefill-guard", "off"]).unwrap()).unwrap();
         assert_eq!(c.admission.prefill_guard, PrefillGuard::Off);
+        let c = Config::try_from(parse(&["--admission-prefill-guard", "backlog"]).unwrap()).unwrap();
+        assert_eq!(c.admission.prefill_guard, PrefillGuard::Backlog);
         assert!(parse(&["--admission-prefill-guard", "top-class"]).is_err());
     }
 
