@@ -133,8 +133,8 @@ pub(crate) struct DecodeWeightArgs {
         default_value = "published,seed"
     )]
     loads: Vec<LoadPoint>,
-    /// Arms: request weights (demand on), `W/pP`, `auto`, `auto/admission[/backlog|/no-guard]`
-    /// and `W/age/admission[/backlog|/no-guard]` (fleet admission with that prefill guard), legacy policies (demand off), SMG
+    /// Arms: request weights (demand on), `W/pP`, `auto`, `auto/admission[/no-guard]` and
+    /// `W/age/admission[/no-guard]` (fleet admission with that prefill guard), legacy policies (demand off), SMG
     /// (`smg:round_robin|power_of_two|least_load|cache_aware`, `:no-overload` to add
     /// `--disable-worker-overload-protection`) and sglang-router 0.3.2
     /// (`sglang-router:round_robin|power_of_two|cache_aware`, not DP-aware).

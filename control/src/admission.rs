@@ -52,28 +52,14 @@ pub struct AdmitLimit {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrefillGuard {
     /// While the prefill queue it would join, with what it would book there, predicts the top
-    /// class's next first token past its target (the default).
-    #[default]
+    /// class's next first token past its target. The queue is read first come, first served:
+    /// everything queued counts as ahead of the next top-class request. On a prefill that runs
+    /// shortest-prefill-first, short prompts pass long ones, and below the knee this held batch
+    /// work without making a top-class first token any sooner (`manual/features/service_classes.md`).
     Queue,
-    /// While the prefill queue it would join predicts the top class's next first token past its
-    /// target before it adds its own prompt. Its own prompt, which it adds whenever it goes, does
-    /// not hold it: a long cold prompt is not held behind an empty queue until its slack runs
-    /// out, and a shortest-prefill-first queue lets the shorter prompts that come after it pass.
-    Backlog,
-    /// Never: a lower class is held to its ITL target alone.
+    /// Never: a lower class is held to its ITL target alone (the default).
+    #[default]
     Off,
-}
-
-impl PrefillGuard {
-    /// The tokens the guard predicts from, of a queue where a request would find `queued` tokens
-    /// before its own `own` (`None` with the guard off).
-    pub fn tokens(self, queued: u64, own: u64) -> Option<u64> {
-        match self {
-            PrefillGuard::Queue => Some(queued + own),
-            PrefillGuard::Backlog => Some(queued),
-            PrefillGuard::Off => None,
-        }
-    }
 }
 
 /// The step models admission predicts with, per decode worker ([`crate::fit::predict::predictor`]).
@@ -107,10 +93,10 @@ pub(crate) fn within_predicted_itl(
 }
 
 /// Whether a lower-class request may join `model`'s prefill queue now (the prefill guard): the
-/// tokens the guard counts there (`found`, [`PrefillGuard::tokens`]: the queue booked and
-/// awaited on the prefill target where it finds the fewest, with `queue` plus what it would book
-/// itself, its prompt less what that target caches of it) must predict a phase within `ttft_ms`
-/// for whoever comes next. No prefill pool (an aggregated model) or no prediction yet: it may.
+/// tokens it would find there (`found`: the queue booked and awaited on the prefill target where
+/// it finds the fewest, plus what it would book itself, its prompt less what that target caches
+/// of it) must predict a phase within `ttft_ms` for whoever comes next. No prefill pool (an
+/// aggregated model) or no prediction yet: it may.
 pub(crate) fn prefill_admits(
     model: &infera_proto::types::ModelName,
     found: Option<u64>,

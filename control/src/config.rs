@@ -454,15 +454,13 @@ mod tests {
     }
 
     #[test]
-    fn the_prefill_guard_defaults_to_the_queue_and_can_be_turned_off() {
+    fn the_prefill_guard_is_off_by_default_and_can_read_the_queue() {
         let base = ["infera-control", "--workers", "/dev/null", "--admission", "on"];
         let parse = |extra: &[&str]| Args::try_parse_from([&base[..], extra].concat());
         let c = Config::try_from(parse(&[]).unwrap()).unwrap();
-        assert_eq!((c.admission.on, c.admission.prefill_guard), (true, PrefillGuard::Queue));
-        let c = Config::try_from(parse(&["--admission-prefill-guard", "off"]).unwrap()).unwrap();
-        assert_eq!(c.admission.prefill_guard, PrefillGuard::Off);
-        let c = Config::try_from(parse(&["--admission-prefill-guard", "backlog"]).unwrap()).unwrap();
-        assert_eq!(c.admission.prefill_guard, PrefillGuard::Backlog);
+        assert_eq!((c.admission.on, c.admission.prefill_guard), (true, PrefillGuard::Off));
+        let c = Config::try_from(parse(&["--admission-prefill-guard", "queue"]).unwrap()).unwrap();
+        assert_eq!(c.admission.prefill_guard, PrefillGuard::Queue);
         assert!(parse(&["--admission-prefill-guard", "top-class"]).is_err());
     }
 

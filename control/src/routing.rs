@@ -169,13 +169,12 @@ impl<R: Rng> RoutingCore<R> {
         // lower class is held on it, and whichever is admitted counts on that prefill's queue
         // until its request picks it (`crate::ledger::AwaitingPrefill`).
         let awaiting_prefill = match (kind, limit) {
-            (PickKind::Decode, Some(limit)) if self.prefill_guard != PrefillGuard::Off => {
+            (PickKind::Decode, Some(limit)) if self.prefill_guard == PrefillGuard::Queue => {
                 let next = self.prefill_queue_next(req, kv, now);
-                let guard = self.prefill_guard;
                 if let Some(ttft) = limit.protect_ttft_ms
                     && !crate::admission::prefill_admits(
                         &req.model,
-                        next.and_then(|n| guard.tokens(n.queued, n.own)),
+                        next.map(|n| n.found),
                         &self.ledger,
                         ttft,
                     )

@@ -13,12 +13,11 @@
 //!   request prefilling longer than its model's median prefill phase counts median / age);
 //! - a legacy policy: `--decode-input-demand off --decode-policy round-robin|power-of-two|random`,
 //!   or `least-running` (the engines' `/v1/loads`, polled every 100 ms, no ledger);
-//! - `auto/admission`: `auto` with fleet admission on and control's default prefill guard
-//!   (`queue`); `auto/admission/backlog` and `auto/admission/no-guard` with
-//!   `--admission-prefill-guard backlog` and `off`; `W/age/admission`
-//!   (e.g. `1e6/age/admission`) the same on the recommended setting's pinned W (admission
-//!   predicts from the step fit whether W is pinned or fitted); each with goodput's two classes
-//!   on the run's clock ([`super::classes`]);
+//! - `auto/admission`: `auto` with fleet admission on and the prefill guard `queue` (control's
+//!   default until 2026-12-08, when it became `off`); `auto/admission/no-guard` with
+//!   `--admission-prefill-guard off`; `W/age/admission` (e.g. `1e6/age/admission`) the same on
+//!   the recommended setting's pinned W (admission predicts from the step fit whether W is
+//!   pinned or fitted); each with goodput's two classes on the run's clock ([`super::classes`]);
 //! - SMG instead of control and the proxy, `smg:POLICY[:no-overload][:priority]`, or SGLang's older
 //!   router, `sglang-router:POLICY` ([`super::smg`]).
 
@@ -81,9 +80,8 @@ pub(crate) enum AdmittedWeight {
 /// Control's `--admission-prefill-guard` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PrefillGuard {
-    /// Control's default.
+    /// The prefill queue (control's default was this until 2026-12-08).
     Queue,
-    Backlog,
     Off,
 }
 
@@ -91,16 +89,15 @@ impl PrefillGuard {
     fn flag(self) -> &'static str {
         match self {
             PrefillGuard::Queue => "queue",
-            PrefillGuard::Backlog => "backlog",
             PrefillGuard::Off => "off",
         }
     }
 
-    /// The arm's suffix after `auto/admission` (none for the default).
+    /// The arm's suffix after `auto/admission` (none for `queue`, which the study's arms have
+    /// always meant).
     fn suffix(self) -> &'static str {
         match self {
             PrefillGuard::Queue => "",
-            PrefillGuard::Backlog => "/backlog",
             PrefillGuard::Off => "/no-guard",
         }
     }
@@ -250,7 +247,6 @@ impl fmt::Display for Arm {
                 f.write_str(", fleet admission")?;
                 match guard {
                     PrefillGuard::Queue => Ok(()),
-                    PrefillGuard::Backlog => f.write_str(", backlog prefill guard"),
                     PrefillGuard::Off => f.write_str(", no prefill guard"),
                 }
             }
@@ -301,10 +297,10 @@ impl FromStr for Arm {
             return Ok(Arm::Auto);
         }
         if let Some((base, guard)) = s.split_once("/admission") {
-            let guard = [PrefillGuard::Queue, PrefillGuard::Backlog, PrefillGuard::Off]
+            let guard = [PrefillGuard::Queue, PrefillGuard::Off]
                 .into_iter()
                 .find(|g| g.suffix() == guard)
-                .ok_or_else(|| format!("{s:?}: /admission takes /backlog or /no-guard"))?;
+                .ok_or_else(|| format!("{s:?}: /admission takes /no-guard"))?;
             let weight = match base.parse()? {
                 Arm::Auto => AdmittedWeight::Auto,
                 Arm::Phased { weight, prefilling: 1.0, age_decay: true, overlap_credit: None } => {
@@ -363,7 +359,7 @@ impl FromStr for Arm {
         }
         let w: f64 = s.replace('_', "").parse().map_err(|_| {
             format!(
-                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, auto/admission or W/age/admission (each [/backlog|/no-guard]), round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload][:priority] or sglang-router:POLICY"
+                "{s:?}: an arm is a request weight (e.g. 0, 180000, 1e6), auto, W/pP, W[/pP]/age, auto/admission or W/age/admission (each [/no-guard]), round-robin, power-of-two, random, least-running, smg:POLICY[:no-overload][:priority] or sglang-router:POLICY"
             )
         })?;
         if !(w.is_finite() && (0.0..=1e12).contains(&w)) {

@@ -31,9 +31,9 @@ pub(super) struct AdmissionArgs {
     /// Whether admission holds a request of a class below the top priority for the top class's
     /// first token (the prefill guard). `queue`: while the prefill queue it would join, with what
     /// it would book there (its prompt less what that prefill caches of it), predicts the top
-    /// class's next first token past its TTFT target. `backlog`: while that queue predicts it
-    /// before the request adds its own prompt. `off`: never; it is held to its ITL target alone.
-    #[arg(long, env = "INFERA_ADMISSION_PREFILL_GUARD", value_enum, default_value_t = PrefillGuard::Queue)]
+    /// class's next first token past its TTFT target, everything queued counted as ahead of it.
+    /// `off` (the default): never; it is held to its ITL target alone.
+    #[arg(long, env = "INFERA_ADMISSION_PREFILL_GUARD", value_enum, default_value_t = PrefillGuard::Off)]
     admission_prefill_guard: PrefillGuard,
     /// Service classes and tenant weights (TOML), read again on SIGHUP. Without it: `interactive`
     /// (TTFT 2 s, ITL 50 ms, the default) and `batch` (TTFT 60 s, ITL 250 ms), every tenant weight 1.

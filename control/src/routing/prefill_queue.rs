@@ -14,11 +14,8 @@ use crate::ledger::AwaitingPrefill;
 /// The prefill queue a decode pick's request would join ([`RoutingCore::pick_within`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PrefillQueueNext {
-    /// The tokens queued there before its own (booked and awaited).
-    pub(super) queued: u64,
-    /// Its own tokens there, its prompt less what that target caches of it: with `queued`, what
-    /// the prefill guard predicts from ([`crate::admission::PrefillGuard::tokens`]).
-    pub(super) own: u64,
+    /// The tokens it would find there, its own included: what the prefill guard predicts from.
+    pub(super) found: u64,
     /// Its own prefill there, counted on that queue until its request picks it.
     pub(super) awaiting: AwaitingPrefill,
 }
@@ -47,8 +44,11 @@ impl<R: Rng> RoutingCore<R> {
             .map(|c| {
                 let own = req.input_tokens.saturating_sub(c.cached_tokens);
                 let queued = c.load.booked_input_tokens + ledger.awaiting_prefill_on(c.key);
-                PrefillQueueNext { queued, own, awaiting: AwaitingPrefill { target: c.key, tokens: own } }
+                PrefillQueueNext {
+                    found: queued + own,
+                    awaiting: AwaitingPrefill { target: c.key, tokens: own },
+                }
             })
-            .min_by_key(|n| n.queued + n.own)
+            .min_by_key(|n| n.found)
     }
 }

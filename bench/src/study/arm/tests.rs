@@ -103,12 +103,6 @@ fn arms_parse_and_map_to_control_flags() {
         (pinned.key(), pinned.to_string()),
         ("w1000000-age-admission".into(), "W = 1,000,000, age-decayed, fleet admission".into())
     );
-    let backlog: Arm = "auto/admission/backlog".parse().unwrap();
-    assert_eq!(
-        (backlog.key(), backlog.to_string()),
-        ("auto-admission-backlog".into(), "W = auto, fleet admission, backlog prefill guard".into())
-    );
-    assert!(backlog.control_flags().join(" ").ends_with("--admission-prefill-guard backlog"));
     let pinned_off: Arm = "1e6/age/admission/no-guard".parse().unwrap();
     assert_eq!(pinned_off.key(), "w1000000-age-admission-no-guard");
     assert!(pinned_off.control_flags().join(" ").ends_with("--admission-prefill-guard off"));

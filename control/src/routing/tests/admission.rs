@@ -162,7 +162,7 @@ fn protect(ttft_ms: u32) -> AdmitLimit {
 
 #[test]
 fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_first_token() {
-    for guard in [PrefillGuard::Queue, PrefillGuard::Backlog, PrefillGuard::Off] {
+    for guard in [PrefillGuard::Queue, PrefillGuard::Off] {
         let mut f = prefill_fixture(guard);
         // An empty prefill: 10 ms + 500 ms for 5,000 tokens, within 2 s.
         let ok = decode(&mut f, "a", 5_000, protect(2_000)).unwrap();
@@ -175,7 +175,7 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
             PrefillGuard::Off => {
                 f.release(held.unwrap().reservation).unwrap();
             }
-            PrefillGuard::Queue | PrefillGuard::Backlog => {
+            PrefillGuard::Queue => {
                 assert!(matches!(held, Err(ControlError::AdmissionQueued { .. })), "{held:?}")
             }
         }
@@ -184,33 +184,6 @@ fn a_lower_class_waits_while_the_prefill_queue_it_would_join_predicts_a_late_fir
         f.release(queued.reservation).unwrap();
         let after = decode(&mut f, "d", 5_000, protect(2_000)).unwrap();
         f.release(after.reservation).unwrap();
-    }
-}
-
-/// `backlog` holds a lower class for the queue it finds, not for its own prompt: a long cold
-/// prompt goes on an empty prefill (under `queue` it waits however empty the prefill is), and
-/// a short one waits behind a long queue.
-#[test]
-fn the_backlog_guard_holds_for_the_queue_alone() {
-    for guard in [PrefillGuard::Queue, PrefillGuard::Backlog] {
-        let mut f = prefill_fixture(guard);
-        // Nothing queued, 25,000 tokens of its own: 2.51 s predicted with them, 10 ms without.
-        let long = decode(&mut f, "long", 25_000, protect(2_000));
-        match guard {
-            PrefillGuard::Queue => {
-                assert!(matches!(long, Err(ControlError::AdmissionQueued { .. })), "{long:?}")
-            }
-            _ => {
-                f.release(long.unwrap().reservation).unwrap();
-            }
-        }
-        // 25,000 tokens queued: a 1,000-token prompt waits under either.
-        let queued = f.pick(PickKind::Prefill, "m", 25_000).unwrap();
-        let short = decode(&mut f, "short", 1_000, protect(2_000));
-        assert!(matches!(short, Err(ControlError::AdmissionQueued { .. })), "{guard:?}: {short:?}");
-        f.release(queued.reservation).unwrap();
-        assert_eq!(f.core.ledger.awaiting_prefills(), 0);
-        assert_eq!(f.core.ledger.total(), Load::default());
     }
 }
 
